@@ -1,0 +1,77 @@
+#include "runtime/core/allocator.h"
+
+#include <cstdlib>
+#include <new>
+
+#include "runtime/core/error.h"
+
+namespace mt::runtime {
+
+void MemoryCounter::add(int64_t nbytes) {
+  const int64_t now = in_use_.fetch_add(nbytes, std::memory_order_relaxed) + nbytes;
+  allocs_.fetch_add(1, std::memory_order_relaxed);
+  int64_t peak = peak_.load(std::memory_order_relaxed);
+  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+void MemoryCounter::sub(int64_t nbytes) { in_use_.fetch_sub(nbytes, std::memory_order_relaxed); }
+
+MemoryStats MemoryCounter::stats() const {
+  MemoryStats s;
+  s.bytes_in_use = in_use_.load(std::memory_order_relaxed);
+  s.peak_bytes_in_use = peak_.load(std::memory_order_relaxed);
+  s.bytes_reserved = s.bytes_in_use;
+  s.num_allocs = allocs_.load(std::memory_order_relaxed);
+  return s;
+}
+
+void MemoryCounter::reset_peak() { peak_.store(in_use_.load(std::memory_order_relaxed)); }
+
+namespace {
+
+class CpuAllocator final : public Allocator {
+ public:
+  static constexpr size_t kAlignment = 64;
+
+  void* allocate(size_t nbytes, Device) override {
+    const size_t rounded = (std::max<size_t>(nbytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+    void* p = std::aligned_alloc(kAlignment, rounded);
+    if (!p) MT_FAIL("cpu allocator: out of memory allocating ", nbytes, " bytes");
+    counter_.add(int64_t(nbytes));
+    return p;
+  }
+  void deallocate(void* ptr, size_t nbytes, Device) override {
+    std::free(ptr);
+    counter_.sub(int64_t(nbytes));
+  }
+  MemoryStats stats(Device) const override { return counter_.stats(); }
+  void reset_peak(Device) override { counter_.reset_peak(); }
+
+ private:
+  MemoryCounter counter_;
+};
+
+CpuAllocator& cpu_allocator() {
+  static CpuAllocator* a = new CpuAllocator();  // never destroyed: tensors may outlive statics
+  return *a;
+}
+
+Allocator* g_allocators[kNumDeviceTypes] = {};
+
+}  // namespace
+
+Allocator& allocator_for(DeviceType type) {
+  if (type == DeviceType::CPU) return cpu_allocator();
+  Allocator* a = g_allocators[int(type)];
+  MT_CHECK(a != nullptr, "no allocator for device type ", device_type_name(type),
+           (cuda_backend_built() ? " (no GPU initialised)" : " (this build has no CUDA backend)"));
+  return *a;
+}
+
+void set_allocator(DeviceType type, Allocator* allocator) { g_allocators[int(type)] = allocator; }
+
+MemoryStats memory_stats(Device device) { return allocator_for(device.type).stats(device); }
+void reset_peak_memory(Device device) { allocator_for(device.type).reset_peak(device); }
+
+}  // namespace mt::runtime

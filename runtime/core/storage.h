@@ -1,0 +1,35 @@
+// Storage: one allocation of device memory, shared (by shared_ptr) among a tensor and its views.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "runtime/core/allocator.h"
+#include "runtime/core/device.h"
+
+namespace mt::runtime {
+
+class Storage {
+ public:
+  Storage(size_t nbytes, Device device)
+      : data_(allocator_for(device.type).allocate(nbytes, device)), nbytes_(nbytes), device_(device) {}
+  ~Storage() { allocator_for(device_.type).deallocate(data_, nbytes_, device_); }
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  // Bumped by every in-place write through any tensor on this storage (see SavedTensor).
+  uint64_t version() const { return version_; }
+  void bump_version() { ++version_; }
+
+ private:
+  void* data_;
+  size_t nbytes_;
+  Device device_;
+  uint64_t version_ = 0;
+};
+
+}  // namespace mt::runtime

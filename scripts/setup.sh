@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs, as root on Debian 12, the system packages minititan builds against (only the missing
+# ones; non-interactive). Safe to run again. CUDA is optional and not installed here: the CUDA
+# targets are built when nvcc is found (e.g. /usr/local/cuda/bin/nvcc).
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build pkg-config ccache
+  libabsl-dev libtoml11-dev libhdf5-dev openmpi-bin libopenmpi-dev
+  libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup: missing packages: ${missing[*]}; run this script as root (or install them with apt)" >&2
+  exit 1
+fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds minititan and runs its test suite with CTest.
+#   scripts/test.sh             Release build in build/, all CPU tests
+#   MT_SANITIZE=1 scripts/test.sh   ASan + UBSan build in build-asan/
+# Extra arguments go to ctest (e.g. -R Tensor, -L cpu). Needs the packages of scripts/setup.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+if [ "${MT_SANITIZE:-0}" = 1 ]; then
+  dir=build-asan
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMT_SANITIZE=ON \
+    -DMT_BUILD_BENCH=OFF >/dev/null
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+else
+  dir=build
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+cmake --build "$dir" -j "$jobs"
+# OpenBLAS and OpenMP threads: two ctest jobs of one thread each keep the 2-core machines busy
+# without oversubscription; tests that check thread-count independence set their own counts.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+ctest --test-dir "$dir" --output-on-failure -j "$jobs" "$@"

@@ -1,0 +1,49 @@
+#include "tests/testing/tensor_testing.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "runtime/ops/factory.h"
+
+namespace mt::testing {
+
+Tensor randn64(const Shape& shape, uint64_t seed, bool requires_grad, const std::string& name) {
+  return runtime::randn(shape, runtime::RandomKey(seed, name),
+                        runtime::TensorOptions{}.with_dtype(runtime::DType::F64)
+                            .with_requires_grad(requires_grad));
+}
+
+Tensor randn_as(const Shape& shape, runtime::DType dtype, uint64_t seed, const std::string& name) {
+  return runtime::randn(shape, runtime::RandomKey(seed, name),
+                        runtime::TensorOptions{}.with_dtype(dtype));
+}
+
+::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, double atol, double rtol) {
+  if (a.shape() != b.shape()) {
+    std::ostringstream os;
+    os << "shapes differ: " << a.shape() << " vs " << b.shape();
+    return ::testing::AssertionFailure() << os.str();
+  }
+  const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  size_t worst = 0, bad = 0;
+  double worst_excess = 0;
+  for (size_t i = 0; i < va.size(); ++i) {
+    const double tol = atol + rtol * std::abs(vb[i]);
+    const double err = std::abs(va[i] - vb[i]);
+    const bool both_nan = std::isnan(va[i]) && std::isnan(vb[i]);
+    if (!both_nan && !(err <= tol)) {
+      ++bad;
+      const double excess = std::isnan(err) ? INFINITY : err - tol;
+      if (bad == 1 || excess > worst_excess) {
+        worst_excess = excess;
+        worst = i;
+      }
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << bad << " of " << va.size() << " elements differ; worst at flat index " << worst << ": "
+         << va[worst] << " vs " << vb[worst] << " (atol " << atol << ", rtol " << rtol << ")";
+}
+
+}  // namespace mt::testing

@@ -1,0 +1,27 @@
+// Helpers for tests: random inputs and value comparisons with readable failure messages.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "runtime/core/tensor.h"
+
+namespace mt::testing {
+
+using runtime::Shape;
+using runtime::Tensor;
+
+// Random normal f64 tensor keyed by (seed, name); requires_grad as given.
+Tensor randn64(const Shape& shape, uint64_t seed, bool requires_grad = true,
+               const std::string& name = "test");
+// Random tensor of any floating dtype.
+Tensor randn_as(const Shape& shape, runtime::DType dtype, uint64_t seed,
+                const std::string& name = "test");
+
+// Success when shapes match and |a - b| <= atol + rtol * |b| elementwise (any dtypes, compared
+// in f64); otherwise a message with the worst element.
+::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, double atol = 1e-6,
+                                     double rtol = 1e-5);
+
+}  // namespace mt::testing
