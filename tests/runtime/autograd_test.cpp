@@ -95,7 +95,7 @@ TEST(Autograd, BackwardTwiceNeedsRetainGraph) {
 
 TEST(Autograd, ModifyingASavedTensorInPlaceIsAnError) {
   Tensor x = from_vector<double>({1, 2}, {2}, f64_grad());
-  Tensor w = from_vector<double>({3, 4}, {2});
+  Tensor w = from_vector<double>({3, 4}, {2}, TensorOptions{}.with_dtype(DType::F64));
   Tensor y = sum(mul(x, w));  // saves w
   w.fill_(0);
   try {

@@ -1,6 +1,8 @@
 // Tensors: storage sharing, views, contiguous(), casts, copies, factories, memory accounting.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "runtime/core/allocator.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/factory.h"

@@ -21,7 +21,7 @@ Tensor randn_as(const Shape& shape, runtime::DType dtype, uint64_t seed, const s
 ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, double atol, double rtol) {
   if (a.shape() != b.shape()) {
     std::ostringstream os;
-    os << "shapes differ: " << a.shape() << " vs " << b.shape();
+    os << "shapes differ: " << mt::detail::concat(a.shape(), " vs ", b.shape());
     return ::testing::AssertionFailure() << os.str();
   }
   const auto va = a.to_vector<double>(), vb = b.to_vector<double>();

@@ -1,0 +1,225 @@
+// scaled_dot_product_attention: forward against a naive composed reference (scores, mask,
+// softmax, weighted sum as plain loops), gradcheck in f64 (MHA/GQA, causal and not, T != S,
+// strided inputs, several blocks), bit-identical backward across thread counts, errors.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "runtime/autograd/gradcheck.h"
+#include "runtime/ops/attention.h"
+#include "runtime/ops/factory.h"
+#include "tests/testing/tensor_testing.h"
+
+namespace mt::runtime {
+namespace {
+
+using testing::all_close;
+using testing::randn64;
+using testing::randn_as;
+
+// softmax(q k^T * scale + mask) v per (batch, head) with query i seeing key j when
+// j <= i + S - T (causal); a row that sees no key is zero.
+Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                       double scale) {
+  const auto qv = q.to_vector<double>(), kv = k.to_vector<double>(), vv = v.to_vector<double>();
+  const int64_t B = q.shape()[0], Hq = q.shape()[1], T = q.shape()[2], D = q.shape()[3];
+  const int64_t Hkv = k.shape()[1], S = k.shape()[2], Dv = v.shape()[3];
+  std::vector<double> out(size_t(B * Hq * T * Dv), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h) {
+      const int64_t hk = h / (Hq / Hkv);
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> s(size_t(S), -std::numeric_limits<double>::infinity());
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < S; ++j) {
+          if (causal && j > i + S - T) continue;
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d)
+            dot += qv[((b * Hq + h) * T + i) * D + d] * kv[((b * Hkv + hk) * S + j) * D + d];
+          s[j] = dot * scale;
+          mx = std::max(mx, s[j]);
+        }
+        if (mx == -std::numeric_limits<double>::infinity()) continue;  // no visible key
+        double sum = 0;
+        for (int64_t j = 0; j < S; ++j) sum += std::exp(s[j] - mx);
+        for (int64_t j = 0; j < S; ++j) {
+          const double p = std::exp(s[j] - mx) / sum;
+          for (int64_t d = 0; d < Dv; ++d)
+            out[((b * Hq + h) * T + i) * Dv + d] += p * vv[((b * Hkv + hk) * S + j) * Dv + d];
+        }
+      }
+    }
+  return from_vector<double>(out, {B, Hq, T, Dv}, TensorOptions{}.with_dtype(DType::F64));
+}
+
+struct Case {
+  int64_t B, Hq, Hkv, T, S, D, Dv;
+  bool causal;
+};
+
+TEST(Attention, ForwardMatchesNaiveF64) {
+  const std::vector<Case> cases = {
+      {1, 4, 2, 5, 5, 4, 4, true},      {2, 4, 2, 5, 5, 4, 4, false},
+      {1, 4, 4, 3, 7, 4, 4, true},      {1, 2, 1, 7, 3, 4, 4, true},  // rows with no key
+      {2, 4, 2, 6, 9, 8, 3, false},     {1, 2, 1, 70, 135, 5, 6, true},  // several blocks
+      {1, 3, 3, 100, 100, 4, 4, false}, {1, 1, 1, 0, 4, 4, 4, true},    // T = 0
+      {1, 1, 1, 3, 0, 4, 4, false}};                                    // S = 0
+  uint64_t seed = 1;
+  for (const Case& c : cases) {
+    Tensor q = randn64({c.B, c.Hq, c.T, c.D}, seed++, false);
+    Tensor k = randn64({c.B, c.Hkv, c.S, c.D}, seed++, false);
+    Tensor v = randn64({c.B, c.Hkv, c.S, c.Dv}, seed++, false);
+    const double scale = 1.0 / std::sqrt(double(c.D));
+    EXPECT_TRUE(all_close(scaled_dot_product_attention(q, k, v, c.causal),
+                          naive_attention(q, k, v, c.causal, scale), 1e-12, 1e-10))
+        << "T " << c.T << " S " << c.S << " causal " << c.causal;
+  }
+}
+
+TEST(Attention, CustomScaleAndLargeScores) {
+  Tensor q = randn64({1, 2, 6, 4}, 1, false), k = randn64({1, 2, 6, 4}, 2, false),
+         v = randn64({1, 2, 6, 4}, 3, false);
+  // A scale of 50 makes the scores span hundreds: the online softmax must stay finite.
+  EXPECT_TRUE(all_close(scaled_dot_product_attention(q, k, v, true, 50.0),
+                        naive_attention(q, k, v, true, 50.0), 1e-12, 1e-10));
+}
+
+TEST(Attention, F32AndBf16) {
+  Tensor q = randn_as({2, 4, 37, 16}, DType::F32, 4), k = randn_as({2, 2, 80, 16}, DType::F32, 5),
+         v = randn_as({2, 2, 80, 16}, DType::F32, 6);
+  const Tensor ref = naive_attention(q, k, v, true, 0.25);
+  Tensor y = scaled_dot_product_attention(q, k, v);
+  EXPECT_EQ(y.dtype(), DType::F32);
+  EXPECT_TRUE(all_close(y, ref, 1e-5, 1e-4));
+  Tensor qb = q.to(DType::BF16), kb = k.to(DType::BF16), vb = v.to(DType::BF16);
+  Tensor yb = scaled_dot_product_attention(qb, kb, vb);
+  EXPECT_EQ(yb.dtype(), DType::BF16);
+  EXPECT_TRUE(all_close(yb, naive_attention(qb, kb, vb, true, 0.25), 1e-2, 1e-2));
+}
+
+autograd::GradcheckResult check_grad(const Case& c, uint64_t seed, bool strided_q = false) {
+  Tensor q = strided_q ? randn64({c.B, c.T, c.Hq, c.D}, seed).transpose(1, 2)  // [B,T,H,D] layout
+                       : randn64({c.B, c.Hq, c.T, c.D}, seed);
+  Tensor k = randn64({c.B, c.Hkv, c.S, c.D}, seed + 1);
+  Tensor v = randn64({c.B, c.Hkv, c.S, c.Dv}, seed + 2);
+  const bool causal = c.causal;
+  return autograd::gradcheck(
+      [causal](const std::vector<Tensor>& in) {
+        return scaled_dot_product_attention(in[0], in[1], in[2], causal);
+      },
+      {q, k, v});
+}
+
+TEST(Attention, GradcheckGroupedQuery) {
+  for (bool causal : {true, false}) {
+    for (int64_t B : {1, 2}) {
+      auto r = check_grad({B, 4, 2, 5, 5, 4, 4, causal}, 10 + B);
+      EXPECT_TRUE(r.ok) << "causal " << causal << " B " << B << ": " << r.message;
+    }
+  }
+}
+
+TEST(Attention, GradcheckTNotEqualS) {
+  for (bool causal : {true, false}) {
+    auto r1 = check_grad({1, 4, 2, 5, 7, 4, 4, causal}, 20);  // KV longer than queries
+    EXPECT_TRUE(r1.ok) << "T < S, causal " << causal << ": " << r1.message;
+    auto r2 = check_grad({1, 4, 2, 5, 3, 4, 3, causal}, 30);  // first causal rows see no key
+    EXPECT_TRUE(r2.ok) << "T > S, causal " << causal << ": " << r2.message;
+  }
+}
+
+TEST(Attention, GradcheckStridedQueryAndMultiQuery) {
+  auto r = check_grad({2, 4, 1, 5, 5, 4, 4, true}, 40, /*strided_q=*/true);
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+TEST(Attention, GradcheckAcrossBlocks) {
+  // T = 70 spans three query blocks, S = 75 two key blocks.
+  auto r = check_grad({1, 2, 1, 70, 75, 3, 2, true}, 50);
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+TEST(Attention, GradcheckCustomScale) {
+  Tensor q = randn64({1, 2, 4, 3}, 60), k = randn64({1, 2, 4, 3}, 61), v = randn64({1, 2, 4, 3}, 62);
+  auto r = autograd::gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return scaled_dot_product_attention(in[0], in[1], in[2], false, 0.7);
+      },
+      {q, k, v});
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+std::vector<uint32_t> bits_of(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  std::vector<uint32_t> out(size_t(c.numel()));
+  std::memcpy(out.data(), c.data<float>(), out.size() * 4);
+  return out;
+}
+
+TEST(Attention, BitIdenticalAcrossThreadCounts) {
+  const Tensor q0 = randn_as({2, 4, 96, 16}, DType::F32, 70);
+  const Tensor k0 = randn_as({2, 2, 130, 16}, DType::F32, 71);
+  const Tensor v0 = randn_as({2, 2, 130, 16}, DType::F32, 72);
+  const Tensor dy = randn_as({2, 4, 96, 16}, DType::F32, 73);
+  const int saved = omp_get_max_threads();
+  std::vector<std::vector<std::vector<uint32_t>>> runs;
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    Tensor q = q0.clone().set_requires_grad(true), k = k0.clone().set_requires_grad(true),
+           v = v0.clone().set_requires_grad(true);
+    Tensor y = scaled_dot_product_attention(q, k, v);
+    y.backward(dy);
+    runs.push_back({bits_of(y), bits_of(q.grad()), bits_of(k.grad()), bits_of(v.grad())});
+  }
+  omp_set_num_threads(saved);
+  EXPECT_EQ(runs[0][0], runs[1][0]) << "out";
+  EXPECT_EQ(runs[0][1], runs[1][1]) << "dq";
+  EXPECT_EQ(runs[0][2], runs[1][2]) << "dk";
+  EXPECT_EQ(runs[0][3], runs[1][3]) << "dv";
+}
+
+TEST(Attention, F32GradientsMatchF64) {
+  const Tensor q0 = randn_as({1, 4, 40, 8}, DType::F32, 80);
+  const Tensor k0 = randn_as({1, 2, 70, 8}, DType::F32, 81);
+  const Tensor v0 = randn_as({1, 2, 70, 8}, DType::F32, 82);
+  const Tensor dy = randn_as({1, 4, 40, 8}, DType::F32, 83);
+  std::vector<Tensor> grads[2];
+  for (DType dt : {DType::F32, DType::F64}) {
+    // clone(): fresh leaves (to() returns the tensor itself when the dtype already matches).
+    Tensor q = q0.to(dt).clone().set_requires_grad(true),
+           k = k0.to(dt).clone().set_requires_grad(true),
+           v = v0.to(dt).clone().set_requires_grad(true);
+    scaled_dot_product_attention(q, k, v).backward(dy.to(dt));
+    grads[dt == DType::F64] = {q.grad(), k.grad(), v.grad()};
+  }
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(all_close(grads[0][i], grads[1][i], 1e-5, 1e-4)) << i;
+}
+
+TEST(Attention, Errors) {
+  Tensor q = randn64({1, 3, 4, 8}, 1, false), k = randn64({1, 2, 4, 8}, 2, false),
+         v = randn64({1, 2, 4, 8}, 3, false);
+  try {
+    scaled_dot_product_attention(q, k, v);  // 3 query heads, 2 kv heads
+    FAIL() << "expected mt::Error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("scaled_dot_product_attention"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("q [1, 3, 4, 8]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("k [1, 2, 4, 8]"), std::string::npos) << msg;
+  }
+  Tensor q4 = randn64({1, 4, 4, 8}, 4, false);
+  EXPECT_THROW(scaled_dot_product_attention(q4, randn64({1, 2, 4, 6}, 5, false), v), Error);  // D
+  EXPECT_THROW(scaled_dot_product_attention(q4, k, randn64({1, 2, 5, 8}, 6, false)), Error);  // S
+  EXPECT_THROW(scaled_dot_product_attention(q4, randn64({2, 2, 4, 8}, 7, false),
+                                            randn64({2, 2, 4, 8}, 8, false)),
+               Error);                                                               // batch
+  EXPECT_THROW(scaled_dot_product_attention(q4.flatten(0, 1), k, v), Error);          // 3-D q
+  EXPECT_THROW(scaled_dot_product_attention(q4.to(DType::F32), k, v), Error);         // dtype
+  EXPECT_THROW(scaled_dot_product_attention(q4, k, v, true, std::nan("")), Error);    // scale
+}
+
+}  // namespace
+}  // namespace mt::runtime
