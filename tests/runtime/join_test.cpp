@@ -145,6 +145,8 @@ TEST(Stack, GradcheckAndErrors) {
   const std::string msg = error_of([&] { stack({a, a.t()}, 0); });
   EXPECT_NE(msg.find("stack: tensor 1 has shape [3, 2]"), std::string::npos) << msg;
   EXPECT_THROW(stack({a}, 3), mt::Error);
+  const std::string dt = error_of([&] { stack({a, a.to(DType::F32)}, 0); });
+  EXPECT_NE(dt.find("stack: tensor 1 has dtype f32"), std::string::npos) << dt;
 }
 
 TEST(Split, BySizeAndBySizesAreViews) {
