@@ -38,6 +38,8 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     if (!in.defined() || !in.requires_grad()) continue;
     MT_CHECK(in.dtype() == DType::F64 && in.device().is_cpu(), "gradcheck: input ", k,
              " must be a cpu f64 tensor, got ", in.dtype(), " on ", in.device());
+    MT_CHECK(in.is_leaf(), "gradcheck: input ", k, " is not a leaf (its gradient would not be ",
+             "stored); make strided inputs leaves, e.g. randn(...).t().set_requires_grad(true)");
     in.set_grad(Tensor());
   }
 

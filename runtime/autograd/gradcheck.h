@@ -5,8 +5,9 @@
 //   EXPECT_TRUE(r.ok) << r.message;
 //
 // The output may have any shape: the check backpropagates a fixed random upstream gradient v and
-// differentiates sum(fn(inputs) * v). Inputs that require grad must be f64; they may be
-// non-contiguous views (each element is perturbed in place through its strides).
+// differentiates sum(fn(inputs) * v). Inputs that require grad must be f64 leaves; they may be
+// non-contiguous (each element is perturbed in place through its strides), e.g.
+// randn64(shape, seed, false).t().set_requires_grad(true).
 #pragma once
 
 #include <functional>

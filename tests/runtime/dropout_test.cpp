@@ -1,5 +1,7 @@
 // dropout: the mask is uniform_at(key, i) < p in row-major order (any layout, any thread count),
 // kept values scale by 1 / (1 - p), backward applies the same mask, identity cases, errors.
+#include "runtime/ops/dropout.h"
+
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -7,7 +9,6 @@
 #include <cstring>
 
 #include "runtime/autograd/gradcheck.h"
-#include "runtime/ops/dropout.h"
 #include "runtime/ops/factory.h"
 #include "tests/testing/tensor_testing.h"
 
@@ -90,9 +91,9 @@ TEST(Dropout, BackwardUsesTheSameMask) {
   y.backward(dy);
   const auto dx = x.grad().to_vector<double>(), expected = naive_dropout(dy, 0.4, key);
   for (size_t i = 0; i < dx.size(); ++i) EXPECT_NEAR(dx[i], expected[i], 1e-15) << i;
-  auto r = autograd::gradcheck(
-      [&](const std::vector<Tensor>& in) { return dropout(in[0], 0.4, key); },
-      {randn64({6, 4}, 7).t()});
+  auto r =
+      autograd::gradcheck([&](const std::vector<Tensor>& in) { return dropout(in[0], 0.4, key); },
+                          {randn64({6, 4}, 7, false).t().set_requires_grad(true)});
   EXPECT_TRUE(r.ok) << r.message;
 }
 
@@ -111,8 +112,7 @@ TEST(Dropout, Errors) {
     dropout(x, 1.0, RandomKey(1, "d"));
     FAIL() << "expected mt::Error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("dropout: expected p in [0, 1), got 1"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("dropout: expected p in [0, 1), got 1"), std::string::npos)
         << e.what();
   }
   EXPECT_THROW(dropout(x, -0.1, RandomKey(1, "d")), Error);

@@ -1,5 +1,7 @@
 // RoPE: frequency tables (known Llama 3 / 3.1 values), rotation of interleaved pairs against a
 // naive loop, position offsets, gradcheck (the backward is the inverse rotation), errors.
+#include "runtime/ops/rope.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 
 #include "runtime/autograd/gradcheck.h"
 #include "runtime/ops/factory.h"
-#include "runtime/ops/rope.h"
 #include "tests/testing/tensor_testing.h"
 
 namespace mt::runtime {
@@ -45,16 +46,15 @@ TEST(Rope, Llama31ScaledFrequencies) {
   // theta = 500000 and head_dim 128: pairs 0..28 keep their frequency (wavelength < 2048),
   // pairs 29..34 are interpolated, pairs 35..63 are divided by 8 (wavelength > 8192).
   const RopeTables t = rope_frequencies(128, 2, 500000.0, RopeScaling{8.0, 1.0, 4.0, 8192});
-  const std::vector<std::pair<int64_t, double>> known = {
-      {0, 1.0},
-      {16, 0.03760603093086393},
-      {28, 0.0032114459947525913},
-      {29, 0.002166570763503359},
-      {32, 0.0005248461609929547},
-      {34, 0.00017850781276799638},
-      {36, 7.78465527393245e-05},
-      {48, 6.647869871181236e-06},
-      {63, 3.068925988914511e-07}};
+  const std::vector<std::pair<int64_t, double>> known = {{0, 1.0},
+                                                         {16, 0.03760603093086393},
+                                                         {28, 0.0032114459947525913},
+                                                         {29, 0.002166570763503359},
+                                                         {32, 0.0005248461609929547},
+                                                         {34, 0.00017850781276799638},
+                                                         {36, 7.78465527393245e-05},
+                                                         {48, 6.647869871181236e-06},
+                                                         {63, 3.068925988914511e-07}};
   for (const auto& [i, f] : known) EXPECT_NEAR(freq_from_tables(t, i), f, 2e-7 * f) << "pair " << i;
 }
 
@@ -118,8 +118,8 @@ TEST(Rope, F32AndBf16) {
 
 TEST(Rope, GradcheckStridedInput) {
   const RopeTables t = rope_frequencies(6, 12, 10000.0);
-  Tensor base = randn64({2, 3, 4, 6}, 5);  // [B, H, T, hd]
-  Tensor x = base.transpose(1, 2);         // [B, T, H, hd], non-contiguous
+  // [B, H, T, hd] storage viewed as [B, T, H, hd]: a non-contiguous leaf.
+  Tensor x = randn64({2, 3, 4, 6}, 5, false).transpose(1, 2).set_requires_grad(true);
   ASSERT_FALSE(x.is_contiguous());
   auto r = autograd::gradcheck(
       [&](const std::vector<Tensor>& in) { return apply_rope(in[0], t.cos, t.sin, 2); }, {x});
@@ -132,7 +132,8 @@ TEST(Rope, BackwardIsInverseRotation) {
   Tensor x = randn64({1, 6, 2, 8}, 6);
   Tensor y = apply_rope(x, t.cos, t.sin, 4);
   y.backward(y.detach());
-  EXPECT_TRUE(all_close(x.grad(), x.detach(), 1e-12, 1e-12));
+  // Exact up to the f32 tables: cos^2 + sin^2 = 1 within ~1e-7.
+  EXPECT_TRUE(all_close(x.grad(), x.detach(), 1e-6, 1e-6));
 }
 
 TEST(Rope, Errors) {

@@ -1,12 +1,13 @@
 // swiglu: forward against silu(gate) * up written out, gradcheck (contiguous and strided), the
 // gradient formulas for each input alone, 16-bit precision, errors.
+#include "runtime/ops/swiglu.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "runtime/autograd/gradcheck.h"
 #include "runtime/ops/factory.h"
-#include "runtime/ops/swiglu.h"
 #include "tests/testing/tensor_testing.h"
 
 namespace mt::runtime {
@@ -44,14 +45,15 @@ TEST(Swiglu, LargeNegativeGateIsZeroNotNan) {
 
 TEST(Swiglu, GradcheckContiguousAndStrided) {
   Tensor g = randn64({4, 5}, 5), u = randn64({4, 5}, 6);
-  auto r = autograd::gradcheck(
-      [](const std::vector<Tensor>& in) { return swiglu(in[0], in[1]); }, {g, u});
+  auto r = autograd::gradcheck([](const std::vector<Tensor>& in) { return swiglu(in[0], in[1]); },
+                               {g, u});
   EXPECT_TRUE(r.ok) << r.message;
-  Tensor gs = randn64({5, 4}, 7).t(), us = randn64({4, 10}, 8).slice(1, 0, 10, 2);
+  Tensor gs = randn64({5, 4}, 7, false).t().set_requires_grad(true);
+  Tensor us = randn64({4, 10}, 8, false).slice(1, 0, 10, 2).set_requires_grad(true);
   ASSERT_FALSE(gs.is_contiguous());
   ASSERT_FALSE(us.is_contiguous());
-  auto r2 = autograd::gradcheck(
-      [](const std::vector<Tensor>& in) { return swiglu(in[0], in[1]); }, {gs, us});
+  auto r2 = autograd::gradcheck([](const std::vector<Tensor>& in) { return swiglu(in[0], in[1]); },
+                                {gs, us});
   EXPECT_TRUE(r2.ok) << r2.message;
 }
 
@@ -66,8 +68,8 @@ TEST(Swiglu, GradientFormulas) {
     EXPECT_NEAR(dg[i], uv[i] * (s + gv[i] * s * (1 - s)), 1e-14);
   }
   Tensor u2 = randn64({6}, 11, false);
-  auto r = autograd::gradcheck(
-      [&](const std::vector<Tensor>& in) { return swiglu(in[0], u2); }, {randn64({6}, 12)});
+  auto r = autograd::gradcheck([&](const std::vector<Tensor>& in) { return swiglu(in[0], u2); },
+                               {randn64({6}, 12)});
   EXPECT_TRUE(r.ok) << r.message;
 }
 

@@ -1,0 +1,51 @@
+// CPU kernel of rope: OpenMP over (batch, token) rows; each row rotates H * head_dim / 2 pairs.
+#include "runtime/kernels/rope.h"
+
+#include "runtime/cpu/loops.h"
+
+namespace mt::runtime::cpu {
+namespace {
+
+template <class T>
+void rope_impl(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t position_offset,
+               bool inverse, Tensor& out) {
+  using C = compute_t<T>;
+  const int64_t seq = x.shape()[1], heads = x.shape()[2], half = x.shape()[3] / 2;
+  const int64_t rows = x.shape()[0] * seq, row_size = heads * half * 2;
+  const T* xp = x.data<T>();
+  T* op = out.data<T>();
+  const C* cp = cos.data<C>();
+  const C* sp = sin.data<C>();
+  const C sign = inverse ? C(-1) : C(1);
+  parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(row_size, 1)),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t r = begin; r < end; ++r) {
+                   const int64_t pos = position_offset + r % seq;
+                   const C* cr = cp + pos * half;
+                   const C* sr = sp + pos * half;
+                   for (int64_t h = 0; h < heads; ++h) {
+                     const T* xr = xp + r * row_size + h * half * 2;
+                     T* orow = op + r * row_size + h * half * 2;
+                     for (int64_t i = 0; i < half; ++i) {
+                       const C x0 = C(xr[2 * i]), x1 = C(xr[2 * i + 1]);
+                       const C c = cr[i], s = sign * sr[i];
+                       orow[2 * i] = T(x0 * c - x1 * s);
+                       orow[2 * i + 1] = T(x0 * s + x1 * c);
+                     }
+                   }
+                 }
+               });
+}
+
+void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t position_offset,
+          bool inverse, Tensor& out) {
+  dispatch_floating(x.dtype(), "apply_rope", [&](auto tag) {
+    rope_impl<decltype(tag)>(x, cos, sin, position_offset, inverse, out);
+  });
+}
+
+}  // namespace
+
+MT_REGISTER_KERNEL(rope_kernel, DeviceType::CPU, rope);
+
+}  // namespace mt::runtime::cpu

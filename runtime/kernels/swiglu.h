@@ -1,0 +1,20 @@
+// Kernel tables of the swiglu family (the op is in runtime/ops/swiglu.h). Contiguous operands of
+// one shape and dtype.
+#pragma once
+
+#include "runtime/core/dispatch.h"
+#include "runtime/core/tensor.h"
+
+namespace mt::runtime {
+
+// out = silu(gate) * up.
+inline constinit KernelTable<void(const Tensor& gate, const Tensor& up, Tensor& out)>
+    swiglu_forward_kernel{"swiglu"};
+
+// dgate = dy * up * sigmoid(gate) * (1 + gate * (1 - sigmoid(gate))), dup = dy * silu(gate);
+// an undefined dgate or dup is not computed.
+inline constinit KernelTable<void(const Tensor& dy, const Tensor& gate, const Tensor& up,
+                                  Tensor& dgate, Tensor& dup)>
+    swiglu_backward_kernel{"swiglu_backward"};
+
+}  // namespace mt::runtime
