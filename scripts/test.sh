@@ -19,5 +19,6 @@ fi
 cmake --build "$dir" -j "$jobs"
 # OpenBLAS and OpenMP threads: two ctest jobs of one thread each keep the 2-core machines busy
 # without oversubscription; tests that check thread-count independence set their own counts.
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 ctest --test-dir "$dir" --output-on-failure -j "$jobs" "$@"

@@ -20,8 +20,12 @@ struct NodeState {
   std::vector<Tensor> grads;  // one per forward output of the node
 };
 
-struct NewestFirst {
-  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
+// Priority order of ready nodes: leaf sinks first, then newest first.
+struct ReadyOrder {
+  bool operator()(const Node* a, const Node* b) const {
+    if (a->is_leaf_sink() != b->is_leaf_sink()) return b->is_leaf_sink();
+    return a->sequence_nr() < b->sequence_nr();
+  }
 };
 
 void accumulate(std::vector<Tensor>& buffer, size_t slot, Tensor grad) {
@@ -83,7 +87,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
 
   // Hold the root nodes alive for the walk; seed their gradient buffers.
   std::vector<std::shared_ptr<Node>> keep_alive;
-  std::priority_queue<Node*, std::vector<Node*>, NewestFirst> ready;
+  std::priority_queue<Node*, std::vector<Node*>, ReadyOrder> ready;
   for (auto& [edge, g] : root_grads) {
     NodeState& s = state[edge.node.get()];
     if (s.grads.empty()) s.grads.resize(edge.node->outputs().size());
@@ -98,13 +102,17 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
     }
   }
 
+  // Callbacks belong to the outermost backward: a nested one (activation checkpointing's
+  // recompute) leaves them queued for the end of the whole pass.
   std::vector<std::function<void()>> callbacks;
-  auto* prev_callbacks = t_callbacks;
-  t_callbacks = &callbacks;
+  const bool outermost = t_callbacks == nullptr;
+  if (outermost) t_callbacks = &callbacks;
   struct Restore {
-    std::vector<std::function<void()>>* prev;
-    ~Restore() { t_callbacks = prev; }
-  } restore{prev_callbacks};
+    bool outermost;
+    ~Restore() {
+      if (outermost) t_callbacks = nullptr;
+    }
+  } restore{outermost};
 
   while (!ready.empty()) {
     Node* node = ready.top();
@@ -135,7 +143,8 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
     }
   }
   // Callbacks may queue more callbacks.
-  for (size_t i = 0; i < callbacks.size(); ++i) callbacks[i]();
+  if (outermost)
+    for (size_t i = 0; i < callbacks.size(); ++i) callbacks[i]();
 }
 
 }  // namespace mt::runtime::autograd

@@ -50,6 +50,9 @@ class Node {
   bool needs_input_grad(size_t i) const { return i < next_edges_.size() && next_edges_[i].valid(); }
   // Creation order: the engine runs later-created nodes first among those ready.
   uint64_t sequence_nr() const { return sequence_nr_; }
+  // Leaf sinks run as soon as they are ready, so a leaf's .grad is complete before any node
+  // created after it runs (FSDP relies on this in its post-backward hooks).
+  virtual bool is_leaf_sink() const { return false; }
 
   // Hooks on the gradient of forward output `output_nr` (tensor.register_hook on a non-leaf).
   void add_grad_hook(uint32_t output_nr, GradHook hook);
@@ -76,6 +79,7 @@ class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf);
   std::string name() const override { return "AccumulateGrad"; }
+  bool is_leaf_sink() const override { return true; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
 
  private:

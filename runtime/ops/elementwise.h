@@ -3,6 +3,8 @@
 // error names the op, both shapes and dtypes); 16-bit floats compute in f32.
 // Differentiable: the arithmetic and math ops, where (w.r.t. a and b), clamp, maximum/minimum.
 // Not differentiable: comparisons, logical ops, and every in-place op (name ending in `_`).
+// Integers: + - * wrap on overflow, div truncates toward zero and throws on division by zero; a
+// scalar operand must be representable in an integer tensor's dtype (comparisons excepted).
 #pragma once
 
 #include <optional>

@@ -1,5 +1,6 @@
-// Reductions over dims (keepdim optional) and over everything. Sums of f32/bf16/f16 accumulate in
-// f32 (f64 in f64), in a fixed order, so results do not depend on the thread count.
+// Reductions over dims (keepdim optional) and over everything. Sums of floating tensors accumulate
+// in f64 in a fixed order, so results do not depend on the thread count; sums of integer and bool
+// tensors are i64 (and not differentiable). An empty `dims` list means every dim (as in PyTorch).
 #pragma once
 
 #include <vector>

@@ -139,6 +139,42 @@ TEST(Autograd, QueuedCallbacksRunAfterTheWalk) {
   EXPECT_THROW(autograd::queue_callback([] {}), Error);
 }
 
+TEST(Autograd, LeafGradientIsCompleteBeforeLaterNodesRun) {
+  Tensor x = from_vector<double>({1}, {1}, f64_grad());
+  Tensor w = from_vector<double>({1}, {1}, f64_grad());
+  Tensor old_graph = mul(x, 1.0);  // creates x's AccumulateGrad early (low sequence number)
+  Tensor v = mul(w, 1.0);
+  Tensor q = mul(v, 3.0);
+  Tensor p = mul(x, 2.0);  // runs first; then x's old sink and q's node are ready together
+  bool x_grad_ready_when_v_ran = false;
+  v.register_hook([&](const Tensor&) {
+    x_grad_ready_when_v_ran = x.grad().defined();
+    return Tensor();
+  });
+  sum(add(p, q)).backward();
+  EXPECT_TRUE(x_grad_ready_when_v_ran);
+}
+
+TEST(Autograd, CallbacksQueuedInANestedBackwardRunAfterTheOuterOne) {
+  Tensor x = from_vector<double>({1}, {1}, f64_grad());
+  Tensor inner_leaf = from_vector<double>({1}, {1}, f64_grad());
+  std::vector<std::string> order;
+  Tensor y = mul(x, 2.0);
+  y.register_hook([&](const Tensor&) {
+    EnableGradGuard grad;  // hooks run under no_grad
+    Tensor z = mul(inner_leaf, 3.0);
+    z.register_hook([&](const Tensor&) {
+      autograd::queue_callback([&] { order.push_back("inner-callback"); });
+      return Tensor();
+    });
+    sum(z).backward();  // nested, as activation checkpointing's recompute does
+    order.push_back("after-nested");
+    return Tensor();
+  });
+  sum(y).backward();
+  EXPECT_EQ(order, (std::vector<std::string>{"after-nested", "inner-callback"}));
+}
+
 TEST(Autograd, UnusedOutputsOfMultiOutputNodesGetZeros) {
   // A node with two outputs where only one reaches the loss.
   Tensor x = from_vector<double>({1, 2}, {2}, f64_grad());
