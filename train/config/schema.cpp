@@ -1,0 +1,251 @@
+// The tables of every section and key. To add a key: a member in sections.h and a row here.
+#include "train/config/schema.h"
+
+#include <charconv>
+#include <variant>
+
+namespace mt::train::config {
+
+namespace {
+
+// A row of a section's table, typed by the section struct S: the member pointer fixes the type.
+template <class S>
+struct Field {
+  template <class T>
+  Field(std::string_view name, T S::*member, std::string_view doc, Check check = Check())
+      : name(name), member(member), doc(doc), check(std::move(check)) {}
+
+  std::string_view name;
+  std::variant<bool S::*, int64_t S::*, double S::*, std::string S::*, StringList S::*> member;
+  std::string_view doc;
+  Check check;
+};
+
+template <class M>
+struct MemberType;
+template <class S, class T>
+struct MemberType<T S::*> {
+  using type = T;
+};
+
+// Turns a typed table into the type-erased SectionSpec every consumer iterates.
+template <class S>
+SectionSpec section(std::string_view name, S JobConfig::*sec, std::string_view doc,
+                    std::vector<Field<S>> fields) {
+  SectionSpec out{name, doc, {}};
+  for (const Field<S>& f : fields) {
+    FieldSpec spec{name, f.name, FieldType::Bool, f.doc, f.check, nullptr, nullptr};
+    std::visit(
+        [&](auto member) {
+          using T = typename MemberType<decltype(member)>::type;
+          spec.type = field_type_of<T>();
+          spec.get = [sec, member](const JobConfig& c) -> Value { return (c.*sec).*member; };
+          spec.set = [sec, member](JobConfig& c, const Value& v) {
+            (c.*sec).*member = std::get<T>(v);
+          };
+        },
+        f.member);
+    out.fields.push_back(std::move(spec));
+  }
+  return out;
+}
+
+const std::vector<std::string> kFloatDtypes = {"float32", "bfloat16", "float16"};
+
+// activation_checkpoint.selective_ac_option: "op" or a positive layer period.
+bool op_or_positive_int(const Value& v) {
+  const auto* s = std::get_if<std::string>(&v);
+  if (!s) return false;
+  if (*s == "op") return true;
+  int64_t n = 0;
+  auto [end, ec] = std::from_chars(s->data(), s->data() + s->size(), n);
+  return ec == std::errc() && end == s->data() + s->size() && n > 0;
+}
+
+std::vector<SectionSpec> build_schema() {
+  using J = JobSectionConfig;
+  using M = ModelConfig;
+  using O = OptimizerConfig;
+  using L = LRSchedulerConfig;
+  using T = TrainingConfig;
+  using P = ParallelismConfig;
+  using C = CheckpointConfig;
+  using A = ActivationCheckpointConfig;
+  using X = MetricsConfig;
+  using F = ProfilingConfig;
+  using V = ValidationConfig;
+  using N = CommConfig;
+  std::vector<SectionSpec> s;
+  s.push_back(section<J>(
+      "job", &JobConfig::job, "The run as a whole.",
+      {
+          {"dump_folder", &J::dump_folder,
+           "Folder for everything a run writes: logs, metrics, plots, checkpoints, config.toml",
+           non_empty()},
+          {"description", &J::description, "Free text describing the run, shown in its logs"},
+      }));
+  s.push_back(section<M>(
+      "model", &JobConfig::model, "Which model to build.",
+      {
+          {"name", &M::name, "Model family in the model registry (e.g. \"llama3\")", non_empty()},
+          {"flavor", &M::flavor, "Size of the model family (e.g. \"debugmodel\", \"8B\")",
+           non_empty()},
+          {"tokenizer_path", &M::tokenizer_path,
+           "Hugging Face tokenizer.json (or the folder that holds it)"},
+      }));
+  s.push_back(section<O>(
+      "optimizer", &JobConfig::optimizer, "The optimizer.",
+      {
+          {"name", &O::name, "AdamW (decoupled weight decay) or SGD (uses lr and weight_decay)",
+           one_of({"AdamW", "SGD"})},
+          {"lr", &O::lr, "Peak learning rate (the schedule scales it)", positive()},
+          {"eps", &O::eps, "AdamW epsilon, added to the denominator", non_negative()},
+          {"weight_decay", &O::weight_decay, "Weight decay coefficient", non_negative()},
+          {"beta1", &O::beta1, "AdamW first-moment decay", in_half_open(0, 1)},
+          {"beta2", &O::beta2, "AdamW second-moment decay", in_half_open(0, 1)},
+      }));
+  s.push_back(section<L>(
+      "lr_scheduler", &JobConfig::lr_scheduler,
+      "Warmup-stable-decay schedule of the learning rate (factor of optimizer.lr).",
+      {
+          {"warmup_steps", &L::warmup_steps, "Steps of linear warmup (at most training.steps)",
+           non_negative()},
+          {"decay_ratio", &L::decay_ratio,
+           "Share of all steps spent decaying, at the end; 1.0 = decay right after warmup",
+           in_range(0, 1)},
+          {"decay_type", &L::decay_type, "Shape of the decay",
+           one_of({"linear", "sqrt", "cosine"})},
+          {"min_lr_factor", &L::min_lr_factor, "Learning rate at the end, as a factor of lr",
+           in_range(0, 1)},
+      }));
+  s.push_back(section<T>(
+      "training", &JobConfig::training, "The training loop and its data.",
+      {
+          {"local_batch_size", &T::local_batch_size, "Sequences per rank per micro-step",
+           positive()},
+          {"global_batch_size", &T::global_batch_size,
+           "Sequences per optimizer step, all ranks and micro-steps; -1 = local x dp degree",
+           positive_or(-1)},
+          {"seq_len", &T::seq_len, "Tokens per sequence", positive()},
+          {"steps", &T::steps, "Optimizer steps to train", positive()},
+          {"max_norm", &T::max_norm, "Clip gradients to this global L2 norm", positive()},
+          {"seed", &T::seed, "Seed of weights, data order and dropout (same for any world size)",
+           non_negative()},
+          {"dataset", &T::dataset, "Name of the dataset (for logs and the data pipeline)",
+           non_empty()},
+          {"dataset_path", &T::dataset_path,
+           "Text, JSON-lines or tokenized HDF5 file of the dataset; empty = its default place"},
+          {"device", &T::device, "Where to train; auto = the GPU when there is one, else the CPU",
+           one_of({"auto", "cpu", "cuda"})},
+          {"mixed_precision_param", &T::mixed_precision_param,
+           "Dtype of parameters in forward/backward (master weights stay float32)",
+           one_of(kFloatDtypes)},
+          {"mixed_precision_reduce", &T::mixed_precision_reduce,
+           "Dtype of gradient reductions across ranks", one_of({"float32", "bfloat16"})},
+          {"deterministic", &T::deterministic,
+           "Use only deterministic kernels (bit-for-bit reproducible runs, maybe slower)"},
+      }));
+  s.push_back(section<P>(
+      "parallelism", &JobConfig::parallelism, "How ranks split the work.",
+      {
+          {"data_parallel_replicate_degree", &P::data_parallel_replicate_degree,
+           "Replicas of the model (DDP / HSDP replicate dimension)", positive()},
+          {"data_parallel_shard_degree", &P::data_parallel_shard_degree,
+           "Ranks that shard parameters (FSDP); -1 = every rank not used by the other degrees",
+           positive_or(-1)},
+          {"expert_parallel_degree", &P::expert_parallel_degree,
+           "Ranks that split the routed experts of MoE layers (taken from the shard ranks)",
+           positive()},
+      }));
+  s.push_back(section<C>(
+      "checkpoint", &JobConfig::checkpoint, "Saving and loading distributed checkpoints.",
+      {
+          {"enable", &C::enable, "Save checkpoints, and resume from the latest one found"},
+          {"folder", &C::folder, "Checkpoint folder, inside job.dump_folder", non_empty()},
+          {"interval", &C::interval, "Save every this many steps (> 0 when enabled)"},
+          {"keep_latest_k", &C::keep_latest_k, "Keep the newest k checkpoints; 0 = keep all",
+           non_negative()},
+          {"load_step", &C::load_step, "Step to resume from; -1 = the latest", at_least(-1)},
+          {"async_mode", &C::async_mode, "Save in the background while training goes on",
+           one_of({"disabled", "async", "async_with_pinned_mem"})},
+          {"model_only", &C::model_only,
+           "Save only model weights (no optimizer, scheduler or data state)"},
+          {"export_dtype", &C::export_dtype, "Dtype of weights saved with model_only",
+           one_of(kFloatDtypes)},
+          {"initial_load_path", &C::initial_load_path,
+           "Checkpoint to start from when the folder has none (e.g. pretrained weights)"},
+          {"exclude_from_loading", &C::exclude_from_loading,
+           "State parts not to load, e.g. [\"optimizer\", \"lr_scheduler\", \"dataloader\"]"},
+      }));
+  s.push_back(
+      section<A>("activation_checkpoint", &JobConfig::activation_checkpoint,
+                 "Recomputing activations in backward to save memory.",
+                 {
+                     {"mode", &A::mode, "none, full (every block) or selective",
+                      one_of({"none", "full", "selective"})},
+                     {"selective_ac_option", &A::selective_ac_option,
+                      "With selective: \"op\" (recompute cheap ops) or N (every N-th block)",
+                      custom("\"op\" or a positive integer", op_or_positive_int)},
+                 }));
+  s.push_back(section<X>(
+      "metrics", &JobConfig::metrics, "Logging of training metrics.",
+      {
+          {"log_freq", &X::log_freq, "Log a line of metrics every this many steps", positive()},
+          {"save_jsonl", &X::save_jsonl, "Also write metrics.jsonl into job.dump_folder"},
+          {"plot", &X::plot, "At the end, plot loss against step into job.dump_folder"},
+      }));
+  s.push_back(section<F>(
+      "profiling", &JobConfig::profiling, "Profiler traces.",
+      {
+          {"enable", &F::enable, "Record profiler traces"},
+          {"save_traces_folder", &F::save_traces_folder, "Trace folder, inside job.dump_folder",
+           non_empty()},
+          {"profile_freq", &F::profile_freq, "Trace one step every this many (> 0 when enabled)"},
+      }));
+  s.push_back(section<V>(
+      "validation", &JobConfig::validation, "Loss on the held-out split during training.",
+      {
+          {"enable", &V::enable, "Compute the validation loss during training"},
+          {"freq", &V::freq, "Validate every this many steps (> 0 when enabled)"},
+          {"steps", &V::steps, "Batches per validation; -1 = the whole split", positive_or(-1)},
+      }));
+  s.push_back(section<N>(
+      "comm", &JobConfig::comm, "Collective communication.",
+      {
+          {"timeout_seconds", &N::timeout_seconds,
+           "A collective not finished after this long ends every rank with an error", positive()},
+      }));
+  return s;
+}
+
+}  // namespace
+
+std::string FieldSpec::key() const { return std::string(section) + "." + std::string(name); }
+
+const FieldSpec* SectionSpec::find(std::string_view field) const {
+  for (const FieldSpec& f : fields) {
+    if (f.name == field) return &f;
+  }
+  return nullptr;
+}
+
+const std::vector<SectionSpec>& schema() {
+  static const std::vector<SectionSpec> kSchema = build_schema();
+  return kSchema;
+}
+
+const SectionSpec* find_section(std::string_view name) {
+  for (const SectionSpec& s : schema()) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+const FieldSpec* find_field(std::string_view key) {
+  size_t dot = key.find('.');
+  if (dot == std::string_view::npos) return nullptr;
+  const SectionSpec* s = find_section(key.substr(0, dot));
+  return s ? s->find(key.substr(dot + 1)) : nullptr;
+}
+
+}  // namespace mt::train::config

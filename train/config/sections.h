@@ -1,0 +1,118 @@
+// One plain struct per TOML section of a job config ([job], [model], [optimizer], ...), holding
+// that section's values with their defaults (torchtitan's, where torchtitan has the key).
+//
+// Each component receives only its own section (`const OptimizerConfig&`), never the whole
+// JobConfig. What each key means, its valid values and its docs are in ONE place, the schema
+// (schema.cpp); `train --help` prints them. Adding a key = a member here + a row in the schema.
+// Relative paths in values are relative to the working directory of the run (as in torchtitan);
+// only `extends` is relative to the file that contains it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "train/config/value.h"
+
+namespace mt::train::config {
+
+struct JobSectionConfig {  // [job]
+  std::string dump_folder = "./outputs";
+  std::string description = "default job";
+  bool operator==(const JobSectionConfig&) const = default;
+};
+
+struct ModelConfig {  // [model]
+  std::string name = "llama3";
+  std::string flavor = "debugmodel";
+  std::string tokenizer_path = "";
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct OptimizerConfig {  // [optimizer]
+  std::string name = "AdamW";
+  double lr = 8e-4;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
+struct LRSchedulerConfig {  // [lr_scheduler]
+  int64_t warmup_steps = 200;
+  double decay_ratio = 1.0;  // 1.0 = torchtitan's None: decay over all steps after warmup
+  std::string decay_type = "linear";
+  double min_lr_factor = 0.0;
+  bool operator==(const LRSchedulerConfig&) const = default;
+};
+
+struct TrainingConfig {  // [training]
+  int64_t local_batch_size = 8;
+  int64_t global_batch_size = -1;  // -1: local_batch_size x data-parallel degree
+  int64_t seq_len = 2048;
+  int64_t steps = 10000;
+  double max_norm = 1.0;
+  int64_t seed = 0;
+  std::string dataset = "tinyshakespeare";
+  std::string dataset_path = "";
+  std::string device = "auto";
+  std::string mixed_precision_param = "bfloat16";
+  std::string mixed_precision_reduce = "float32";
+  bool deterministic = false;
+  bool operator==(const TrainingConfig&) const = default;
+};
+
+struct ParallelismConfig {  // [parallelism]
+  int64_t data_parallel_replicate_degree = 1;
+  int64_t data_parallel_shard_degree = -1;  // -1: every rank not used by other dimensions
+  int64_t expert_parallel_degree = 1;
+  bool operator==(const ParallelismConfig&) const = default;
+};
+
+struct CheckpointConfig {  // [checkpoint]
+  bool enable = false;
+  std::string folder = "checkpoint";
+  int64_t interval = 500;
+  int64_t keep_latest_k = 10;
+  int64_t load_step = -1;
+  std::string async_mode = "disabled";
+  bool model_only = false;
+  std::string export_dtype = "float32";
+  std::string initial_load_path = "";
+  StringList exclude_from_loading = {};
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
+struct ActivationCheckpointConfig {  // [activation_checkpoint]
+  std::string mode = "selective";
+  std::string selective_ac_option = "2";
+  bool operator==(const ActivationCheckpointConfig&) const = default;
+};
+
+struct MetricsConfig {  // [metrics]
+  int64_t log_freq = 10;
+  bool save_jsonl = true;
+  bool plot = true;
+  bool operator==(const MetricsConfig&) const = default;
+};
+
+struct ProfilingConfig {  // [profiling]
+  bool enable = false;
+  std::string save_traces_folder = "profile_traces";
+  int64_t profile_freq = 10;
+  bool operator==(const ProfilingConfig&) const = default;
+};
+
+struct ValidationConfig {  // [validation]
+  bool enable = false;
+  int64_t freq = 10;
+  int64_t steps = -1;  // -1: the whole validation split
+  bool operator==(const ValidationConfig&) const = default;
+};
+
+struct CommConfig {  // [comm]
+  int64_t timeout_seconds = 300;
+  bool operator==(const CommConfig&) const = default;
+};
+
+}  // namespace mt::train::config

@@ -1,0 +1,75 @@
+#include "train/config/toml_convert.h"
+
+#include <cmath>
+
+namespace mt::train::config {
+
+std::string describe(const toml::value& value) {
+  switch (value.type()) {
+    case toml::value_t::boolean:
+      return value.as_boolean() ? "boolean true" : "boolean false";
+    case toml::value_t::integer:
+      return "integer " + std::to_string(value.as_integer());
+    case toml::value_t::floating:
+      return "float " + to_toml(Value{value.as_floating()});
+    case toml::value_t::string: {
+      const std::string& s = value.as_string().str;
+      return "string " + quote(s.size() > 60 ? s.substr(0, 57) + "..." : s);
+    }
+    case toml::value_t::array:
+      return "an array";
+    case toml::value_t::table:
+      return "a table";
+    case toml::value_t::empty:
+      return "nothing";
+    default:
+      return "a date-time";
+  }
+}
+
+Parsed from_toml(FieldType type, const toml::value& value) {
+  auto wrong = [&] {
+    return Parsed{std::nullopt,
+                  "expected " + std::string(expected_phrase(type)) + ", got " + describe(value)};
+  };
+  switch (type) {
+    case FieldType::Bool:
+      if (!value.is_boolean()) return wrong();
+      return Parsed{Value{value.as_boolean()}, {}};
+    case FieldType::Int:
+      if (!value.is_integer()) return wrong();
+      return Parsed{Value{static_cast<int64_t>(value.as_integer())}, {}};
+    case FieldType::Float: {
+      double d = 0;
+      if (value.is_integer()) {
+        d = static_cast<double>(value.as_integer());
+      } else if (value.is_floating()) {
+        d = value.as_floating();
+      } else {
+        return wrong();
+      }
+      if (!std::isfinite(d))
+        return Parsed{std::nullopt, "expected a finite number, got " + describe(value)};
+      return Parsed{Value{d}, {}};
+    }
+    case FieldType::String:
+      if (!value.is_string()) return wrong();
+      return Parsed{Value{value.as_string().str}, {}};
+    case FieldType::StringList: {
+      if (!value.is_array()) return wrong();
+      StringList list;
+      const auto& array = value.as_array();
+      for (size_t i = 0; i < array.size(); ++i) {
+        if (!array[i].is_string()) {
+          return Parsed{std::nullopt, "expected a list of strings, got " + describe(array[i]) +
+                                          " as item " + std::to_string(i + 1)};
+        }
+        list.push_back(array[i].as_string().str);
+      }
+      return Parsed{Value{std::move(list)}, {}};
+    }
+  }
+  return wrong();
+}
+
+}  // namespace mt::train::config

@@ -1,0 +1,103 @@
+#include "train/config/validate.h"
+
+#include <string>
+
+#include "runtime/core/error.h"
+#include "train/config/schema.h"
+#include "train/config/suggest.h"
+
+namespace mt::train::config {
+
+namespace {
+
+// "training.steps = 100 (configs/x.toml line 3)": a key with its value and origin.
+std::string show(const JobConfig& config, std::string_view key) {
+  const FieldSpec* f = find_field(key);
+  MT_CHECK(f, "validate: no config key '", key, "'");  // a typo in a rule below
+  return std::string(key) + " = " + to_toml(f->get(config)) + " (" + config.where(key) + ")";
+}
+
+void check_field(const JobConfig& config, const FieldSpec& field) {
+  const Value value = field.get(config);
+  if (field.check.passes(value)) return;
+  const std::string key = field.key();
+  std::string hint;
+  if (auto* s = std::get_if<std::string>(&value); s && !field.check.choices.empty()) {
+    if (auto best = nearest(*s, field.check.choices)) hint = "; did you mean " + quote(*best) + "?";
+  }
+  MT_FAIL(key, ": must be ", field.check.rule, ", got ", to_toml(value), " at ", config.where(key),
+          hint);
+}
+
+// A rule about several keys: fails naming each key, its value and its origin.
+template <class... Keys>
+void require(bool ok, const JobConfig& config, std::string_view rule, const Keys&... keys) {
+  if (ok) return;
+  std::string shown;
+  ((shown += (shown.empty() ? "" : ", ") + show(config, keys)), ...);
+  MT_FAIL("invalid config: ", rule, "; got ", shown);
+}
+
+}  // namespace
+
+void validate(const JobConfig& config) {
+  for (const SectionSpec& s : schema()) {
+    for (const FieldSpec& f : s.fields) check_field(config, f);
+  }
+  const TrainingConfig& t = config.training;
+  require(t.global_batch_size == -1 || t.global_batch_size % t.local_batch_size == 0, config,
+          "training.global_batch_size must be a multiple of training.local_batch_size",
+          "training.global_batch_size", "training.local_batch_size");
+  require(config.lr_scheduler.warmup_steps <= t.steps, config,
+          "lr_scheduler.warmup_steps must not exceed training.steps", "lr_scheduler.warmup_steps",
+          "training.steps");
+  require(!config.checkpoint.enable || config.checkpoint.interval > 0, config,
+          "checkpoint.interval must be > 0 when checkpoint.enable = true", "checkpoint.interval",
+          "checkpoint.enable");
+  require(!config.profiling.enable || config.profiling.profile_freq > 0, config,
+          "profiling.profile_freq must be > 0 when profiling.enable = true",
+          "profiling.profile_freq", "profiling.enable");
+  require(!config.validation.enable || config.validation.freq > 0, config,
+          "validation.freq must be > 0 when validation.enable = true", "validation.freq",
+          "validation.enable");
+}
+
+WorldLayout validate_for_world(const JobConfig& config, int64_t world_size) {
+  MT_CHECK(world_size >= 1, "validate_for_world: expected a world size >= 1, got ", world_size);
+  validate(config);  // every degree and batch size below is > 0 (or -1) from here on
+  const ParallelismConfig& p = config.parallelism;
+  const std::string world = "the world size " + std::to_string(world_size);
+  WorldLayout out;
+  out.dp_replicate = p.data_parallel_replicate_degree;
+  require(world_size % out.dp_replicate == 0, config,
+          "parallelism.data_parallel_replicate_degree must divide " + world,
+          "parallelism.data_parallel_replicate_degree");
+  out.dp_shard = p.data_parallel_shard_degree == -1 ? world_size / out.dp_replicate
+                                                    : p.data_parallel_shard_degree;
+  require(out.dp_replicate * out.dp_shard == world_size, config,
+          "data_parallel_replicate_degree x data_parallel_shard_degree must equal " + world,
+          "parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree");
+  out.dp = out.dp_replicate * out.dp_shard;
+  out.ep = p.expert_parallel_degree;
+  require(out.dp_shard % out.ep == 0, config,
+          "parallelism.expert_parallel_degree must divide the data-parallel shard degree (" +
+              std::to_string(out.dp_shard) + " on " + world + ")",
+          "parallelism.expert_parallel_degree", "parallelism.data_parallel_shard_degree");
+
+  const TrainingConfig& t = config.training;
+  int64_t per_step = 0;
+  require(!__builtin_mul_overflow(t.local_batch_size, out.dp, &per_step), config,
+          "training.local_batch_size x data-parallel degree must fit in 64 bits",
+          "training.local_batch_size");
+  out.global_batch_size = t.global_batch_size == -1 ? per_step : t.global_batch_size;
+  require(out.global_batch_size % per_step == 0, config,
+          "training.global_batch_size must be a multiple of local_batch_size x data-parallel "
+          "degree = " +
+              std::to_string(t.local_batch_size) + " x " + std::to_string(out.dp) + " = " +
+              std::to_string(per_step) + " on " + world,
+          "training.global_batch_size", "training.local_batch_size");
+  out.grad_accum_steps = out.global_batch_size / per_step;
+  return out;
+}
+
+}  // namespace mt::train::config
