@@ -24,6 +24,7 @@
 #include "data/tokenizer/bpe_tokenizer.h"
 #include "data/tokenizer/byte_level.h"
 #include "runtime/core/error.h"
+#include "tests/testing/shared_data.h"
 
 namespace mt::data {
 namespace {
@@ -31,20 +32,7 @@ namespace {
 namespace fs = std::filesystem;
 using Ids = std::vector<int32_t>;
 
-// ../shared/data: $MT_SHARED_DATA, else found walking up from the working directory or from this
-// source file (<repo>/tests/data/ -> <repo>/../shared/data).
-std::optional<fs::path> shared_data() {
-  if (const char* env = std::getenv("MT_SHARED_DATA"); env && *env) {
-    if (fs::is_directory(env)) return fs::path(env);
-    return std::nullopt;
-  }
-  for (const char* rel : {"../shared/data", "../../shared/data", "../../../shared/data"}) {
-    if (fs::is_directory(rel)) return fs::absolute(rel);
-  }
-  const fs::path from_source = fs::path(__FILE__).parent_path() / "../../../shared/data";
-  if (fs::is_directory(from_source)) return from_source;
-  return std::nullopt;
-}
+using mt::testing::shared_data;
 
 // A file for the trainer: tinyshakespeare when present, else a written synthetic corpus.
 class Corpus {

@@ -32,6 +32,7 @@
 #include "data/tokenizer/unicode_class.h"
 #include "data/tokenizer/utf8.h"
 #include "runtime/core/error.h"
+#include "tests/testing/shared_data.h"
 
 namespace mt::data {
 namespace {
@@ -39,28 +40,8 @@ namespace {
 namespace fs = std::filesystem;
 using Ids = std::vector<int32_t>;
 
-// ../shared/data: $MT_SHARED_DATA, else found walking up from the working directory or from this
-// source file (<repo>/tests/data/ -> <repo>/../shared/data).
-std::optional<fs::path> shared_data() {
-  if (const char* env = std::getenv("MT_SHARED_DATA"); env && *env) {
-    if (fs::is_directory(env)) return fs::path(env);
-    return std::nullopt;
-  }
-  for (const char* rel : {"../shared/data", "../../shared/data", "../../../shared/data"}) {
-    if (fs::is_directory(rel)) return fs::absolute(rel);
-  }
-  const fs::path from_source = fs::path(__FILE__).parent_path() / "../../../shared/data";
-  if (fs::is_directory(from_source)) return from_source;
-  return std::nullopt;
-}
+using mt::testing::shared_data;
 
-#define REQUIRE_SHARED_FILE(var, relative)                                                      \
-  const std::optional<fs::path> var##_dir = shared_data();                                      \
-  if (!var##_dir || !fs::exists(*var##_dir / (relative))) {                                     \
-    GTEST_SKIP() << "shared data file " << (relative)                                           \
-                 << " not found (set MT_SHARED_DATA or put shared/data beside the repository)"; \
-  }                                                                                             \
-  const fs::path var = *var##_dir / (relative)
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -1,6 +1,8 @@
 // scaled_dot_product_attention: forward against a naive composed reference (scores, mask,
 // softmax, weighted sum as plain loops), gradcheck in f64 (MHA/GQA, causal and not, T != S,
 // strided inputs, several blocks), bit-identical backward across thread counts, errors.
+#include "runtime/ops/attention.h"
+
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -9,7 +11,6 @@
 #include <limits>
 
 #include "runtime/autograd/gradcheck.h"
-#include "runtime/ops/attention.h"
 #include "runtime/ops/factory.h"
 #include "tests/testing/tensor_testing.h"
 
@@ -63,10 +64,10 @@ struct Case {
 TEST(Attention, ForwardMatchesNaiveF64) {
   const std::vector<Case> cases = {
       {1, 4, 2, 5, 5, 4, 4, true},      {2, 4, 2, 5, 5, 4, 4, false},
-      {1, 4, 4, 3, 7, 4, 4, true},      {1, 2, 1, 7, 3, 4, 4, true},  // rows with no key
+      {1, 4, 4, 3, 7, 4, 4, true},      {1, 2, 1, 7, 3, 4, 4, true},     // rows with no key
       {2, 4, 2, 6, 9, 8, 3, false},     {1, 2, 1, 70, 135, 5, 6, true},  // several blocks
-      {1, 3, 3, 100, 100, 4, 4, false}, {1, 1, 1, 0, 4, 4, 4, true},    // T = 0
-      {1, 1, 1, 3, 0, 4, 4, false}};                                    // S = 0
+      {1, 3, 3, 100, 100, 4, 4, false}, {1, 1, 1, 0, 4, 4, 4, true},     // T = 0
+      {1, 1, 1, 3, 0, 4, 4, false}};                                     // S = 0
   uint64_t seed = 1;
   for (const Case& c : cases) {
     Tensor q = randn64({c.B, c.Hq, c.T, c.D}, seed++, false);
@@ -101,8 +102,11 @@ TEST(Attention, F32AndBf16) {
 }
 
 autograd::GradcheckResult check_grad(const Case& c, uint64_t seed, bool strided_q = false) {
-  Tensor q = strided_q ? randn64({c.B, c.T, c.Hq, c.D}, seed).transpose(1, 2)  // [B,T,H,D] layout
-                       : randn64({c.B, c.Hq, c.T, c.D}, seed);
+  // strided_q: q stored as [B, T, H, D] (the projection's layout) and viewed as [B, H, T, D].
+  Tensor q =
+      strided_q
+          ? randn64({c.B, c.T, c.Hq, c.D}, seed, false).transpose(1, 2).set_requires_grad(true)
+          : randn64({c.B, c.Hq, c.T, c.D}, seed);
   Tensor k = randn64({c.B, c.Hkv, c.S, c.D}, seed + 1);
   Tensor v = randn64({c.B, c.Hkv, c.S, c.Dv}, seed + 2);
   const bool causal = c.causal;
@@ -143,7 +147,8 @@ TEST(Attention, GradcheckAcrossBlocks) {
 }
 
 TEST(Attention, GradcheckCustomScale) {
-  Tensor q = randn64({1, 2, 4, 3}, 60), k = randn64({1, 2, 4, 3}, 61), v = randn64({1, 2, 4, 3}, 62);
+  Tensor q = randn64({1, 2, 4, 3}, 60), k = randn64({1, 2, 4, 3}, 61),
+         v = randn64({1, 2, 4, 3}, 62);
   auto r = autograd::gradcheck(
       [](const std::vector<Tensor>& in) {
         return scaled_dot_product_attention(in[0], in[1], in[2], false, 0.7);
@@ -160,10 +165,11 @@ std::vector<uint32_t> bits_of(const Tensor& t) {
 }
 
 TEST(Attention, BitIdenticalAcrossThreadCounts) {
-  const Tensor q0 = randn_as({2, 4, 96, 16}, DType::F32, 70);
-  const Tensor k0 = randn_as({2, 2, 130, 16}, DType::F32, 71);
-  const Tensor v0 = randn_as({2, 2, 130, 16}, DType::F32, 72);
-  const Tensor dy = randn_as({2, 4, 96, 16}, DType::F32, 73);
+  // Large enough for the kernels to go parallel (several query and key blocks per head).
+  const Tensor q0 = randn_as({2, 4, 128, 32}, DType::F32, 70);
+  const Tensor k0 = randn_as({2, 2, 160, 32}, DType::F32, 71);
+  const Tensor v0 = randn_as({2, 2, 160, 32}, DType::F32, 72);
+  const Tensor dy = randn_as({2, 4, 128, 32}, DType::F32, 73);
   const int saved = omp_get_max_threads();
   std::vector<std::vector<std::vector<uint32_t>>> runs;
   for (int threads : {1, 2}) {
@@ -215,10 +221,10 @@ TEST(Attention, Errors) {
   EXPECT_THROW(scaled_dot_product_attention(q4, k, randn64({1, 2, 5, 8}, 6, false)), Error);  // S
   EXPECT_THROW(scaled_dot_product_attention(q4, randn64({2, 2, 4, 8}, 7, false),
                                             randn64({2, 2, 4, 8}, 8, false)),
-               Error);                                                               // batch
-  EXPECT_THROW(scaled_dot_product_attention(q4.flatten(0, 1), k, v), Error);          // 3-D q
-  EXPECT_THROW(scaled_dot_product_attention(q4.to(DType::F32), k, v), Error);         // dtype
-  EXPECT_THROW(scaled_dot_product_attention(q4, k, v, true, std::nan("")), Error);    // scale
+               Error);                                                              // batch
+  EXPECT_THROW(scaled_dot_product_attention(q4.flatten(0, 1), k, v), Error);        // 3-D q
+  EXPECT_THROW(scaled_dot_product_attention(q4.to(DType::F32), k, v), Error);       // dtype
+  EXPECT_THROW(scaled_dot_product_attention(q4, k, v, true, std::nan("")), Error);  // scale
 }
 
 }  // namespace

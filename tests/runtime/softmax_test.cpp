@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "runtime/autograd/gradcheck.h"
+#include "runtime/cpu/vec_math.h"
 #include "runtime/ops/factory.h"
 #include "tests/testing/tensor_testing.h"
 
@@ -60,7 +61,7 @@ TEST(Softmax, StableWithHugeLogits) {
   EXPECT_NEAR(y[3], e * e / denom, 1e-6);
   const std::vector<double> ly = log_softmax(x, -1).to_vector<double>();
   const double lse_shift = std::log(1 + std::exp(-1.0) + std::exp(-2.0));  // lse - 1002
-  EXPECT_NEAR(ly[3], -lse_shift, 1e-5);
+  EXPECT_NEAR(ly[3], -lse_shift, 1e-4);  // f32 lse near 1002: ulp 6e-5
   EXPECT_NEAR(ly[2], -2002 - lse_shift, 1e-2);
   for (double v : ly) EXPECT_TRUE(std::isfinite(v));
 }
@@ -99,6 +100,44 @@ TEST(Softmax, GradcheckStridedInput) {
         {x});
     EXPECT_TRUE(r.ok) << r.message;
   }
+}
+
+// The f32 and 16-bit kernels (vectorised f32 rows) against the f64 kernel on the same values.
+TEST(Softmax, LowPrecisionBackwardMatchesF64) {
+  for (DType dt : {DType::F32, DType::BF16})
+    for (bool log : {false, true}) {
+      Tensor x = randn_as({5, 257}, dt, 6).set_requires_grad(true);
+      Tensor x64 = x.detach().to(DType::F64).set_requires_grad(true);
+      Tensor g64 = randn64({5, 257}, 7, false);
+      (log ? log_softmax(x, -1) : softmax(x, -1)).backward(g64.to(dt));
+      (log ? log_softmax(x64, -1) : softmax(x64, -1)).backward(g64.to(dt).to(DType::F64));
+      const double tol = dt == DType::F32 ? 1e-5 : 2e-2;
+      EXPECT_TRUE(all_close(x.grad(), x64.grad(), tol, tol)) << dtype_name(dt) << " log " << log;
+    }
+}
+
+// exp_f32 (the vectorised exp behind the f32 rows) against std::exp in f64, and its edge cases.
+TEST(Softmax, ExpF32IsAccurate) {
+  const int64_t n = 100001;
+  std::vector<float> x(n), y(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = -87.0f + 175.0f * float(i) / float(n - 1);
+  cpu::row_exp_scale(x.data(), n, 0.0f, 1.0f, y.data());
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double ref = std::exp(double(x[i]));
+    if (ref > 3.4e38) continue;
+    worst = std::max(worst, std::abs(y[i] - ref) / ref);
+  }
+  EXPECT_LT(worst, 2.5e-7);  // about 2 ulp
+  std::vector<float> edge = {-INFINITY, INFINITY, NAN, -200.0f, 0.0f, 89.0f};
+  std::vector<float> out(edge.size());
+  cpu::row_exp_scale(edge.data(), int64_t(edge.size()), 0.0f, 1.0f, out.data());
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], INFINITY);
+  EXPECT_TRUE(std::isnan(out[2]));
+  EXPECT_EQ(out[3], 0.0f);
+  EXPECT_EQ(out[4], 1.0f);
+  EXPECT_EQ(out[5], INFINITY);
 }
 
 TEST(Softmax, Errors) {

@@ -1,0 +1,36 @@
+// Activation checkpointing: trade compute for memory by not keeping a region's activations.
+//
+//   Tensor y = autograd::checkpoint([blk](const std::vector<Tensor>& in) { return (*blk)(in[0]); },
+//                                   {x});
+//
+// Forward runs `fn` under no_grad (nothing inside is saved) and records ONE node whose inputs are
+// `inputs`. Its backward re-runs `fn` with grad enabled on detached copies of the inputs (each
+// requiring grad where the original did), backpropagates the incoming gradients through the
+// recomputed graph with autograd::backward (parameters used inside `fn` receive their gradients
+// there, as leaves), and returns the inputs' gradients.
+//
+// Requirements on `fn`: it must compute the same thing when run again (randomness keyed
+// explicitly, as runtime ops do), use only the inputs it is given plus state that outlives
+// backward (capture by value), and not modify its inputs in place. The inputs are saved and
+// checked for in-place modification before the recompute.
+//
+// When grad mode is on, the outputs always require grad (parameters inside `fn` may need
+// gradients even when no input does); under no_grad `fn` simply runs.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "runtime/core/tensor.h"
+
+namespace mt::runtime::autograd {
+
+using CheckpointFn = std::function<Tensor(const std::vector<Tensor>& inputs)>;
+using CheckpointMultiFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs)>;
+
+Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs);
+// As checkpoint(), for a region with several (floating) outputs.
+std::vector<Tensor> checkpoint_multi(const CheckpointMultiFn& fn,
+                                     const std::vector<Tensor>& inputs);
+
+}  // namespace mt::runtime::autograd

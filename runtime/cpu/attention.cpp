@@ -1,0 +1,312 @@
+// CPU kernels of scaled_dot_product_attention (see runtime/ops/attention.h for the contract).
+//
+// Work is cut into tiles of kQueryBlock query rows x kKeyBlock keys of one (batch, head); the
+// products inside a tile (q k^T, p v, ...) are small single-threaded BLAS calls, the softmax
+// bookkeeping is plain loops. Nothing of size [T, S] is ever allocated.
+// Forward: one task per (batch, query head, query block); key blocks are visited in order with an
+// online softmax (running max m, running sum l, accumulator rescaled by exp(m_old - m_new)).
+// Backward, in two passes so that no two threads ever add into the same gradient element:
+//   dq:     tasks over (batch, query head, query block), each owning its rows of dq;
+//   dk, dv: tasks over (batch, kv head, key block), each owning its keys and looping over the
+//           query heads of its group and the query blocks in a fixed order.
+// Both passes recompute p = exp(scale * q.k - lse). Every task writes only its own outputs and
+// its sums run in a fixed order, so the OpenMP schedule cannot change a single bit of the result.
+#include "runtime/kernels/attention.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "runtime/cpu/loops.h"
+#include "runtime/cpu/vec_math.h"
+
+namespace mt::runtime::cpu {
+namespace {
+
+// Tile sizes. A tile product has at most kQueryBlock * kKeyBlock * head_dim multiply-adds, which
+// for head_dim <= 128 stays under OpenBLAS's threshold for threading a call (65536 * 4), so the
+// calls run on the calling OpenMP thread. (Larger head dims stay correct and deterministic:
+// OpenBLAS splits a GEMM over rows and columns, never over k; they may just oversubscribe.)
+constexpr int64_t kQueryBlock = 32;
+constexpr int64_t kKeyBlock = 64;
+
+struct Geometry {
+  int64_t batch, hq, hkv, group, t, s, d, dv;
+  bool causal;
+  // Keys [0, key_end(i)) are visible to query i (bottom-right causal alignment).
+  int64_t key_end(int64_t i) const {
+    return causal ? std::clamp<int64_t>(i + (s - t) + 1, 0, s) : s;
+  }
+  // The first query that sees key j.
+  int64_t query_begin(int64_t j) const {
+    return causal ? std::clamp<int64_t>(j - (s - t), 0, t) : 0;
+  }
+  // How many of the keys [j0, j0 + n) query i sees.
+  int64_t visible(int64_t i, int64_t j0, int64_t n) const {
+    return std::clamp<int64_t>(key_end(i) - j0, 0, n);
+  }
+};
+
+Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+  const Shape &qs = q.shape(), &ks = k.shape();
+  return {qs[0], qs[1], ks[1], qs[1] / ks[1], qs[2], ks[2], qs[3], v.shape()[3], causal};
+}
+
+// Multiply-adds of one pass over the visible (query, key) pairs.
+double pass_work(const Geometry& g) {
+  return double(g.batch * g.hq) * double(g.t) * double(g.s) * double(g.d + g.dv) *
+         (g.causal ? 0.5 : 1.0);
+}
+
+// Runs fn(i) for i in [0, n) on OpenMP threads with a dynamic schedule (causal tasks differ in
+// cost); serially when the whole job (about `work` multiply-adds) is too small to pay for a
+// parallel region. Callers guarantee that tasks write disjoint outputs.
+template <class Fn>
+void parallel_tasks(int64_t n, double work, Fn&& fn) {
+  const bool parallel = n > 1 && work >= 64.0 * double(kParallelGrain) && !omp_in_parallel();
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
+  for (int64_t i = 0; i < n; ++i) fn(i);
+}
+
+// Row-major c[m, n] = alpha * op(a) @ op(b) + beta * c, with op(a) [m, k] and op(b) [k, n]
+// (beta is 0 or 1).
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (beta == 0.0f)
+      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
+              int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (beta == 0.0)
+      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0);
+    return;
+  }
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
+              int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+// Row helpers: f32 uses the vectorised exp of vec_math.h, f64 std::exp. Fixed order, so the
+// results do not depend on the thread count.
+float max_of(const float* x, int64_t n) { return row_max(x, n); }
+double max_of(const double* x, int64_t n) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+float sum_of(const float* x, int64_t n) { return row_sum(x, n); }
+double sum_of(const double* x, int64_t n) {
+  double s = 0;
+  for (int64_t j = 0; j < n; ++j) s += x[j];
+  return s;
+}
+// x[j] = exp(x[j] - shift).
+void exp_shifted(float* x, int64_t n, float shift) { row_exp_scale(x, n, shift, 1.0f, x); }
+void exp_shifted(double* x, int64_t n, double shift) {
+  for (int64_t j = 0; j < n; ++j) x[j] = std::exp(x[j] - shift);
+}
+
+template <class C>
+void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                  Tensor& out, Tensor& lse) {
+  constexpr C kNegInf = -std::numeric_limits<C>::infinity();
+  const Geometry g = geometry(q, k, v, causal);
+  const C* qp = q.data<C>();
+  const C* kp = k.data<C>();
+  const C* vp = v.data<C>();
+  C* op = out.data<C>();
+  C* lp = lse.data<C>();
+  const int64_t qblocks = (g.t + kQueryBlock - 1) / kQueryBlock;
+  parallel_tasks(g.batch * g.hq * qblocks, pass_work(g), [&](int64_t task) {
+    const int64_t bh = task / qblocks, qb = task % qblocks;
+    const int64_t bkv = (bh / g.hq) * g.hkv + (bh % g.hq) / g.group;
+    const int64_t i0 = qb * kQueryBlock, rows = std::min(g.t, i0 + kQueryBlock) - i0;
+    const C* Q = qp + (bh * g.t + i0) * g.d;
+    const C* K = kp + bkv * g.s * g.d;
+    const C* V = vp + bkv * g.s * g.dv;
+    std::vector<C> m(size_t(rows), kNegInf), l(size_t(rows), C(0));
+    std::vector<C> acc(size_t(rows * g.dv), C(0)), p(size_t(rows * kKeyBlock));
+    const int64_t kmax = g.key_end(i0 + rows - 1);
+    for (int64_t j0 = 0; j0 < kmax; j0 += kKeyBlock) {
+      const int64_t n = std::min(kKeyBlock, kmax - j0);
+      gemm(false, true, rows, n, g.d, C(scale), Q, g.d, K + j0 * g.d, g.d, C(0), p.data(), n);
+      for (int64_t r = 0; r < rows; ++r) {
+        C* pr = p.data() + r * n;
+        const int64_t vis = g.visible(i0 + r, j0, n);
+        std::fill(pr + vis, pr + n, C(0));
+        if (vis == 0) continue;
+        const C mx = std::max(m[r], max_of(pr, vis));
+        exp_shifted(pr, vis, mx);
+        const C sum = sum_of(pr, vis);
+        const C correction = std::exp(m[r] - mx);  // 0 on the row's first block (m = -inf)
+        if (correction != C(1)) {
+          C* a = acc.data() + r * g.dv;
+          for (int64_t x = 0; x < g.dv; ++x) a[x] *= correction;
+        }
+        l[r] = l[r] * correction + sum;
+        m[r] = mx;
+      }
+      gemm(false, false, rows, g.dv, n, C(1), p.data(), n, V + j0 * g.dv, g.dv, C(1), acc.data(),
+           g.dv);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      C* o = op + (bh * g.t + i0 + r) * g.dv;
+      const C* a = acc.data() + r * g.dv;
+      if (l[r] == C(0)) {  // no visible key
+        std::fill(o, o + g.dv, C(0));
+        lp[bh * g.t + i0 + r] = kNegInf;
+        continue;
+      }
+      const C inv = C(1) / l[r];
+      for (int64_t x = 0; x < g.dv; ++x) o[x] = a[x] * inv;
+      lp[bh * g.t + i0 + r] = m[r] + std::log(l[r]);
+    }
+  });
+}
+
+// Turns a tile of scaled scores s [rows, n] (queries i0.., keys j0..) into probabilities
+// p = exp(s - lse) (0 where masked) and, when dp is given, dp into ds = p * (dp - delta).
+template <class C>
+void probabilities(const Geometry& g, int64_t i0, int64_t rows, int64_t j0, int64_t n, const C* lse,
+                   const C* delta, C* s, C* dp) {
+  for (int64_t r = 0; r < rows; ++r) {
+    C* sr = s + r * n;
+    const int64_t vis = g.visible(i0 + r, j0, n);
+    exp_shifted(sr, vis, lse[r]);
+    std::fill(sr + vis, sr + n, C(0));
+    if (dp) {
+      C* dr = dp + r * n;
+      for (int64_t c = 0; c < n; ++c) dr[c] = sr[c] * (dr[c] - delta[r]);
+    }
+  }
+}
+
+// With p_ij = exp(scale * q_i.k_j - lse_i), dp_ij = dout_i.v_j and delta_i = dout_i.out_i:
+//   ds_ij = p_ij * (dp_ij - delta_i),  dq_i = scale * sum_j ds_ij k_j,
+//   dk_j = scale * sum_i ds_ij q_i,     dv_j = sum_i p_ij dout_i.
+template <class C>
+void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                   const Tensor& out, const Tensor& lse, bool causal, double scale, Tensor& dq,
+                   Tensor& dk, Tensor& dv) {
+  const Geometry g = geometry(q, k, v, causal);
+  const C* qp = q.data<C>();
+  const C* kp = k.data<C>();
+  const C* vp = v.data<C>();
+  const C* gp = dout.data<C>();
+  const C* op = out.data<C>();
+  const C* lp = lse.data<C>();
+  const int64_t query_rows = g.batch * g.hq * g.t;
+  std::vector<C> delta(static_cast<size_t>(query_rows));
+  parallel_for(query_rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(g.dv, 1)),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t i = begin; i < end; ++i) {
+                   C sum = 0;
+                   for (int64_t x = 0; x < g.dv; ++x) sum += gp[i * g.dv + x] * op[i * g.dv + x];
+                   delta[i] = sum;
+                 }
+               });
+  const int64_t qblocks = (g.t + kQueryBlock - 1) / kQueryBlock;
+
+  if (dq.defined()) {
+    C* dqp = dq.data<C>();
+    parallel_tasks(g.batch * g.hq * qblocks, pass_work(g), [&](int64_t task) {
+      const int64_t bh = task / qblocks, qb = task % qblocks;
+      const int64_t bkv = (bh / g.hq) * g.hkv + (bh % g.hq) / g.group;
+      const int64_t i0 = qb * kQueryBlock, rows = std::min(g.t, i0 + kQueryBlock) - i0;
+      const int64_t row0 = bh * g.t + i0;
+      const C* K = kp + bkv * g.s * g.d;
+      const C* V = vp + bkv * g.s * g.dv;
+      std::vector<C> s(size_t(rows * kKeyBlock)), ds(s.size());
+      C* dqb = dqp + row0 * g.d;
+      std::fill(dqb, dqb + rows * g.d, C(0));
+      const int64_t kmax = g.key_end(i0 + rows - 1);
+      for (int64_t j0 = 0; j0 < kmax; j0 += kKeyBlock) {
+        const int64_t n = std::min(kKeyBlock, kmax - j0);
+        gemm(false, true, rows, n, g.d, C(scale), qp + row0 * g.d, g.d, K + j0 * g.d, g.d, C(0),
+             s.data(), n);
+        gemm(false, true, rows, n, g.dv, C(1), gp + row0 * g.dv, g.dv, V + j0 * g.dv, g.dv, C(0),
+             ds.data(), n);
+        probabilities(g, i0, rows, j0, n, lp + row0, delta.data() + row0, s.data(), ds.data());
+        gemm(false, false, rows, g.d, n, C(scale), ds.data(), n, K + j0 * g.d, g.d, C(1), dqb, g.d);
+      }
+    });
+  }
+
+  if (dk.defined()) {
+    C* dkp = dk.data<C>();
+    C* dvp = dv.data<C>();
+    const int64_t kblocks = (g.s + kKeyBlock - 1) / kKeyBlock;
+    parallel_tasks(g.batch * g.hkv * kblocks, pass_work(g), [&](int64_t task) {
+      const int64_t bkv = task / kblocks, kb = task % kblocks;
+      const int64_t b = bkv / g.hkv, hk = bkv % g.hkv;
+      const int64_t j0 = kb * kKeyBlock, n = std::min(g.s, j0 + kKeyBlock) - j0;
+      const C* K = kp + (bkv * g.s + j0) * g.d;
+      const C* V = vp + (bkv * g.s + j0) * g.dv;
+      C* dkb = dkp + (bkv * g.s + j0) * g.d;
+      C* dvb = dvp + (bkv * g.s + j0) * g.dv;
+      std::fill(dkb, dkb + n * g.d, C(0));
+      std::fill(dvb, dvb + n * g.dv, C(0));
+      std::vector<C> s(size_t(kQueryBlock * n)), ds(s.size());
+      for (int64_t member = 0; member < g.group; ++member) {  // fixed order: deterministic
+        const int64_t bh = b * g.hq + hk * g.group + member;
+        for (int64_t qb = g.query_begin(j0) / kQueryBlock; qb < qblocks; ++qb) {
+          const int64_t i0 = qb * kQueryBlock, rows = std::min(g.t, i0 + kQueryBlock) - i0;
+          const int64_t row0 = bh * g.t + i0;
+          const C* Q = qp + row0 * g.d;
+          const C* dO = gp + row0 * g.dv;
+          gemm(false, true, rows, n, g.d, C(scale), Q, g.d, K, g.d, C(0), s.data(), n);
+          gemm(false, true, rows, n, g.dv, C(1), dO, g.dv, V, g.dv, C(0), ds.data(), n);
+          probabilities(g, i0, rows, j0, n, lp + row0, delta.data() + row0, s.data(), ds.data());
+          gemm(true, false, n, g.dv, rows, C(1), s.data(), n, dO, g.dv, C(1), dvb, g.dv);
+          gemm(true, false, n, g.d, rows, C(scale), ds.data(), n, Q, g.d, C(1), dkb, g.d);
+        }
+      }
+    });
+  }
+}
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                       Tensor& out, Tensor& lse) {
+  if (q.dtype() == DType::F64) {
+    forward_impl<double>(q, k, v, causal, scale, out, lse);
+  } else {
+    MT_CHECK(q.dtype() == DType::F32,
+             "scaled_dot_product_attention: the CPU kernel takes f32 or "
+             "f64, got ",
+             q.dtype());
+    forward_impl<float>(q, k, v, causal, scale, out, lse);
+  }
+}
+
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out, const Tensor& lse, bool causal, double scale, Tensor& dq,
+                        Tensor& dk, Tensor& dv) {
+  if (q.dtype() == DType::F64) {
+    backward_impl<double>(dout, q, k, v, out, lse, causal, scale, dq, dk, dv);
+  } else {
+    MT_CHECK(q.dtype() == DType::F32,
+             "scaled_dot_product_attention_backward: the CPU kernel "
+             "takes f32 or f64, got ",
+             q.dtype());
+    backward_impl<float>(dout, q, k, v, out, lse, causal, scale, dq, dk, dv);
+  }
+}
+
+}  // namespace
+
+MT_REGISTER_KERNEL(attention_forward_kernel, DeviceType::CPU, attention_forward);
+MT_REGISTER_KERNEL(attention_backward_kernel, DeviceType::CPU, attention_backward);
+
+}  // namespace mt::runtime::cpu

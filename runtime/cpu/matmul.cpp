@@ -1,0 +1,137 @@
+// CPU matmul: OpenBLAS sgemm/dgemm on the operands' own strides; bf16/f16 through f32.
+#include "runtime/kernels/matmul.h"
+
+#include <cblas.h>
+
+#include <climits>
+#include <optional>
+
+#include "runtime/cpu/loops.h"
+
+namespace mt::runtime::cpu {
+namespace {
+
+// How a strided [rows, cols] matrix maps onto a row-major BLAS operand.
+struct BlasOperand {
+  CBLAS_TRANSPOSE trans;
+  int64_t ld;
+};
+
+// NoTrans when rows are contiguous runs, Trans when columns are (a transposed view); nullopt for
+// other layouts (broadcast, sliced with steps, negative strides), which the caller copies.
+std::optional<BlasOperand> blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  if ((cols == 1 || cs == 1) && (rows == 1 || rs >= std::max<int64_t>(1, cols)))
+    return BlasOperand{CblasNoTrans, rows == 1 ? std::max<int64_t>(1, cols) : rs};
+  if ((rows == 1 || rs == 1) && (cols == 1 || cs >= std::max<int64_t>(1, rows)))
+    return BlasOperand{CblasTrans, cols == 1 ? std::max<int64_t>(1, rows) : cs};
+  return std::nullopt;
+}
+
+// `t` unchanged when BLAS can read its matrices in place, else a contiguous copy.
+Tensor blas_ready(const Tensor& t, BlasOperand* layout) {
+  const int64_t rows = t.size(-2), cols = t.size(-1);
+  if (auto l = blas_layout(rows, cols, t.stride(-2), t.stride(-1))) {
+    *layout = *l;
+    return t;
+  }
+  Tensor c = t.contiguous();
+  *layout = *blas_layout(rows, cols, c.stride(-2), c.stride(-1));
+  return c;
+}
+
+int blas_int(int64_t v) {
+  MT_CHECK(v <= INT_MAX, "matmul: dimension or leading dimension ", v,
+           " is too large for this BLAS (32-bit integers)");
+  return int(v);
+}
+
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float* a, int lda,
+          const float* b, int ldb, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+}
+
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const double* a, int lda,
+          const double* b, int ldb, double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+}
+
+// True when a's batch dims (strides `a_bs`, broadcast to `batch`) and its M rows form one run of
+// rows with stride `ld`: the whole batch is then a single [nb*M, K] operand.
+bool batch_folds_into_rows(const Shape& batch, const Shape& a_bs, int64_t M, int64_t ld) {
+  int64_t expect = ld * M;
+  for (int64_t d = int64_t(batch.size()) - 1; d >= 0; --d) {
+    if (batch[d] == 1) continue;
+    if (a_bs[d] != expect) return false;
+    expect *= batch[d];
+  }
+  return true;
+}
+
+template <class T>
+void matmul_blas(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
+  const int64_t M = out.size(-2), N = out.size(-1), K = a_in.size(-1);
+  if (out.numel() == 0) return;
+  if (K == 0) {
+    out.zero_();
+    return;
+  }
+  BlasOperand la{}, lb{};
+  const Tensor a = blas_ready(a_in, &la);
+  const Tensor b = blas_ready(b_in, &lb);
+  const Shape batch(out.shape().begin(), out.shape().end() - 2);
+  const Shape a_bs = broadcast_strides(Shape(a.shape().begin(), a.shape().end() - 2),
+                                       Shape(a.strides().begin(), a.strides().end() - 2), batch);
+  const Shape b_bs = broadcast_strides(Shape(b.shape().begin(), b.shape().end() - 2),
+                                       Shape(b.strides().begin(), b.strides().end() - 2), batch);
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  T* pc = out.data<T>();
+  const int64_t nb = numel_of(batch);
+  const int n = blas_int(N), k = blas_int(K), lda = blas_int(la.ld), ldb = blas_int(lb.ld);
+
+  bool b_shared = true;
+  for (int64_t s : b_bs) b_shared &= s == 0;
+  if (nb == 1 || (b_shared && la.trans == CblasNoTrans && nb * M <= INT_MAX &&
+                  batch_folds_into_rows(batch, a_bs, M, la.ld))) {
+    // One GEMM: a single matrix, or x[B.., M, K] @ W[K, N] with the batch folded into rows.
+    gemm(la.trans, lb.trans, blas_int(nb * M), n, k, pa, lda, pb, ldb, pc, n);
+    return;
+  }
+  // One GEMM per batch; OpenBLAS threads each call itself.
+  const int m = blas_int(M);
+  for (int64_t i = 0; i < nb; ++i) {
+    int64_t oa = 0, ob = 0, rem = i;
+    for (int64_t d = int64_t(batch.size()) - 1; d >= 0; --d) {
+      const int64_t idx = rem % batch[d];
+      rem /= batch[d];
+      oa += idx * a_bs[d];
+      ob += idx * b_bs[d];
+    }
+    gemm(la.trans, lb.trans, m, n, k, pa + oa, lda, pb + ob, ldb, pc + i * M * N, n);
+  }
+}
+
+void cpu_matmul(const Tensor& a, const Tensor& b, Tensor& out) {
+  switch (out.dtype()) {
+    case DType::F32:
+      return matmul_blas<float>(a, b, out);
+    case DType::F64:
+      return matmul_blas<double>(a, b, out);
+    case DType::BF16:
+    case DType::F16: {
+      // Upcast, multiply with f32 accumulation, round once into out.
+      Tensor out32 = Tensor::empty(out.shape(), out.options().with_dtype(DType::F32));
+      matmul_blas<float>(a.to(DType::F32), b.to(DType::F32), out32);
+      out.copy_(out32);
+      return;
+    }
+    default:
+      MT_FAIL("matmul: expected floating operands, got ", dtype_name(out.dtype()));
+  }
+}
+
+}  // namespace
+
+MT_REGISTER_KERNEL(matmul_kernel, DeviceType::CPU, cpu_matmul);
+
+}  // namespace mt::runtime::cpu

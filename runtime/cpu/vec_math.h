@@ -1,0 +1,57 @@
+// Vectorised f32 math for CPU row kernels (softmax, cross-entropy).
+//
+// exp_f32 is a branch-free polynomial exp (Cephes' expf: range reduction by ln 2, degree-6
+// polynomial) within 2 ulp of the correctly rounded value for normal results; exp(-inf) = 0,
+// exp(+inf) = +inf and NaN stays NaN. std::exp does not vectorise without -ffast-math; exp_f32
+// does inside `#pragma omp simd` loops compiled without trapping math, which is how the row
+// helpers below are built (vec_math.cpp), as a baseline and an AVX2+FMA clone picked at load time
+// (target_clones). Their sums run in a fixed vector order: results do not depend on the thread
+// count (they may differ in the last bits between machines with and without AVX2).
+#pragma once
+
+#include <cstdint>
+
+namespace mt::runtime::cpu {
+
+[[gnu::always_inline]] inline float exp_f32(float x) {
+  // Clamping to [-104, 89] keeps 2^n representable as two factors while the product still
+  // underflows to exactly 0 (x <= -104) or overflows to +inf (x > log(FLT_MAX)). The operand
+  // order lets NaN through both clamps (and hence to the result). Everything is a select or
+  // arithmetic, which vectorises once trapping math is off (see vec_math.cpp).
+  constexpr float kHi = 89.0f, kLo = -104.0f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  float xc = x < kLo ? kLo : x;
+  xc = xc > kHi ? kHi : xc;
+  const float t = xc * 1.44269504088896341f + kRound;
+  const float fn = t - kRound;  // n = round(x / ln 2), as a float and as an int
+  const int32_t n = __builtin_bit_cast(int32_t, t) - __builtin_bit_cast(int32_t, kRound);
+  float r = xc - fn * 0.693359375f;  // ln 2 split in two: the first product is exact
+  r = r - fn * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t n1 = n >> 1, n2 = n - n1;  // 2^n = 2^n1 * 2^n2, each factor a normal float
+  const float s1 = __builtin_bit_cast(float, uint32_t(n1 + 127) << 23);
+  const float s2 = __builtin_bit_cast(float, uint32_t(n2 + 127) << 23);
+  return p * s1 * s2;
+}
+
+inline double exp_f32(double x) = delete;  // f64 kernels use std::exp
+
+// sum_j x[j] and sum_j a[j] * b[j].
+float row_sum(const float* x, int64_t n);
+float row_dot(const float* a, const float* b, int64_t n);
+// max(x[0..n)), -inf for n == 0 (NaN when any element is NaN).
+float row_max(const float* x, int64_t n);
+// sum_j exp(x[j] - shift).
+float row_sum_exp(const float* x, int64_t n, float shift);
+// y[j] = exp(x[j] - shift) * scale; y may be x (in place).
+void row_exp_scale(const float* x, int64_t n, float shift, float scale, float* y);
+// y[j] = b[j] + exp(x[j] - shift) * scale; y may be x or b (in place).
+void row_exp_axpy(const float* x, int64_t n, float shift, float scale, const float* b, float* y);
+
+}  // namespace mt::runtime::cpu

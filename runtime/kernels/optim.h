@@ -1,0 +1,39 @@
+// Kernel tables of the fused optimizer updates (the optimizers are in runtime/optim).
+//
+// Each kernel updates one parameter in place in ONE pass over its elements (parallel over
+// elements; every element is independent, so results do not depend on the thread count).
+// Contract: param, grad and the state tensors are contiguous with the same shape; grad has the
+// param's dtype; state tensors are f32, or f64 when the param is f64. Arithmetic is done in the
+// state's dtype (so bf16/f16 params are updated in f32 and rounded once on store); the scalar
+// hyper-parameters (bias corrections included) are computed in f64.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/core/dispatch.h"
+#include "runtime/core/tensor.h"
+
+namespace mt::runtime {
+
+// AdamW (Loshchilov & Hutter; torch.optim.AdamW semantics), for step >= 1:
+//   p   -= lr * weight_decay * p
+//   m    = m + (1 - beta1) * (g - m)
+//   v    = beta2 * v + (1 - beta2) * g^2
+//   p   -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+inline constinit KernelTable<void(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                                  const Tensor& exp_avg_sq, double lr, double beta1, double beta2,
+                                  double eps, double weight_decay, int64_t step)>
+    adamw_step_kernel{"adamw_step"};
+
+// SGD (torch.optim.SGD semantics):
+//   d = g + weight_decay * p
+//   if momentum != 0: buf = first_step ? d : momentum * buf + (1 - dampening) * d
+//                     d = nesterov ? d + momentum * buf : buf
+//   p -= lr * d
+// momentum_buffer is undefined when momentum == 0.
+inline constinit KernelTable<void(
+    const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, double lr,
+    double momentum, double dampening, double weight_decay, bool nesterov, bool first_step)>
+    sgd_step_kernel{"sgd_step"};
+
+}  // namespace mt::runtime

@@ -1,0 +1,130 @@
+#include "runtime/nn/init.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "runtime/core/grad_mode.h"
+#include "runtime/ops/factory.h"
+
+namespace mt::runtime::nn {
+
+namespace {
+
+struct Block {
+  Shape full_shape;
+  Shape offset;
+};
+
+Block resolve_block(const Tensor& t, const Shape& full_shape, const Shape& block_offset,
+                    const char* op) {
+  MT_CHECK(t.defined(), op, ": undefined tensor");
+  MT_CHECK(t.is_floating_point(), op, ": expected a floating tensor, got ", t.dtype());
+  if (full_shape.empty() && block_offset.empty()) return {t.shape(), Shape(t.shape().size(), 0)};
+  Shape offset = block_offset.empty() ? Shape(full_shape.size(), 0) : block_offset;
+  MT_CHECK(full_shape.size() == size_t(t.dim()) && offset.size() == full_shape.size(), op,
+           ": block of shape ", t.shape(), " with offset ", offset, " in a tensor of shape ",
+           full_shape, ": ranks differ");
+  for (size_t d = 0; d < full_shape.size(); ++d) {
+    MT_CHECK(offset[d] >= 0 && offset[d] + t.shape()[d] <= full_shape[d], op, ": block of shape ",
+             t.shape(), " at offset ", offset, " exceeds the full shape ", full_shape);
+  }
+  return {full_shape, offset};
+}
+
+}  // namespace
+
+void init_normal_(const Tensor& t, const RandomKey& key, double mean, double std,
+                  const Shape& full_shape, const Shape& block_offset) {
+  MT_CHECK(std >= 0, "init_normal_: std must be >= 0, got ", std);
+  const Block b = resolve_block(t, full_shape, block_offset, "init_normal_");
+  NoGradGuard no_grad;
+  fill_normal_slice(t, b.full_shape, b.offset, key, mean, std);
+}
+
+void init_uniform_(const Tensor& t, const RandomKey& key, double low, double high,
+                   const Shape& full_shape, const Shape& block_offset) {
+  MT_CHECK(low <= high, "init_uniform_: expected low <= high, got [", low, ", ", high, ")");
+  const Block b = resolve_block(t, full_shape, block_offset, "init_uniform_");
+  NoGradGuard no_grad;
+  fill_uniform_slice(t, b.full_shape, b.offset, key, low, high);
+}
+
+double erfinv(double y) {
+  if (std::isnan(y) || y < -1.0 || y > 1.0) return std::numeric_limits<double>::quiet_NaN();
+  if (y == 1.0) return std::numeric_limits<double>::infinity();
+  if (y == -1.0) return -std::numeric_limits<double>::infinity();
+  // Giles' single-precision approximation, then Newton steps on erf(x) - y.
+  const double w0 = -std::log((1.0 - y) * (1.0 + y));
+  double x;
+  if (w0 < 5.0) {
+    const double w = w0 - 2.5;
+    double p = 2.81022636e-08;
+    p = 3.43273939e-07 + p * w;
+    p = -3.5233877e-06 + p * w;
+    p = -4.39150654e-06 + p * w;
+    p = 0.00021858087 + p * w;
+    p = -0.00125372503 + p * w;
+    p = -0.00417768164 + p * w;
+    p = 0.246640727 + p * w;
+    p = 1.50140941 + p * w;
+    x = p * y;
+  } else {
+    const double w = std::sqrt(w0) - 3.0;
+    double p = -0.000200214257;
+    p = 0.000100950558 + p * w;
+    p = 0.00134934322 + p * w;
+    p = -0.00367342844 + p * w;
+    p = 0.00573950773 + p * w;
+    p = -0.0076224613 + p * w;
+    p = 0.00943887047 + p * w;
+    p = 1.00167406 + p * w;
+    p = 2.83297682 + p * w;
+    x = p * y;
+  }
+  const double two_over_sqrt_pi = 1.1283791670955126;
+  for (int i = 0; i < 3; ++i) {
+    const double err = std::erf(x) - y;
+    const double deriv = two_over_sqrt_pi * std::exp(-x * x);
+    if (deriv == 0.0) break;
+    x -= err / deriv;
+  }
+  return x;
+}
+
+void init_trunc_normal_(const Tensor& t, const RandomKey& key, double mean, double std, double a,
+                        double b, const Shape& full_shape, const Shape& block_offset) {
+  MT_CHECK(std > 0, "init_trunc_normal_: std must be > 0, got ", std);
+  MT_CHECK(a < b, "init_trunc_normal_: expected a < b, got [", a, ", ", b, "]");
+  const Block blk = resolve_block(t, full_shape, block_offset, "init_trunc_normal_");
+  auto norm_cdf = [](double x) { return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))); };
+  const double lo = 2.0 * norm_cdf((a - mean) / std) - 1.0;
+  const double hi = 2.0 * norm_cdf((b - mean) / std) - 1.0;
+
+  // Row-major walk over the block, tracking the element's index in the full tensor.
+  const int64_t n = t.numel(), nd = t.dim();
+  const Shape full_strides = contiguous_strides(blk.full_shape);
+  std::vector<double> values(static_cast<size_t>(n));
+  Shape idx(size_t(nd), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t full_index = 0;
+    for (int64_t d = 0; d < nd; ++d) full_index += (idx[d] + blk.offset[d]) * full_strides[d];
+    const double u = uniform_at(key, uint64_t(full_index));
+    double x = erfinv(lo + (hi - lo) * u) * std * std::sqrt(2.0) + mean;
+    values[size_t(i)] = std::min(std::max(x, a), b);
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      if (++idx[d] < t.shape()[d]) break;
+      idx[d] = 0;
+    }
+  }
+  NoGradGuard no_grad;
+  t.copy_(from_f64(values, t.shape(), TensorOptions{}.with_dtype(DType::F64)));
+}
+
+void init_constant_(const Tensor& t, double value) {
+  MT_CHECK(t.defined(), "init_constant_: undefined tensor");
+  NoGradGuard no_grad;
+  t.fill_(value);
+}
+
+}  // namespace mt::runtime::nn

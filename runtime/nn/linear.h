@@ -1,0 +1,36 @@
+// nn::Linear: y = x @ weight^T + bias, weight [out, in], bias [out] (optional), via ops linear().
+//
+// Default initialisation (reset_parameters) follows torch.nn.Linear: weight and bias uniform in
+// [-1/sqrt(in), 1/sqrt(in)), drawn from RandomKey(seed, "<fqn>.weight" / "<fqn>.bias"). Models
+// with their own scheme (torchtitan: trunc_normal std 0.02) override it in their init_weights.
+// The constructor initialises with seed 0 and the module's local names, so freshly built layers
+// hold identical values: call root.init_weights(seed) to key each parameter by its FQN.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/nn/module.h"
+
+namespace mt::runtime::nn {
+
+class Linear : public Module {
+ public:
+  // options.dtype/device apply to weight and bias; options.requires_grad is ignored (parameters
+  // always require grad).
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, TensorOptions options = {});
+
+  Tensor operator()(const Tensor& x);
+  void reset_parameters(const InitContext& ctx) override;
+
+  int64_t in_features() const { return in_features_; }
+  int64_t out_features() const { return out_features_; }
+  bool has_bias() const { return bias.defined(); }
+
+  Tensor weight;  // [out, in]
+  Tensor bias;    // [out] or undefined
+
+ private:
+  int64_t in_features_, out_features_;
+};
+
+}  // namespace mt::runtime::nn

@@ -1,0 +1,83 @@
+#include "runtime/ops/attention.h"
+
+#include <cmath>
+
+#include "runtime/autograd/function.h"
+#include "runtime/kernels/attention.h"
+#include "runtime/ops/factory.h"
+
+namespace mt::runtime {
+
+namespace {
+constexpr const char* kOp = "scaled_dot_product_attention";
+
+void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v) {
+  MT_CHECK(q.defined() && k.defined() && v.defined(), kOp, ": q, k and v must be defined tensors");
+  const auto shapes = [&] {
+    return ::mt::detail::concat("q ", q.shape(), ", k ", k.shape(), ", v ", v.shape());
+  };
+  MT_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, kOp,
+           ": expected q [B, Hq, T, D], k [B, Hkv, S, D] and v [B, Hkv, S, Dv], got ", shapes());
+  const Shape &qs = q.shape(), &ks = k.shape(), &vs = v.shape();
+  MT_CHECK(qs[0] == ks[0] && qs[0] == vs[0], kOp, ": batch sizes differ: ", shapes());
+  MT_CHECK(ks[1] == vs[1] && ks[2] == vs[2], kOp,
+           ": k and v must agree on kv heads and key length: ", shapes());
+  MT_CHECK(qs[3] == ks[3], kOp, ": q and k must have the same head dim: ", shapes());
+  MT_CHECK(qs[3] > 0, kOp, ": expected a positive head dim: ", shapes());
+  MT_CHECK(ks[1] > 0 && qs[1] % ks[1] == 0, kOp,
+           ": the query heads must be a multiple of the kv heads (grouped-query attention), "
+           "got Hq = ",
+           qs[1], " and Hkv = ", ks[1], ": ", shapes());
+  MT_CHECK(q.is_floating_point() && q.dtype() == k.dtype() && q.dtype() == v.dtype(), kOp,
+           ": expected q, k and v of one floating dtype, got ", q.dtype(), ", ", k.dtype(), ", ",
+           v.dtype());
+  MT_CHECK(q.device() == k.device() && q.device() == v.device(), kOp,
+           ": q, k and v must be on one device, got ", q.device(), ", ", k.device(), ", ",
+           v.device());
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                    std::optional<double> scale) {
+  check_inputs(q, k, v);
+  const double sc = scale.value_or(1.0 / std::sqrt(double(q.shape()[3])));
+  MT_CHECK(std::isfinite(sc), kOp, ": expected a finite scale, got ", sc);
+  const DType dtype = q.dtype();
+  const DType work = dtype == DType::F64 ? DType::F64 : DType::F32;
+
+  const Tensor qc = q.detach().contiguous(), kc = k.detach().contiguous(),
+               vc = v.detach().contiguous();
+  const Shape& qs = q.shape();
+  Tensor out_w = empty({qs[0], qs[1], qs[2], v.shape()[3]}, q.options().with_dtype(work));
+  Tensor lse = empty({qs[0], qs[1], qs[2]}, q.options().with_dtype(work));
+  attention_forward_kernel(q.device(), qc.to(work), kc.to(work), vc.to(work), causal, sc, out_w,
+                           lse);
+  Tensor out = out_w.to(dtype);
+
+  if (autograd::any_requires_grad({q, k, v})) {
+    // Saved in the inputs' dtype (no extra copies for 16-bit inputs); upcast again in backward.
+    autograd::record(
+        kOp, {q, k, v}, {out},
+        [sq = autograd::SavedTensor(qc), sk = autograd::SavedTensor(kc),
+         sv = autograd::SavedTensor(vc), so = autograd::SavedTensor(out),
+         sl = autograd::SavedTensor(lse), causal, sc, dtype,
+         work](const autograd::BackwardArgs& args) -> std::vector<Tensor> {
+          const Tensor qw = sq.get().to(work), kw = sk.get().to(work), vw = sv.get().to(work);
+          const Tensor dout = args.grad(0).to(work).contiguous();
+          Tensor dq = args.needs(0) ? empty(qw.shape(), qw.options()) : Tensor();
+          Tensor dk, dv;
+          if (args.needs(1) || args.needs(2)) {
+            dk = empty(kw.shape(), kw.options());
+            dv = empty(vw.shape(), vw.options());
+          }
+          attention_backward_kernel(qw.device(), dout, qw, kw, vw, so.get().to(work), sl.get(),
+                                    causal, sc, dq, dk, dv);
+          return {dq.defined() ? dq.to(dtype) : Tensor(), args.needs(1) ? dk.to(dtype) : Tensor(),
+                  args.needs(2) ? dv.to(dtype) : Tensor()};
+        });
+  }
+  return out;
+}
+
+}  // namespace mt::runtime

@@ -1,0 +1,28 @@
+// Scaled dot-product attention, memory-efficient (flash-attention style) and grouped-query:
+//   out = softmax(q @ k^T * scale + mask) @ v,  never materialising the [T, S] score matrix.
+// The forward keeps a running max and sum per query row over blocks of keys (online softmax) and
+// saves only out and the row logsumexp; the backward recomputes the probabilities from q, k and
+// the logsumexp (with delta = rowsum(dout * out)).
+//
+// Shapes: q [B, Hq, T, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv] -> out [B, Hq, T, Dv].
+// Grouped-query attention: Hq % Hkv == 0 and query head h uses kv head h / (Hq / Hkv) (Hkv == Hq
+// is multi-head attention, Hkv == 1 multi-query attention).
+// Causal mask, aligned bottom-right as in flash-attn: query i attends keys j <= i + (S - T). This
+// is the usual top-left mask when S == T, and when S > T (a KV cache) the last query sees every
+// key. A query that sees no key (possible only when S < T) gets out = 0 and no gradient.
+// Precision: f32 and f64 compute in their own type; bf16/f16 are computed in f32 and the output
+// rounded once. The saved logsumexp is f32 (f64 for f64 inputs).
+#pragma once
+
+#include <optional>
+
+#include "runtime/core/tensor.h"
+
+namespace mt::runtime {
+
+// scale defaults to 1 / sqrt(D). Differentiable w.r.t. q, k and v; dk and dv sum over the query
+// heads that share each kv head. Results do not depend on the thread count.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    bool causal = true, std::optional<double> scale = std::nullopt);
+
+}  // namespace mt::runtime
