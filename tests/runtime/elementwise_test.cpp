@@ -18,17 +18,11 @@ namespace mt::runtime {
 namespace {
 
 using testing::all_close;
+using testing::leaf;
 using testing::randn64;
 using testing::randn_as;
 
 const TensorOptions kF64 = TensorOptions{}.with_dtype(DType::F64);
-
-// A leaf that requires grad with t's values and layout (e.g. a transposed view).
-Tensor leaf(const Tensor& t) {
-  Tensor d = t.detach();
-  d.set_requires_grad(true);
-  return d;
-}
 
 // numpy broadcasting, written independently of the runtime.
 Shape naive_broadcast(const Shape& a, const Shape& b) {

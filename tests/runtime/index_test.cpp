@@ -17,22 +17,9 @@ namespace {
 
 using mt::testing::all_close;
 using mt::testing::randn64;
+using mt::testing::ravel;
+using mt::testing::unravel;
 using Coords = std::vector<int64_t>;
-
-Coords unravel(int64_t flat, const Shape& shape) {
-  Coords c(shape.size());
-  for (int64_t d = int64_t(shape.size()) - 1; d >= 0; --d) {
-    c[size_t(d)] = flat % shape[size_t(d)];
-    flat /= shape[size_t(d)];
-  }
-  return c;
-}
-
-int64_t ravel(const Coords& c, const Shape& shape) {
-  int64_t flat = 0;
-  for (size_t d = 0; d < shape.size(); ++d) flat = flat * shape[d] + c[d];
-  return flat;
-}
 
 TensorOptions i64() { return TensorOptions{}.with_dtype(DType::I64); }
 

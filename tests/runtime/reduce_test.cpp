@@ -19,16 +19,11 @@ namespace mt::runtime {
 namespace {
 
 using testing::all_close;
+using testing::leaf;
 using testing::randn64;
 using testing::randn_as;
 
 const TensorOptions kF64 = TensorOptions{}.with_dtype(DType::F64);
-
-Tensor leaf(const Tensor& t) {
-  Tensor d = t.detach();
-  d.set_requires_grad(true);
-  return d;
-}
 
 std::string str(const std::vector<int64_t>& v) {
   std::ostringstream os;

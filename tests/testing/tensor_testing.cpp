@@ -18,6 +18,27 @@ Tensor randn_as(const Shape& shape, runtime::DType dtype, uint64_t seed, const s
                         runtime::TensorOptions{}.with_dtype(dtype));
 }
 
+Tensor leaf(const Tensor& t) {
+  Tensor d = t.detach();
+  d.set_requires_grad(true);
+  return d;
+}
+
+std::vector<int64_t> unravel(int64_t flat, const Shape& shape) {
+  std::vector<int64_t> c(shape.size());
+  for (int64_t d = int64_t(shape.size()) - 1; d >= 0; --d) {
+    c[size_t(d)] = flat % shape[size_t(d)];
+    flat /= shape[size_t(d)];
+  }
+  return c;
+}
+
+int64_t ravel(const std::vector<int64_t>& coords, const Shape& shape) {
+  int64_t flat = 0;
+  for (size_t d = 0; d < shape.size(); ++d) flat = flat * shape[d] + coords[d];
+  return flat;
+}
+
 ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, double atol, double rtol) {
   if (a.shape() != b.shape()) {
     std::ostringstream os;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "runtime/core/tensor.h"
 
@@ -18,6 +19,14 @@ Tensor randn64(const Shape& shape, uint64_t seed, bool requires_grad = true,
 // Random tensor of any floating dtype.
 Tensor randn_as(const Shape& shape, runtime::DType dtype, uint64_t seed,
                 const std::string& name = "test");
+
+// A new leaf that requires grad, with t's values and layout (e.g. a transposed view), for
+// gradcheck of non-contiguous inputs.
+Tensor leaf(const Tensor& t);
+
+// Row-major flat index <-> coordinates, for naive reference implementations in tests.
+std::vector<int64_t> unravel(int64_t flat, const Shape& shape);
+int64_t ravel(const std::vector<int64_t>& coords, const Shape& shape);
 
 // Success when shapes match and |a - b| <= atol + rtol * |b| elementwise (any dtypes, compared
 // in f64); otherwise a message with the worst element.
