@@ -1,0 +1,185 @@
+#include "models/llama/model.h"
+
+#include <cmath>
+#include <vector>
+
+#include "runtime/core/error.h"
+#include "runtime/ops/attention.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/rope.h"
+#include "runtime/ops/swiglu.h"
+
+namespace mt::models::llama {
+
+using runtime::DType;
+
+namespace {
+constexpr double kInitStd = 0.02;
+constexpr double kTruncBound = 2.0;  // torch.nn.init.trunc_normal_'s default absolute [-2, 2]
+}  // namespace
+
+// ---- init-aware layers ---------------------------------------------------------------------
+
+InitLinear::InitLinear(int64_t in, int64_t out, double std, double lo, double hi,
+                       TensorOptions options)
+    : nn::Linear(in, out, /*bias=*/false, options), std_(std), lo_(lo), hi_(hi) {}
+
+void InitLinear::reset_parameters(const nn::InitContext& ctx) {
+  if (skip_init) return;
+  nn::init_trunc_normal_(weight, ctx.key("weight"), 0.0, std_, lo_, hi_);
+}
+
+InitEmbedding::InitEmbedding(int64_t vocab, int64_t dim, TensorOptions options)
+    : nn::Embedding(vocab, dim, options) {}
+
+void InitEmbedding::reset_parameters(const nn::InitContext& ctx) {
+  if (tied_std > 0) {
+    nn::init_trunc_normal_(weight, ctx.key("weight"), 0.0, tied_std, -3 * tied_std, 3 * tied_std);
+  } else {
+    nn::init_normal_(weight, ctx.key("weight"), 0.0, 1.0);
+  }
+}
+
+// ---- attention -----------------------------------------------------------------------------
+
+Attention::Attention(const ModelArgs& args, double out_init_std, TensorOptions options)
+    : nn::Module("Attention"),
+      n_heads_(args.n_heads),
+      n_kv_heads_(args.kv_heads()),
+      head_dim_(args.head_dim()) {
+  const int64_t d = args.dim, kv = n_kv_heads_ * head_dim_, q = n_heads_ * head_dim_;
+  auto lin = [&](int64_t in, int64_t out, double std) {
+    return std::make_shared<InitLinear>(in, out, std, -kTruncBound, kTruncBound, options);
+  };
+  wq = register_module("wq", lin(d, q, kInitStd));
+  wk = register_module("wk", lin(d, kv, kInitStd));
+  wv = register_module("wv", lin(d, kv, kInitStd));
+  wo = register_module("wo", lin(q, d, out_init_std));
+}
+
+Tensor Attention::operator()(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  return call({x, cos, sin}, [this](const std::vector<Tensor>& in) {
+    const Tensor& h = in[0];
+    const int64_t b = h.size(0), t = h.size(1);
+    // [B, T, H, D]: RoPE works per (token, head); attention wants [B, H, T, D].
+    Tensor xq = (*wq)(h).view({b, t, n_heads_, head_dim_});
+    Tensor xk = (*wk)(h).view({b, t, n_kv_heads_, head_dim_});
+    Tensor xv = (*wv)(h).view({b, t, n_kv_heads_, head_dim_});
+    xq = runtime::apply_rope(xq, in[1], in[2]);
+    xk = runtime::apply_rope(xk, in[1], in[2]);
+    Tensor out = runtime::scaled_dot_product_attention(xq.transpose(1, 2), xk.transpose(1, 2),
+                                                       xv.transpose(1, 2), /*causal=*/true);
+    return (*wo)(out.transpose(1, 2).reshape({b, t, n_heads_ * head_dim_}));
+  });
+}
+
+// ---- feed-forward --------------------------------------------------------------------------
+
+FeedForward::FeedForward(int64_t dim, int64_t hidden_dim, double out_init_std,
+                         TensorOptions options)
+    : nn::Module("FeedForward") {
+  auto lin = [&](int64_t in, int64_t out, double std) {
+    return std::make_shared<InitLinear>(in, out, std, -kTruncBound, kTruncBound, options);
+  };
+  w1 = register_module("w1", lin(dim, hidden_dim, kInitStd));
+  w2 = register_module("w2", lin(hidden_dim, dim, out_init_std));
+  w3 = register_module("w3", lin(dim, hidden_dim, out_init_std));
+}
+
+Tensor FeedForward::operator()(const Tensor& x) {
+  return call({x}, [this](const std::vector<Tensor>& in) {
+    return (*w2)(runtime::swiglu((*w1)(in[0]), (*w3)(in[0])));
+  });
+}
+
+// ---- block ---------------------------------------------------------------------------------
+
+TransformerBlock::TransformerBlock(int64_t layer_id_, const ModelArgs& args, TensorOptions options)
+    : nn::Module("TransformerBlock"), layer_id(layer_id_) {
+  const double out_std = args.depth_init ? kInitStd / std::sqrt(2.0 * double(layer_id + 1))
+                                         : kInitStd / std::sqrt(2.0 * double(args.n_layers));
+  attention = register_module("attention", std::make_shared<Attention>(args, out_std, options));
+  feed_forward = register_module(
+      "feed_forward",
+      std::make_shared<FeedForward>(args.dim, args.ffn_hidden_dim(), out_std, options));
+  attention_norm = register_module("attention_norm",
+                                   std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
+  ffn_norm =
+      register_module("ffn_norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
+}
+
+Tensor TransformerBlock::operator()(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  return call({x, cos, sin}, [this](const std::vector<Tensor>& in) {
+    Tensor h = runtime::add(in[0], (*attention)((*attention_norm)(in[0]), in[1], in[2]));
+    return runtime::add(h, (*feed_forward)((*ffn_norm)(h)));
+  });
+}
+
+ActivationCheckpointMode parse_activation_checkpoint_mode(const std::string& mode) {
+  if (mode == "none") return ActivationCheckpointMode::None;
+  if (mode == "full") return ActivationCheckpointMode::Full;
+  MT_FAIL("activation_checkpoint: unknown mode '", mode, "'; valid modes: none, full");
+}
+
+// ---- transformer ---------------------------------------------------------------------------
+
+Transformer::Transformer(const ModelArgs& args, uint64_t seed, TensorOptions options)
+    : nn::Module("Transformer"), args_(args) {
+  args.validate();
+  MT_CHECK(runtime::is_floating(options.dtype),
+           "llama Transformer: expected a floating parameter dtype, got ", options.dtype);
+  options.requires_grad = false;
+  // RoPE tables (f32, or the parameters' dtype when wider) as non-persistent buffers.
+  runtime::RopeTables rope = runtime::rope_frequencies(args.head_dim(), args.max_seq_len,
+                                                       args.rope_theta, args.rope_scaling);
+  const DType table_dtype = options.dtype == DType::F64 ? DType::F64 : DType::F32;
+  rope_cos = rope.cos.to(table_dtype).to(options.device);
+  rope_sin = rope.sin.to(table_dtype).to(options.device);
+  register_buffer("rope_cos", rope_cos, /*persistent=*/false);
+  register_buffer("rope_sin", rope_sin, /*persistent=*/false);
+
+  tok_embeddings = register_module(
+      "tok_embeddings", std::make_shared<InitEmbedding>(args.vocab_size, args.dim, options));
+  layers = register_module("layers", std::make_shared<nn::ModuleList>());
+  for (int64_t i = 0; i < args.n_layers; ++i) {
+    blocks.push_back(layers->push_back(std::make_shared<TransformerBlock>(i, args, options)));
+  }
+  norm = register_module("norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
+  const double out_std = 1.0 / std::sqrt(double(args.dim));
+  output =
+      register_module("output", std::make_shared<InitLinear>(args.dim, args.vocab_size, out_std,
+                                                             -3 * out_std, 3 * out_std, options));
+  if (args.tie_embeddings) {
+    output->weight = tok_embeddings->weight;  // one tensor in two slots
+    output->skip_init = true;
+    tok_embeddings->tied_std = out_std;
+  }
+  init_weights(seed);
+}
+
+Tensor Transformer::operator()(const Tensor& tokens) {
+  MT_CHECK(tokens.defined() && tokens.dim() == 2 &&
+               (tokens.dtype() == DType::I64 || tokens.dtype() == DType::I32),
+           "llama Transformer: expected tokens [B, T] of i64 or i32, got ",
+           tokens.defined() ? tokens.shape() : runtime::Shape{}, " ",
+           tokens.defined() ? runtime::dtype_name(tokens.dtype()) : "undefined");
+  MT_CHECK(tokens.size(1) >= 1 && tokens.size(1) <= args_.max_seq_len,
+           "llama Transformer: sequence length ", tokens.size(1),
+           " outside [1, max_seq_len = ", args_.max_seq_len, "] (tokens of shape ", tokens.shape(),
+           ")");
+  return call({tokens}, [this](const std::vector<Tensor>& in) {
+    Tensor h = (*tok_embeddings)(in[0]);
+    for (const auto& block : blocks) h = (*block)(h, rope_cos, rope_sin);
+    Tensor logits = (*output)((*norm)(h));
+    const DType dt = logits.dtype();
+    return (dt == DType::BF16 || dt == DType::F16) ? logits.to(DType::F32) : logits;
+  });
+}
+
+void Transformer::set_activation_checkpoint_mode(ActivationCheckpointMode mode) {
+  for (const auto& block : blocks) {
+    block->set_activation_checkpointing(mode == ActivationCheckpointMode::Full);
+  }
+}
+
+}  // namespace mt::models::llama

@@ -1,0 +1,132 @@
+// The Llama 3 transformer (Meta's reference / torchtitan's llama3 model), built from runtime ops:
+//   tokens [B, T] -> tok_embeddings -> n_layers x TransformerBlock -> norm -> output -> logits
+//   TransformerBlock: h = x + attention(attention_norm(x)); out = h + feed_forward(ffn_norm(h))
+//   Attention: wq, wk, wv, wo (no bias), grouped-query (n_heads queries share n_kv_heads keys and
+//              values), RoPE on q and k, causal scaled_dot_product_attention.
+//   FeedForward: w2(silu(w1(x)) * w3(x)) (SwiGLU), hidden size ModelArgs::ffn_hidden_dim().
+//
+// Parameter FQNs are torchtitan's: tok_embeddings.weight,
+// layers.<i>.attention.{wq,wk,wv,wo}.weight, layers.<i>.feed_forward.{w1,w2,w3}.weight,
+// layers.<i>.{attention_norm,ffn_norm}.weight, norm.weight, output.weight (absent from
+// named_parameters()/state_dict() when tied: the one table is listed as tok_embeddings.weight). The
+// RoPE tables are non-persistent buffers (rope_cos, rope_sin), left out of checkpoints.
+//
+// RoPE layout: runtime/ops/rope.h rotates interleaved pairs (x[2i], x[2i+1]) of each head, as
+// Meta's checkpoints (not Hugging Face's rotate_half). Exporting to / importing from the Hugging
+// Face layout must therefore permute the rows of wq and wk within each head (HF's
+// convert_llama_weights_to_hf permute: view(heads, d/2, 2, dim).transpose(1, 2)); wv, wo and the
+// rest are unchanged.
+//
+// Initialisation (reset_parameters, so Module::init_weights(seed) draws every parameter from
+// RandomKey(seed, its FQN), independent of thread count and sharding), torchtitan's init_weights:
+//   tok_embeddings   normal(0, 1)                              (nn.init.normal_)
+//   wq, wk, wv, w1   trunc_normal(0, 0.02, [-2, 2])
+//   wo, w2, w3       trunc_normal(0, s, [-2, 2]), s = 0.02 / sqrt(2 (layer_id + 1)) with
+//   depth_init,
+//                    else 0.02 / sqrt(2 n_layers)
+//   output           trunc_normal(0, dim^-0.5, [-3 dim^-0.5, 3 dim^-0.5])
+//   norms            ones
+// A tied table gets the output's init (a unit-variance table would give logits of std sqrt(dim)),
+// drawn with the key of its FQN tok_embeddings.weight.
+//
+// Logits come back in the parameters' dtype, except 16-bit parameters, whose logits are cast to
+// f32 (torchtitan's `output(h).float()`).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/llama/model_args.h"
+#include "runtime/nn/embedding.h"
+#include "runtime/nn/linear.h"
+#include "runtime/nn/module.h"
+#include "runtime/nn/rms_norm.h"
+
+namespace mt::models::llama {
+
+using runtime::Tensor;
+using runtime::TensorOptions;
+namespace nn = runtime::nn;
+
+// A bias-free Linear initialised trunc_normal(0, std, [lo, hi]).
+class InitLinear : public nn::Linear {
+ public:
+  InitLinear(int64_t in, int64_t out, double std, double lo, double hi, TensorOptions options);
+  void reset_parameters(const nn::InitContext& ctx) override;
+  // When set (tied output), reset_parameters leaves the weight alone: its owner initialises it.
+  bool skip_init = false;
+
+ private:
+  double std_, lo_, hi_;
+};
+
+// An Embedding initialised normal(0, 1), or trunc_normal(0, std, [-3 std, 3 std]) when tied.
+class InitEmbedding : public nn::Embedding {
+ public:
+  InitEmbedding(int64_t vocab, int64_t dim, TensorOptions options);
+  void reset_parameters(const nn::InitContext& ctx) override;
+  double tied_std = 0.0;  // > 0: the table is also the output projection
+};
+
+class Attention : public nn::Module {
+ public:
+  Attention(const ModelArgs& args, double out_init_std, TensorOptions options);
+  // x [B, T, dim]; cos/sin: the RoPE tables [max_seq_len, head_dim / 2].
+  Tensor operator()(const Tensor& x, const Tensor& cos, const Tensor& sin);
+
+  std::shared_ptr<InitLinear> wq, wk, wv, wo;
+
+ private:
+  int64_t n_heads_, n_kv_heads_, head_dim_;
+};
+
+class FeedForward : public nn::Module {
+ public:
+  FeedForward(int64_t dim, int64_t hidden_dim, double out_init_std, TensorOptions options);
+  Tensor operator()(const Tensor& x);
+
+  std::shared_ptr<InitLinear> w1, w2, w3;
+};
+
+class TransformerBlock : public nn::Module {
+ public:
+  TransformerBlock(int64_t layer_id, const ModelArgs& args, TensorOptions options);
+  Tensor operator()(const Tensor& x, const Tensor& cos, const Tensor& sin);
+
+  std::shared_ptr<Attention> attention;
+  std::shared_ptr<FeedForward> feed_forward;
+  std::shared_ptr<nn::RMSNorm> attention_norm, ffn_norm;
+  int64_t layer_id;
+};
+
+enum class ActivationCheckpointMode { None, Full };
+// "none" | "full"; anything else throws naming the valid modes.
+ActivationCheckpointMode parse_activation_checkpoint_mode(const std::string& mode);
+
+class Transformer : public nn::Module {
+ public:
+  // Builds and initialises with init_weights(seed). options.dtype: the parameters' dtype.
+  explicit Transformer(const ModelArgs& args, uint64_t seed = 0, TensorOptions options = {});
+
+  // tokens [B, T] (i64 or i32, values in [0, vocab_size), T <= max_seq_len) -> logits [B, T, V].
+  Tensor operator()(const Tensor& tokens);
+
+  // Full: every TransformerBlock runs under activation checkpointing (recomputed in backward).
+  void set_activation_checkpoint_mode(ActivationCheckpointMode mode);
+
+  const ModelArgs& args() const { return args_; }
+
+  std::shared_ptr<InitEmbedding> tok_embeddings;
+  std::shared_ptr<nn::ModuleList> layers;
+  std::vector<std::shared_ptr<TransformerBlock>> blocks;  // the same modules as `layers`, typed
+  std::shared_ptr<nn::RMSNorm> norm;
+  std::shared_ptr<InitLinear> output;
+  Tensor rope_cos, rope_sin;  // non-persistent buffers
+
+ private:
+  ModelArgs args_;
+};
+
+}  // namespace mt::models::llama

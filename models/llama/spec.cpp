@@ -1,0 +1,51 @@
+#include "models/llama/spec.h"
+
+#include <memory>
+
+#include "models/llama/model.h"
+#include "runtime/core/error.h"
+
+namespace mt::models::llama {
+
+namespace {
+
+Transformer& as_llama(runtime::nn::Module& model) {
+  auto* t = dynamic_cast<Transformer*>(&model);
+  MT_CHECK(t != nullptr, "llama3 spec: expected a llama Transformer, got a module of type ",
+           model.type_name());
+  return *t;
+}
+
+}  // namespace
+
+ModelSpec make_model_spec(const std::string& flavor) {
+  ModelSpec spec;
+  spec.name = "llama3";
+  spec.flavor = flavor;
+  spec.args = std::make_shared<std::any>(flavor_args(flavor));
+  auto args_ptr = spec.args;
+  auto args = [args_ptr]() -> const ModelArgs& {
+    const auto* a = std::any_cast<ModelArgs>(args_ptr.get());
+    MT_CHECK(a != nullptr, "llama3 spec: ModelSpec::args must hold a llama::ModelArgs");
+    return *a;
+  };
+  spec.build = [args](const BuildOptions& options) -> std::shared_ptr<runtime::nn::Module> {
+    const auto mode = parse_activation_checkpoint_mode(options.activation_checkpoint);
+    auto model = std::make_shared<Transformer>(args(), options.seed,
+                                               TensorOptions{}.with_dtype(options.dtype));
+    model->set_activation_checkpoint_mode(mode);
+    return model;
+  };
+  spec.forward = [](runtime::nn::Module& model, const Tensor& tokens) {
+    return as_llama(model)(tokens);
+  };
+  spec.loss = [](runtime::nn::Module& model, const Tensor& tokens, const Tensor& targets,
+                 runtime::Reduction reduction) {
+    return runtime::cross_entropy(as_llama(model)(tokens), targets, -100, reduction);
+  };
+  spec.num_params = [args]() { return count_parameters(args()).total; };
+  spec.flops_per_token = [args](int64_t seq_len) { return flops_per_token(args(), seq_len); };
+  return spec;
+}
+
+}  // namespace mt::models::llama

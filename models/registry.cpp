@@ -1,0 +1,59 @@
+#include "models/registry.h"
+
+#include <utility>
+
+#include "models/llama/model_args.h"
+#include "models/llama/spec.h"
+#include "runtime/core/error.h"
+
+namespace mt::models {
+
+namespace {
+
+struct Entry {
+  const char* name;
+  std::vector<std::string> (*flavors)();
+  ModelSpec (*make)(const std::string& flavor);
+};
+
+const std::vector<Entry>& entries() {
+  static const std::vector<Entry> table{
+      {"llama3", &llama::flavor_names, &llama::make_model_spec},
+  };
+  return table;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+const Entry& find(const std::string& name) {
+  for (const auto& e : entries()) {
+    if (name == e.name) return e;
+  }
+  MT_FAIL("model registry: unknown model name '", name, "'; valid names: ", join(model_names()));
+}
+
+}  // namespace
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> out;
+  for (const auto& e : entries()) out.emplace_back(e.name);
+  return out;
+}
+
+std::vector<std::string> model_flavors(const std::string& name) { return find(name).flavors(); }
+
+ModelSpec get_model_spec(const std::string& name, const std::string& flavor) {
+  const Entry& e = find(name);
+  const auto flavors = e.flavors();
+  bool known = false;
+  for (const auto& f : flavors) known = known || f == flavor;
+  MT_CHECK(known, "model registry: unknown flavor '", flavor, "' for model '", name,
+           "'; valid flavors: ", join(flavors));
+  return e.make(flavor);
+}
+
+}  // namespace mt::models

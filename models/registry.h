@@ -1,0 +1,70 @@
+// The model registry: model name + flavor -> ModelSpec, everything the trainer and the tools need
+// to build a model, run it, compute its loss, describe its size and cost, and parallelize it,
+// without knowing which model it is.
+//
+//   ModelSpec spec = models::get_model_spec("llama3", "debugmodel");
+//   std::any_cast<llama::ModelArgs&>(*spec.args).vocab_size = tokenizer.vocab_size();
+//   auto model = spec.build({.seed = 42, .activation_checkpoint = "full"});
+//   Tensor loss = spec.loss(*model, tokens, targets);
+//
+// Registered: "llama3" (models/llama) with flavors debugmodel, 1B, 3B, 8B, 70B, 405B.
+// Unknown names or flavors throw mt::Error listing the valid ones.
+#pragma once
+
+#include <any>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/core/tensor.h"
+#include "runtime/nn/module.h"
+#include "runtime/ops/loss.h"
+
+namespace mt::models {
+
+using runtime::Tensor;
+
+// Opaque handle to the parallel layout (device mesh, FSDP/EP settings). Defined by parallel/ when
+// the parallel issues land; models only pass it through to their parallelize hook.
+struct ParallelContext;
+
+struct BuildOptions {
+  uint64_t seed = 0;                           // init: every parameter keyed by (seed, FQN)
+  runtime::DType dtype = runtime::DType::F32;  // parameter dtype
+  std::string activation_checkpoint = "none";  // "none" | "full" (per transformer block)
+};
+
+struct ModelSpec {
+  std::string name;
+  std::string flavor;
+  // The model's hyper-parameters (llama::ModelArgs for "llama3"), editable before build() (e.g.
+  // vocab_size from the tokenizer, max_seq_len from the training seq_len): build, num_params and
+  // flops_per_token read the args held here at call time.
+  std::shared_ptr<std::any> args;
+
+  // Allocates and initialises the model.
+  std::function<std::shared_ptr<runtime::nn::Module>(const BuildOptions&)> build;
+  // tokens [B, T] -> logits [B, T, V].
+  std::function<Tensor(runtime::nn::Module& model, const Tensor& tokens)> forward;
+  // Token cross-entropy of forward(tokens) against targets [B, T] (ignore_index -100): Mean is the
+  // mean over valid tokens, Sum the sum (for gradient accumulation over micro-batches).
+  std::function<Tensor(runtime::nn::Module& model, const Tensor& tokens, const Tensor& targets,
+                       runtime::Reduction reduction)>
+      loss;
+  // From the args alone (nothing allocated): unique parameter count, training FLOPs per token.
+  std::function<int64_t()> num_params;
+  std::function<double(int64_t seq_len)> flops_per_token;
+  // Where the parallel issues attach FSDP / expert parallelism / sharded embeddings for this model
+  // (torchtitan's parallelize_fn). Empty for now: callers skip it when !parallelize.
+  std::function<void(runtime::nn::Module& model, const ParallelContext& context)> parallelize;
+};
+
+std::vector<std::string> model_names();
+// Throws mt::Error listing the valid names when `name` is unknown.
+std::vector<std::string> model_flavors(const std::string& name);
+// Throws mt::Error listing the valid names (or flavors of `name`) when either is unknown.
+ModelSpec get_model_spec(const std::string& name, const std::string& flavor);
+
+}  // namespace mt::models
