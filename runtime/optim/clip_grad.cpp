@@ -1,0 +1,109 @@
+#include "runtime/optim/clip_grad.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "runtime/core/error.h"
+#include "runtime/core/grad_mode.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/reduce.h"
+
+namespace mt::runtime::optim {
+
+namespace {
+bool is_inf_norm(double p) { return std::isinf(p) && p > 0; }
+
+void check_norm_type(const char* op, double p) {
+  MT_CHECK(is_inf_norm(p) || (std::isfinite(p) && p > 0), op,
+           ": norm_type must be > 0 or +inf, got ", p);
+}
+
+// 0-D f64 tensor on the grad's device: sum |g|^p, or max |g| for +inf.
+Tensor grad_norm_pow(const Tensor& grad, double p) {
+  const Tensor g = grad.to(DType::F64);
+  if (is_inf_norm(p)) return max(abs(g));
+  if (p == 2.0) return sum(square(g));
+  if (p == 1.0) return sum(abs(g));
+  return sum(pow(abs(g), p));
+}
+}  // namespace
+
+double local_norm_pow(const std::vector<Tensor>& params, double norm_type) {
+  check_norm_type("local_norm_pow", norm_type);
+  NoGradGuard no_grad;
+  const bool inf = is_inf_norm(norm_type);
+  // Partials stay on the device of the first gradient and are combined in `params` order; only
+  // the final value is copied to the host (one sync).
+  Tensor acc;
+  for (const Tensor& param : params) {
+    if (!param.defined()) continue;
+    const Tensor grad = param.grad();
+    if (!grad.defined() || grad.numel() == 0) continue;
+    MT_CHECK(grad.is_floating_point(), "local_norm_pow: gradient of parameter '", param.name(),
+             "' has dtype ", dtype_name(grad.dtype()), ", expected a floating dtype");
+    Tensor part = grad_norm_pow(grad, norm_type);
+    if (!acc.defined()) {
+      acc = part;
+      continue;
+    }
+    if (part.device() != acc.device()) part = part.to(acc.device());
+    acc = inf ? maximum(acc, part) : add(acc, part);
+  }
+  return acc.defined() ? acc.item<double>() : 0.0;
+}
+
+double combine_norm_pows(std::span<const double> partials, double norm_type) {
+  check_norm_type("combine_norm_pows", norm_type);
+  double out = 0.0;
+  for (double v : partials) {
+    if (std::isnan(v)) return v;  // NaN propagates (std::max would drop it)
+    out = is_inf_norm(norm_type) ? std::max(out, v) : out + v;
+  }
+  return out;
+}
+
+double norm_from_pow(double partial, double norm_type) {
+  check_norm_type("norm_from_pow", norm_type);
+  if (is_inf_norm(norm_type) || norm_type == 1.0) return partial;
+  if (norm_type == 2.0) return std::sqrt(partial);
+  return std::pow(partial, 1.0 / norm_type);
+}
+
+double total_grad_norm(const std::vector<Tensor>& params, double norm_type) {
+  return norm_from_pow(local_norm_pow(params, norm_type), norm_type);
+}
+
+double clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm,
+                             double total_norm) {
+  MT_CHECK(std::isfinite(max_norm) && max_norm >= 0,
+           "clip_grads_with_norm_: max_norm must be a "
+           "finite value >= 0, got ",
+           max_norm);
+  if (!(total_norm > max_norm)) return 1.0;  // also NaN: never scale by NaN
+  const double coef = max_norm / (total_norm + 1e-6);
+  NoGradGuard no_grad;
+  for (const Tensor& param : params) {
+    if (!param.defined()) continue;
+    const Tensor grad = param.grad();
+    if (grad.defined() && grad.numel() > 0) mul_(grad, coef);
+  }
+  return coef;
+}
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
+                       bool error_if_nonfinite) {
+  MT_CHECK(std::isfinite(max_norm) && max_norm >= 0,
+           "clip_grad_norm_: max_norm must be a finite "
+           "value >= 0, got ",
+           max_norm);
+  const double total = total_grad_norm(params, norm_type);
+  MT_CHECK(!error_if_nonfinite || std::isfinite(total), "clip_grad_norm_: the total norm of order ",
+           norm_type, " of the gradients is ", total,
+           " (non-finite), so the gradients cannot be clipped; set error_if_nonfinite=false to "
+           "skip this check");
+  clip_grads_with_norm_(params, max_norm, total);
+  return total;
+}
+
+}  // namespace mt::runtime::optim

@@ -1,0 +1,103 @@
+// Clean stop on SIGINT/SIGTERM (train/signals): the first signal only sets the flag, a second
+// SIGINT ends the process (checked in a death-test child), handlers are restored on destruction,
+// and only one StopRequest may exist at a time.
+#include "train/signals.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <csignal>
+
+#include "runtime/core/error.h"
+
+namespace mt::train {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(StopRequest, SigintSetsTheFlag) {
+  EXPECT_FALSE(stop_requested());  // none installed
+  StopRequest stop;
+  EXPECT_FALSE(stop.stop_requested());
+  EXPECT_FALSE(stop_requested());
+  ASSERT_EQ(std::raise(SIGINT), 0);  // handled: the test process survives
+  EXPECT_TRUE(stop.stop_requested());
+  EXPECT_TRUE(stop_requested());
+  EXPECT_EQ(stop.signal_number(), SIGINT);
+  stop.clear();
+  EXPECT_FALSE(stop_requested());
+  EXPECT_EQ(stop.signal_number(), 0);
+}
+
+TEST(StopRequest, SigtermSetsTheFlag) {
+  StopRequest stop;
+  ASSERT_EQ(std::raise(SIGTERM), 0);
+  EXPECT_TRUE(stop_requested());
+  EXPECT_EQ(stop.signal_number(), SIGTERM);
+}
+
+TEST(StopRequest, RequestStopWithoutSignal) {
+  StopRequest stop;
+  stop.request_stop();
+  EXPECT_TRUE(stop_requested());
+  EXPECT_EQ(stop.signal_number(), 0);
+}
+
+TEST(StopRequest, OnlyOneAtATime) {
+  StopRequest stop;
+  try {
+    StopRequest second;
+    FAIL() << "expected mt::Error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("already installed"));
+  }
+  EXPECT_FALSE(stop_requested());  // the failed one changed nothing
+}
+
+TEST(StopRequest, RestoresPreviousHandlerOnDestruction) {
+  struct sigaction before {};
+  ASSERT_EQ(sigaction(SIGINT, nullptr, &before), 0);
+  {
+    StopRequest stop;
+    struct sigaction during {};
+    sigaction(SIGINT, nullptr, &during);
+    EXPECT_NE(during.sa_handler, before.sa_handler);
+  }
+  struct sigaction after {};
+  sigaction(SIGINT, nullptr, &after);
+  EXPECT_EQ(after.sa_handler, before.sa_handler);
+  EXPECT_FALSE(stop_requested());
+  // A new one can be installed again, and is fresh.
+  StopRequest again;
+  EXPECT_FALSE(again.stop_requested());
+}
+
+TEST(StopRequestDeathTest, SecondSigintExitsImmediately) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        StopRequest stop;
+        std::raise(SIGINT);
+        if (!stop_requested()) std::_Exit(3);  // the first one must only set the flag
+        std::raise(SIGINT);                    // default action: killed here
+        std::_Exit(0);
+      },
+      ::testing::KilledBySignal(SIGINT), "SIGINT received");
+}
+
+TEST(StopRequestDeathTest, SecondSigtermExitsImmediately) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        StopRequest stop;
+        std::raise(SIGTERM);
+        if (!stop_requested()) std::_Exit(3);
+        std::raise(SIGTERM);
+        std::_Exit(0);
+      },
+      ::testing::KilledBySignal(SIGTERM), "SIGTERM received");
+}
+
+}  // namespace
+}  // namespace mt::train

@@ -1,0 +1,82 @@
+#include "train/signals.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "runtime/core/error.h"
+
+namespace mt::train {
+
+namespace {
+std::atomic<bool> g_installed{false};
+std::atomic<bool> g_stop{false};
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free,
+              "the signal handler needs lock-free atomics");
+
+struct sigaction g_old_int, g_old_term;
+
+void write_stderr(const char* s) {
+  // Async-signal-safe; the result is deliberately ignored (nothing to do if stderr is closed).
+  const ssize_t r = ::write(STDERR_FILENO, s, std::strlen(s));
+  (void)r;
+}
+
+extern "C" void on_stop_signal(int sig) {
+  const int saved_errno = errno;
+  g_signal.store(sig, std::memory_order_relaxed);
+  g_stop.store(true, std::memory_order_release);
+  write_stderr(sig == SIGINT ? "\nminititan: SIGINT received, stopping at the end of this step "
+                               "(press Ctrl-C again to exit now)\n"
+                             : "\nminititan: SIGTERM received, stopping at the end of this step\n");
+  errno = saved_errno;
+}
+}  // namespace
+
+StopRequest::StopRequest() {
+  bool expected = false;
+  MT_CHECK(g_installed.compare_exchange_strong(expected, true),
+           "StopRequest: a StopRequest is already installed (only one may exist at a time)");
+  g_stop.store(false);
+  g_signal.store(0);
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND | SA_RESTART;  // the second signal gets the default action
+  if (sigaction(SIGINT, &sa, &g_old_int) != 0) {
+    g_installed.store(false);
+    MT_FAIL("StopRequest: cannot install the SIGINT handler: ", std::strerror(errno));
+  }
+  if (sigaction(SIGTERM, &sa, &g_old_term) != 0) {
+    const int err = errno;
+    sigaction(SIGINT, &g_old_int, nullptr);
+    g_installed.store(false);
+    MT_FAIL("StopRequest: cannot install the SIGTERM handler: ", std::strerror(err));
+  }
+}
+
+StopRequest::~StopRequest() {
+  sigaction(SIGINT, &g_old_int, nullptr);
+  sigaction(SIGTERM, &g_old_term, nullptr);
+  g_stop.store(false);
+  g_signal.store(0);
+  g_installed.store(false);
+}
+
+bool StopRequest::stop_requested() const { return g_stop.load(std::memory_order_acquire); }
+int StopRequest::signal_number() const { return g_signal.load(std::memory_order_relaxed); }
+void StopRequest::request_stop() { g_stop.store(true, std::memory_order_release); }
+void StopRequest::clear() {
+  g_stop.store(false);
+  g_signal.store(0);
+}
+
+bool stop_requested() {
+  return g_installed.load(std::memory_order_acquire) && g_stop.load(std::memory_order_acquire);
+}
+
+}  // namespace mt::train

@@ -1,0 +1,33 @@
+// Clean stop on Ctrl-C: while a StopRequest is alive, the first SIGINT or SIGTERM only sets a flag
+// (the trainer checks stop_requested() at the end of each step, saves what it must and says where
+// it stopped), and prints a short note to stderr. The handler is installed with SA_RESETHAND, so a
+// second signal of the same kind gets the default action: a second Ctrl-C ends the process at
+// once. Destroying the StopRequest restores the handlers that were there before.
+//
+// The handler only stores to lock-free atomics and calls write(2), both async-signal-safe. One
+// StopRequest may be installed at a time (a second one throws). In a multi-rank run each rank sees
+// its own signal; the trainer must agree on the stop step across ranks (e.g. an all-reduce of the
+// flag) before acting on it.
+#pragma once
+
+namespace mt::train {
+
+class StopRequest {
+ public:
+  StopRequest();  // installs the SIGINT and SIGTERM handlers; throws mt::Error if one is installed
+  ~StopRequest();
+  StopRequest(const StopRequest&) = delete;
+  StopRequest& operator=(const StopRequest&) = delete;
+
+  bool stop_requested() const;
+  // The signal that asked to stop (SIGINT, SIGTERM), or 0 (also after request_stop()).
+  int signal_number() const;
+  // Asks to stop without a signal (e.g. another rank asked) / forgets a request.
+  void request_stop();
+  void clear();
+};
+
+// Whether a stop was requested (false when no StopRequest is installed).
+bool stop_requested();
+
+}  // namespace mt::train
