@@ -13,6 +13,20 @@ std::atomic<uint64_t> g_next_sequence_nr{0};
 
 Node::Node() : sequence_nr_(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
 
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> stack;
+  auto take_edges = [&stack](std::vector<Edge>& edges) {
+    for (Edge& e : edges)
+      if (e.node) stack.push_back(std::move(e.node));
+  };
+  take_edges(next_edges_);
+  while (!stack.empty()) {
+    std::shared_ptr<Node> node = std::move(stack.back());
+    stack.pop_back();
+    if (node.use_count() == 1) take_edges(node->next_edges_);  // we hold the last reference
+  }  // `node` dies here with no edges left, so its destructor does not recurse
+}
+
 uint32_t Node::add_output(OutputMeta meta) {
   outputs_.push_back(std::move(meta));
   return uint32_t(outputs_.size() - 1);

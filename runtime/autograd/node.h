@@ -32,7 +32,9 @@ struct OutputMeta {
 class Node {
  public:
   Node();
-  virtual ~Node() = default;
+  // Tears down the nodes only this one keeps alive iteratively: a long graph must not overflow
+  // the stack through nested shared_ptr destructors.
+  virtual ~Node();
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 

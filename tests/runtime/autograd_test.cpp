@@ -43,6 +43,10 @@ TEST(Autograd, LongChainRunsWithoutRecursion) {
   for (int i = 0; i < 100000; ++i) y = add(y, 1.0);
   sum(y).backward();  // a recursive walk would overflow the stack here
   EXPECT_EQ(x.grad().item<double>(), 1.0);
+  // Dropping a 100k-node graph that was never run backward must not recurse either.
+  Tensor z = x;
+  for (int i = 0; i < 100000; ++i) z = add(z, 1.0);
+  z = Tensor();
 }
 
 TEST(Autograd, NoGradAndDetachRecordNothing) {
