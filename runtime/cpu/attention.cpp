@@ -5,12 +5,13 @@
 // bookkeeping is plain loops. Nothing of size [T, S] is ever allocated.
 // Forward: one task per (batch, query head, query block); key blocks are visited in order with an
 // online softmax (running max m, running sum l, accumulator rescaled by exp(m_old - m_new)).
-// Backward, in two passes so that no two threads ever add into the same gradient element:
-//   dq:     tasks over (batch, query head, query block), each owning its rows of dq;
-//   dk, dv: tasks over (batch, kv head, key block), each owning its keys and looping over the
-//           query heads of its group and the query blocks in a fixed order.
-// Both passes recompute p = exp(scale * q.k - lse). Every task writes only its own outputs and
-// its sums run in a fixed order, so the OpenMP schedule cannot change a single bit of the result.
+// Backward: no two threads ever add into the same gradient element.
+//   dk, dv (and dq): tasks over (batch, kv head), each owning that head's keys and the rows of dq
+//           of its group of query heads; key blocks, query heads and query blocks are visited in
+//           a fixed order, so one pass recomputes p = exp(scale * q.k - lse) once per tile;
+//   dq alone (k and v need no gradient): tasks over (batch, query head, query block).
+// Every task writes only its own outputs and its sums run in a fixed order, so the OpenMP
+// schedule cannot change a single bit of the result.
 #include "runtime/kernels/attention.h"
 
 #include <cblas.h>
@@ -219,7 +220,7 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
                });
   const int64_t qblocks = (g.t + kQueryBlock - 1) / kQueryBlock;
 
-  if (dq.defined()) {
+  if (dq.defined() && !dk.defined()) {
     C* dqp = dq.data<C>();
     parallel_tasks(g.batch * g.hq * qblocks, pass_work(g), [&](int64_t task) {
       const int64_t bh = task / qblocks, qb = task % qblocks;
@@ -242,37 +243,54 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
         gemm(false, false, rows, g.d, n, C(scale), ds.data(), n, K + j0 * g.d, g.d, C(1), dqb, g.d);
       }
     });
+    return;
   }
+  if (!dk.defined()) return;
 
-  if (dk.defined()) {
-    C* dkp = dk.data<C>();
-    C* dvp = dv.data<C>();
-    const int64_t kblocks = (g.s + kKeyBlock - 1) / kKeyBlock;
-    parallel_tasks(g.batch * g.hkv * kblocks, pass_work(g), [&](int64_t task) {
-      const int64_t bkv = task / kblocks, kb = task % kblocks;
-      const int64_t b = bkv / g.hkv, hk = bkv % g.hkv;
-      const int64_t j0 = kb * kKeyBlock, n = std::min(g.s, j0 + kKeyBlock) - j0;
-      const C* K = kp + (bkv * g.s + j0) * g.d;
-      const C* V = vp + (bkv * g.s + j0) * g.dv;
-      C* dkb = dkp + (bkv * g.s + j0) * g.d;
-      C* dvb = dvp + (bkv * g.s + j0) * g.dv;
-      std::fill(dkb, dkb + n * g.d, C(0));
-      std::fill(dvb, dvb + n * g.dv, C(0));
-      std::vector<C> s(size_t(kQueryBlock * n)), ds(s.size());
-      for (int64_t member = 0; member < g.group; ++member) {  // fixed order: deterministic
-        const int64_t bh = b * g.hq + hk * g.group + member;
-        for (int64_t qb = g.query_begin(j0) / kQueryBlock; qb < qblocks; ++qb) {
-          const int64_t i0 = qb * kQueryBlock, rows = std::min(g.t, i0 + kQueryBlock) - i0;
-          const int64_t row0 = bh * g.t + i0;
-          const C* Q = qp + row0 * g.d;
-          const C* dO = gp + row0 * g.dv;
-          gemm(false, true, rows, n, g.d, C(scale), Q, g.d, K, g.d, C(0), s.data(), n);
-          gemm(false, true, rows, n, g.dv, C(1), dO, g.dv, V, g.dv, C(0), ds.data(), n);
-          probabilities(g, i0, rows, j0, n, lp + row0, delta.data() + row0, s.data(), ds.data());
-          gemm(true, false, n, g.dv, rows, C(1), s.data(), n, dO, g.dv, C(1), dvb, g.dv);
-          gemm(true, false, n, g.d, rows, C(scale), ds.data(), n, Q, g.d, C(1), dkb, g.d);
-        }
+  C* dkp = dk.data<C>();
+  C* dvp = dv.data<C>();
+  C* dqp = dq.defined() ? dq.data<C>() : nullptr;  // accumulated here when wanted
+  if (dqp) std::fill(dqp, dqp + dq.numel(), C(0));
+  const int64_t kblocks = (g.s + kKeyBlock - 1) / kKeyBlock;
+  // One key block of one (batch, kv head): its dk/dv rows, plus dq rows of the group's heads.
+  auto key_block = [&](int64_t bkv, int64_t kb, std::vector<C>& s, std::vector<C>& ds) {
+    const int64_t b = bkv / g.hkv, hk = bkv % g.hkv;
+    const int64_t j0 = kb * kKeyBlock, n = std::min(g.s, j0 + kKeyBlock) - j0;
+    const C* K = kp + (bkv * g.s + j0) * g.d;
+    const C* V = vp + (bkv * g.s + j0) * g.dv;
+    C* dkb = dkp + (bkv * g.s + j0) * g.d;
+    C* dvb = dvp + (bkv * g.s + j0) * g.dv;
+    std::fill(dkb, dkb + n * g.d, C(0));
+    std::fill(dvb, dvb + n * g.dv, C(0));
+    for (int64_t member = 0; member < g.group; ++member) {  // fixed order: deterministic
+      const int64_t bh = b * g.hq + hk * g.group + member;
+      for (int64_t qb = g.query_begin(j0) / kQueryBlock; qb < qblocks; ++qb) {
+        const int64_t i0 = qb * kQueryBlock, rows = std::min(g.t, i0 + kQueryBlock) - i0;
+        const int64_t row0 = bh * g.t + i0;
+        const C* Q = qp + row0 * g.d;
+        const C* dO = gp + row0 * g.dv;
+        gemm(false, true, rows, n, g.d, C(scale), Q, g.d, K, g.d, C(0), s.data(), n);
+        gemm(false, true, rows, n, g.dv, C(1), dO, g.dv, V, g.dv, C(0), ds.data(), n);
+        probabilities(g, i0, rows, j0, n, lp + row0, delta.data() + row0, s.data(), ds.data());
+        gemm(true, false, n, g.dv, rows, C(1), s.data(), n, dO, g.dv, C(1), dvb, g.dv);
+        gemm(true, false, n, g.d, rows, C(scale), ds.data(), n, Q, g.d, C(1), dkb, g.d);
+        if (dqp)
+          gemm(false, false, rows, g.d, n, C(scale), ds.data(), n, K, g.d, C(1), dqp + row0 * g.d,
+               g.d);
       }
+    }
+  };
+  if (dqp) {
+    // dq rows are shared by all key blocks of a kv head: one task per (batch, kv head), key
+    // blocks in order (so every dq row sums its key blocks in ascending order).
+    parallel_tasks(g.batch * g.hkv, pass_work(g), [&](int64_t bkv) {
+      std::vector<C> s(size_t(kQueryBlock * kKeyBlock)), ds(s.size());
+      for (int64_t kb = 0; kb < kblocks; ++kb) key_block(bkv, kb, s, ds);
+    });
+  } else {
+    parallel_tasks(g.batch * g.hkv * kblocks, pass_work(g), [&](int64_t task) {
+      std::vector<C> s(size_t(kQueryBlock * kKeyBlock)), ds(s.size());
+      key_block(task / kblocks, task % kblocks, s, ds);
     });
   }
 }

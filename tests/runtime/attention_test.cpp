@@ -187,6 +187,28 @@ TEST(Attention, BitIdenticalAcrossThreadCounts) {
   EXPECT_EQ(runs[0][3], runs[1][3]) << "dv";
 }
 
+TEST(Attention, PartialGradientsMatchTheFullBackward) {
+  // The kernel has three backward paths: dq alone, dk/dv alone, and all three in one pass.
+  const Tensor q0 = randn_as({2, 4, 80, 16}, DType::F64, 80);
+  const Tensor k0 = randn_as({2, 2, 96, 16}, DType::F64, 81);
+  const Tensor v0 = randn_as({2, 2, 96, 16}, DType::F64, 82);
+  const Tensor dy = randn_as({2, 4, 80, 16}, DType::F64, 83);
+  auto grads = [&](bool need_q, bool need_kv) {
+    Tensor q = q0.clone().set_requires_grad(need_q), k = k0.clone().set_requires_grad(need_kv),
+           v = v0.clone().set_requires_grad(need_kv);
+    scaled_dot_product_attention(q, k, v).backward(dy);
+    return std::vector<Tensor>{q.grad(), k.grad(), v.grad()};
+  };
+  const auto all = grads(true, true);
+  const auto only_q = grads(true, false);
+  const auto only_kv = grads(false, true);
+  EXPECT_TRUE(all_close(only_q[0], all[0], 1e-12, 1e-12));
+  EXPECT_FALSE(only_q[1].defined());
+  EXPECT_FALSE(only_kv[0].defined());
+  EXPECT_TRUE(all_close(only_kv[1], all[1], 1e-12, 1e-12));
+  EXPECT_TRUE(all_close(only_kv[2], all[2], 1e-12, 1e-12));
+}
+
 TEST(Attention, F32GradientsMatchF64) {
   const Tensor q0 = randn_as({1, 4, 40, 8}, DType::F32, 80);
   const Tensor k0 = randn_as({1, 2, 70, 8}, DType::F32, 81);
