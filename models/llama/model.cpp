@@ -1,9 +1,11 @@
 #include "models/llama/model.h"
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "runtime/core/error.h"
+#include "runtime/core/grad_mode.h"
 #include "runtime/ops/attention.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/rope.h"
@@ -57,18 +59,24 @@ Attention::Attention(const ModelArgs& args, double out_init_std, TensorOptions o
   wo = register_module("wo", lin(q, d, out_init_std));
 }
 
-Tensor Attention::operator()(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  return call({x, cos, sin}, [this](const std::vector<Tensor>& in) {
+Tensor Attention::operator()(const Tensor& x, const Tensor& cos, const Tensor& sin, KVCache* cache,
+                             int64_t layer) {
+  return call({x, cos, sin}, [this, cache, layer](const std::vector<Tensor>& in) {
     const Tensor& h = in[0];
     const int64_t b = h.size(0), t = h.size(1);
+    const int64_t pos = cache != nullptr ? cache->length() : 0;
     // [B, T, H, D]: RoPE works per (token, head); attention wants [B, H, T, D].
     Tensor xq = (*wq)(h).view({b, t, n_heads_, head_dim_});
     Tensor xk = (*wk)(h).view({b, t, n_kv_heads_, head_dim_});
     Tensor xv = (*wv)(h).view({b, t, n_kv_heads_, head_dim_});
-    xq = runtime::apply_rope(xq, in[1], in[2]);
-    xk = runtime::apply_rope(xk, in[1], in[2]);
-    Tensor out = runtime::scaled_dot_product_attention(xq.transpose(1, 2), xk.transpose(1, 2),
-                                                       xv.transpose(1, 2), /*causal=*/true);
+    xq = runtime::apply_rope(xq, in[1], in[2], pos);
+    xk = runtime::apply_rope(xk, in[1], in[2], pos);
+    Tensor keys = xk.transpose(1, 2), values = xv.transpose(1, 2);
+    // Cached: the queries at [pos, pos + t) see keys [0, pos + t); the causal mask is aligned
+    // bottom-right, so query i sees keys j <= pos + i.
+    if (cache != nullptr) std::tie(keys, values) = cache->append(layer, keys, values);
+    Tensor out = runtime::scaled_dot_product_attention(xq.transpose(1, 2), keys, values,
+                                                       /*causal=*/true);
     return (*wo)(out.transpose(1, 2).reshape({b, t, n_heads_ * head_dim_}));
   });
 }
@@ -108,9 +116,11 @@ TransformerBlock::TransformerBlock(int64_t layer_id_, const ModelArgs& args, Ten
       register_module("ffn_norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
 }
 
-Tensor TransformerBlock::operator()(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  return call({x, cos, sin}, [this](const std::vector<Tensor>& in) {
-    Tensor h = runtime::add(in[0], (*attention)((*attention_norm)(in[0]), in[1], in[2]));
+Tensor TransformerBlock::operator()(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                                    KVCache* cache) {
+  return call({x, cos, sin}, [this, cache](const std::vector<Tensor>& in) {
+    Tensor h =
+        runtime::add(in[0], (*attention)((*attention_norm)(in[0]), in[1], in[2], cache, layer_id));
     return runtime::add(h, (*feed_forward)((*ffn_norm)(h)));
   });
 }
@@ -157,7 +167,7 @@ Transformer::Transformer(const ModelArgs& args, uint64_t seed, TensorOptions opt
   init_weights(seed);
 }
 
-Tensor Transformer::operator()(const Tensor& tokens) {
+void Transformer::check_tokens(const Tensor& tokens) const {
   MT_CHECK(tokens.defined() && tokens.dim() == 2 &&
                (tokens.dtype() == DType::I64 || tokens.dtype() == DType::I32),
            "llama Transformer: expected tokens [B, T] of i64 or i32, got ",
@@ -167,13 +177,56 @@ Tensor Transformer::operator()(const Tensor& tokens) {
            "llama Transformer: sequence length ", tokens.size(1),
            " outside [1, max_seq_len = ", args_.max_seq_len, "] (tokens of shape ", tokens.shape(),
            ")");
+}
+
+Tensor Transformer::logits_from_hidden(const Tensor& h) {
+  Tensor logits = (*output)((*norm)(h));
+  const DType dt = logits.dtype();
+  return (dt == DType::BF16 || dt == DType::F16) ? logits.to(DType::F32) : logits;
+}
+
+Tensor Transformer::operator()(const Tensor& tokens) {
+  check_tokens(tokens);
   return call({tokens}, [this](const std::vector<Tensor>& in) {
     Tensor h = (*tok_embeddings)(in[0]);
     for (const auto& block : blocks) h = (*block)(h, rope_cos, rope_sin);
-    Tensor logits = (*output)((*norm)(h));
-    const DType dt = logits.dtype();
-    return (dt == DType::BF16 || dt == DType::F16) ? logits.to(DType::F32) : logits;
+    return logits_from_hidden(h);
   });
+}
+
+Tensor Transformer::forward_cached(const Tensor& tokens, KVCache& cache) {
+  check_tokens(tokens);
+  const int64_t t = tokens.size(1);
+  MT_CHECK(cache.n_layers() == args_.n_layers && cache.n_kv_heads() == args_.kv_heads() &&
+               cache.head_dim() == args_.head_dim() && cache.batch() == tokens.size(0),
+           "llama Transformer::forward_cached: cache of ", cache.n_layers(), " layers, batch ",
+           cache.batch(), ", ", cache.n_kv_heads(), " kv heads of dim ", cache.head_dim(),
+           " does not fit this model (", args_.n_layers, " layers, ", args_.kv_heads(),
+           " kv heads of dim ", args_.head_dim(), ") and tokens of shape ", tokens.shape());
+  MT_CHECK(cache.length() + t <= cache.max_seq(),
+           "llama Transformer::forward_cached: ", cache.length(), " cached + ", t,
+           " new tokens exceed the cache's max_seq ", cache.max_seq(),
+           " (model max_seq_len = ", args_.max_seq_len, ")");
+  runtime::NoGradGuard no_grad;
+  cache.discard_pending();
+  try {
+    Tensor logits = call({tokens}, [this, &cache](const std::vector<Tensor>& in) {
+      Tensor h = (*tok_embeddings)(in[0]);
+      for (const auto& block : blocks) h = (*block)(h, rope_cos, rope_sin, &cache);
+      return logits_from_hidden(h);
+    });
+    cache.advance(t);
+    return logits;
+  } catch (...) {
+    cache.discard_pending();
+    throw;
+  }
+}
+
+KVCache Transformer::make_kv_cache(int64_t batch, int64_t max_seq) const {
+  const Tensor& w = tok_embeddings->weight;
+  return KVCache(args_, batch, TensorOptions{}.with_dtype(w.dtype()).with_device(w.device()),
+                 max_seq);
 }
 
 void Transformer::set_activation_checkpoint_mode(ActivationCheckpointMode mode) {

@@ -31,6 +31,12 @@
 //
 // Logits come back in the parameters' dtype, except 16-bit parameters, whose logits are cast to
 // f32 (torchtitan's `output(h).float()`).
+//
+// Incremental decoding (inference): forward_cached(tokens, cache) runs the same layers over new
+// tokens at position offset p = cache.length() (RoPE at p + t), appending their keys and values to
+// a KVCache (models/llama/kv_cache.h) and attending over the cached [0, p + T) with the causal mask
+// aligned bottom-right; its logits equal the full-sequence forward's at those positions (to
+// rounding). models/llama/generate.h samples text with it.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "models/llama/kv_cache.h"
 #include "models/llama/model_args.h"
 #include "runtime/nn/embedding.h"
 #include "runtime/nn/linear.h"
@@ -73,8 +80,11 @@ class InitEmbedding : public nn::Embedding {
 class Attention : public nn::Module {
  public:
   Attention(const ModelArgs& args, double out_init_std, TensorOptions options);
-  // x [B, T, dim]; cos/sin: the RoPE tables [max_seq_len, head_dim / 2].
-  Tensor operator()(const Tensor& x, const Tensor& cos, const Tensor& sin);
+  // x [B, T, dim]; cos/sin: the RoPE tables [max_seq_len, head_dim / 2]. With a cache, x holds
+  // the tokens at positions [cache->length(), + T): their keys/values go into layer `layer` of the
+  // cache and the queries attend over every cached position.
+  Tensor operator()(const Tensor& x, const Tensor& cos, const Tensor& sin, KVCache* cache = nullptr,
+                    int64_t layer = 0);
 
   std::shared_ptr<InitLinear> wq, wk, wv, wo;
 
@@ -93,7 +103,9 @@ class FeedForward : public nn::Module {
 class TransformerBlock : public nn::Module {
  public:
   TransformerBlock(int64_t layer_id, const ModelArgs& args, TensorOptions options);
-  Tensor operator()(const Tensor& x, const Tensor& cos, const Tensor& sin);
+  // With a cache: incremental decoding, using layer `layer_id` of the cache (see Attention).
+  Tensor operator()(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                    KVCache* cache = nullptr);
 
   std::shared_ptr<Attention> attention;
   std::shared_ptr<FeedForward> feed_forward;
@@ -113,6 +125,16 @@ class Transformer : public nn::Module {
   // tokens [B, T] (i64 or i32, values in [0, vocab_size), T <= max_seq_len) -> logits [B, T, V].
   Tensor operator()(const Tensor& tokens);
 
+  // Incremental decoding, always without autograd: tokens [B, T] at positions
+  // [cache.length(), cache.length() + T) -> logits [B, T, V] (as operator()); appends the tokens'
+  // keys and values to `cache` and advances it by T. The prefill passes the whole prompt, then one
+  // token per step. Errors (cache of another shape, cache.length() + T > cache.max_seq()) leave
+  // the cache unchanged.
+  Tensor forward_cached(const Tensor& tokens, KVCache& cache);
+  // An empty cache for `batch` sequences of up to max_seq tokens (0: args().max_seq_len), in the
+  // parameters' dtype and device.
+  KVCache make_kv_cache(int64_t batch, int64_t max_seq = 0) const;
+
   // Full: every TransformerBlock runs under activation checkpointing (recomputed in backward).
   void set_activation_checkpoint_mode(ActivationCheckpointMode mode);
 
@@ -126,6 +148,9 @@ class Transformer : public nn::Module {
   Tensor rope_cos, rope_sin;  // non-persistent buffers
 
  private:
+  void check_tokens(const Tensor& tokens) const;
+  Tensor logits_from_hidden(const Tensor& h);
+
   ModelArgs args_;
 };
 

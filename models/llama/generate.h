@@ -1,0 +1,54 @@
+// Text generation from the Llama Transformer with a KV cache: the prompt is processed at once
+// (prefill), then one token per step (Transformer::forward_cached), each drawn from the last
+// position's logits by sample_next_token:
+//   temperature 0      greedy: the argmax (ties: the lowest id)
+//   temperature T > 0  softmax(logits / T) restricted to the top_k largest logits (top_k 0: the
+//                      whole vocabulary; top_k >= vocab is the whole vocabulary too), drawn by
+//                      inverse CDF over the candidates in descending order with the uniform
+//                      u = uniform_at(RandomKey(seed, "generate"), step): the same seed gives the
+//                      same sample on any machine and thread count.
+// Generation stops after an EOS token (which is returned), after max_new_tokens, or when prompt +
+// generated tokens reach the model's max_seq_len (every returned token can be fed back).
+// Batch 1; token ids only (the tokenizer lives in data/: tools/generate.cpp does text).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "models/llama/model.h"
+#include "runtime/core/rng.h"
+
+namespace mt::models::llama {
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 64;                   // >= 0
+  double temperature = 0.0;                      // >= 0; 0: greedy
+  int64_t top_k = 0;                             // >= 0; 0: no top-k filter
+  uint64_t seed = 0;                             // sampling stream RandomKey(seed, "generate")
+  std::optional<int64_t> eos_id = std::nullopt;  // stop after this token
+};
+
+enum class StopReason { Eos, MaxNewTokens, MaxSeqLen };
+const char* stop_reason_name(StopReason reason);  // "eos", "max_new_tokens", "max_seq_len"
+
+struct GenerateResult {
+  std::vector<int64_t> tokens;  // the new tokens (the prompt not included; EOS included)
+  StopReason stop_reason = StopReason::MaxNewTokens;
+};
+
+// Throws mt::Error naming the field for temperature < 0 or not finite, top_k < 0,
+// max_new_tokens < 0.
+void validate(const GenerateOptions& options);
+
+// The next token from logits [V] (any floating dtype; computed in f64) as described above, with
+// the uniform draw number `step`. Throws on non-finite logits.
+int64_t sample_next_token(const Tensor& logits, double temperature, int64_t top_k,
+                          const runtime::RandomKey& key, uint64_t step);
+
+// Generates up to options.max_new_tokens after `prompt` (1 <= size <= max_seq_len, ids in
+// [0, vocab)). Leaves the model's autograd state alone (runs without grad).
+GenerateResult generate(Transformer& model, const std::vector<int64_t>& prompt,
+                        const GenerateOptions& options);
+
+}  // namespace mt::models::llama

@@ -1,0 +1,92 @@
+#include "models/llama/kv_cache.h"
+
+#include "runtime/core/error.h"
+#include "runtime/core/grad_mode.h"
+#include "runtime/ops/factory.h"
+
+namespace mt::models::llama {
+
+using runtime::Shape;
+using runtime::Tensor;
+
+KVCache::KVCache(const ModelArgs& args, int64_t batch, runtime::TensorOptions options,
+                 int64_t max_seq)
+    : batch_(batch),
+      n_kv_heads_(args.kv_heads()),
+      head_dim_(args.head_dim()),
+      max_seq_(max_seq == 0 ? args.max_seq_len : max_seq) {
+  args.validate();
+  MT_CHECK(batch >= 1, "llama KVCache: expected batch >= 1, got ", batch);
+  MT_CHECK(max_seq_ >= 1 && max_seq_ <= args.max_seq_len,
+           "llama KVCache: expected max_seq in [1, max_seq_len = ", args.max_seq_len, "], got ",
+           max_seq);
+  MT_CHECK(runtime::is_floating(options.dtype), "llama KVCache: expected a floating dtype, got ",
+           runtime::dtype_name(options.dtype));
+  options.requires_grad = false;
+  const Shape shape{batch_, n_kv_heads_, max_seq_, head_dim_};
+  for (int64_t i = 0; i < args.n_layers; ++i) {
+    k_.push_back(runtime::zeros(shape, options));
+    v_.push_back(runtime::zeros(shape, options));
+  }
+  pending_.assign(size_t(args.n_layers), 0);
+}
+
+void KVCache::check_layer(int64_t layer, const char* what) const {
+  MT_CHECK(layer >= 0 && layer < n_layers(), "llama KVCache::", what, ": layer ", layer,
+           " outside [0, ", n_layers(), ")");
+}
+
+std::pair<Tensor, Tensor> KVCache::append(int64_t layer, const Tensor& k, const Tensor& v) {
+  check_layer(layer, "append");
+  MT_CHECK(k.defined() && v.defined() && k.dim() == 4 && k.shape() == v.shape(),
+           "llama KVCache::append: layer ", layer,
+           ": expected k and v of one shape [B, n_kv_heads, T, head_dim], got ",
+           k.defined() ? k.shape() : Shape{}, " and ", v.defined() ? v.shape() : Shape{});
+  const int64_t t = k.size(2);
+  MT_CHECK(k.size(0) == batch_ && k.size(1) == n_kv_heads_ && k.size(3) == head_dim_ && t >= 1,
+           "llama KVCache::append: layer ", layer, ": expected k of shape [", batch_, ", ",
+           n_kv_heads_, ", T >= 1, ", head_dim_, "], got ", k.shape());
+  MT_CHECK(k.dtype() == dtype() && v.dtype() == dtype(), "llama KVCache::append: layer ", layer,
+           ": expected ", runtime::dtype_name(dtype()), " keys and values, got ",
+           runtime::dtype_name(k.dtype()), " and ", runtime::dtype_name(v.dtype()));
+  MT_CHECK(pending_[size_t(layer)] == 0, "llama KVCache::append: layer ", layer,
+           " appended twice without advance()");
+  MT_CHECK(length_ + t <= max_seq_, "llama KVCache::append: ", length_, " cached + ", t,
+           " new tokens exceed the cache's max_seq ", max_seq_);
+  runtime::NoGradGuard no_grad;
+  const Tensor& kc = k_[size_t(layer)];
+  const Tensor& vc = v_[size_t(layer)];
+  kc.narrow(2, length_, t).copy_(k);
+  vc.narrow(2, length_, t).copy_(v);
+  pending_[size_t(layer)] = t;
+  return {kc.narrow(2, 0, length_ + t), vc.narrow(2, 0, length_ + t)};
+}
+
+void KVCache::advance(int64_t t) {
+  MT_CHECK(t >= 1, "llama KVCache::advance: expected t >= 1, got ", t);
+  for (int64_t i = 0; i < n_layers(); ++i) {
+    MT_CHECK(pending_[size_t(i)] == t, "llama KVCache::advance(", t, "): layer ", i, " appended ",
+             pending_[size_t(i)], " tokens");
+  }
+  length_ += t;
+  discard_pending();
+}
+
+void KVCache::discard_pending() { pending_.assign(pending_.size(), 0); }
+
+void KVCache::reset() {
+  length_ = 0;
+  discard_pending();
+}
+
+const Tensor& KVCache::keys(int64_t layer) const {
+  check_layer(layer, "keys");
+  return k_[size_t(layer)];
+}
+
+const Tensor& KVCache::values(int64_t layer) const {
+  check_layer(layer, "values");
+  return v_[size_t(layer)];
+}
+
+}  // namespace mt::models::llama

@@ -1,0 +1,190 @@
+// mt_generate: samples text from a Llama model with a KV cache (models/llama/generate.h).
+//
+//   mt_generate --tokenizer TOKENIZER_JSON_OR_DIR --prompt "Once upon a time"
+//               [--max-new-tokens 64] [--temperature 0 (greedy)] [--top-k 0 (all)] [--seed 0]
+//               [--flavor debugmodel] [--max-seq-len N] [--init-seed 0] [--no-bos]
+//
+// The prompt is encoded with the tokenizer (BOS prepended when the tokenizer has one, unless
+// --no-bos); the model's vocab_size is the tokenizer's. stdout gets the prompt followed by the
+// generated text (a final EOS token is not printed); stderr gets the token counts, why it stopped
+// and the speed.
+//
+// GAP: trained weights cannot be loaded yet. Checkpoints are a later issue and no simpler weights
+// format exists, so the model is freshly initialised (from --init-seed) and a warning on stderr
+// says so; --checkpoint is rejected with a message until then. Until then, the way to see what a
+// model learned is the sample the train binary prints from its in-memory model at the end of
+// training (models::llama::generate).
+#include "models/llama/generate.h"
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer/bpe_tokenizer.h"
+#include "models/llama/model.h"
+#include "models/llama/model_args.h"
+#include "models/registry.h"
+#include "runtime/core/error.h"
+
+namespace {
+
+namespace llama = mt::models::llama;
+
+struct Args {
+  std::string tokenizer;
+  std::optional<std::string> prompt;
+  std::string flavor = "debugmodel";
+  std::optional<int64_t> max_seq_len;
+  uint64_t init_seed = 0;
+  bool add_bos = true;
+  llama::GenerateOptions gen;
+};
+
+void usage(std::ostream& os) {
+  os << "usage: mt_generate --tokenizer TOKENIZER_JSON_OR_DIR --prompt TEXT\n"
+        "         [--max-new-tokens N (64)] [--temperature T (0: greedy)] [--top-k K (0: all)]\n"
+        "         [--seed S (0)] [--flavor debugmodel] [--max-seq-len N] [--init-seed S (0)]\n"
+        "         [--no-bos]\n"
+        "Trained weights cannot be loaded yet (no checkpoint format): the model is freshly\n"
+        "initialised from --init-seed.\n";
+}
+
+int64_t parse_int(const std::string& flag, const std::string& s) {
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  MT_CHECK(used == s.size() && !s.empty(), "mt_generate: ", flag, " expects an integer, got '", s,
+           "'");
+  return v;
+}
+
+double parse_double(const std::string& flag, const std::string& s) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  MT_CHECK(used == s.size() && !s.empty(), "mt_generate: ", flag, " expects a number, got '", s,
+           "'");
+  return v;
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    bool has_value = false;
+    if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {
+      value = arg.substr(arg.find('=') + 1);
+      arg = arg.substr(0, arg.find('='));
+      has_value = true;
+    }
+    auto take = [&]() -> std::string {
+      if (has_value) return value;
+      MT_CHECK(i + 1 < argc, "mt_generate: ", arg, " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      usage(std::cout);
+      std::exit(0);
+    } else if (arg == "--tokenizer") {
+      a.tokenizer = take();
+    } else if (arg == "--prompt") {
+      a.prompt = take();
+    } else if (arg == "--max-new-tokens") {
+      a.gen.max_new_tokens = parse_int(arg, take());
+    } else if (arg == "--temperature") {
+      a.gen.temperature = parse_double(arg, take());
+    } else if (arg == "--top-k") {
+      a.gen.top_k = parse_int(arg, take());
+    } else if (arg == "--seed") {
+      const int64_t s = parse_int(arg, take());
+      MT_CHECK(s >= 0, "mt_generate: --seed expects a non-negative integer, got ", s);
+      a.gen.seed = uint64_t(s);
+    } else if (arg == "--init-seed") {
+      const int64_t s = parse_int(arg, take());
+      MT_CHECK(s >= 0, "mt_generate: --init-seed expects a non-negative integer, got ", s);
+      a.init_seed = uint64_t(s);
+    } else if (arg == "--flavor") {
+      a.flavor = take();
+    } else if (arg == "--max-seq-len") {
+      a.max_seq_len = parse_int(arg, take());
+    } else if (arg == "--no-bos") {
+      a.add_bos = false;
+    } else if (arg == "--checkpoint" || arg == "--weights") {
+      MT_FAIL("mt_generate: ", arg,
+              " is not supported yet: there is no checkpoint format to load trained weights from "
+              "(a later issue); generate from a freshly initialised model by leaving it out, or "
+              "see the sample the train binary prints at the end of training");
+    } else {
+      usage(std::cerr);
+      MT_FAIL("mt_generate: unknown argument '", arg, "'");
+    }
+  }
+  MT_CHECK(!a.tokenizer.empty(), "mt_generate: --tokenizer is required");
+  MT_CHECK(a.prompt.has_value(), "mt_generate: --prompt is required");
+  llama::validate(a.gen);  // temperature >= 0, top_k >= 0, max_new_tokens >= 0
+  return a;
+}
+
+int run(const Args& a) {
+  const auto tokenizer = mt::data::BpeTokenizer::from_file(a.tokenizer);
+  std::vector<int32_t> ids = tokenizer.encode(*a.prompt, a.add_bos && tokenizer.bos_id());
+  MT_CHECK(!ids.empty(),
+           "mt_generate: the prompt encodes to no tokens (an empty prompt needs a "
+           "tokenizer with a BOS token)");
+  const std::vector<int64_t> prompt(ids.begin(), ids.end());
+
+  mt::models::ModelSpec spec = mt::models::get_model_spec("llama3", a.flavor);
+  auto& margs = std::any_cast<llama::ModelArgs&>(*spec.args);
+  margs.vocab_size = tokenizer.vocab_size();
+  if (a.max_seq_len) margs.max_seq_len = *a.max_seq_len;
+  MT_CHECK(int64_t(prompt.size()) <= margs.max_seq_len, "mt_generate: the prompt is ",
+           prompt.size(), " tokens, longer than max_seq_len = ", margs.max_seq_len,
+           " (--max-seq-len)");
+  std::cerr << "mt_generate: WARNING: no trained weights loaded (checkpoint loading is not "
+               "implemented yet): sampling from a freshly initialised llama3 "
+            << a.flavor << " (init seed " << a.init_seed << "), the output is noise\n";
+  auto module = spec.build({.seed = a.init_seed});
+  auto* model = dynamic_cast<llama::Transformer*>(module.get());
+  MT_CHECK(model != nullptr, "mt_generate: the llama3 spec did not build a llama Transformer");
+
+  llama::GenerateOptions gen = a.gen;
+  if (const auto eos = tokenizer.eos_id()) gen.eos_id = *eos;
+  const auto start = std::chrono::steady_clock::now();
+  const llama::GenerateResult r = llama::generate(*model, prompt, gen);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  std::vector<int32_t> out(r.tokens.begin(), r.tokens.end());
+  if (r.stop_reason == llama::StopReason::Eos && !out.empty()) out.pop_back();
+  std::cout << *a.prompt << tokenizer.decode(out) << std::endl;
+  std::cerr << "mt_generate: prompt " << prompt.size() << " tokens, generated " << r.tokens.size()
+            << " tokens, stopped at " << llama::stop_reason_name(r.stop_reason) << ", " << seconds
+            << " s (" << (seconds > 0 ? double(r.tokens.size()) / seconds : 0.0) << " tokens/s)\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse_args(argc, argv));
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  }
+}
