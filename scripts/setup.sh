@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache
   libabsl-dev libtoml11-dev libhdf5-dev openmpi-bin libopenmpi-dev
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
+  fortunes
 )
 missing=()
 for p in "${packages[@]}"; do

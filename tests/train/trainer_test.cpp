@@ -1,0 +1,231 @@
+// The Trainer (train/trainer.h) end to end: a shrunk Llama debug model trained on tinyshakespeare
+// (tokenized on the fly with a small BPE tokenizer trained in the test) gets its loss below a
+// threshold, two runs give bit-for-bit identical losses (also with another thread count),
+// gradient accumulation matches one large batch, and config/data errors reach the user as
+// messages.
+#include "train/trainer.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer/bpe_tokenizer.h"
+#include "data/tokenizer/bpe_trainer.h"
+#include "models/llama/model_args.h"
+#include "runtime/core/error.h"
+#include "tests/testing/shared_data.h"
+#include "train/config/load.h"
+
+namespace mt::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_dir(const std::string& name) {
+  // Per process: ctest runs each TEST as its own process, several at once.
+  const fs::path dir =
+      fs::temp_directory_path() / ("mt_trainer_test_" + std::to_string(getpid()) + "_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// A 512-token BPE tokenizer trained on the first 200 kB of the corpus, saved once per process.
+fs::path small_tokenizer(const fs::path& corpus) {
+  static const fs::path dir = [&] {
+    const fs::path d = temp_dir("tokenizer");
+    std::ifstream in(corpus, std::ios::binary);
+    std::string text(200000, '\0');
+    in.read(text.data(), std::streamsize(text.size()));
+    text.resize(size_t(in.gcount()));
+    data::BpeTrainer trainer({.vocab_size = 512});
+    trainer.add_text(text);
+    data::BpeTokenizer(trainer.train()).save(d);
+    return d;
+  }();
+  return dir;
+}
+
+// dim 64, 2 layers, 4 heads: a step of 8 x 64 tokens takes milliseconds.
+void shrink(std::any& args) {
+  auto& a = std::any_cast<models::llama::ModelArgs&>(args);
+  a.dim = 64;
+  a.n_layers = 2;
+  a.n_heads = 4;
+  a.n_kv_heads = 2;
+  a.multiple_of = 32;
+}
+
+config::JobConfig tiny_config(const fs::path& corpus, const fs::path& dump,
+                              std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {
+      "--job.dump_folder=" + dump.string(),
+      "--model.tokenizer_path=" + small_tokenizer(corpus).string(),
+      "--training.dataset_path=" + corpus.string(),
+      "--training.local_batch_size=8",
+      "--training.seq_len=64",
+      "--training.steps=60",
+      "--training.seed=3",
+      "--training.deterministic=true",
+      "--training.mixed_precision_param=float32",
+      "--optimizer.lr=1e-2",
+      "--lr_scheduler.warmup_steps=1",
+      "--validation.enable=true",
+      "--validation.freq=30",
+      "--validation.steps=2",
+      "--metrics.log_freq=20",
+  };
+  args.insert(args.end(), extra.begin(), extra.end());
+  return config::load_config(fs::path(), args);
+}
+
+TrainResult run(const config::JobConfig& cfg, bool write_files = false) {
+  TrainerOptions options;
+  options.edit_model_args = shrink;
+  options.quiet = true;
+  options.handle_signals = false;
+  options.write_files = write_files;
+  options.sample_tokens = 0;
+  Trainer trainer(cfg, options);
+  return trainer.train();
+}
+
+double mean_last(const std::vector<double>& v, size_t n) {
+  return std::accumulate(v.end() - long(n), v.end(), 0.0) / double(n);
+}
+
+TEST(Trainer, LossFallsAndRunsAreBitForBitReproducible) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const fs::path dump = temp_dir("reproducible");
+  const int threads = omp_get_max_threads();
+  const TrainResult a = run(tiny_config(corpus, dump), /*write_files=*/true);
+  ASSERT_EQ(a.losses.size(), 60u);
+  EXPECT_EQ(a.steps_done, 60);
+  // ln(512) = 6.24 at the start; a bigram-level model is near 3.9.
+  EXPECT_GT(a.losses.front(), 5.8);
+  EXPECT_LT(mean_last(a.losses, 5), 4.6) << "the loss did not fall enough";
+  ASSERT_EQ(a.val_losses.size(), 2u);
+  EXPECT_EQ(a.val_losses[0].first, 30);
+  EXPECT_LT(a.val_losses[1].second, a.val_losses[0].second);
+  for (double g : a.grad_norms) EXPECT_TRUE(std::isfinite(g) && g > 0);
+  // The run's files.
+  EXPECT_TRUE(fs::exists(dump / "config.toml"));
+  EXPECT_TRUE(fs::exists(dump / "metrics.jsonl"));
+  EXPECT_TRUE(fs::exists(dump / "loss.svg"));
+  EXPECT_TRUE(fs::exists(dump / "tinyshakespeare.tokens.h5"));  // the tokenized text, cached
+
+  // Same config, another thread count: the same losses, bit for bit.
+  omp_set_num_threads(threads == 1 ? 2 : 1);
+  const TrainResult b = run(tiny_config(corpus, dump));
+  omp_set_num_threads(threads);
+  ASSERT_EQ(b.losses.size(), a.losses.size());
+  for (size_t i = 0; i < a.losses.size(); ++i)
+    EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
+  EXPECT_EQ(a.val_losses, b.val_losses);
+}
+
+TEST(Trainer, GradientAccumulationMatchesOneLargeBatch) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const fs::path dump = temp_dir("accumulation");
+  const std::vector<std::string> common = {"--training.steps=3", "--validation.enable=false"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), common.begin(), common.end());
+    return tiny_config(corpus, dump, extra);
+  };
+  // 8 rows at once vs 2 micro-batches of 4: the loader hands out the same windows in order.
+  const config::JobConfig one = with({"--training.local_batch_size=8"});
+  const config::JobConfig acc =
+      with({"--training.local_batch_size=4", "--training.global_batch_size=8"});
+  TrainerOptions options;
+  options.edit_model_args = shrink;
+  EXPECT_EQ(Trainer(acc, options).grad_accum_steps(), 2);
+  const TrainResult a = run(one), b = run(acc);
+  ASSERT_EQ(a.losses.size(), 3u);
+  ASSERT_EQ(b.losses.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NEAR(a.losses[i], b.losses[i], 1e-4) << "step " << i + 1;
+    EXPECT_NEAR(a.grad_norms[i], b.grad_norms[i], 1e-4 * a.grad_norms[i]) << "step " << i + 1;
+  }
+}
+
+TEST(Trainer, GeneratesASample) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const fs::path dump = temp_dir("sample");
+  TrainerOptions options;
+  options.edit_model_args = shrink;
+  options.quiet = true;
+  options.handle_signals = false;
+  options.write_files = false;
+  Trainer trainer(tiny_config(corpus, dump, {"--training.steps=2"}), options);
+  const std::string greedy = trainer.generate_sample("ROMEO:", 10, 0.0);
+  EXPECT_FALSE(greedy.empty());
+  EXPECT_EQ(greedy, trainer.generate_sample("ROMEO:", 10, 0.0));  // greedy is deterministic
+}
+
+TEST(Trainer, UnknownConfigKeyIsAConfigError) {
+  const fs::path dir = temp_dir("bad_key");
+  const fs::path file = dir / "bad.toml";
+  std::ofstream(file) << "[training]\nsteps = 10\nlocal_batch_sise = 4\n";
+  try {
+    (void)config::load_config(file);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("local_batch_sise"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("bad.toml"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("local_batch_size"), std::string::npos) << msg;  // did you mean
+  }
+}
+
+TEST(Trainer, MissingDatasetSaysHowToMakeIt) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const fs::path dump = temp_dir("missing");
+  const fs::path missing = dump / "no_such_tokens.h5";
+  TrainerOptions options;
+  options.quiet = true;
+  try {
+    Trainer trainer(tiny_config(corpus, dump, {"--training.dataset_path=" + missing.string()}),
+                    options);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("training.dataset_path"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(missing.string()), std::string::npos) << msg;
+    EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("mt_prepare_dataset"), std::string::npos) << msg;
+  }
+}
+
+TEST(Trainer, TokenFileOfAnotherTokenizerIsAnError) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  REQUIRE_SHARED_FILE(gpt2, "gpt2/tokenizer.json");
+  const fs::path dump = temp_dir("other_tokenizer");
+  TrainerOptions options;
+  options.quiet = true;
+  options.edit_model_args = shrink;
+  { Trainer first(tiny_config(corpus, dump), options); }  // makes the cached token file
+  const fs::path tokens = dump / "tinyshakespeare.tokens.h5";
+  ASSERT_TRUE(fs::exists(tokens));
+  try {
+    Trainer trainer(tiny_config(corpus, dump,
+                                {"--training.dataset_path=" + tokens.string(),
+                                 "--model.tokenizer_path=" + gpt2.string()}),
+                    options);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("was made with the tokenizer"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("mt_prepare_dataset"), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace mt::train

@@ -1,0 +1,43 @@
+// train: trains a model from a TOML job config (see train/trainer.h for what a run does).
+//
+//   train --config configs/fortunes_debug.toml [--section.key=value ...] [--print-config] [--help]
+//
+// Exit status: 0 after training (also when stopped by Ctrl-C at the end of a step), 1 on an error
+// (config, data, tokenizer: the message says what and where), 2 on a bad command line.
+#include <exception>
+#include <iostream>
+
+#include "runtime/core/error.h"
+#include "train/config/load.h"
+#include "train/trainer.h"
+
+int main(int argc, char** argv) {
+  namespace config = mt::train::config;
+  config::CommandLine command_line;
+  try {
+    command_line = config::parse_command_line(argc, argv);
+  } catch (const mt::Error& e) {
+    std::cerr << "train: " << e.what() << "\n(see train --help)\n";
+    return 2;
+  }
+  if (command_line.help) {
+    std::cout << config::help_text("train");
+    return 0;
+  }
+  try {
+    const config::JobConfig job = config::load_config(command_line);
+    if (command_line.print_config) {
+      std::cout << config::render_toml(job);
+      return 0;
+    }
+    mt::train::Trainer trainer(job);
+    trainer.train();
+  } catch (const mt::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "unexpected error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

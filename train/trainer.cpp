@@ -1,0 +1,428 @@
+#include "train/trainer.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "data/dataset/loader.h"
+#include "data/dataset/token_file.h"
+#include "data/tokenizer/bpe_tokenizer.h"
+#include "models/llama/generate.h"
+#include "models/llama/model.h"
+#include "models/llama/model_args.h"
+#include "models/registry.h"
+#include "runtime/core/allocator.h"
+#include "runtime/core/error.h"
+#include "runtime/core/grad_mode.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/optim/adamw.h"
+#include "runtime/optim/clip_grad.h"
+#include "runtime/optim/lr_scheduler.h"
+#include "runtime/optim/sgd.h"
+#include "train/config/render.h"
+#include "train/config/validate.h"
+#include "train/metrics/eta.h"
+#include "train/metrics/jsonl_writer.h"
+#include "train/metrics/peak_flops.h"
+#include "train/metrics/step_metrics.h"
+#include "train/metrics/svg_plot.h"
+#include "train/signals.h"
+
+namespace mt::train {
+
+namespace fs = std::filesystem;
+using runtime::Tensor;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+bool is_hdf5_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char sig[8] = {};
+  in.read(sig, 8);
+  return in.gcount() == 8 && std::string(sig, 8) == std::string("\x89HDF\r\n\x1a\n", 8);
+}
+
+bool is_blank(const std::string& line) {
+  return line.find_first_not_of(" \t\r\f\v") == std::string::npos;
+}
+
+fs::path tokenizer_json_of(const fs::path& tokenizer_path) {
+  return fs::is_directory(tokenizer_path) ? tokenizer_path / "tokenizer.json" : tokenizer_path;
+}
+
+std::string prepare_hint(const fs::path& dataset_path, const fs::path& tokenizer_path) {
+  return "make a token file with\n  mt_prepare_dataset --tokenizer " + tokenizer_path.string() +
+         " --output " + dataset_path.string() +
+         " CORPUS.txt|CORPUS.jsonl ...\nand set training.dataset_path to it";
+}
+
+// Whether the token file was made with this tokenizer (fingerprint, else file hash).
+void check_token_file_tokenizer(const data::TokenFileInfo& info, const data::BpeTokenizer& tok,
+                                const fs::path& tokenizer_path) {
+  const std::string fp = tok.fingerprint();
+  const bool same =
+      !info.tokenizer.fingerprint.empty()
+          ? info.tokenizer.fingerprint == fp
+          : info.tokenizer.hash == data::tokenizer_file_hash(tokenizer_json_of(tokenizer_path));
+  MT_CHECK(same, "train: the token file ", info.path.string(), " was made with the tokenizer ",
+           info.tokenizer.path, " (vocab ", info.tokenizer.vocab_size,
+           "), not with model.tokenizer_path = ", tokenizer_path.string(), " (vocab ",
+           tok.vocab_size(), "); re-make it with mt_prepare_dataset --tokenizer ",
+           tokenizer_path.string(), " or change model.tokenizer_path");
+  MT_CHECK(info.tokenizer.vocab_size <= tok.vocab_size(), "train: the token file ",
+           info.path.string(), " has token ids up to ", info.tokenizer.vocab_size,
+           " but the tokenizer's vocab is ", tok.vocab_size());
+}
+
+// Tokenizes a text file (documents at blank lines) into `out`.
+void tokenize_text_file(const fs::path& text, const data::BpeTokenizer& tok,
+                        const fs::path& tokenizer_path, const fs::path& out) {
+  MT_CHECK(tok.eos_id().has_value(), "train: the tokenizer ", tokenizer_path.string(),
+           " defines no EOS token, needed to separate documents of ", text.string(),
+           "; use mt_prepare_dataset --eos-id N");
+  const fs::path json = tokenizer_json_of(tokenizer_path);
+  data::TokenizerIdentity identity{fs::absolute(json).string(), tok.vocab_size(),
+                                   data::tokenizer_file_hash(json), tok.fingerprint()};
+  fs::create_directories(out.parent_path());
+  data::TokenFileWriter writer(out, identity, *tok.eos_id());
+  std::ifstream in(text, std::ios::binary);
+  MT_CHECK(in, "train: cannot read training.dataset_path ", text.string());
+  std::string line, doc;
+  auto flush = [&] {
+    if (!doc.empty()) writer.add_document(tok.encode_ordinary(doc));
+    doc.clear();
+  };
+  while (std::getline(in, line)) {
+    if (is_blank(line)) {
+      flush();
+      continue;
+    }
+    doc += line;
+    if (!in.eof()) doc += '\n';
+  }
+  flush();
+  writer.finish();
+}
+
+}  // namespace
+
+fs::path resolve_token_file(const fs::path& dataset_path, const data::BpeTokenizer& tokenizer,
+                            const fs::path& tokenizer_path, const fs::path& dump_folder,
+                            std::ostream& log) {
+  MT_CHECK(!dataset_path.empty(), "train: training.dataset_path is empty; ",
+           prepare_hint("data.h5", tokenizer_path));
+  MT_CHECK(fs::exists(dataset_path), "train: training.dataset_path ", dataset_path.string(),
+           " does not exist; ", prepare_hint(dataset_path, tokenizer_path));
+  MT_CHECK(fs::is_regular_file(dataset_path), "train: training.dataset_path ",
+           dataset_path.string(), " is not a file");
+  if (is_hdf5_file(dataset_path)) {
+    const data::TokenFileReader reader(dataset_path);  // checks the format, names what is wrong
+    check_token_file_tokenizer(reader.info(), tokenizer, tokenizer_path);
+    return dataset_path;
+  }
+  const std::string ext = dataset_path.extension().string();
+  MT_CHECK(ext != ".jsonl" && ext != ".json", "train: training.dataset_path ",
+           dataset_path.string(), " is JSON lines, not a token file; ",
+           prepare_hint(fs::path(dataset_path).replace_extension(".h5"), tokenizer_path));
+  // Plain text: tokenized once into the dump folder, reused while up to date.
+  const fs::path cache = dump_folder / (dataset_path.stem().string() + ".tokens.h5");
+  if (fs::exists(cache) && fs::last_write_time(cache) >= fs::last_write_time(dataset_path)) {
+    try {
+      const data::TokenFileReader reader(cache);
+      check_token_file_tokenizer(reader.info(), tokenizer, tokenizer_path);
+      log << "data: reusing " << cache.string() << " (tokens of " << dataset_path.string() << ")\n";
+      return cache;
+    } catch (const Error&) {
+      // stale or made with another tokenizer: make it again
+    }
+  }
+  log << "data: tokenizing " << dataset_path.string() << " into " << cache.string()
+      << " (documents at blank lines; mt_prepare_dataset does this for big corpora)\n"
+      << std::flush;
+  tokenize_text_file(dataset_path, tokenizer, tokenizer_path, cache);
+  return cache;
+}
+
+Trainer::Trainer(config::JobConfig config, TrainerOptions options)
+    : config_(std::move(config)), options_(std::move(options)) {
+  const auto& tc = config_.training;
+  const config::WorldLayout layout = config::validate_for_world(config_, 1);
+  grad_accum_ = layout.grad_accum_steps;
+  MT_CHECK(tc.device != "cuda",
+           "train: training.device = \"cuda\" is not supported by the trainer yet; use \"cpu\"");
+  const fs::path dump(config_.job.dump_folder);
+  if (options_.write_files) config::write_config(config_, dump / "config.toml");
+
+  // Tokenizer.
+  const fs::path tok_path(config_.model.tokenizer_path);
+  MT_CHECK(!tok_path.empty(),
+           "train: model.tokenizer_path is empty; set it to a tokenizer.json (or its folder), "
+           "e.g. one trained with mt_train_tokenizer");
+  MT_CHECK(fs::exists(tok_path), "train: model.tokenizer_path ", tok_path.string(),
+           " does not exist (", config_.where("model.tokenizer_path"),
+           "); train one with mt_train_tokenizer --input CORPUS --output DIR");
+  tokenizer_ = std::make_unique<data::BpeTokenizer>(data::BpeTokenizer::from_file(tok_path));
+
+  // Data.
+  token_file_ = resolve_token_file(tc.dataset_path, *tokenizer_, tok_path, dump, log());
+  data::LoaderOptions lo;
+  lo.seq_len = tc.seq_len;
+  lo.local_batch_size = tc.local_batch_size;
+  lo.val_fraction = config_.validation.enable ? kValFraction : 0.0;
+  lo.seed = uint64_t(tc.seed);
+  loader_ = std::make_unique<data::Loader>(token_file_, lo);
+  MT_CHECK(loader_->num_train_windows() > 0, "train: the token file ", token_file_.string(),
+           " holds ", loader_->info().num_tokens, " tokens: too few for one window of seq_len ",
+           tc.seq_len, " + 1");
+
+  // Model.
+  spec_ = std::make_unique<models::ModelSpec>(
+      models::get_model_spec(config_.model.name, config_.model.flavor));
+  if (auto* args = std::any_cast<models::llama::ModelArgs>(spec_->args.get())) {
+    args->vocab_size = tokenizer_->vocab_size();
+    args->max_seq_len = tc.seq_len;
+  }
+  if (options_.edit_model_args) options_.edit_model_args(*spec_->args);
+  models::BuildOptions bo;
+  bo.seed = uint64_t(tc.seed);
+  bo.activation_checkpoint = config_.activation_checkpoint.mode == "full" ? "full" : "none";
+  model_ = spec_->build(bo);
+
+  // Optimizer and schedule.
+  const auto& oc = config_.optimizer;
+  if (oc.name == "SGD") {
+    runtime::optim::SGDOptions so;
+    so.lr = oc.lr;
+    so.weight_decay = oc.weight_decay;
+    optimizer_ = std::make_unique<runtime::optim::SGD>(model_->named_parameters(), so);
+  } else {
+    runtime::optim::AdamWOptions ao{oc.lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay};
+    optimizer_ = std::make_unique<runtime::optim::AdamW>(model_->named_parameters(), ao);
+  }
+  const auto& lc = config_.lr_scheduler;
+  runtime::optim::WarmupStableDecay wsd;
+  wsd.warmup_steps = lc.warmup_steps;
+  wsd.decay_ratio = lc.decay_ratio;
+  wsd.decay_type = runtime::optim::decay_type_from_name(lc.decay_type);
+  wsd.lr_min = lc.min_lr_factor;
+  scheduler_ = std::make_unique<runtime::optim::LRScheduler>(*optimizer_, tc.steps, wsd);
+}
+
+Trainer::~Trainer() = default;
+
+std::ostream& Trainer::log() const {
+  if (options_.quiet) return null_log_;
+  return options_.log ? *options_.log : std::cout;
+}
+
+int64_t Trainer::num_params() const { return spec_->num_params(); }
+
+double Trainer::train_step() {
+  // All micro-batches first: the loss is normalised by their total count of valid tokens.
+  std::vector<data::Batch> batches;
+  batches.reserve(size_t(grad_accum_));
+  int64_t valid = 0;
+  for (int64_t i = 0; i < grad_accum_; ++i) {
+    batches.push_back(loader_->next());
+    for (int64_t t : batches.back().labels.to_vector<int64_t>()) valid += t != -100;
+  }
+  MT_CHECK(valid > 0, "train: a step's batches hold no valid label");
+  optimizer_->zero_grad();
+  double loss_sum = 0.0;
+  for (const data::Batch& b : batches) {
+    const Tensor sum = spec_->loss(*model_, b.inputs, b.labels, runtime::Reduction::Sum);
+    (sum * (1.0 / double(valid))).backward();
+    loss_sum += sum.item<double>();
+  }
+  last_grad_norm_ =
+      runtime::optim::clip_grad_norm_(model_->parameters(), config_.training.max_norm);
+  optimizer_->step();
+  scheduler_->step();
+  return loss_sum / double(valid);
+}
+
+std::optional<double> Trainer::validation_loss(int64_t max_batches) const {
+  const int64_t available = loader_->num_val_batches();
+  if (available == 0) return std::nullopt;
+  const int64_t n = max_batches < 0 ? available : std::min(available, max_batches);
+  runtime::NoGradGuard no_grad;
+  double sum = 0.0;
+  int64_t count = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const data::Batch b = loader_->val_batch(k);
+    sum += spec_->loss(*model_, b.inputs, b.labels, runtime::Reduction::Sum).item<double>();
+    for (int64_t t : b.labels.to_vector<int64_t>()) count += t != -100;
+  }
+  return count > 0 ? std::optional<double>(sum / double(count)) : std::nullopt;
+}
+
+std::string Trainer::generate_sample(const std::string& prompt, int64_t max_new_tokens,
+                                     double temperature) const {
+  auto* llama = dynamic_cast<models::llama::Transformer*>(model_.get());
+  MT_CHECK(llama != nullptr, "train: sampling is implemented for llama3 models only, not ",
+           config_.model.name);
+  std::vector<int64_t> ids;
+  if (prompt.empty()) {
+    const auto start = tokenizer_->bos_id() ? tokenizer_->bos_id() : tokenizer_->eos_id();
+    MT_CHECK(start.has_value(), "train: an empty prompt needs a BOS or EOS token");
+    ids.push_back(*start);
+  } else {
+    for (int32_t t : tokenizer_->encode_ordinary(prompt)) ids.push_back(t);
+  }
+  if (int64_t(ids.size()) > llama->args().max_seq_len - 1)
+    ids.erase(ids.begin(), ids.end() - (llama->args().max_seq_len - 1));
+  models::llama::GenerateOptions go;
+  go.max_new_tokens = max_new_tokens;
+  go.temperature = temperature;
+  go.top_k = temperature > 0 ? 40 : 0;
+  go.seed = uint64_t(config_.training.seed);
+  if (tokenizer_->eos_id()) go.eos_id = *tokenizer_->eos_id();
+  const models::llama::GenerateResult r = models::llama::generate(*llama, ids, go);
+  std::vector<int32_t> out;
+  for (int64_t t : r.tokens)
+    if (!go.eos_id || t != *go.eos_id) out.push_back(int32_t(t));
+  return tokenizer_->decode(out);
+}
+
+TrainResult Trainer::train() {
+  const auto& tc = config_.training;
+  const fs::path dump(config_.job.dump_folder);
+  std::ostream& out = log();
+  std::unique_ptr<StopRequest> stop;
+  if (options_.handle_signals) stop = std::make_unique<StopRequest>();
+  std::unique_ptr<JsonlWriter> jsonl;
+  if (options_.write_files && config_.metrics.save_jsonl) {
+    fs::create_directories(dump);
+    jsonl = std::make_unique<JsonlWriter>((dump / "metrics.jsonl").string());
+  }
+
+  const int64_t tokens_per_step = grad_accum_ * tc.local_batch_size * tc.seq_len;
+  const double flops_per_token = spec_->flops_per_token(tc.seq_len);
+  const std::optional<double> peak = peak_flops(runtime::DeviceType::CPU, "", PeakDType::F32);
+  out << "job: " << config_.job.description << " -> " << dump.string() << "\n"
+      << "model: " << config_.model.name << " " << config_.model.flavor << ", " << num_params()
+      << " parameters, vocab " << tokenizer_->vocab_size() << ", " << std::setprecision(3)
+      << flops_per_token / 1e6 << " MFLOPs/token\n"
+      << "data: " << token_file_.string() << ": " << loader_->info().num_tokens << " tokens, "
+      << loader_->num_train_windows() << " training + " << loader_->num_val_windows()
+      << " validation windows of " << tc.seq_len << "\n"
+      << "steps: " << tc.steps << " x " << grad_accum_ << " micro-batch(es) of "
+      << tc.local_batch_size << " x " << tc.seq_len << " tokens (" << tokens_per_step
+      << " tokens/step); " << config_.optimizer.name << " lr " << config_.optimizer.lr << "; seed "
+      << tc.seed << "; " << omp_get_max_threads() << " threads\n"
+      << std::flush;
+  if (tc.mixed_precision_param != "float32")
+    out << "note: training.mixed_precision_param = " << tc.mixed_precision_param
+        << " is applied by FSDP (not yet available); training in float32\n";
+
+  TrainResult result;
+  EtaEstimator eta(tc.steps);
+  const int width = step_width_for(tc.steps);
+  const auto t_start = Clock::now();
+  double window_seconds = 0.0, window_wait = 0.0;
+  int64_t window_steps = 0;
+  double last_wait = loader_->data_wait_seconds();
+  auto run_validation = [&](int64_t step) {
+    const auto v = validation_loss(config_.validation.steps);
+    if (!v) return;
+    result.val_losses.emplace_back(step, *v);
+    out << "validate step " << std::setw(width) << step << "  val_loss " << std::fixed
+        << std::setprecision(4) << *v << "  (perplexity " << std::setprecision(1) << std::exp(*v)
+        << ")\n"
+        << std::defaultfloat << std::flush;
+    if (jsonl) jsonl->write(JsonObject().add("step", step).add("val_loss", *v));
+  };
+
+  for (int64_t step = 1; step <= tc.steps; ++step) {
+    const auto t0 = Clock::now();
+    const double lr = optimizer_->lr();
+    const double loss = train_step();
+    const double dt = seconds_since(t0);
+    const double wait_now = loader_->data_wait_seconds();
+    window_wait += wait_now - last_wait;
+    last_wait = wait_now;
+    window_seconds += dt;
+    ++window_steps;
+    eta.record(dt);
+    result.losses.push_back(loss);
+    result.grad_norms.push_back(last_grad_norm_);
+    result.steps_done = step;
+
+    if (step == 1 || step % config_.metrics.log_freq == 0 || step == tc.steps) {
+      StepMetrics m;
+      m.step = step;
+      m.loss = loss;
+      m.grad_norm = last_grad_norm_;
+      m.lr = lr;
+      m.tokens_per_sec = double(window_steps * tokens_per_step) / std::max(window_seconds, 1e-9);
+      m.mfu = mfu(flops_per_token, m.tokens_per_sec, peak);
+      const runtime::MemoryStats mem = runtime::memory_stats(runtime::Device::cpu());
+      m.mem_in_use_bytes = mem.bytes_in_use;
+      m.mem_peak_bytes = mem.peak_bytes_in_use;
+      m.data_wait_fraction = window_wait / std::max(window_seconds, 1e-9);
+      m.elapsed_sec = seconds_since(t_start);
+      m.eta_sec = eta.eta(step);
+      out << format_step_line(m, width) << "\n" << std::flush;
+      if (jsonl) jsonl->write(m);
+      window_seconds = window_wait = 0.0;
+      window_steps = 0;
+    }
+    if (config_.validation.enable && (step % config_.validation.freq == 0 || step == tc.steps))
+      run_validation(step);
+    if (stop && stop->stop_requested()) {
+      result.stopped_by_signal = true;
+      const int sig = stop->signal_number();
+      out << "stopped by "
+          << (sig == 2    ? "SIGINT"
+              : sig == 15 ? "SIGTERM"
+                          : "a stop request")
+          << " at the end of step " << step << " of " << tc.steps << "\n"
+          << std::flush;
+      break;
+    }
+  }
+  result.seconds = seconds_since(t_start);
+
+  if (options_.write_files && config_.metrics.plot && !result.losses.empty()) {
+    std::vector<PlotSeries> series(1);
+    series[0].name = "loss";
+    for (size_t i = 0; i < result.losses.size(); ++i)
+      series[0].points.emplace_back(double(i + 1), result.losses[i]);
+    if (!result.val_losses.empty()) {
+      PlotSeries val{"val_loss", {}};
+      for (const auto& [s, v] : result.val_losses) val.points.emplace_back(double(s), v);
+      series.push_back(std::move(val));
+    }
+    PlotOptions po;
+    po.title = config_.job.description + ": loss";
+    write_svg_line_chart((dump / "loss.svg").string(), series, po);
+  }
+  out << "trained " << result.steps_done << " steps in " << format_duration(result.seconds);
+  if (!result.losses.empty())
+    out << ": loss " << std::fixed << std::setprecision(4) << result.losses.front() << " -> "
+        << result.losses.back() << std::defaultfloat;
+  if (options_.write_files) out << "; metrics and loss.svg in " << dump.string();
+  out << "\n" << std::flush;
+
+  if (!result.stopped_by_signal && options_.sample_tokens > 0) {
+    result.sample = generate_sample(options_.sample_prompt, options_.sample_tokens);
+    out << "sample (temperature 0.8, top-k 40):\n"
+        << options_.sample_prompt << result.sample << "\n"
+        << std::flush;
+  }
+  return result;
+}
+
+}  // namespace mt::train

@@ -1,0 +1,139 @@
+// Trainer: the training loop of the `train` binary, as a class that tests can drive too.
+//
+//   JobConfig config = config::load_config("configs/debug_model.toml", {"--training.steps=50"});
+//   Trainer trainer(config);          // tokenizer, token file, model, optimizer, schedule, loader
+//   TrainResult result = trainer.train();
+//
+// What the constructor sets up, from the config sections:
+//   tokenizer   model.tokenizer_path (a tokenizer.json or its folder); its vocab size becomes the
+//               model's vocab_size.
+//   data        training.dataset_path: a token file made by mt_prepare_dataset (HDF5). A plain
+//               text file (*.txt) is tokenized once into <dump_folder>/<name>.tokens.h5 (documents
+//               split at blank lines, as mt_prepare_dataset does by default) and reused while the
+//               tokenizer and the text are unchanged. A missing file is an error that says how to
+//               make one. With validation.enable, the last kValFraction of the windows are held
+//               out.
+//   model       models::get_model_spec(model.name, model.flavor), vocab from the tokenizer,
+//               max_seq_len = training.seq_len, initialised from training.seed (float32).
+//   optimizer   [optimizer] (AdamW or SGD) and the warmup-stable-decay [lr_scheduler].
+// One optimizer step = grad_accum micro-batches (global_batch_size / (local_batch_size x dp));
+// the loss is the SUM of token cross-entropies of all micro-batches divided by their count of
+// valid tokens (so accumulation gives the same gradient as one large batch), gradients are
+// clipped to training.max_norm (the total norm before clipping is logged), then the optimizer
+// and the scheduler step.
+// Logging: a line every metrics.log_freq steps (train/metrics/step_metrics.h), a validation line
+// every validation.freq steps (validation.steps batches, -1 = all), metrics.jsonl and loss.svg in
+// job.dump_folder, the resolved config in <dump_folder>/config.toml. SIGINT/SIGTERM stop at the
+// end of the running step (train/signals.h). At the end, a short text sample from the model.
+// Reproducibility: training.seed keys the weights and the data order; every runtime CPU kernel
+// has a fixed reduction order, so two runs of one config give bit-for-bit identical losses for
+// any thread count.
+#pragma once
+
+#include <any>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "train/config/job_config.h"
+
+namespace mt::data {
+class BpeTokenizer;
+class Loader;
+}  // namespace mt::data
+namespace mt::models {
+struct ModelSpec;
+}
+namespace mt::runtime::nn {
+class Module;
+}
+namespace mt::runtime::optim {
+class Optimizer;
+class LRScheduler;
+}  // namespace mt::runtime::optim
+
+namespace mt::train {
+
+// Share of the token windows held out for validation when validation.enable is set.
+inline constexpr double kValFraction = 0.05;
+
+struct TrainerOptions {
+  // Called with the model spec's args (llama::ModelArgs for llama3) after vocab_size and
+  // max_seq_len are set, before the model is built: tests shrink the model with it.
+  std::function<void(std::any& model_args)> edit_model_args = nullptr;
+  std::ostream* log = nullptr;     // progress lines; nullptr: std::cout
+  bool quiet = false;              // no progress lines at all
+  bool handle_signals = true;      // install the SIGINT/SIGTERM StopRequest during train()
+  bool write_files = true;         // config.toml, metrics.jsonl, loss.svg in dump_folder
+  std::string sample_prompt = "";  // text the final sample starts from ("" = a new document)
+  int64_t sample_tokens = 80;      // 0: no sample
+};
+
+struct TrainResult {
+  std::vector<double> losses;                          // per optimizer step, in order
+  std::vector<double> grad_norms;                      // per step, before clipping
+  std::vector<std::pair<int64_t, double>> val_losses;  // (step, validation loss)
+  int64_t steps_done = 0;
+  bool stopped_by_signal = false;
+  std::string sample;  // the generated text (prompt not included); empty if none
+  double seconds = 0.0;
+};
+
+class Trainer {
+ public:
+  // Sets everything up (see the header comment); errors are mt::Error for the user.
+  explicit Trainer(config::JobConfig config, TrainerOptions options = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Runs training.steps optimizer steps (or until a stop signal).
+  TrainResult train();
+
+  // Mean token cross-entropy over `max_batches` validation batches (-1: all); nullopt when there
+  // is no validation split.
+  std::optional<double> validation_loss(int64_t max_batches) const;
+
+  // Samples up to max_new_tokens after `prompt` ("" = start a new document), temperature 0.8 and
+  // top-k 40 drawn from training.seed (greedy with temperature 0).
+  std::string generate_sample(const std::string& prompt, int64_t max_new_tokens,
+                              double temperature = 0.8) const;
+
+  const config::JobConfig& config() const { return config_; }
+  int64_t num_params() const;
+  int64_t grad_accum_steps() const { return grad_accum_; }
+  const std::filesystem::path& token_file() const { return token_file_; }
+
+ private:
+  std::ostream& log() const;
+  double train_step();  // one optimizer step; returns the loss, sets last_grad_norm_
+
+  config::JobConfig config_;
+  TrainerOptions options_;
+  std::unique_ptr<data::BpeTokenizer> tokenizer_;
+  std::filesystem::path token_file_;
+  std::unique_ptr<data::Loader> loader_;
+  std::unique_ptr<models::ModelSpec> spec_;
+  std::shared_ptr<runtime::nn::Module> model_;
+  std::unique_ptr<runtime::optim::Optimizer> optimizer_;
+  std::unique_ptr<runtime::optim::LRScheduler> scheduler_;
+  int64_t grad_accum_ = 1;
+  double last_grad_norm_ = 0.0;
+  mutable std::ostream null_log_{nullptr};  // discards (TrainerOptions::quiet)
+};
+
+// The token file that `dataset_path` stands for, making it from text if needed (see above).
+// Errors say how to make one with mt_prepare_dataset.
+std::filesystem::path resolve_token_file(const std::filesystem::path& dataset_path,
+                                         const data::BpeTokenizer& tokenizer,
+                                         const std::filesystem::path& tokenizer_path,
+                                         const std::filesystem::path& dump_folder,
+                                         std::ostream& log);
+
+}  // namespace mt::train
