@@ -1,6 +1,6 @@
 // train: trains a model from a TOML job config (see train/trainer.h for what a run does).
 //
-//   train --config configs/fortunes_debug.toml [--section.key=value ...] [--print-config] [--help]
+//   train --config configs/fortunes_debug.toml [--section.key=value ...] [--print-config] [--describe-model] [--help]
 //
 // Exit status: 0 after training (also when stopped by Ctrl-C at the end of a step), 1 on an error
 // (config, data, tokenizer: the message says what and where), 2 on a bad command line.
@@ -28,6 +28,10 @@ int main(int argc, char** argv) {
     const config::JobConfig job = config::load_config(command_line);
     if (command_line.print_config) {
       std::cout << config::render_toml(job);
+      return 0;
+    }
+    if (command_line.describe_model) {
+      std::cout << mt::train::describe_model(job);
       return 0;
     }
     mt::train::Trainer trainer(job);

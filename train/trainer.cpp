@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <optional>
 #include <omp.h>
 
 #include <algorithm>
@@ -155,6 +156,28 @@ fs::path resolve_token_file(const fs::path& dataset_path, const data::BpeTokeniz
   return cache;
 }
 
+models::ModelSpec model_spec_for(const config::JobConfig& job, std::optional<int64_t> vocab_size) {
+  models::ModelSpec spec = models::get_model_spec(job.model.name, job.model.flavor);
+  if (auto* args = std::any_cast<models::llama::ModelArgs>(spec.args.get())) {
+    if (vocab_size) args->vocab_size = *vocab_size;
+    args->max_seq_len = job.training.seq_len;
+  }
+  return spec;
+}
+
+std::string describe_model(const config::JobConfig& job) {
+  std::optional<int64_t> vocab;
+  if (!job.model.tokenizer_path.empty())
+    vocab = data::BpeTokenizer::from_file(job.model.tokenizer_path).vocab_size();
+  const models::ModelSpec spec = model_spec_for(job, vocab);
+  std::ostringstream os;
+  os << "model " << spec.name << " " << spec.flavor << ": " << spec.num_params()
+     << " parameters, " << spec.flops_per_token(job.training.seq_len)
+     << " training FLOPs per token at seq_len " << job.training.seq_len << " (vocab "
+     << (vocab ? "from " + job.model.tokenizer_path : std::string("of the flavor")) << ")\n";
+  return os.str();
+}
+
 Trainer::Trainer(config::JobConfig config, TrainerOptions options)
     : config_(std::move(config)), options_(std::move(options)) {
   const auto& tc = config_.training;
@@ -188,12 +211,7 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
            tc.seq_len, " + 1");
 
   // Model.
-  spec_ = std::make_unique<models::ModelSpec>(
-      models::get_model_spec(config_.model.name, config_.model.flavor));
-  if (auto* args = std::any_cast<models::llama::ModelArgs>(spec_->args.get())) {
-    args->vocab_size = tokenizer_->vocab_size();
-    args->max_seq_len = tc.seq_len;
-  }
+  spec_ = std::make_unique<models::ModelSpec>(model_spec_for(config_, tokenizer_->vocab_size()));
   if (options_.edit_model_args) options_.edit_model_args(*spec_->args);
   models::BuildOptions bo;
   bo.seed = uint64_t(tc.seed);

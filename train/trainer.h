@@ -85,6 +85,13 @@ struct TrainResult {
   double seconds = 0.0;
 };
 
+// The registry's spec for the job's model, with the tokenizer's vocab (when given) and
+// training.seq_len applied: what the Trainer builds.
+models::ModelSpec model_spec_for(const config::JobConfig& job, std::optional<int64_t> vocab_size);
+// One line: parameter count and training FLOPs per token of the job's model, computed from its
+// args alone (nothing allocated, so 405B works). `train --describe-model` prints it.
+std::string describe_model(const config::JobConfig& job);
+
 class Trainer {
  public:
   // Sets everything up (see the header comment); errors are mt::Error for the user.

@@ -227,5 +227,17 @@ TEST(Trainer, TokenFileOfAnotherTokenizerIsAnError) {
   }
 }
 
+TEST(Trainer, DescribeModelNeedsNoMemoryAndCountsLikeThePublishedModels) {
+  config::JobConfig job = config::load_config(
+      "", {"--model.flavor=405B", "--model.tokenizer_path=", "--training.seq_len=8192"});
+  EXPECT_NE(describe_model(job).find("405853388800 parameters"), std::string::npos)
+      << describe_model(job);
+  job.model.flavor = "8B";
+  EXPECT_NE(describe_model(job).find("8030261248 parameters"), std::string::npos);
+  EXPECT_NE(describe_model(job).find("at seq_len 8192"), std::string::npos);
+  job.model.flavor = "9B";
+  EXPECT_THROW(describe_model(job), Error);
+}
+
 }  // namespace
 }  // namespace mt::train

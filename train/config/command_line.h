@@ -1,5 +1,5 @@
 // The command line of `train`:
-//   train [--config FILE] [--section.key=VALUE | --section.key VALUE]... [--print-config] [--help]
+//   train [--config FILE] [--section.key=VALUE | --section.key VALUE]... [--print-config] [--describe-model] [--help]
 // Overrides win over the config file, which wins over defaults; a later override of the same key
 // wins over an earlier one. VALUE is parsed per the key's type (value.h: true/false, integers,
 // numbers, strings, lists as a,b,c or ["a", "b"]). Unknown flags (with a "did you mean"), missing
@@ -24,6 +24,7 @@ struct Override {
 struct CommandLine {
   std::string config_file;  // empty: defaults and overrides only
   bool print_config = false;
+  bool describe_model = false;  // the train binary prints size and FLOPs/token, then exits
   bool help = false;
   std::vector<Override> overrides;
 };
