@@ -31,6 +31,9 @@
 #include "models/llama/model_args.h"
 #include "models/registry.h"
 #include "runtime/core/error.h"
+#include "tools/flags.h"
+
+using mt::tools::FlagReader;
 
 namespace {
 
@@ -55,73 +58,36 @@ void usage(std::ostream& os) {
         "initialised from --init-seed.\n";
 }
 
-int64_t parse_int(const std::string& flag, const std::string& s) {
-  size_t used = 0;
-  int64_t v = 0;
-  try {
-    v = std::stoll(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  MT_CHECK(used == s.size() && !s.empty(), "mt_generate: ", flag, " expects an integer, got '", s,
-           "'");
-  return v;
-}
-
-double parse_double(const std::string& flag, const std::string& s) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  MT_CHECK(used == s.size() && !s.empty(), "mt_generate: ", flag, " expects a number, got '", s,
-           "'");
-  return v;
-}
-
 Args parse_args(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    bool has_value = false;
-    if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {
-      value = arg.substr(arg.find('=') + 1);
-      arg = arg.substr(0, arg.find('='));
-      has_value = true;
-    }
-    auto take = [&]() -> std::string {
-      if (has_value) return value;
-      MT_CHECK(i + 1 < argc, "mt_generate: ", arg, " needs a value");
-      return argv[++i];
-    };
+  FlagReader flags("mt_generate", argc, argv);
+  while (flags.next()) {
+    const std::string& arg = flags.arg();
     if (arg == "--help" || arg == "-h") {
       usage(std::cout);
       std::exit(0);
     } else if (arg == "--tokenizer") {
-      a.tokenizer = take();
+      a.tokenizer = flags.value();
     } else if (arg == "--prompt") {
-      a.prompt = take();
+      a.prompt = flags.value();
     } else if (arg == "--max-new-tokens") {
-      a.gen.max_new_tokens = parse_int(arg, take());
+      a.gen.max_new_tokens = flags.int_value();
     } else if (arg == "--temperature") {
-      a.gen.temperature = parse_double(arg, take());
+      a.gen.temperature = flags.double_value();
     } else if (arg == "--top-k") {
-      a.gen.top_k = parse_int(arg, take());
+      a.gen.top_k = flags.int_value();
     } else if (arg == "--seed") {
-      const int64_t s = parse_int(arg, take());
+      const int64_t s = flags.int_value();
       MT_CHECK(s >= 0, "mt_generate: --seed expects a non-negative integer, got ", s);
       a.gen.seed = uint64_t(s);
     } else if (arg == "--init-seed") {
-      const int64_t s = parse_int(arg, take());
+      const int64_t s = flags.int_value();
       MT_CHECK(s >= 0, "mt_generate: --init-seed expects a non-negative integer, got ", s);
       a.init_seed = uint64_t(s);
     } else if (arg == "--flavor") {
-      a.flavor = take();
+      a.flavor = flags.value();
     } else if (arg == "--max-seq-len") {
-      a.max_seq_len = parse_int(arg, take());
+      a.max_seq_len = flags.int_value();
     } else if (arg == "--no-bos") {
       a.add_bos = false;
     } else if (arg == "--checkpoint" || arg == "--weights") {

@@ -31,9 +31,12 @@
 #include "data/dataset/token_file.h"
 #include "data/tokenizer/bpe_tokenizer.h"
 #include "runtime/core/error.h"
+#include "tools/flags.h"
 
 namespace fs = std::filesystem;
 using mt::data::BpeTokenizer;
+
+using mt::tools::FlagReader;
 
 namespace {
 
@@ -56,35 +59,24 @@ void usage(std::ostream& os) {
 
 Args parse_args(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    bool has_value = false;
-    if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {
-      value = arg.substr(arg.find('=') + 1);
-      arg = arg.substr(0, arg.find('='));
-      has_value = true;
-    }
-    auto take = [&]() -> std::string {
-      if (has_value) return value;
-      MT_CHECK(i + 1 < argc, "mt_prepare_dataset: ", arg, " needs a value");
-      return argv[++i];
-    };
+  FlagReader flags("mt_prepare_dataset", argc, argv);
+  while (flags.next()) {
+    const std::string& arg = flags.arg();
     if (arg == "--help" || arg == "-h") {
       usage(std::cout);
       std::exit(0);
     } else if (arg == "--tokenizer") {
-      a.tokenizer = take();
+      a.tokenizer = flags.value();
     } else if (arg == "--output") {
-      a.output = take();
+      a.output = flags.value();
     } else if (arg == "--format") {
-      a.format = take();
+      a.format = flags.value();
     } else if (arg == "--doc-separator") {
-      a.doc_separator = take();
+      a.doc_separator = flags.value();
     } else if (arg == "--eos-id") {
-      a.eos_id = std::stoll(take());
+      a.eos_id = flags.int_value();
     } else if (arg == "--threads") {
-      a.threads = std::stoi(take());
+      a.threads = int(flags.int_value());
     } else if (arg == "--allow-special") {
       a.allow_special = true;
     } else if (arg.rfind("--", 0) == 0) {

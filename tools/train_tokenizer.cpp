@@ -27,8 +27,11 @@
 #include "data/tokenizer/bpe_tokenizer.h"
 #include "data/tokenizer/bpe_trainer.h"
 #include "runtime/core/error.h"
+#include "tools/flags.h"
 
 namespace fs = std::filesystem;
+
+using mt::tools::FlagReader;
 
 namespace {
 
@@ -49,47 +52,28 @@ void usage(std::ostream& os) {
 
 Args parse_args(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    bool has_value = false;
-    if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {
-      value = arg.substr(arg.find('=') + 1);
-      arg = arg.substr(0, arg.find('='));
-      has_value = true;
-    }
-    auto take = [&]() -> std::string {
-      if (has_value) return value;
-      MT_CHECK(i + 1 < argc, "mt_train_tokenizer: ", arg, " needs a value");
-      return argv[++i];
-    };
-    auto take_int = [&]() -> int64_t {
-      const std::string v = take();
-      char* end = nullptr;
-      const long long n = std::strtoll(v.c_str(), &end, 10);
-      MT_CHECK(!v.empty() && *end == '\0', "mt_train_tokenizer: ", arg,
-               " expects an integer, got '", v, "'");
-      return n;
-    };
+  FlagReader flags("mt_train_tokenizer", argc, argv);
+  while (flags.next()) {
+    const std::string& arg = flags.arg();
     if (arg == "--help" || arg == "-h") {
       usage(std::cout);
       std::exit(0);
     } else if (arg == "--input") {
-      a.inputs.emplace_back(take());
+      a.inputs.emplace_back(flags.value());
     } else if (arg == "--output") {
-      a.output = take();
+      a.output = flags.value();
     } else if (arg == "--vocab-size") {
-      const int64_t n = take_int();
+      const int64_t n = flags.int_value();
       MT_CHECK(n >= 257 && n <= (int64_t{1} << 24),
                "mt_train_tokenizer: --vocab-size must be in [257, 16777216], got ", n);
       a.vocab_size = int32_t(n);
     } else if (arg == "--min-frequency") {
-      a.min_frequency = take_int();
+      a.min_frequency = flags.int_value();
       MT_CHECK(a.min_frequency >= 1, "mt_train_tokenizer: --min-frequency must be >= 1");
     } else if (arg == "--format") {
-      a.format = take();
+      a.format = flags.value();
     } else if (arg == "--documents") {
-      a.documents = take();
+      a.documents = flags.value();
     } else {
       MT_FAIL("mt_train_tokenizer: unknown argument ", arg, " (see --help)");
     }
