@@ -148,36 +148,38 @@ void read_host(const Tensor& t, Out* out, Fn get) {
     }
   }
 }
-}  // namespace
 
-void copy_to_host_as_f64(const Tensor& src, double* out) {
+// Reads every element of `src` (any dtype, layout, device) as `Out` via convert<T>(value).
+template <class Out, class Convert>
+void copy_to_host(const Tensor& src, Out* out, Convert convert) {
   const Tensor t = src.device().is_cpu() ? src : src.to(Device::cpu());
   dispatch_dtype(t.dtype(), "to_vector", [&](auto tag) {
     using T = decltype(tag);
-    read_host(t, out, [](const char* p) {
+    read_host(t, out, [&](const char* p) {
       T v;
       std::memcpy(&v, p, sizeof(T));
-      return double(compute_t<T>(v));
+      return convert(v);
     });
   });
 }
 
+}  // namespace
+
+void copy_to_host_as_f64(const Tensor& src, double* out) {
+  copy_to_host(src, out, [](auto v) { return double(compute_t<decltype(v)>(v)); });
+}
+
 void copy_to_host_as_i64(const Tensor& src, int64_t* out) {
-  const Tensor t = src.device().is_cpu() ? src : src.to(Device::cpu());
-  dispatch_dtype(t.dtype(), "to_vector", [&](auto tag) {
-    using T = decltype(tag);
-    read_host(t, out, [](const char* p) {
-      T v;
-      std::memcpy(&v, p, sizeof(T));
-      if constexpr (std::is_integral_v<T>) {
-        return int64_t(v);
-      } else {
-        const double d = double(compute_t<T>(v));
-        MT_CHECK(d == d && d >= -9.2e18 && d <= 9.2e18, "to_vector: value ", d,
-                 " does not fit an integer");
-        return int64_t(d);
-      }
-    });
+  copy_to_host(src, out, [](auto v) {
+    using T = decltype(v);
+    if constexpr (std::is_integral_v<T>) {
+      return int64_t(v);
+    } else {
+      const double d = double(compute_t<T>(v));
+      MT_CHECK(d == d && d >= -9.2e18 && d <= 9.2e18, "to_vector: value ", d,
+               " does not fit an integer");
+      return int64_t(d);
+    }
   });
 }
 
