@@ -1,0 +1,135 @@
+// The command-line tools end to end, as a user runs them: mt_train_tokenizer (fortune format)
+// -> mt_prepare_dataset -> train, on a small synthetic corpus; plus their error exits.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "data/dataset/token_file.h"
+#include "data/tokenizer/bpe_tokenizer.h"
+
+// tests/CMakeLists.txt defines the tools' paths when it builds them all.
+#if !defined(MT_TRAIN_BIN) || !defined(MT_TRAIN_TOKENIZER_BIN) || !defined(MT_PREPARE_DATASET_BIN)
+#define MT_TOOLS_MISSING 1
+#define MT_TRAIN_BIN ""
+#define MT_TRAIN_TOKENIZER_BIN ""
+#define MT_PREPARE_DATASET_BIN ""
+#define MT_SOURCE_DIR ""
+#endif
+
+namespace mt {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status = -1;
+  std::string output;  // stdout and stderr
+};
+
+Result run(const std::string& command) {
+  Result r;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return r;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) r.output.append(buffer, n);
+  const int status = pclose(pipe);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string quote(const fs::path& p) { return "'" + p.string() + "'"; }
+
+class Tools : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifdef MT_TOOLS_MISSING
+    GTEST_SKIP() << "the command-line tools are not part of this build";
+#endif
+    dir_ = fs::temp_directory_path() / ("mt_tools_test_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "corpus");
+    // 120 fortunes in the fortune format: documents separated by lines holding only "%".
+    std::ofstream out(dir_ / "corpus" / "sayings");
+    const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dreamed", "of", "fish"};
+    for (int doc = 0; doc < 120; ++doc) {
+      for (int w = 0; w < 12 + doc % 7; ++w) out << words[(doc * 7 + w * 3) % 10] << ' ';
+      out << "\n\t\t-- Someone " << doc % 5 << "\n%\n";
+    }
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(Tools, TokenizerDatasetAndTrainRunEndToEnd) {
+  const fs::path tok = dir_ / "tokenizer", docs = dir_ / "docs.jsonl", h5 = dir_ / "tokens.h5";
+  Result r = run(std::string(MT_TRAIN_TOKENIZER_BIN) + " --input " + quote(dir_ / "corpus") +
+                 " --format fortune --vocab-size 300 --output " + quote(tok) +
+                 " --documents " + quote(docs));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const data::BpeTokenizer tokenizer = data::BpeTokenizer::from_file(tok);
+  // At most the requested size: a corpus this small runs out of pairs seen twice before 300.
+  EXPECT_LE(tokenizer.vocab_size(), 300);
+  EXPECT_GT(tokenizer.vocab_size(), 257);
+  std::ifstream lines(docs);
+  int64_t documents = 0;
+  for (std::string line; std::getline(lines, line);) documents += !line.empty();
+  EXPECT_EQ(documents, 120);
+
+  r = run(std::string(MT_PREPARE_DATASET_BIN) + " --tokenizer " + quote(tok) + " --output " +
+          quote(h5) + " " + quote(docs));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const data::TokenFileReader reader(h5);
+  EXPECT_EQ(reader.info().num_documents, 120);
+  EXPECT_GT(reader.info().num_tokens, 120 * 5);
+
+  const fs::path dump = dir_ / "run";
+  r = run(std::string(MT_TRAIN_BIN) + " --config " +
+          quote(fs::path(MT_SOURCE_DIR) / "configs" / "fortunes_debug.toml") +
+          " --model.tokenizer_path=" + quote(tok) + " --training.dataset_path=" + quote(h5) +
+          " --job.dump_folder=" + quote(dump) +
+          " --training.steps=3 --lr_scheduler.warmup_steps=1 --training.seq_len=32"
+          " --training.local_batch_size=2 --metrics.log_freq=1 --validation.freq=3"
+          " --validation.steps=1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("step    3  loss"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dump / "config.toml"));
+  EXPECT_TRUE(fs::exists(dump / "loss.svg"));
+  std::ifstream metrics(dump / "metrics.jsonl");
+  int64_t metric_lines = 0;
+  for (std::string line; std::getline(metrics, line);) metric_lines += !line.empty();
+  EXPECT_GE(metric_lines, 3);
+}
+
+TEST_F(Tools, BadInputExitsNonZeroWithAMessage) {
+  Result r = run(std::string(MT_PREPARE_DATASET_BIN) + " --tokenizer " + quote(dir_ / "nope") +
+                 " --output " + quote(dir_ / "x.h5") + " " + quote(dir_ / "missing.txt"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("nope"), std::string::npos) << r.output;
+  r = run(std::string(MT_TRAIN_TOKENIZER_BIN) + " --input " + quote(dir_ / "corpus") +
+          " --vocab-size lots --output " + quote(dir_ / "t"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--vocab-size expects an integer"), std::string::npos) << r.output;
+  const std::string train_with = std::string(MT_TRAIN_BIN) + " --config " +
+                                 quote(fs::path(MT_SOURCE_DIR) / "configs" / "fortunes_debug.toml");
+  r = run(train_with + " --model.tokenizer_path=" + quote(dir_ / "no_tokenizer"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("no_tokenizer does not exist"), std::string::npos) << r.output;
+  r = run(std::string(MT_TRAIN_TOKENIZER_BIN) + " --input " + quote(dir_ / "corpus") +
+          " --format fortune --vocab-size 280 --output " + quote(dir_ / "tok"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run(train_with + " --model.tokenizer_path=" + quote(dir_ / "tok") +
+          " --training.dataset_path=" + quote(dir_ / "absent.h5"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("absent.h5"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("mt_prepare_dataset"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace mt
