@@ -1,0 +1,361 @@
+// MPI backend: initialisation, communicators, and the chunked MPI calls behind each collective.
+#include "parallel/comm/mpi_process_group.h"
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "runtime/core/error.h"
+
+namespace mt::parallel {
+
+using runtime::DType;
+
+namespace {
+
+std::atomic<int64_t> g_max_message_elements{INT_MAX};
+
+// Initialises MPI on first use (when launched) and finalises it at exit if it did.
+struct MpiRuntime {
+  bool active = false;
+  bool initialized_here = false;
+  int thread_level = MPI_THREAD_SINGLE;
+
+  MpiRuntime() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) {
+      MPI_Query_thread(&thread_level);
+    } else if (MpiProcessGroup::launched_by_launcher()) {
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &thread_level);
+      initialized_here = true;
+    } else {
+      return;  // no launcher: the local single-process world
+    }
+    MT_CHECK(thread_level >= MPI_THREAD_SERIALIZED,
+             "MpiProcessGroup: the MPI library provides thread level ", thread_level,
+             ", at least MPI_THREAD_SERIALIZED is needed");
+    active = true;
+  }
+  ~MpiRuntime() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (initialized_here && !finalized) MPI_Finalize();
+  }
+};
+
+MpiRuntime& mpi_runtime() {
+  static MpiRuntime runtime;
+  return runtime;
+}
+
+bool mpi_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+// Holds the process-wide MPI mutex when the library is only MPI_THREAD_SERIALIZED.
+std::unique_lock<std::mutex> mpi_lock() {
+  static std::mutex mutex;
+  if (mpi_runtime().thread_level >= MPI_THREAD_MULTIPLE) return {};
+  return std::unique_lock(mutex);
+}
+
+MPI_Datatype mpi_type(DType d) {
+  static_assert(sizeof(bool) == 1);
+  switch (d) {
+    case DType::F32:
+      return MPI_FLOAT;
+    case DType::F64:
+      return MPI_DOUBLE;
+    case DType::I32:
+      return MPI_INT32_T;
+    case DType::I64:
+      return MPI_INT64_T;
+    case DType::BF16:
+    case DType::F16:
+      return MPI_UINT16_T;  // moved, never reduced (the frontend upcasts)
+    case DType::Bool:
+      return MPI_UINT8_T;
+  }
+  MT_FAIL("MpiProcessGroup: unknown dtype");
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return MPI_SUM;
+    case ReduceOp::Max:
+      return MPI_MAX;
+    case ReduceOp::Min:
+      return MPI_MIN;
+    case ReduceOp::Avg:
+      break;
+  }
+  MT_FAIL("MpiProcessGroup: ", reduce_op_name(op), " must be lowered by the frontend");
+}
+
+char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
+
+// Calls fn(offset, count) over [0, n) in chunks of at most max_message_elements().
+template <class Fn>
+void for_each_chunk(int64_t n, Fn&& fn) {
+  const int64_t limit = max_message_elements();
+  for (int64_t off = 0; off < n; off += limit) fn(off, int(std::min(limit, n - off)));
+}
+
+}  // namespace
+
+void set_max_message_elements(int64_t n) {
+  MT_CHECK(n >= 1 && n <= INT_MAX, "set_max_message_elements: expected 1..INT_MAX, got ", n);
+  g_max_message_elements = n;
+}
+
+int64_t max_message_elements() { return g_max_message_elements; }
+
+bool MpiProcessGroup::launched_by_launcher() {
+  for (const char* var :
+       {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}) {
+    if (std::getenv(var) != nullptr) return true;
+  }
+  return false;
+}
+
+std::unique_ptr<MpiProcessGroup> MpiProcessGroup::world() {
+  if (!mpi_runtime().active) {
+    return std::unique_ptr<MpiProcessGroup>(new MpiProcessGroup(MPI_COMM_NULL, "mpi:world"));
+  }
+  MPI_Comm comm = MPI_COMM_NULL;
+  {
+    auto lock = mpi_lock();
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    if (rc != MPI_SUCCESS) {
+      char msg[MPI_MAX_ERROR_STRING];
+      int len = 0;
+      MPI_Error_string(rc, msg, &len);
+      MT_FAIL("MpiProcessGroup::world: MPI_Comm_dup failed: ", std::string(msg, size_t(len)));
+    }
+  }
+  return std::unique_ptr<MpiProcessGroup>(new MpiProcessGroup(comm, "mpi:world"));
+}
+
+MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::string name)
+    : comm_(comm), name_(std::move(name)) {
+  if (comm_ == MPI_COMM_NULL) return;
+  auto lock = mpi_lock();
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  check(MPI_Comm_dup(comm_, &p2p_comm_), "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(p2p_comm_, MPI_ERRORS_RETURN);
+}
+
+MpiProcessGroup::~MpiProcessGroup() {
+  stop_comm_thread();
+  if (comm_ == MPI_COMM_NULL || mpi_finalized()) return;
+  auto lock = mpi_lock();
+  MPI_Comm_free(&p2p_comm_);
+  MPI_Comm_free(&comm_);
+}
+
+void MpiProcessGroup::check(int rc, const char* what) const {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  MT_FAIL(what, " on group ", name_, " (rank ", rank_, " of ", size_,
+          ") failed: ", std::string(msg, size_t(len)));
+}
+
+std::unique_ptr<MpiProcessGroup> MpiProcessGroup::split(int color, int key) {
+  MT_CHECK(color >= 0, "split on group ", name_, ": color must be >= 0, got ", color);
+  std::string child = detail::concat(name_, "/split(", color, ",", key, ")");
+  if (comm_ == MPI_COMM_NULL) {
+    return std::unique_ptr<MpiProcessGroup>(new MpiProcessGroup(MPI_COMM_NULL, child));
+  }
+  MPI_Comm comm = MPI_COMM_NULL;
+  // A barrier-like sync call keeps the split ordered after any queued async collective.
+  barrier("split");
+  {
+    auto lock = mpi_lock();
+    check(MPI_Comm_split(comm_, color, key, &comm), "MPI_Comm_split");
+  }
+  return std::unique_ptr<MpiProcessGroup>(new MpiProcessGroup(comm, child));
+}
+
+void MpiProcessGroup::do_all_reduce(const Tensor& buf, ReduceOp op) {
+  if (comm_ == MPI_COMM_NULL) return;
+  auto lock = mpi_lock();
+  const size_t es = buf.element_size();
+  for_each_chunk(buf.numel(), [&](int64_t off, int count) {
+    check(MPI_Allreduce(MPI_IN_PLACE, bytes_of(buf) + off * es, count, mpi_type(buf.dtype()),
+                        mpi_op(op), comm_),
+          "all_reduce (MPI_Allreduce)");
+  });
+}
+
+void MpiProcessGroup::do_all_gather(const Tensor& out, const Tensor& in) {
+  const int64_t n = in.numel();
+  const size_t es = in.element_size();
+  if (comm_ == MPI_COMM_NULL) {
+    if (n > 0) std::memcpy(out.data_ptr(), in.data_ptr(), size_t(n) * es);
+    return;
+  }
+  auto lock = mpi_lock();
+  MPI_Datatype type = mpi_type(in.dtype());
+  if (n <= max_message_elements()) {
+    check(MPI_Allgather(in.data_ptr(), int(n), type, out.data_ptr(), int(n), type, comm_),
+          "all_gather_into (MPI_Allgather)");
+    return;
+  }
+  // Chunked: gather chunk [off, off+count) of every rank, then scatter it into the rank blocks.
+  std::vector<char> tmp(size_t(size_) * size_t(max_message_elements()) * es);
+  for_each_chunk(n, [&](int64_t off, int count) {
+    check(MPI_Allgather(bytes_of(in) + off * es, count, type, tmp.data(), count, type, comm_),
+          "all_gather_into (MPI_Allgather)");
+    for (int r = 0; r < size_; ++r) {
+      std::memcpy(bytes_of(out) + (r * n + off) * es, tmp.data() + size_t(r) * count * es,
+                  size_t(count) * es);
+    }
+  });
+}
+
+void MpiProcessGroup::do_reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
+  const int64_t n = out.numel();
+  const size_t es = in.element_size();
+  if (comm_ == MPI_COMM_NULL) {
+    if (n > 0) std::memcpy(out.data_ptr(), in.data_ptr(), size_t(n) * es);
+    return;
+  }
+  auto lock = mpi_lock();
+  MPI_Datatype type = mpi_type(in.dtype());
+  if (n <= max_message_elements()) {
+    check(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), int(n), type, mpi_op(op), comm_),
+          "reduce_scatter_into (MPI_Reduce_scatter_block)");
+    return;
+  }
+  // Chunked: pack chunk [off, off+count) of every rank block, reduce-scatter it.
+  std::vector<char> tmp(size_t(size_) * size_t(max_message_elements()) * es);
+  for_each_chunk(n, [&](int64_t off, int count) {
+    for (int r = 0; r < size_; ++r) {
+      std::memcpy(tmp.data() + size_t(r) * count * es, bytes_of(in) + (r * n + off) * es,
+                  size_t(count) * es);
+    }
+    check(MPI_Reduce_scatter_block(tmp.data(), bytes_of(out) + off * es, count, type, mpi_op(op),
+                                   comm_),
+          "reduce_scatter_into (MPI_Reduce_scatter_block)");
+  });
+}
+
+void MpiProcessGroup::do_broadcast(const Tensor& buf, int root) {
+  if (comm_ == MPI_COMM_NULL) return;
+  auto lock = mpi_lock();
+  const size_t es = buf.element_size();
+  for_each_chunk(buf.numel(), [&](int64_t off, int count) {
+    check(MPI_Bcast(bytes_of(buf) + off * es, count, mpi_type(buf.dtype()), root, comm_),
+          "broadcast (MPI_Bcast)");
+  });
+}
+
+void MpiProcessGroup::do_barrier() {
+  if (comm_ == MPI_COMM_NULL) return;
+  auto lock = mpi_lock();
+  check(MPI_Barrier(comm_), "barrier (MPI_Barrier)");
+}
+
+void MpiProcessGroup::do_all_to_all(const Tensor& out, const Tensor& in,
+                                    const std::vector<int64_t>& out_counts,
+                                    const std::vector<int64_t>& in_counts) {
+  const size_t es = in.element_size();
+  // Every rank checks that what each peer sends it matches what it expects, then all ranks agree,
+  // so a mismatch throws everywhere instead of hanging.
+  std::vector<int64_t> sent_to_me(size_t(size_), in_counts[0]);
+  auto lock = mpi_lock();
+  if (comm_ != MPI_COMM_NULL) {
+    check(MPI_Alltoall(in_counts.data(), 1, MPI_INT64_T, sent_to_me.data(), 1, MPI_INT64_T, comm_),
+          "all_to_all_single (MPI_Alltoall of split sizes)");
+  }
+  int bad_peer = -1;
+  for (int j = 0; j < size_ && bad_peer < 0; ++j) {
+    if (sent_to_me[size_t(j)] != out_counts[size_t(j)]) bad_peer = j;
+  }
+  int any_bad = bad_peer >= 0 ? 1 : 0;
+  if (comm_ != MPI_COMM_NULL) {
+    check(MPI_Allreduce(MPI_IN_PLACE, &any_bad, 1, MPI_INT, MPI_MAX, comm_),
+          "all_to_all_single (MPI_Allreduce of the split check)");
+  }
+  if (any_bad) {
+    if (bad_peer >= 0) {
+      MT_FAIL("all_to_all_single on group ", name_, " (rank ", rank_, " of ", size_, "): expected ",
+              out_counts[size_t(bad_peer)], " elements from rank ", bad_peer,
+              " (out_splits), which sends ", sent_to_me[size_t(bad_peer)],
+              " (its in_splits); out shape ", out.shape(), ", in shape ", in.shape());
+    }
+    MT_FAIL("all_to_all_single on group ", name_, " (rank ", rank_, " of ", size_,
+            "): split sizes disagree between other ranks of the group");
+  }
+  std::vector<int64_t> in_displ(size_t(size_), 0), out_displ(size_t(size_), 0);
+  for (int j = 1; j < size_; ++j) {
+    in_displ[size_t(j)] = in_displ[size_t(j - 1)] + in_counts[size_t(j - 1)];
+    out_displ[size_t(j)] = out_displ[size_t(j - 1)] + out_counts[size_t(j - 1)];
+  }
+  const size_t me = size_t(rank_);
+  if (in_counts[me] > 0) {
+    std::memcpy(bytes_of(out) + out_displ[me] * es, bytes_of(in) + in_displ[me] * es,
+                size_t(in_counts[me]) * es);
+  }
+  if (comm_ == MPI_COMM_NULL) return;
+  // Point-to-point on the group's private communicator: chunks between a pair arrive in order.
+  MPI_Datatype type = mpi_type(in.dtype());
+  std::vector<MPI_Request> requests;
+  for (int j = 0; j < size_; ++j) {
+    if (j == rank_) continue;
+    for_each_chunk(out_counts[size_t(j)], [&](int64_t off, int count) {
+      requests.emplace_back();
+      check(MPI_Irecv(bytes_of(out) + (out_displ[size_t(j)] + off) * es, count, type, j, 0,
+                      p2p_comm_, &requests.back()),
+            "all_to_all_single (MPI_Irecv)");
+    });
+    for_each_chunk(in_counts[size_t(j)], [&](int64_t off, int count) {
+      requests.emplace_back();
+      check(MPI_Isend(bytes_of(in) + (in_displ[size_t(j)] + off) * es, count, type, j, 0, p2p_comm_,
+                      &requests.back()),
+            "all_to_all_single (MPI_Isend)");
+    });
+  }
+  check(MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+        "all_to_all_single (MPI_Waitall)");
+}
+
+void MpiProcessGroup::do_send(const Tensor& buf, int dst, int tag) {
+  auto lock = mpi_lock();
+  const size_t es = buf.element_size();
+  for_each_chunk(buf.numel(), [&](int64_t off, int count) {
+    check(MPI_Send(bytes_of(buf) + off * es, count, mpi_type(buf.dtype()), dst, tag, comm_),
+          "send (MPI_Send)");
+  });
+}
+
+void MpiProcessGroup::do_recv(const Tensor& buf, int src, int tag) {
+  auto lock = mpi_lock();
+  const size_t es = buf.element_size();
+  MPI_Datatype type = mpi_type(buf.dtype());
+  for_each_chunk(buf.numel(), [&](int64_t off, int count) {
+    MPI_Status status;
+    check(MPI_Recv(bytes_of(buf) + off * es, count, type, src, tag, comm_, &status),
+          "recv (MPI_Recv)");
+    int got = 0;
+    MPI_Get_count(&status, type, &got);
+    MT_CHECK(got == count, "recv on group ", name_, " (rank ", rank_, " of ", size_, "): expected ",
+             count, " elements from rank ", src, " with tag ", tag, ", got ", got,
+             "; tensor shape ", buf.shape());
+  });
+}
+
+}  // namespace mt::parallel

@@ -1,0 +1,70 @@
+// MpiProcessGroup: the ProcessGroup backend for CPU tensors over MPI (OpenMPI).
+//
+// - world(): every rank of the launch. Without a launcher in the environment (no
+//   OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK/PMI_SIZE or SLURM_STEP_NUM_TASKS) MPI is never
+//   initialised: the world is this one process (rank 0 of 1) and every collective is a local copy,
+//   so a single-process run needs no mpirun.
+// - MPI is initialised on first use with MPI_Init_thread(MPI_THREAD_MULTIPLE); when the library
+// only
+//   provides MPI_THREAD_SERIALIZED, every MPI call of every group is serialised by one process-wide
+//   mutex. MPI is finalised at exit if we initialised it.
+// - split(color, key) is collective over the group (MPI_Comm_split): ranks with the same color form
+//   a new group, ordered by key then by rank.
+// - Each group owns duplicates of its communicator (one for collectives and send/recv, one for the
+//   point-to-point traffic of all_to_all_single), with MPI_ERRORS_RETURN: MPI failures become
+//   mt::Error carrying MPI_Error_string.
+// - Messages longer than max_message_elements() (INT_MAX by default) are split into chunks.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "parallel/comm/process_group.h"
+
+namespace mt::parallel {
+
+class MpiProcessGroup : public ProcessGroup {
+ public:
+  static std::unique_ptr<MpiProcessGroup> world();
+  // True when a launcher (mpirun, srun) started this process.
+  static bool launched_by_launcher();
+
+  ~MpiProcessGroup() override;
+
+  std::unique_ptr<MpiProcessGroup> split(int color, int key);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return name_; }
+
+ protected:
+  void do_all_reduce(const Tensor& buf, ReduceOp op) override;
+  void do_all_gather(const Tensor& out, const Tensor& in) override;
+  void do_reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) override;
+  void do_broadcast(const Tensor& buf, int root) override;
+  void do_barrier() override;
+  void do_all_to_all(const Tensor& out, const Tensor& in, const std::vector<int64_t>& out_counts,
+                     const std::vector<int64_t>& in_counts) override;
+  void do_send(const Tensor& buf, int dst, int tag) override;
+  void do_recv(const Tensor& buf, int src, int tag) override;
+
+ private:
+  // comm == MPI_COMM_NULL: the local single-process world. Takes ownership of comm.
+  MpiProcessGroup(MPI_Comm comm, std::string name);
+  void check(int rc, const char* what) const;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm p2p_comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  std::string name_;
+};
+
+// Largest element count of one MPI call (INT_MAX by default); tests lower it to exercise chunking.
+void set_max_message_elements(int64_t n);
+int64_t max_message_elements();
+
+}  // namespace mt::parallel

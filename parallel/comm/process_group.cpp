@@ -1,0 +1,302 @@
+// ProcessGroup frontend: argument checks, staging (contiguous copies, f32 accumulation for 16-bit
+// floats, Avg as Sum / size), per-name stats and the communication thread.
+#include "parallel/comm/process_group.h"
+
+#include <chrono>
+#include <numeric>
+
+#include "runtime/core/error.h"
+
+namespace mt::parallel {
+
+using runtime::DType;
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Avg:
+      return "avg";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Min:
+      return "min";
+  }
+  return "?";
+}
+
+void Work::wait() const {
+  if (done_.valid()) done_.get();
+}
+
+bool Work::is_completed() const {
+  return !done_.valid() || done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+namespace {
+
+bool is_16bit_float(DType d) { return d == DType::BF16 || d == DType::F16; }
+
+// "all_reduce on group mpi:world (rank 0 of 2)"
+std::string where(const char* collective, const ProcessGroup& g) {
+  return detail::concat(collective, " on group ", g.name(), " (rank ", g.rank(), " of ", g.size(),
+                        ")");
+}
+
+void check_tensor(const Tensor& t, const char* what, const char* collective,
+                  const ProcessGroup& g) {
+  MT_CHECK(t.defined(), where(collective, g), ": ", what, " is an undefined tensor");
+  MT_CHECK(t.device().is_cpu(), where(collective, g), ": ", what,
+           " must be a CPU tensor for this backend, got device ",
+           runtime::device_type_name(t.device().type));
+}
+
+void check_reducible(const Tensor& t, ReduceOp op, const char* collective, const ProcessGroup& g) {
+  MT_CHECK(t.dtype() != DType::Bool, where(collective, g), ": cannot reduce a bool tensor");
+  MT_CHECK(op != ReduceOp::Avg || t.is_floating_point(), where(collective, g),
+           ": avg needs a floating dtype, got ", t.dtype());
+}
+
+// Same dtype, same rank, same trailing dims; dim 0 of `big` is `factor` * dim 0 of `small`
+// (factor 0: any dim 0).
+void check_rows(const Tensor& big, const Tensor& small, int64_t factor, const char* big_name,
+                const char* small_name, const char* collective, const ProcessGroup& g) {
+  MT_CHECK(big.dtype() == small.dtype(), where(collective, g), ": ", big_name, " dtype ",
+           big.dtype(), " differs from ", small_name, " dtype ", small.dtype());
+  bool ok = big.dim() >= 1 && big.dim() == small.dim();
+  for (int64_t d = 1; ok && d < big.dim(); ++d) ok = big.size(d) == small.size(d);
+  if (ok && factor > 0) ok = big.size(0) == factor * small.size(0);
+  MT_CHECK(
+      ok, where(collective, g), ": expected ", big_name, " to have ",
+      factor > 0 ? detail::concat(factor, " x the rows of ") : std::string("the row shape of "),
+      small_name, " (same trailing dims), got ", big_name, " shape ", big.shape(), " and ",
+      small_name, " shape ", small.shape());
+}
+
+// A contiguous buffer holding t's values, in f32 when t is bf16/f16 and `upcast`.
+Tensor staged(const Tensor& t, bool upcast) {
+  if (upcast && is_16bit_float(t.dtype())) return t.to(DType::F32).contiguous();
+  return t.contiguous();
+}
+
+// Output buffer for `t`: t itself when it can be written directly.
+Tensor out_buffer(const Tensor& t, bool upcast) {
+  if (upcast && is_16bit_float(t.dtype())) return Tensor::empty(t.shape(), {DType::F32});
+  if (t.is_contiguous()) return t;
+  return Tensor::empty(t.shape(), t.options());
+}
+
+void copy_back(const Tensor& dst, const Tensor& buf) {
+  if (!buf.same(dst)) dst.copy_(buf);
+}
+
+void divide_in_place(const Tensor& buf, int n) {
+  if (n == 1) return;
+  int64_t count = buf.numel();
+  if (buf.dtype() == DType::F64) {
+    double* p = buf.data<double>();
+    for (int64_t i = 0; i < count; ++i) p[i] /= n;
+  } else {
+    float* p = buf.data<float>();  // 16-bit floats were staged in f32
+    for (int64_t i = 0; i < count; ++i) p[i] /= float(n);
+  }
+}
+
+ReduceOp backend_op(ReduceOp op) { return op == ReduceOp::Avg ? ReduceOp::Sum : op; }
+
+void check_peer(int peer, const char* what, const char* collective, const ProcessGroup& g) {
+  MT_CHECK(peer >= 0 && peer < g.size() && peer != g.rank(), where(collective, g), ": ", what,
+           " must be another rank in [0, ", g.size(), "), got ", peer);
+}
+
+}  // namespace
+
+ProcessGroup::~ProcessGroup() { stop_comm_thread(); }
+
+Work ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op, const std::string& name,
+                              bool async_op) {
+  check_tensor(tensor, "tensor", "all_reduce", *this);
+  check_reducible(tensor, op, "all_reduce", *this);
+  Tensor t = tensor.detach();
+  return submit("all_reduce", name, int64_t(t.nbytes()), async_op, [this, t, op] {
+    Tensor buf = staged(t, true);
+    do_all_reduce(buf, backend_op(op));
+    if (op == ReduceOp::Avg) divide_in_place(buf, size());
+    copy_back(t, buf);
+  });
+}
+
+Work ProcessGroup::all_gather_into(const Tensor& out, const Tensor& in, const std::string& name,
+                                   bool async_op) {
+  check_tensor(out, "out", "all_gather_into", *this);
+  check_tensor(in, "in", "all_gather_into", *this);
+  check_rows(out, in, size(), "out", "in", "all_gather_into", *this);
+  Tensor o = out.detach(), i = in.detach();
+  return submit("all_gather_into", name, int64_t(o.nbytes()), async_op, [this, o, i] {
+    Tensor ob = out_buffer(o, false);
+    do_all_gather(ob, i.contiguous());
+    copy_back(o, ob);
+  });
+}
+
+Work ProcessGroup::reduce_scatter_into(const Tensor& out, const Tensor& in, ReduceOp op,
+                                       const std::string& name, bool async_op) {
+  check_tensor(out, "out", "reduce_scatter_into", *this);
+  check_tensor(in, "in", "reduce_scatter_into", *this);
+  check_rows(in, out, size(), "in", "out", "reduce_scatter_into", *this);
+  check_reducible(in, op, "reduce_scatter_into", *this);
+  Tensor o = out.detach(), i = in.detach();
+  return submit("reduce_scatter_into", name, int64_t(i.nbytes()), async_op, [this, o, i, op] {
+    Tensor ob = out_buffer(o, true);
+    do_reduce_scatter(ob, staged(i, true), backend_op(op));
+    if (op == ReduceOp::Avg) divide_in_place(ob, size());
+    copy_back(o, ob);
+  });
+}
+
+Work ProcessGroup::broadcast(const Tensor& tensor, int root, const std::string& name,
+                             bool async_op) {
+  check_tensor(tensor, "tensor", "broadcast", *this);
+  MT_CHECK(root >= 0 && root < size(), where("broadcast", *this), ": root must be in [0, ", size(),
+           "), got ", root);
+  Tensor t = tensor.detach();
+  return submit("broadcast", name, int64_t(t.nbytes()), async_op, [this, t, root] {
+    Tensor buf = t.contiguous();
+    do_broadcast(buf, root);
+    copy_back(t, buf);
+  });
+}
+
+Work ProcessGroup::barrier(const std::string& name, bool async_op) {
+  return submit("barrier", name, 0, async_op, [this] { do_barrier(); });
+}
+
+Work ProcessGroup::all_to_all_single(const Tensor& out, const Tensor& in,
+                                     std::vector<int64_t> out_splits,
+                                     std::vector<int64_t> in_splits, const std::string& name,
+                                     bool async_op) {
+  const char* c = "all_to_all_single";
+  check_tensor(out, "out", c, *this);
+  check_tensor(in, "in", c, *this);
+  check_rows(out, in, 0, "out", "in", c, *this);
+  auto fill_even = [&](std::vector<int64_t>& splits, const Tensor& t, const char* what) {
+    if (!splits.empty()) return;
+    MT_CHECK(t.size(0) % size() == 0, where(c, *this), ": no ", what, " given and ", what,
+             "'s dim 0 (", t.size(0), ") is not divisible by the group size; shape ", t.shape());
+    splits.assign(size_t(size()), t.size(0) / size());
+  };
+  fill_even(out_splits, out, "out_splits");
+  fill_even(in_splits, in, "in_splits");
+  auto check_splits = [&](const std::vector<int64_t>& splits, const Tensor& t, const char* what) {
+    MT_CHECK(int64_t(splits.size()) == size(), where(c, *this), ": expected ", size(), " ", what,
+             ", got ", splits);
+    for (int64_t s : splits) MT_CHECK(s >= 0, where(c, *this), ": negative ", what, " ", splits);
+    int64_t total = std::accumulate(splits.begin(), splits.end(), int64_t(0));
+    MT_CHECK(total == t.size(0), where(c, *this), ": ", what, " ", splits, " sum to ", total,
+             " rows but the tensor has shape ", t.shape());
+  };
+  check_splits(out_splits, out, "out_splits");
+  check_splits(in_splits, in, "in_splits");
+  int64_t row = 1;  // elements per row
+  for (int64_t d = 1; d < in.dim(); ++d) row *= in.size(d);
+  for (auto& s : out_splits) s *= row;
+  for (auto& s : in_splits) s *= row;
+  Tensor o = out.detach(), i = in.detach();
+  return submit(c, name, int64_t(i.nbytes()), async_op,
+                [this, o, i, oc = std::move(out_splits), ic = std::move(in_splits)] {
+                  Tensor ob = out_buffer(o, false);
+                  do_all_to_all(ob, i.contiguous(), oc, ic);
+                  copy_back(o, ob);
+                });
+}
+
+Work ProcessGroup::send(const Tensor& tensor, int dst, int tag, const std::string& name,
+                        bool async_op) {
+  check_tensor(tensor, "tensor", "send", *this);
+  check_peer(dst, "dst", "send", *this);
+  MT_CHECK(tag >= 0, where("send", *this), ": tag must be >= 0, got ", tag);
+  Tensor t = tensor.detach();
+  return submit("send", name, int64_t(t.nbytes()), async_op,
+                [this, t, dst, tag] { do_send(t.contiguous(), dst, tag); });
+}
+
+Work ProcessGroup::recv(const Tensor& tensor, int src, int tag, const std::string& name,
+                        bool async_op) {
+  check_tensor(tensor, "tensor", "recv", *this);
+  check_peer(src, "src", "recv", *this);
+  MT_CHECK(tag >= 0, where("recv", *this), ": tag must be >= 0, got ", tag);
+  Tensor t = tensor.detach();
+  return submit("recv", name, int64_t(t.nbytes()), async_op, [this, t, src, tag] {
+    Tensor buf = out_buffer(t, false);
+    do_recv(buf, src, tag);
+    copy_back(t, buf);
+  });
+}
+
+std::map<std::string, CommStats> ProcessGroup::stats() const {
+  std::lock_guard lock(stats_mutex_);
+  return stats_;
+}
+
+void ProcessGroup::reset_stats() {
+  std::lock_guard lock(stats_mutex_);
+  stats_.clear();
+}
+
+Work ProcessGroup::submit(const char* collective, const std::string& name, int64_t bytes,
+                          bool async_op, std::function<void()> fn) {
+  {
+    std::lock_guard lock(stats_mutex_);
+    CommStats& s = stats_[name];
+    s.collective = collective;
+    s.calls += 1;
+    s.bytes += bytes;
+  }
+  std::packaged_task<void()> task(std::move(fn));
+  {
+    std::unique_lock lock(queue_mutex_);
+    if (!async_op && !comm_thread_.joinable()) {
+      lock.unlock();
+      task();  // no thread yet: nothing can be queued ahead of this call
+      task.get_future().get();
+      return Work();
+    }
+    MT_CHECK(!stopping_, where(collective, *this), ": the group is shutting down");
+    if (!comm_thread_.joinable()) comm_thread_ = std::thread(&ProcessGroup::comm_loop, this);
+  }
+  Work work(task.get_future().share());
+  {
+    std::lock_guard lock(queue_mutex_);
+    queue_.push_back(std::move(task));
+  }
+  queue_cv_.notify_one();
+  if (!async_op) work.wait();
+  return work;
+}
+
+void ProcessGroup::comm_loop() {
+  for (;;) {
+    std::packaged_task<void()> task;
+    {
+      std::unique_lock lock(queue_mutex_);
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything issued has run
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+void ProcessGroup::stop_comm_thread() {
+  {
+    std::lock_guard lock(queue_mutex_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (comm_thread_.joinable() && comm_thread_.get_id() != std::this_thread::get_id()) {
+    comm_thread_.join();
+  }
+}
+
+}  // namespace mt::parallel

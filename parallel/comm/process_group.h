@@ -1,0 +1,124 @@
+// ProcessGroup: the interface every collective in minititan goes through (MPI today, NCCL later).
+//
+// Conventions
+// - Every call carries a `name` (for profiling); the group records calls and payload bytes per
+//   name in stats(). Payload bytes: the in-place tensor (all_reduce, broadcast, send, recv), the
+//   gathered `out` (all_gather_into), the full `in` (reduce_scatter_into, all_to_all_single).
+// - Every call returns a Work. Synchronous by default (the Work is already complete). With
+//   async_op = true the call runs on the group's communication thread (one per group, started on
+//   first use; calls run in issue order, sync calls issued after an async one queue behind it) and
+//   Work::wait() blocks until it finishes and rethrows its error. Tensors passed to an async call
+//   must not be read or written until wait() returns.
+// - Argument errors (dtype, shape, split sizes, ranks) throw mt::Error at the call site, naming
+//   the collective, the group and the shapes. Non-contiguous tensors are accepted (staged through
+//   a contiguous copy).
+// - bf16 and f16 reductions (all_reduce, reduce_scatter_into) accumulate in f32: the frontend
+//   converts to f32, reduces, and converts back with round-to-nearest-even. Avg is a sum divided by
+//   size() (floating dtypes only). Bool tensors can be moved but not reduced.
+// - Tensors are dim-0 row blocks: all_gather_into's `out` is the concatenation of every rank's
+//   `in` along dim 0; reduce_scatter_into's `in` has size() * out.size(0) rows.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/core/tensor.h"
+
+namespace mt::parallel {
+
+using runtime::Tensor;
+
+enum class ReduceOp { Sum, Avg, Max, Min };
+const char* reduce_op_name(ReduceOp op);
+
+// Handle to a (possibly running) collective. Default-constructed = already complete.
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_future<void> done) : done_(std::move(done)) {}
+  void wait() const;  // blocks; rethrows the collective's error
+  bool is_completed() const;
+
+ private:
+  std::shared_future<void> done_;
+};
+
+struct CommStats {
+  std::string collective;  // e.g. "all_reduce" (of the last call with this name)
+  int64_t calls = 0;
+  int64_t bytes = 0;
+};
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;  // e.g. "mpi:world" or "mpi:split(1,0)"
+
+  Work all_reduce(const Tensor& tensor, ReduceOp op, const std::string& name,
+                  bool async_op = false);
+  Work all_gather_into(const Tensor& out, const Tensor& in, const std::string& name,
+                       bool async_op = false);
+  Work reduce_scatter_into(const Tensor& out, const Tensor& in, ReduceOp op,
+                           const std::string& name, bool async_op = false);
+  Work broadcast(const Tensor& tensor, int root, const std::string& name, bool async_op = false);
+  Work barrier(const std::string& name, bool async_op = false);
+  // Rows along dim 0: this rank sends in_splits[j] rows to rank j and receives out_splits[j] rows
+  // from rank j. Empty split vectors mean equal splits (dim 0 divisible by size()).
+  Work all_to_all_single(const Tensor& out, const Tensor& in, std::vector<int64_t> out_splits,
+                         std::vector<int64_t> in_splits, const std::string& name,
+                         bool async_op = false);
+  Work send(const Tensor& tensor, int dst, int tag, const std::string& name, bool async_op = false);
+  Work recv(const Tensor& tensor, int src, int tag, const std::string& name, bool async_op = false);
+
+  std::map<std::string, CommStats> stats() const;  // keyed by call name
+  void reset_stats();
+
+ protected:
+  ProcessGroup() = default;
+  // Backend primitives. Buffers are contiguous CPU tensors; reductions receive f32/f64/i32/i64
+  // only and never Avg (the frontend maps Avg to Sum and divides). Element counts may exceed
+  // INT_MAX: backends split messages themselves.
+  virtual void do_all_reduce(const Tensor& buf, ReduceOp op) = 0;
+  virtual void do_all_gather(const Tensor& out, const Tensor& in) = 0;
+  virtual void do_reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) = 0;
+  virtual void do_broadcast(const Tensor& buf, int root) = 0;
+  virtual void do_barrier() = 0;
+  // Splits are in elements here.
+  virtual void do_all_to_all(const Tensor& out, const Tensor& in,
+                             const std::vector<int64_t>& out_counts,
+                             const std::vector<int64_t>& in_counts) = 0;
+  virtual void do_send(const Tensor& buf, int dst, int tag) = 0;
+  virtual void do_recv(const Tensor& buf, int src, int tag) = 0;
+
+  // Derived destructors call this first, so the thread never runs a half-destroyed backend.
+  void stop_comm_thread();
+
+ private:
+  Work submit(const char* collective, const std::string& name, int64_t bytes, bool async_op,
+              std::function<void()> fn);
+  void comm_loop();
+
+  mutable std::mutex stats_mutex_;
+  std::map<std::string, CommStats> stats_;
+
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<std::packaged_task<void()>> queue_;
+  bool stopping_ = false;
+  std::thread comm_thread_;
+};
+
+}  // namespace mt::parallel

@@ -1,0 +1,306 @@
+// MpiProcessGroup on real ranks: run by CTest under `mpirun -np 2` and `-np 4` (label "mpi").
+// Every test checks values against closed forms of the rank-dependent inputs.
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <cmath>
+#include <vector>
+
+#include "parallel/comm/mpi_process_group.h"
+#include "runtime/ops/factory.h"
+
+namespace mt::parallel {
+namespace {
+
+using runtime::bfloat16;
+using runtime::DType;
+using runtime::from_vector;
+
+MpiProcessGroup& world() {
+  static std::unique_ptr<MpiProcessGroup> pg = MpiProcessGroup::world();
+  return *pg;
+}
+
+// Restores the default message limit at scope exit.
+struct ChunkLimit {
+  explicit ChunkLimit(int64_t n) { set_max_message_elements(n); }
+  ~ChunkLimit() { set_max_message_elements(INT_MAX); }
+};
+
+Tensor make(int64_t n, const runtime::Shape& shape, DType d, auto&& value_of) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = value_of(i);
+  return from_vector(v, shape, {d});
+}
+
+TEST(MpiProcessGroup, LaunchedWithSeveralRanks) {
+  ASSERT_TRUE(MpiProcessGroup::launched_by_launcher()) << "run this test under mpirun";
+  EXPECT_GE(world().size(), 2);
+  EXPECT_GE(world().rank(), 0);
+  EXPECT_LT(world().rank(), world().size());
+}
+
+TEST(MpiProcessGroup, AllReduceClosedForms) {
+  const int R = world().rank(), W = world().size();
+  for (DType d : {DType::F32, DType::F64, DType::I32, DType::I64, DType::BF16, DType::F16}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min}) {
+      bool floating = runtime::is_floating(d);
+      if (op == ReduceOp::Avg && !floating) continue;
+      Tensor t = make(12, {3, 4}, d, [&](int64_t i) { return double((R + 1) * (i + 1)); });
+      world().all_reduce(t, op, "ar");
+      auto got = t.to_vector<double>();
+      for (int64_t i = 0; i < 12; ++i) {
+        double base = double(i + 1), expect = 0;
+        switch (op) {
+          case ReduceOp::Sum:
+            expect = base * W * (W + 1) / 2;
+            break;
+          case ReduceOp::Avg:
+            expect = base * (W + 1) / 2.0;
+            break;
+          case ReduceOp::Max:
+            expect = base * W;
+            break;
+          case ReduceOp::Min:
+            expect = base;
+            break;
+        }
+        double tol = (d == DType::BF16 || d == DType::F16) ? std::abs(expect) * 1e-2 : 0.0;
+        EXPECT_NEAR(got[size_t(i)], expect, tol) << d << " " << reduce_op_name(op) << " i=" << i;
+      }
+    }
+  }
+}
+
+TEST(MpiProcessGroup, Bf16SumEqualsF32SumRounded) {
+  const int R = world().rank();
+  for (DType d : {DType::BF16, DType::F16}) {
+    // Values exactly representable in the 16-bit type, so only the reduction rounds.
+    Tensor x = make(64, {64}, d, [&](int64_t i) { return 1.0 + 0.37 * i + 0.013 * R; });
+    Tensor x32 = x.to(DType::F32).clone();
+    world().all_reduce(x, ReduceOp::Sum, "half");
+    world().all_reduce(x32, ReduceOp::Sum, "f32");
+    // f32 accumulation then one rounding: identical to rounding the f32 result.
+    EXPECT_EQ(x.to_vector<double>(), x32.to(d).to_vector<double>()) << d;
+  }
+}
+
+TEST(MpiProcessGroup, AllGatherReduceScatterRoundTrip) {
+  const int R = world().rank(), W = world().size();
+  Tensor in = make(6, {2, 3}, DType::F32, [&](int64_t i) { return 100.0 * R + double(i); });
+  Tensor gathered = runtime::zeros({2 * W, 3}, {DType::F32});
+  world().all_gather_into(gathered, in, "ag");
+  auto g = gathered.to_vector<double>();
+  for (int r = 0; r < W; ++r) {
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(g[size_t(r * 6 + i)], 100.0 * r + i) << r << " " << i;
+  }
+  // Every rank holds the same gathered tensor: avg-reduce-scatter returns each rank's input.
+  Tensor back = runtime::zeros({2, 3}, {DType::F32});
+  world().reduce_scatter_into(back, gathered, ReduceOp::Avg, "rs");
+  EXPECT_EQ(back.to_vector<double>(), in.to_vector<double>());
+  // Non-contiguous input (a transposed view) gathers its logical values.
+  Tensor t_in = in.t();  // [3, 2]
+  Tensor t_out = runtime::zeros({3 * W, 2}, {DType::F32});
+  world().all_gather_into(t_out, t_in, "ag_t");
+  EXPECT_EQ(t_out.narrow(0, 3 * R, 3).to_vector<double>(), t_in.to_vector<double>());
+}
+
+TEST(MpiProcessGroup, ReduceScatterRankDependent) {
+  const int R = world().rank(), W = world().size();
+  for (DType d : {DType::F32, DType::I64, DType::BF16}) {
+    Tensor in = make(6 * W, {2 * W, 3}, d, [&](int64_t i) { return double(R + i); });
+    Tensor sum = runtime::zeros({2, 3}, {d}), mx = runtime::zeros({2, 3}, {d});
+    world().reduce_scatter_into(sum, in, ReduceOp::Sum, "rs_sum");
+    world().reduce_scatter_into(mx, in, ReduceOp::Max, "rs_max");
+    auto s = sum.to_vector<double>(), m = mx.to_vector<double>();
+    for (int i = 0; i < 6; ++i) {
+      double j = 6.0 * R + i;
+      EXPECT_EQ(s[size_t(i)], W * j + W * (W - 1) / 2.0) << d;
+      EXPECT_EQ(m[size_t(i)], j + W - 1) << d;
+    }
+  }
+}
+
+TEST(MpiProcessGroup, Broadcast) {
+  const int R = world().rank(), W = world().size();
+  for (DType d : {DType::F32, DType::BF16, DType::I64, DType::Bool}) {
+    const int root = W - 1;
+    Tensor t = make(10, {5, 2}, d, [&](int64_t i) { return R == root ? double(i % 2 + i) : 0; });
+    world().broadcast(t, root, "bc");
+    for (int i = 0; i < 10; ++i) {
+      double expect = d == DType::Bool ? double(i % 2 + i != 0) : double(i % 2 + i);
+      EXPECT_EQ(t.to_vector<double>()[size_t(i)], expect) << d;
+    }
+  }
+}
+
+// Rank r sends (r + 2j) % 3 rows of width 2 to rank j (zero rows included); row k of the block
+// from r to j holds 1000r + 100j + 10k + c.
+void check_uneven_all_to_all(bool async_op) {
+  const int R = world().rank(), W = world().size();
+  std::vector<int64_t> in_splits, out_splits;
+  for (int j = 0; j < W; ++j) {
+    in_splits.push_back((R + 2 * j) % 3);
+    out_splits.push_back((j + 2 * R) % 3);
+  }
+  std::vector<double> in_v, expect;
+  for (int j = 0; j < W; ++j) {
+    for (int k = 0; k < in_splits[size_t(j)]; ++k) {
+      for (int c = 0; c < 2; ++c) in_v.push_back(1000.0 * R + 100.0 * j + 10.0 * k + c);
+    }
+    for (int k = 0; k < out_splits[size_t(j)]; ++k) {
+      for (int c = 0; c < 2; ++c) expect.push_back(1000.0 * j + 100.0 * R + 10.0 * k + c);
+    }
+  }
+  Tensor in = from_vector(in_v, {int64_t(in_v.size() / 2), 2}, {DType::F64});
+  Tensor out = runtime::full({int64_t(expect.size() / 2), 2}, -1.0, {DType::F64});
+  world().all_to_all_single(out, in, out_splits, in_splits, "a2a", async_op).wait();
+  EXPECT_EQ(out.to_vector<double>(), expect);
+}
+
+TEST(MpiProcessGroup, AllToAllUneven) { check_uneven_all_to_all(false); }
+
+TEST(MpiProcessGroup, AllToAllMismatchedSplitsThrowOnEveryRank) {
+  const int R = world().rank(), W = world().size();
+  std::vector<int64_t> in_splits(size_t(W), 1), out_splits(size_t(W), 1);
+  if (R == 0) out_splits[size_t(W - 1)] = 2;  // rank W-1 sends only one row to rank 0
+  Tensor in = runtime::zeros({W, 2}, {DType::F32});
+  Tensor out = runtime::zeros({R == 0 ? W + 1 : W, 2}, {DType::F32});
+  EXPECT_THROW(world().all_to_all_single(out, in, out_splits, in_splits, "a2a_bad"), mt::Error);
+}
+
+TEST(MpiProcessGroup, SendRecvRing) {
+  const int R = world().rank(), W = world().size();
+  const int next = (R + 1) % W, prev = (R + W - 1) % W;
+  Tensor mine = make(8, {2, 4}, DType::F32, [&](int64_t i) { return 10.0 * R + i; });
+  Tensor got = runtime::zeros({2, 4}, {DType::F32});
+  Work sent = world().send(mine, next, 7, "ring_send", /*async_op=*/true);
+  world().recv(got, prev, 7, "ring_recv");
+  sent.wait();
+  auto g = got.to_vector<double>();
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(g[size_t(i)], 10.0 * prev + i);
+}
+
+TEST(MpiProcessGroup, RecvSizeMismatchThrows) {
+  const int R = world().rank();
+  if (R > 1) return;  // ranks 0 and 1 only; nothing collective below
+  // Too long a message: MPI's own error (MPI_ERR_TRUNCATE) becomes mt::Error with its text.
+  if (R == 0) {
+    world().send(runtime::zeros({8}, {DType::F32}), 1, 11, "long");
+  } else {
+    Tensor small = runtime::zeros({4}, {DType::F32});
+    try {
+      world().recv(small, 0, 11, "long");
+      FAIL() << "expected mt::Error";
+    } catch (const mt::Error& e) {
+      std::string msg = e.what();
+      EXPECT_NE(msg.find("recv (MPI_Recv) on group mpi:world"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("MPI_ERR_TRUNCATE"), std::string::npos) << msg;
+    }
+  }
+  // Too short a message: the received count is checked.
+  if (R == 0) {
+    world().send(runtime::zeros({2}, {DType::F32}), 1, 12, "short");
+  } else {
+    EXPECT_THROW(world().recv(runtime::zeros({4}, {DType::F32}), 0, 12, "short"), mt::Error);
+  }
+}
+
+TEST(MpiProcessGroup, AsyncOpsGiveTheSameResults) {
+  const int R = world().rank(), W = world().size();
+  Tensor a = make(16, {16}, DType::F32, [&](int64_t i) { return double(R + i); });
+  Tensor in = make(4, {4}, DType::F32, [&](int64_t i) { return double(R * 4 + i); });
+  Tensor gathered = runtime::zeros({4 * W}, {DType::F32});
+  Tensor b = make(3, {3}, DType::I64, [&](int64_t i) { return R == 0 ? double(i + 5) : 0.0; });
+  std::vector<Work> works;
+  works.push_back(world().all_reduce(a, ReduceOp::Sum, "async_ar", true));
+  works.push_back(world().all_gather_into(gathered, in, "async_ag", true));
+  works.push_back(world().broadcast(b, 0, "async_bc", true));
+  for (const Work& w : works) w.wait();
+  auto av = a.to_vector<double>(), gv = gathered.to_vector<double>(), bv = b.to_vector<double>();
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(av[size_t(i)], W * double(i) + W * (W - 1) / 2.0);
+  for (int i = 0; i < 4 * W; ++i) EXPECT_EQ(gv[size_t(i)], double(i));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(bv[size_t(i)], double(i + 5));
+  check_uneven_all_to_all(true);
+  world().barrier("async_barrier", true).wait();
+}
+
+TEST(MpiProcessGroup, ChunkedMessagesMatchUnchunked) {
+  ChunkLimit limit(3);  // every message below is split into chunks of 3 elements
+  const int R = world().rank(), W = world().size();
+  Tensor a = make(10, {10}, DType::BF16, [&](int64_t i) { return double((R + 1) * (i + 1)); });
+  world().all_reduce(a, ReduceOp::Sum, "chunk_ar");
+  auto av = a.to_vector<double>();
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(av[size_t(i)], double(i + 1) * W * (W + 1) / 2);
+  Tensor in = make(7, {7}, DType::F32, [&](int64_t i) { return 100.0 * R + i; });
+  Tensor g = runtime::zeros({7 * W}, {DType::F32});
+  world().all_gather_into(g, in, "chunk_ag");
+  auto gv = g.to_vector<double>();
+  for (int r = 0; r < W; ++r) {
+    for (int i = 0; i < 7; ++i) EXPECT_EQ(gv[size_t(r * 7 + i)], 100.0 * r + i);
+  }
+  Tensor back = runtime::zeros({7}, {DType::F32});
+  world().reduce_scatter_into(back, g, ReduceOp::Sum, "chunk_rs");
+  auto bv = back.to_vector<double>();
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(bv[size_t(i)], W * (100.0 * R + i));
+  Tensor b = make(10, {10}, DType::I32, [&](int64_t i) { return R == 1 ? double(i * i) : -1.0; });
+  world().broadcast(b, 1, "chunk_bc");
+  auto bcv = b.to_vector<double>();
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(bcv[size_t(i)], double(i * i));
+  check_uneven_all_to_all(false);  // rows of 2: blocks of 4 elements are split
+  const int next = (R + 1) % W, prev = (R + W - 1) % W;
+  Tensor mine = make(11, {11}, DType::F64, [&](int64_t i) { return 10.0 * R + i; });
+  Tensor got = runtime::zeros({11}, {DType::F64});
+  Work sent = world().send(mine, next, 3, "chunk_send", true);
+  world().recv(got, prev, 3, "chunk_recv");
+  sent.wait();
+  auto rv = got.to_vector<double>();
+  for (int i = 0; i < 11; ++i) EXPECT_EQ(rv[size_t(i)], 10.0 * prev + i);
+}
+
+TEST(MpiProcessGroup, SplitByParity) {
+  const int R = world().rank(), W = world().size();
+  auto sub = world().split(R % 2, R);
+  const int members = (W - R % 2 + 1) / 2;
+  EXPECT_EQ(sub->size(), members);
+  EXPECT_EQ(sub->rank(), R / 2);
+  EXPECT_NE(sub->name().find("split"), std::string::npos);
+  Tensor t = make(1, {1}, DType::I64, [&](int64_t) { return double(R); });
+  sub->all_reduce(t, ReduceOp::Sum, "parity_sum");
+  double expect = 0;
+  for (int r = R % 2; r < W; r += 2) expect += r;
+  EXPECT_EQ(t.item<double>(), expect);
+}
+
+TEST(MpiProcessGroup, ArgumentErrorsNameTheCollective) {
+  const int W = world().size();
+  Tensor in = runtime::zeros({2, 3}, {DType::F32});
+  Tensor bad_out = runtime::zeros({2 * W + 1, 3}, {DType::F32});
+  try {
+    world().all_gather_into(bad_out, in, "ag_bad");
+    FAIL() << "expected mt::Error";
+  } catch (const mt::Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("all_gather_into on group mpi:world"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[2, 3]"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(world().reduce_scatter_into(in, in, ReduceOp::Sum, "rs_bad"), mt::Error);
+  EXPECT_THROW(world().broadcast(in, W, "bc_bad"), mt::Error);
+  EXPECT_THROW(world().send(in, world().rank(), 0, "send_self"), mt::Error);
+  EXPECT_THROW(world().all_to_all_single(in, in, {2}, {2}, "a2a_bad"), mt::Error);
+  world().barrier("after_errors");  // nothing above reached MPI: the ranks stay in step
+}
+
+TEST(MpiProcessGroup, StatsRecordNamesAndBytes) {
+  auto pg = MpiProcessGroup::world();
+  Tensor t = runtime::zeros({8}, {DType::F64});
+  pg->all_reduce(t, ReduceOp::Sum, "grad");
+  pg->all_reduce(t, ReduceOp::Sum, "grad", true).wait();
+  auto stats = pg->stats();
+  EXPECT_EQ(stats["grad"].calls, 2);
+  EXPECT_EQ(stats["grad"].bytes, 2 * 8 * 8);
+  EXPECT_EQ(stats["grad"].collective, "all_reduce");
+}
+
+}  // namespace
+}  // namespace mt::parallel
