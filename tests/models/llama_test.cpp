@@ -125,7 +125,8 @@ TEST(Llama, ForwardBackwardLossNearLogVocabAtInit) {
   }
 }
 
-TEST(Llama, GradcheckWholeTinyModelF64) {
+// The smallest model gradcheck can afford in f64: dim 8, 1 layer, 2 heads sharing 1 kv head.
+ModelArgs gradcheck_args() {
   ModelArgs a;
   a.dim = 8;
   a.n_layers = 1;
@@ -134,6 +135,11 @@ TEST(Llama, GradcheckWholeTinyModelF64) {
   a.vocab_size = 11;
   a.multiple_of = 4;
   a.max_seq_len = 4;
+  return a;
+}
+
+TEST(Llama, GradcheckWholeTinyModelF64) {
+  ModelArgs a = gradcheck_args();
   auto model = std::make_shared<Transformer>(a, /*seed=*/7);
   model->to(DType::F64);
   Tensor tokens = random_tokens(2, 4, a.vocab_size, 9);
@@ -153,14 +159,7 @@ TEST(Llama, GradcheckWholeTinyModelF64) {
 
 TEST(Llama, GradcheckTiedTableF64) {
   // The tied table receives the embedding's and the output projection's gradients.
-  ModelArgs a;
-  a.dim = 8;
-  a.n_layers = 1;
-  a.n_heads = 2;
-  a.n_kv_heads = 1;
-  a.vocab_size = 11;
-  a.multiple_of = 4;
-  a.max_seq_len = 4;
+  ModelArgs a = gradcheck_args();
   a.tie_embeddings = true;
   auto model = std::make_shared<Transformer>(a, /*seed=*/8);
   model->to(DType::F64);
