@@ -26,8 +26,7 @@ namespace mt::models {
 
 using runtime::Tensor;
 
-// Opaque handle to the parallel layout (device mesh, FSDP/EP settings). Defined by parallel/ when
-// the parallel issues land; models only pass it through to their parallelize hook.
+// The parallel layout (device mesh, FSDP settings): models/parallel_context.h.
 struct ParallelContext;
 
 struct BuildOptions {
@@ -56,8 +55,8 @@ struct ModelSpec {
   // From the args alone (nothing allocated): unique parameter count, training FLOPs per token.
   std::function<int64_t()> num_params;
   std::function<double(int64_t seq_len)> flops_per_token;
-  // Where the parallel issues attach FSDP / expert parallelism / sharded embeddings for this model
-  // (torchtitan's parallelize_fn). Empty for now: callers skip it when !parallelize.
+  // Applies FSDP (and, later, expert parallelism / sharded embeddings) to a built model
+  // (torchtitan's parallelize_fn); build the optimizer after it.
   std::function<void(runtime::nn::Module& model, const ParallelContext& context)> parallelize;
 };
 

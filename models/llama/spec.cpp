@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "models/llama/model.h"
+#include "models/llama/parallelize.h"
 #include "runtime/core/error.h"
 
 namespace mt::models::llama {
@@ -43,6 +44,7 @@ ModelSpec make_model_spec(const std::string& flavor) {
                  runtime::Reduction reduction) {
     return runtime::cross_entropy(as_llama(model)(tokens), targets, -100, reduction);
   };
+  spec.parallelize = parallelize;
   spec.num_params = [args]() { return count_parameters(args()).total; };
   spec.flops_per_token = [args](int64_t seq_len) { return flops_per_token(args(), seq_len); };
   return spec;

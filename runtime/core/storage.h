@@ -1,4 +1,8 @@
 // Storage: one allocation of device memory, shared (by shared_ptr) among a tensor and its views.
+//
+// FSDP frees an unsharded parameter's memory between its uses while tensors saved for backward
+// still refer to it: release_memory() returns the bytes to the allocator (data() is null until
+// restore_memory() allocates them again; the contents are then undefined until written).
 #pragma once
 
 #include <cstddef>
@@ -14,13 +18,21 @@ class Storage {
  public:
   Storage(size_t nbytes, Device device)
       : data_(allocator_for(device.type).allocate(nbytes, device)), nbytes_(nbytes), device_(device) {}
-  ~Storage() { allocator_for(device_.type).deallocate(data_, nbytes_, device_); }
+  ~Storage() { release_memory(); }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  bool has_memory() const { return data_ != nullptr; }
+  void release_memory() {
+    if (data_ != nullptr) allocator_for(device_.type).deallocate(data_, nbytes_, device_);
+    data_ = nullptr;
+  }
+  void restore_memory() {
+    if (data_ == nullptr) data_ = allocator_for(device_.type).allocate(nbytes_, device_);
+  }
   // Bumped by every in-place write through any tensor on this storage (see SavedTensor).
   uint64_t version() const { return version_; }
   void bump_version() { ++version_; }

@@ -44,6 +44,9 @@ bool Tensor::is_contiguous() const {
 }
 
 void* Tensor::data_ptr() const {
+  MT_CHECK(impl().storage->has_memory(), "tensor '", impl().name, "' of shape ", shape(),
+           ": its memory is released (an FSDP parameter used outside its module's forward or "
+           "backward?)");
   return static_cast<char*>(impl().storage->data()) + impl().offset * int64_t(element_size());
 }
 

@@ -1,0 +1,25 @@
+// FSDP for llama: blocks first (bottom-up), then the root.
+#include "models/llama/parallelize.h"
+
+#include "models/llama/model.h"
+#include "parallel/fsdp/fully_shard.h"
+#include "runtime/core/error.h"
+
+namespace mt::models::llama {
+
+void parallelize(runtime::nn::Module& model, const ParallelContext& context) {
+  if (!context.dp_mesh) return;
+  auto* llama = dynamic_cast<Transformer*>(&model);
+  MT_CHECK(llama != nullptr, "llama parallelize: expected a llama Transformer, got ",
+           model.type_name());
+  parallel::FullyShardOptions options;
+  options.reshard_after_forward = context.reshard_after_forward;
+  options.mp_policy = context.mp_policy;
+  options.gradient_divide_factor = context.gradient_divide_factor;
+  for (const auto& block : llama->blocks) parallel::fully_shard(*block, context.dp_mesh, options);
+  // The root runs first in backward (output layer): keeping it gathered saves one all-gather.
+  options.reshard_after_forward = false;
+  parallel::fully_shard(model, context.dp_mesh, options);
+}
+
+}  // namespace mt::models::llama

@@ -1,0 +1,74 @@
+// Distributed gradient norm: per reduction set partials, all-reduced over the sharding groups.
+#include "parallel/clip_grad.h"
+
+#include <cmath>
+#include <limits>
+
+#include "runtime/core/error.h"
+#include "runtime/ops/factory.h"
+#include "runtime/optim/clip_grad.h"
+
+namespace mt::parallel {
+
+namespace {
+
+// The groups over which a parameter's partial must be reduced: its Shard/Partial mesh dims.
+std::vector<ProcessGroup*> reduction_groups(const DistributedParam& p) {
+  std::vector<ProcessGroup*> groups;
+  if (p.dtensor == nullptr) return groups;
+  for (size_t d = 0; d < p.dtensor->placements.size(); ++d) {
+    if (!std::holds_alternative<Replicate>(p.dtensor->placements[d]) &&
+        p.dtensor->mesh->size(int64_t(d)) > 1) {
+      groups.push_back(&p.dtensor->mesh->group(int64_t(d)));
+    }
+  }
+  return groups;
+}
+
+}  // namespace
+
+double total_grad_norm(const std::vector<DistributedParam>& params, double norm_type) {
+  MT_CHECK(norm_type > 0, "clip_grad_norm_: norm_type must be > 0 (or inf), got ", norm_type);
+  const bool inf = std::isinf(norm_type);
+  std::vector<std::vector<ProcessGroup*>> keys;
+  std::vector<std::vector<Tensor>> members;
+  for (const auto& p : params) {
+    auto key = reduction_groups(p);
+    size_t k = 0;
+    while (k < keys.size() && keys[k] != key) ++k;
+    if (k == keys.size()) {
+      keys.push_back(key);
+      members.emplace_back();
+    }
+    members[k].push_back(p.param);
+  }
+  std::vector<double> partials;
+  for (size_t k = 0; k < keys.size(); ++k) {
+    double partial = runtime::optim::local_norm_pow(members[k], norm_type);
+    for (ProcessGroup* g : keys[k]) {
+      Tensor buf = runtime::scalar_tensor(partial, runtime::TensorOptions{}.with_dtype(
+                                                       runtime::DType::F64))
+                       .reshape({1});
+      g->all_reduce(buf, inf ? ReduceOp::Max : ReduceOp::Sum, "clip_grad_norm");
+      partial = buf.item<double>();
+    }
+    partials.push_back(partial);
+  }
+  return runtime::optim::norm_from_pow(runtime::optim::combine_norm_pows(partials, norm_type),
+                                       norm_type);
+}
+
+double clip_grad_norm_(const std::vector<DistributedParam>& params, double max_norm,
+                       double norm_type, bool error_if_nonfinite) {
+  const double total = total_grad_norm(params, norm_type);
+  MT_CHECK(!error_if_nonfinite || std::isfinite(total), "clip_grad_norm_: the total norm of order ",
+           norm_type, " of the gradients is ", total,
+           " (non-finite); error_if_nonfinite is set, gradients left as they were");
+  std::vector<Tensor> local;
+  local.reserve(params.size());
+  for (const auto& p : params) local.push_back(p.param);
+  runtime::optim::clip_grads_with_norm_(local, max_norm, total);
+  return total;
+}
+
+}  // namespace mt::parallel

@@ -1,0 +1,81 @@
+// FSDPParamGroup: the parameters of one fully_shard call, moved together with ONE collective each
+// way through flat buffers (FSDP2's copy-in/copy-out):
+//
+//   unshard:  copy every shard (cast to the compute dtype) into a flat [T] buffer, all-gather it
+//             into [n * T] on the shard group, copy each rank's pieces into the unsharded tensors.
+//   reduce:   copy every unsharded gradient (cast to the reduce dtype) into a flat [n * T] buffer,
+//             reduce-scatter it (sum) into [T] on the shard group, all-reduce that over the
+//             replicate group (HSDP), divide by the gradient divide factor, and add each piece to
+//             its shard's .grad.
+//
+// T is the sum of the parameters' padded shard sizes, so rank r's pieces sit at [r*T, (r+1)*T).
+// Both directions can run asynchronously on the group's communication thread; the wait_* calls
+// finish them on the calling thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "parallel/comm/process_group.h"
+#include "parallel/fsdp/fsdp_param.h"
+#include "parallel/fsdp/mixed_precision.h"
+#include "parallel/mesh/device_mesh.h"
+
+namespace mt::parallel {
+
+class FSDPParamGroup {
+ public:
+  enum class State { Sharded, Unsharding, Unsharded };
+
+  // The mesh's last dimension shards; a first dimension (2-D meshes) replicates (HSDP).
+  FSDPParamGroup(std::string module_fqn, std::vector<std::unique_ptr<FSDPParam>> params,
+                 std::shared_ptr<DeviceMesh> mesh, MixedPrecisionPolicy policy,
+                 double gradient_divide_factor);
+
+  const std::string& module_fqn() const { return module_fqn_; }
+  const std::vector<std::unique_ptr<FSDPParam>>& params() const { return params_; }
+  const std::shared_ptr<DeviceMesh>& mesh() const { return mesh_; }
+  State state() const { return state_; }
+  int64_t unsharded_bytes() const;  // all parameters, in the compute dtype
+
+  // Sharded -> Unsharding (async) or Unsharded. No-op unless Sharded.
+  void unshard(bool async);
+  // Unsharding -> Unsharded (waits for the all-gather, copies out). No-op unless Unsharding.
+  void wait_for_unshard();
+  // -> Sharded: releases the unsharded storage (waits for an all-gather in flight first).
+  void reshard();
+  // Points the module's slots at the unsharded (compute) or the sharded tensors.
+  void use_unsharded_params() const;
+  void use_sharded_params() const;
+
+  // Starts reducing the unsharded gradients (async) and drops them. False when no parameter
+  // has a gradient (nothing started).
+  bool start_reduce_scatter();
+  // Finishes the reduction started above: gradients land on the shards. No-op when none runs.
+  void wait_for_reduce_scatter();
+
+ private:
+  std::string module_fqn_;
+  std::vector<std::unique_ptr<FSDPParam>> params_;
+  std::vector<int64_t> offsets_;  // of each parameter's piece in a rank's [T] block
+  int64_t shard_numel_ = 0;       // T
+  std::shared_ptr<DeviceMesh> mesh_;
+  ProcessGroup* shard_group_;
+  ProcessGroup* replicate_group_ = nullptr;  // HSDP only
+  runtime::DType compute_dtype_, reduce_dtype_;
+  double gradient_divide_factor_;
+
+  State state_ = State::Sharded;
+  Work all_gather_work_;
+  Tensor all_gather_in_, all_gather_out_;
+
+  bool reduce_pending_ = false;
+  Work reduce_scatter_work_;
+  Tensor reduce_in_, reduce_out_;
+  std::vector<bool> has_grad_;
+};
+
+}  // namespace mt::parallel

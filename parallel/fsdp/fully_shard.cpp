@@ -1,0 +1,252 @@
+// fully_shard: the per-module FSDP state, its forward/backward hooks, and the root's end-of-
+// backward work.
+#include "parallel/fsdp/fully_shard.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "runtime/autograd/engine.h"
+#include "runtime/core/error.h"
+#include "runtime/core/grad_mode.h"
+
+namespace mt::parallel {
+
+using runtime::nn::Module;
+
+class FSDPState {
+ public:
+  FSDPState(Module& module, std::unique_ptr<FSDPParamGroup> group, FullyShardOptions options)
+      : module_(&module), group_(std::move(group)), options_(options) {}
+
+  Module& module() const { return *module_; }
+  FSDPParamGroup* group() const { return group_.get(); }
+  FullyShardOptions& options() { return options_; }
+
+  void pre_forward();
+  void post_forward();
+  void pre_backward();
+  void post_backward();
+
+ private:
+  // Bookkeeping of the outermost fully_shard module of a forward pass.
+  struct Root {
+    std::vector<FSDPState*> order;           // this forward pass, in call order
+    std::vector<FSDPState*> previous_order;  // the previous pass (forward prefetch)
+    bool finalize_queued = false;
+    FSDPParamGroup* pending_reduce = nullptr;
+  };
+  void finalize_backward();
+  void reshard_all();
+  static void prefetch(FSDPState* next);
+
+  Module* module_;
+  std::unique_ptr<FSDPParamGroup> group_;
+  FullyShardOptions options_;
+  std::unique_ptr<Root> root_data_;  // set while this state is (or was) a root
+  FSDPState* root_ = nullptr;        // the root of the pass this module last ran in
+  bool needs_post_backward_ = false;
+};
+
+namespace {
+
+thread_local FSDPState* t_forward_root = nullptr;
+
+// Every live FSDP state, to find the shards of a module tree.
+std::mutex g_registry_mutex;
+std::vector<std::weak_ptr<FSDPState>> g_registry;
+
+std::vector<std::shared_ptr<FSDPState>> live_states() {
+  std::lock_guard lock(g_registry_mutex);
+  std::vector<std::shared_ptr<FSDPState>> out;
+  std::erase_if(g_registry, [](const auto& w) { return w.expired(); });
+  for (const auto& w : g_registry) {
+    if (auto s = w.lock()) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// The FSDPParam whose sharded leaf `t` is, if any.
+const FSDPParam* find_fsdp_param(const std::vector<std::shared_ptr<FSDPState>>& states,
+                                 const Tensor& t) {
+  for (const auto& s : states) {
+    if (s->group() == nullptr) continue;
+    for (const auto& p : s->group()->params()) {
+      if (p->sharded().same(t) || p->unsharded().same(t)) return p.get();
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void FSDPState::prefetch(FSDPState* next) {
+  if (next != nullptr && next->group_ != nullptr &&
+      next->group_->state() == FSDPParamGroup::State::Sharded) {
+    next->group_->unshard(/*async=*/true);
+  }
+}
+
+void FSDPState::pre_forward() {
+  if (t_forward_root == nullptr) {
+    t_forward_root = this;
+    if (!root_data_) root_data_ = std::make_unique<Root>();
+    // Anything left unsharded by a pass without backward is stale once shards change.
+    reshard_all();
+    root_data_->previous_order = std::move(root_data_->order);
+    root_data_->order.clear();
+  }
+  root_ = t_forward_root;
+  Root& root = *root_->root_data_;
+  root.order.push_back(this);
+  if (group_) {
+    group_->unshard(/*async=*/false);
+    group_->wait_for_unshard();
+    group_->use_unsharded_params();
+  }
+  if (options_.prefetch) {
+    const auto& prev = root.previous_order;
+    const size_t i = root.order.size() - 1;
+    if (i + 1 < prev.size() && prev[i] == this) prefetch(prev[i + 1]);
+  }
+}
+
+void FSDPState::post_forward() {
+  const bool grad = runtime::GradMode::enabled();
+  if (group_) {
+    group_->use_sharded_params();
+    if (!grad || options_.reshard_after_forward) group_->reshard();
+  }
+  if (t_forward_root == this) {
+    t_forward_root = nullptr;
+    if (!grad) reshard_all();  // no backward will come: nothing stays gathered
+  }
+}
+
+void FSDPState::pre_backward() {
+  if (root_ == nullptr) return;  // not run forward under fully_shard hooks
+  Root& root = *root_->root_data_;
+  if (!root.finalize_queued) {
+    root.finalize_queued = true;
+    runtime::autograd::queue_callback([root_state = root_] { root_state->finalize_backward(); });
+  }
+  if (group_) {
+    group_->unshard(/*async=*/false);
+    group_->wait_for_unshard();
+    group_->use_unsharded_params();  // activation checkpointing recomputes with them
+  }
+  needs_post_backward_ = true;
+  if (options_.prefetch) {
+    const auto& order = root.order;
+    auto it = std::find(order.begin(), order.end(), this);
+    if (it != order.end() && it != order.begin()) prefetch(*(it - 1));
+  }
+}
+
+void FSDPState::post_backward() {
+  if (!needs_post_backward_) return;
+  needs_post_backward_ = false;
+  if (!group_) return;
+  group_->use_sharded_params();
+  Root& root = *root_->root_data_;
+  if (root.pending_reduce != nullptr && root.pending_reduce != group_.get()) {
+    root.pending_reduce->wait_for_reduce_scatter();
+    root.pending_reduce = nullptr;
+  }
+  if (group_->start_reduce_scatter()) root.pending_reduce = group_.get();
+  group_->reshard();
+}
+
+void FSDPState::finalize_backward() {
+  Root& root = *root_data_;
+  for (auto it = root.order.rbegin(); it != root.order.rend(); ++it) (*it)->post_backward();
+  if (root.pending_reduce != nullptr) root.pending_reduce->wait_for_reduce_scatter();
+  root.pending_reduce = nullptr;
+  reshard_all();
+  root.finalize_queued = false;
+}
+
+void FSDPState::reshard_all() {
+  if (!root_data_) return;
+  for (auto* list : {&root_data_->order, &root_data_->previous_order}) {
+    for (FSDPState* s : *list) {
+      if (!s->group_) continue;
+      s->group_->reshard();
+      s->group_->use_sharded_params();
+    }
+  }
+}
+
+// ---- public API ----------------------------------------------------------------------------
+
+Module& FSDPModule::module() const { return state_->module(); }
+FSDPParamGroup* FSDPModule::group() const { return state_->group(); }
+void FSDPModule::set_reshard_after_forward(bool on) { state_->options().reshard_after_forward = on; }
+
+void FSDPModule::unshard() {
+  if (auto* g = state_->group()) {
+    g->unshard(/*async=*/false);
+    g->wait_for_unshard();
+  }
+}
+
+void FSDPModule::reshard() {
+  if (auto* g = state_->group()) g->reshard();
+}
+
+std::shared_ptr<FSDPModule> fully_shard(Module& module, std::shared_ptr<DeviceMesh> mesh,
+                                        FullyShardOptions options) {
+  MT_CHECK(mesh != nullptr, "fully_shard(", module.type_name(), "): the mesh is null");
+  MT_CHECK(mesh->ndim() == 1 || mesh->ndim() == 2, "fully_shard(", module.type_name(),
+           "): expected a 1-D (shard) or 2-D (replicate, shard) mesh, got ", mesh->describe());
+  const auto states = live_states();
+  for (const auto& s : states) {
+    MT_CHECK(&s->module() != &module, "fully_shard(", module.type_name(),
+             "): this module is already sharded");
+  }
+  if (options.gradient_divide_factor == 0) options.gradient_divide_factor = double(mesh->size());
+
+  std::vector<std::unique_ptr<FSDPParam>> params;
+  const auto slots = module.named_parameter_slots();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const Tensor& t = *slots[i].slot;
+    for (size_t j = 0; j < i; ++j) {
+      MT_CHECK(!slots[j].slot->same(t), "fully_shard(", module.type_name(), "): parameters '",
+               slots[j].fqn, "' and '", slots[i].fqn,
+               "' are one tensor (tied); tied parameters are not supported");
+    }
+    if (find_fsdp_param(states, t) != nullptr) continue;  // a descendant's group owns it
+    const runtime::DType compute = options.mp_policy.param_dtype.value_or(t.dtype());
+    params.push_back(std::make_unique<FSDPParam>(slots[i].fqn, slots[i].slot, t, mesh,
+                                                 mesh->ndim() - 1, compute));
+    params.back()->use_sharded();
+  }
+  std::unique_ptr<FSDPParamGroup> group;
+  if (!params.empty()) {
+    group = std::make_unique<FSDPParamGroup>(module.type_name(), std::move(params), mesh,
+                                             options.mp_policy, options.gradient_divide_factor);
+  }
+  auto state = std::make_shared<FSDPState>(module, std::move(group), options);
+  module.register_forward_pre_hook(
+      [state](Module&, std::vector<Tensor>&) { state->pre_forward(); });
+  module.register_forward_hook(
+      [state](Module&, const std::vector<Tensor>&, std::vector<Tensor>&) { state->post_forward(); });
+  module.register_backward_pre_hook([state](Module&) { state->pre_backward(); });
+  module.register_backward_hook([state](Module&) { state->post_backward(); });
+  {
+    std::lock_guard lock(g_registry_mutex);
+    g_registry.push_back(state);
+  }
+  return std::shared_ptr<FSDPModule>(new FSDPModule(state));
+}
+
+std::vector<DistributedParam> distributed_parameters(Module& module) {
+  const auto states = live_states();
+  std::vector<DistributedParam> out;
+  for (const auto& [fqn, t] : module.named_parameters()) {
+    const FSDPParam* p = find_fsdp_param(states, t);
+    out.push_back({fqn, t, p != nullptr ? &p->dtensor() : nullptr});
+  }
+  return out;
+}
+
+}  // namespace mt::parallel
