@@ -18,11 +18,17 @@
 #include "models/llama/generate.h"
 #include "models/llama/model.h"
 #include "models/llama/model_args.h"
+#include "models/parallel_context.h"
 #include "models/registry.h"
+#include "parallel/clip_grad.h"
+#include "parallel/comm/mpi_process_group.h"
+#include "parallel/fsdp/fully_shard.h"
+#include "parallel/mesh/device_mesh.h"
 #include "runtime/core/allocator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/elementwise.h"
+#include "runtime/ops/factory.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/clip_grad.h"
 #include "runtime/optim/lr_scheduler.h"
@@ -181,7 +187,10 @@ std::string describe_model(const config::JobConfig& job) {
 Trainer::Trainer(config::JobConfig config, TrainerOptions options)
     : config_(std::move(config)), options_(std::move(options)) {
   const auto& tc = config_.training;
-  const config::WorldLayout layout = config::validate_for_world(config_, 1);
+  world_ = options_.world ? options_.world
+                          : std::shared_ptr<parallel::ProcessGroup>(parallel::MpiProcessGroup::world());
+  if (rank() != 0) options_.write_files = false;  // rank 0 logs and writes for the job
+  const config::WorldLayout layout = config::validate_for_world(config_, world_size());
   grad_accum_ = layout.grad_accum_steps;
   MT_CHECK(tc.device != "cuda",
            "train: training.device = \"cuda\" is not supported by the trainer yet; use \"cpu\"");
@@ -205,6 +214,8 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   lo.local_batch_size = tc.local_batch_size;
   lo.val_fraction = config_.validation.enable ? kValFraction : 0.0;
   lo.seed = uint64_t(tc.seed);
+  lo.rank = rank();  // every rank is a data-parallel rank (mesh rank = world rank)
+  lo.world_size = layout.dp;
   loader_ = std::make_unique<data::Loader>(token_file_, lo);
   MT_CHECK(loader_->num_train_windows() > 0, "train: the token file ", token_file_.string(),
            " holds ", loader_->info().num_tokens, " tokens: too few for one window of seq_len ",
@@ -217,6 +228,7 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   bo.seed = uint64_t(tc.seed);
   bo.activation_checkpoint = config_.activation_checkpoint.mode == "full" ? "full" : "none";
   model_ = spec_->build(bo);
+  setup_parallelism();
 
   // Optimizer and schedule.
   const auto& oc = config_.optimizer;
@@ -240,9 +252,49 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
 
 Trainer::~Trainer() = default;
 
+int64_t Trainer::rank() const { return world_->rank(); }
+int64_t Trainer::world_size() const { return world_->size(); }
+
 std::ostream& Trainer::log() const {
-  if (options_.quiet) return null_log_;
+  if (options_.quiet || rank() != 0) return null_log_;
   return options_.log ? *options_.log : std::cout;
+}
+
+namespace {
+
+runtime::DType dtype_from_config(const std::string& name) {
+  if (name == "bfloat16") return runtime::DType::BF16;
+  if (name == "float16") return runtime::DType::F16;
+  return runtime::DType::F32;  // "float32" (the schema admits nothing else)
+}
+
+}  // namespace
+
+void Trainer::setup_parallelism() {
+  if (world_size() == 1) return;  // one rank: nothing to shard (and so no mixed precision)
+  const config::WorldLayout layout = config::validate_for_world(config_, world_size());
+  dp_mesh_ = layout.dp_replicate > 1
+                 ? parallel::DeviceMesh::create(world_, {layout.dp_replicate, layout.dp_shard},
+                                                {"dp_replicate", "dp_shard"})
+                 : parallel::DeviceMesh::create(world_, {layout.dp_shard}, {"dp_shard"});
+  MT_CHECK(spec_->parallelize != nullptr, "train: model ", spec_->name,
+           " cannot be parallelized (no parallelize hook)");
+  const auto& p = config_.parallelism;
+  models::ParallelContext ctx;
+  ctx.dp_mesh = dp_mesh_;
+  ctx.reshard_after_forward = p.fsdp_reshard_after_forward != "never";
+  ctx.reshard_root_after_forward = p.fsdp_reshard_after_forward == "always";
+  ctx.mp_policy.param_dtype = dtype_from_config(config_.training.mixed_precision_param);
+  ctx.mp_policy.reduce_dtype = dtype_from_config(config_.training.mixed_precision_reduce);
+  ctx.gradient_divide_factor = 1.0;  // the loss is normalised by the global token count
+  spec_->parallelize(*model_, ctx);
+}
+
+double Trainer::sum_over_ranks(double value, const char* name) const {
+  if (world_size() == 1) return value;
+  Tensor t = runtime::from_vector<double>({value}, {1}, {runtime::DType::F64});
+  world_->all_reduce(t, parallel::ReduceOp::Sum, name);
+  return t.item<double>();
 }
 
 int64_t Trainer::num_params() const { return spec_->num_params(); }
@@ -251,24 +303,25 @@ double Trainer::train_step() {
   // All micro-batches first: the loss is normalised by their total count of valid tokens.
   std::vector<data::Batch> batches;
   batches.reserve(size_t(grad_accum_));
-  int64_t valid = 0;
+  int64_t local_valid = 0;
   for (int64_t i = 0; i < grad_accum_; ++i) {
     batches.push_back(loader_->next());
-    for (int64_t t : batches.back().labels.to_vector<int64_t>()) valid += t != -100;
+    for (int64_t t : batches.back().labels.to_vector<int64_t>()) local_valid += t != -100;
   }
+  const double valid = sum_over_ranks(double(local_valid), "train.valid_tokens");
   MT_CHECK(valid > 0, "train: a step's batches hold no valid label");
   optimizer_->zero_grad();
   double loss_sum = 0.0;
   for (const data::Batch& b : batches) {
     const Tensor sum = spec_->loss(*model_, b.inputs, b.labels, runtime::Reduction::Sum);
-    (sum * (1.0 / double(valid))).backward();
+    (sum * (1.0 / valid)).backward();
     loss_sum += sum.item<double>();
   }
-  last_grad_norm_ =
-      runtime::optim::clip_grad_norm_(model_->parameters(), config_.training.max_norm);
+  last_grad_norm_ = parallel::clip_grad_norm_(parallel::distributed_parameters(*model_),
+                                              config_.training.max_norm);
   optimizer_->step();
   scheduler_->step();
-  return loss_sum / double(valid);
+  return sum_over_ranks(loss_sum, "train.loss") / valid;
 }
 
 std::optional<double> Trainer::validation_loss(int64_t max_batches) const {
@@ -283,7 +336,10 @@ std::optional<double> Trainer::validation_loss(int64_t max_batches) const {
     sum += spec_->loss(*model_, b.inputs, b.labels, runtime::Reduction::Sum).item<double>();
     for (int64_t t : b.labels.to_vector<int64_t>()) count += t != -100;
   }
-  return count > 0 ? std::optional<double>(sum / double(count)) : std::nullopt;
+  // Every rank holds the same number of validation batches (full global batches only).
+  sum = sum_over_ranks(sum, "validate.loss");
+  const double total = sum_over_ranks(double(count), "validate.tokens");
+  return total > 0 ? std::optional<double>(sum / total) : std::nullopt;
 }
 
 std::string Trainer::generate_sample(const std::string& prompt, int64_t max_new_tokens,
@@ -326,6 +382,7 @@ TrainResult Trainer::train() {
     jsonl = std::make_unique<JsonlWriter>((dump / "metrics.jsonl").string());
   }
 
+  // Per rank: tokens/s and MFU in the log are per rank (per device), as torchtitan reports them.
   const int64_t tokens_per_step = grad_accum_ * tc.local_batch_size * tc.seq_len;
   const double flops_per_token = spec_->flops_per_token(tc.seq_len);
   const std::optional<double> peak = peak_flops(runtime::DeviceType::CPU, "", PeakDType::F32);
@@ -337,13 +394,20 @@ TrainResult Trainer::train() {
       << loader_->num_train_windows() << " training + " << loader_->num_val_windows()
       << " validation windows of " << tc.seq_len << "\n"
       << "steps: " << tc.steps << " x " << grad_accum_ << " micro-batch(es) of "
-      << tc.local_batch_size << " x " << tc.seq_len << " tokens (" << tokens_per_step
-      << " tokens/step); " << config_.optimizer.name << " lr " << config_.optimizer.lr << "; seed "
+      << tc.local_batch_size << " x " << tc.seq_len << " tokens per rank ("
+      << tokens_per_step * world_size() << " tokens/step on " << world_size() << " rank"
+      << (world_size() > 1 ? "s" : "") << "); " << config_.optimizer.name << " lr " << config_.optimizer.lr << "; seed "
       << tc.seed << "; " << omp_get_max_threads() << " threads\n"
       << std::flush;
-  if (tc.mixed_precision_param != "float32")
+  if (dp_mesh_) {
+    out << "parallelism: " << world_size() << " ranks, FSDP over " << dp_mesh_->describe()
+        << "; parameters computed in " << tc.mixed_precision_param << ", gradients reduced in "
+        << tc.mixed_precision_reduce << ", float32 master weights; reshard after forward: "
+        << config_.parallelism.fsdp_reshard_after_forward << "\n";
+  } else if (tc.mixed_precision_param != "float32") {
     out << "note: training.mixed_precision_param = " << tc.mixed_precision_param
-        << " is applied by FSDP (not yet available); training in float32\n";
+        << " is applied by FSDP, on more than one rank; one rank trains in float32\n";
+  }
 
   TrainResult result;
   EtaEstimator eta(tc.steps);
@@ -399,9 +463,12 @@ TrainResult Trainer::train() {
     }
     if (config_.validation.enable && (step % config_.validation.freq == 0 || step == tc.steps))
       run_validation(step);
-    if (stop && stop->stop_requested()) {
+    // Every rank stops at the same step when any of them was asked to.
+    const bool stop_here =
+        sum_over_ranks(stop && stop->stop_requested() ? 1.0 : 0.0, "train.stop") > 0;
+    if (stop_here) {
       result.stopped_by_signal = true;
-      const int sig = stop->signal_number();
+      const int sig = stop ? stop->signal_number() : 0;
       out << "stopped by "
           << (sig == 2    ? "SIGINT"
               : sig == 15 ? "SIGTERM"

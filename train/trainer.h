@@ -16,11 +16,18 @@
 //   model       models::get_model_spec(model.name, model.flavor), vocab from the tokenizer,
 //               max_seq_len = training.seq_len, initialised from training.seed (float32).
 //   optimizer   [optimizer] (AdamW or SGD) and the warmup-stable-decay [lr_scheduler].
+//   ranks       every rank of the launch (mpirun, srun, or one process alone) is a data-parallel
+//               rank: the [parallelism] degrees make a (dp_replicate, dp_shard) DeviceMesh, and on
+//               more than one rank the model is FSDP-sharded over it (models' parallelize hook;
+//               training.mixed_precision_* is FSDP's policy, so one rank trains in float32).
+//               Each rank reads its own part of the global batch (data::Loader rank/world).
 // One optimizer step = grad_accum micro-batches (global_batch_size / (local_batch_size x dp));
-// the loss is the SUM of token cross-entropies of all micro-batches divided by their count of
-// valid tokens (so accumulation gives the same gradient as one large batch), gradients are
-// clipped to training.max_norm (the total norm before clipping is logged), then the optimizer
-// and the scheduler step.
+// the loss is the SUM of token cross-entropies of all micro-batches on all ranks divided by their
+// global count of valid tokens (so accumulation and N ranks give the same gradient as one large
+// batch; FSDP then sums, not averages, over ranks), gradients are clipped to training.max_norm
+// (the total norm over every shard, before clipping, is logged), then the optimizer and the
+// scheduler step. Only rank 0 logs and writes files; a stop signal on any rank stops all of them
+// at the end of the same step.
 // Logging: a line every metrics.log_freq steps (train/metrics/step_metrics.h), a validation line
 // every validation.freq steps (validation.steps batches, -1 = all), metrics.jsonl and loss.svg in
 // job.dump_folder, the resolved config in <dump_folder>/config.toml. SIGINT/SIGTERM stop at the
@@ -57,6 +64,10 @@ namespace mt::runtime::optim {
 class Optimizer;
 class LRScheduler;
 }  // namespace mt::runtime::optim
+namespace mt::parallel {
+class ProcessGroup;
+class DeviceMesh;
+}  // namespace mt::parallel
 
 namespace mt::train {
 
@@ -73,6 +84,9 @@ struct TrainerOptions {
   bool write_files = true;         // config.toml, metrics.jsonl, loss.svg in dump_folder
   std::string sample_prompt = "";  // text the final sample starts from ("" = a new document)
   int64_t sample_tokens = 80;      // 0: no sample
+  // The ranks of the job; nullptr: every rank of the launch (MpiProcessGroup::world(), one
+  // process without a launcher). Tests pass a one-rank group for single-process references.
+  std::shared_ptr<parallel::ProcessGroup> world = nullptr;
 };
 
 struct TrainResult {
@@ -115,14 +129,21 @@ class Trainer {
   const config::JobConfig& config() const { return config_; }
   int64_t num_params() const;
   int64_t grad_accum_steps() const { return grad_accum_; }
+  int64_t rank() const;
+  int64_t world_size() const;
   const std::filesystem::path& token_file() const { return token_file_; }
 
  private:
   std::ostream& log() const;
+  void setup_parallelism();
   double train_step();  // one optimizer step; returns the loss, sets last_grad_norm_
+  // Sum of `value` over every rank (the value itself on one rank).
+  double sum_over_ranks(double value, const char* name) const;
 
   config::JobConfig config_;
   TrainerOptions options_;
+  std::shared_ptr<parallel::ProcessGroup> world_;
+  std::shared_ptr<parallel::DeviceMesh> dp_mesh_;  // null on one rank (no FSDP)
   std::unique_ptr<data::BpeTokenizer> tokenizer_;
   std::filesystem::path token_file_;
   std::unique_ptr<data::Loader> loader_;

@@ -17,8 +17,7 @@ void parallelize(runtime::nn::Module& model, const ParallelContext& context) {
   options.mp_policy = context.mp_policy;
   options.gradient_divide_factor = context.gradient_divide_factor;
   for (const auto& block : llama->blocks) parallel::fully_shard(*block, context.dp_mesh, options);
-  // The root runs first in backward (output layer): keeping it gathered saves one all-gather.
-  options.reshard_after_forward = false;
+  options.reshard_after_forward = context.reshard_root_after_forward;
   parallel::fully_shard(model, context.dp_mesh, options);
 }
 

@@ -156,6 +156,11 @@ std::vector<SectionSpec> build_schema() {
           {"expert_parallel_degree", &P::expert_parallel_degree,
            "Ranks that split the routed experts of MoE layers (taken from the shard ranks)",
            positive()},
+          {"fsdp_reshard_after_forward", &P::fsdp_reshard_after_forward,
+           "Free gathered parameters after each block's forward (all-gather again for backward): "
+           "default = yes for the blocks, no for the root; always; never (more memory, less "
+           "communication)",
+           one_of({"default", "always", "never"})},
       }));
   s.push_back(section<C>(
       "checkpoint", &JobConfig::checkpoint, "Saving and loading distributed checkpoints.",
