@@ -208,7 +208,10 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   tokenizer_ = std::make_unique<data::BpeTokenizer>(data::BpeTokenizer::from_file(tok_path));
 
   // Data.
-  token_file_ = resolve_token_file(tc.dataset_path, *tokenizer_, tok_path, dump, log());
+  // Rank 0 tokenizes a text dataset (once, into the dump folder); the others then read its file.
+  token_file_ = on_rank0_first("preparing the dataset", [&] {
+    return resolve_token_file(tc.dataset_path, *tokenizer_, tok_path, dump, log());
+  });
   data::LoaderOptions lo;
   lo.seq_len = tc.seq_len;
   lo.local_batch_size = tc.local_batch_size;
@@ -288,6 +291,26 @@ void Trainer::setup_parallelism() {
   ctx.mp_policy.reduce_dtype = dtype_from_config(config_.training.mixed_precision_reduce);
   ctx.gradient_divide_factor = 1.0;  // the loss is normalised by the global token count
   spec_->parallelize(*model_, ctx);
+}
+
+template <class Fn>
+auto Trainer::on_rank0_first(const char* what, Fn&& fn) -> decltype(fn()) {
+  if (world_size() == 1) return fn();
+  std::optional<decltype(fn())> result;
+  std::string error;
+  if (rank() == 0) {
+    try {
+      result = fn();
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  // Rank 0's outcome reaches every rank, so a failure there is an error everywhere, not a hang.
+  const bool failed = sum_over_ranks(error.empty() ? 0.0 : 1.0, "train.rank0_first") > 0;
+  if (rank() == 0 && failed) MT_FAIL(error);
+  MT_CHECK(!failed, "train: rank 0 failed while ", what, " (its message is in its output)");
+  if (rank() != 0) result = fn();
+  return *result;
 }
 
 double Trainer::sum_over_ranks(double value, const char* name) const {

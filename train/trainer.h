@@ -137,6 +137,9 @@ class Trainer {
   std::ostream& log() const;
   void setup_parallelism();
   double train_step();  // one optimizer step; returns the loss, sets last_grad_norm_
+  // Runs fn on rank 0, then (when it succeeded) on the other ranks; rank 0's error stops all.
+  template <class Fn>
+  auto on_rank0_first(const char* what, Fn&& fn) -> decltype(fn());
   // Sum of `value` over every rank (the value itself on one rank).
   double sum_over_ranks(double value, const char* name) const;
 
