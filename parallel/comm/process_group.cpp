@@ -252,7 +252,15 @@ Work ProcessGroup::submit(const char* collective, const std::string& name, int64
     s.calls += 1;
     s.bytes += bytes;
   }
-  std::packaged_task<void()> task(std::move(fn));
+  // Busy time of the collective itself, on whichever thread runs it.
+  std::packaged_task<void()> task([this, name, fn = std::move(fn)] {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::lock_guard lock(stats_mutex_);
+    stats_[name].seconds += seconds;
+  });
   {
     std::unique_lock lock(queue_mutex_);
     if (!async_op && !comm_thread_.joinable()) {

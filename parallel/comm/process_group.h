@@ -55,6 +55,7 @@ struct CommStats {
   std::string collective;  // e.g. "all_reduce" (of the last call with this name)
   int64_t calls = 0;
   int64_t bytes = 0;
+  double seconds = 0;  // time the collectives ran (async ones overlap other work)
 };
 
 class ProcessGroup {
