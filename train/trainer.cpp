@@ -385,6 +385,7 @@ std::string Trainer::generate_sample(const std::string& prompt, int64_t max_new_
   go.temperature = temperature;
   go.top_k = temperature > 0 ? 40 : 0;
   go.seed = uint64_t(config_.training.seed);
+  if (dp_mesh_) go.compute_dtype = dtype_from_config(config_.training.mixed_precision_param);
   if (tokenizer_->eos_id()) go.eos_id = *tokenizer_->eos_id();
   const models::llama::GenerateResult r = models::llama::generate(*llama, ids, go);
   std::vector<int32_t> out;

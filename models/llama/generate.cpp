@@ -95,7 +95,7 @@ GenerateResult generate(Transformer& model, const std::vector<int64_t>& prompt,
   const int64_t budget = std::min(room, options.max_new_tokens);
   if (budget == 0) return result;
 
-  KVCache cache = model.make_kv_cache(1);
+  KVCache cache = model.make_kv_cache(1, 0, options.compute_dtype);
   Tensor input = runtime::from_vector<int64_t>(prompt, {1, int64_t(prompt.size())}, token_options);
   for (int64_t step = 0; step < budget; ++step) {
     Tensor logits = model.forward_cached(input, cache);  // [1, T, V]

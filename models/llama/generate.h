@@ -27,6 +27,9 @@ struct GenerateOptions {
   int64_t top_k = 0;                             // >= 0; 0: no top-k filter
   uint64_t seed = 0;                             // sampling stream RandomKey(seed, "generate")
   std::optional<int64_t> eos_id = std::nullopt;  // stop after this token
+  // The dtype the model computes in (the KV cache's): default the parameters' dtype; set it to
+  // the mixed-precision param dtype for an FSDP model.
+  std::optional<runtime::DType> compute_dtype = std::nullopt;
 };
 
 enum class StopReason { Eos, MaxNewTokens, MaxSeqLen };

@@ -223,9 +223,11 @@ Tensor Transformer::forward_cached(const Tensor& tokens, KVCache& cache) {
   }
 }
 
-KVCache Transformer::make_kv_cache(int64_t batch, int64_t max_seq) const {
+KVCache Transformer::make_kv_cache(int64_t batch, int64_t max_seq,
+                                   std::optional<DType> dtype) const {
   const Tensor& w = tok_embeddings->weight;
-  return KVCache(args_, batch, TensorOptions{}.with_dtype(w.dtype()).with_device(w.device()),
+  return KVCache(args_, batch,
+                 TensorOptions{}.with_dtype(dtype.value_or(w.dtype())).with_device(w.device()),
                  max_seq);
 }
 

@@ -41,6 +41,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -131,9 +132,11 @@ class Transformer : public nn::Module {
   // token per step. Errors (cache of another shape, cache.length() + T > cache.max_seq()) leave
   // the cache unchanged.
   Tensor forward_cached(const Tensor& tokens, KVCache& cache);
-  // An empty cache for `batch` sequences of up to max_seq tokens (0: args().max_seq_len), in the
-  // parameters' dtype and device.
-  KVCache make_kv_cache(int64_t batch, int64_t max_seq = 0) const;
+  // An empty cache for `batch` sequences of up to max_seq tokens (0: args().max_seq_len), on the
+  // parameters' device, in `dtype` (default: the parameters' dtype; under FSDP mixed precision
+  // the compute dtype differs from the stored shards').
+  KVCache make_kv_cache(int64_t batch, int64_t max_seq = 0,
+                        std::optional<runtime::DType> dtype = std::nullopt) const;
 
   // Full: every TransformerBlock runs under activation checkpointing (recomputed in backward).
   void set_activation_checkpoint_mode(ActivationCheckpointMode mode);
