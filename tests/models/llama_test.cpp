@@ -319,7 +319,7 @@ TEST(Llama, BadArgsAreErrors) {
 TEST(Registry, BuildsLlamaAndComputesLoss) {
   ModelSpec spec = get_model_spec("llama3", "debugmodel");
   EXPECT_EQ(spec.name, "llama3");
-  EXPECT_FALSE(spec.parallelize);  // attached by the parallel issues
+  EXPECT_TRUE(spec.parallelize);  // FSDP (models/llama/parallelize.cpp)
   auto& args = std::any_cast<ModelArgs&>(*spec.args);
   args = tiny_args(2);
   EXPECT_EQ(spec.num_params(), count_parameters(tiny_args(2)).total);
