@@ -125,7 +125,6 @@ Trace train(const RunConfig& cfg) {
     opt.step();
     trace.losses.push_back(loss_sum);
     trace.norms.push_back(norm);
-    if (getenv("DBG")) printf("step %d loss %.6f norm %.6f\n", step, loss_sum, norm);
   }
   return trace;
 }
@@ -147,40 +146,40 @@ const Trace& reference() {
   return t;
 }
 
-TEST(Fsdp, LlamaMatchesOneProcess) {
+// FSDP over every rank, each reading its rows of the global batch.
+RunConfig fsdp_run(int steps) {
   RunConfig cfg;
   cfg.mesh = mesh_1d();
   cfg.dp_rank = world()->rank();
   cfg.dp_size = world()->size();
-  expect_traces_near(train(cfg), reference(), 2e-5);
+  cfg.steps = steps;
+  return cfg;
+}
+
+// The first `steps` steps of the reference.
+Trace reference_steps(int steps) {
+  Trace want = reference();
+  want.losses.resize(size_t(steps));
+  want.norms.resize(size_t(steps));
+  return want;
+}
+
+TEST(Fsdp, LlamaMatchesOneProcess) {
+  expect_traces_near(train(fsdp_run(10)), reference(), 2e-5);
 }
 
 TEST(Fsdp, KeepingParamsGatheredAfterForwardChangesNothing) {
-  RunConfig cfg;
-  cfg.mesh = mesh_1d();
-  cfg.dp_rank = world()->rank();
-  cfg.dp_size = world()->size();
+  RunConfig cfg = fsdp_run(3);
   cfg.reshard_after_forward = false;
-  cfg.steps = 3;
-  Trace want = reference();
-  want.losses.resize(3);
-  want.norms.resize(3);
-  expect_traces_near(train(cfg), want, 2e-5);
+  expect_traces_near(train(cfg), reference_steps(3), 2e-5);
 }
 
 TEST(Fsdp, ActivationCheckpointingAndMicroBatches) {
   if (kBatch / world()->size() < 2) GTEST_SKIP() << "needs 2 sequences per rank (np 2)";
-  RunConfig cfg;
-  cfg.mesh = mesh_1d();
-  cfg.dp_rank = world()->rank();
-  cfg.dp_size = world()->size();
+  RunConfig cfg = fsdp_run(4);
   cfg.activation_checkpointing = true;
   cfg.micro_batches = 2;
-  cfg.steps = 4;
-  Trace want = reference();
-  want.losses.resize(4);
-  want.norms.resize(4);
-  expect_traces_near(train(cfg), want, 2e-5);
+  expect_traces_near(train(cfg), reference_steps(4), 2e-5);
 }
 
 TEST(Fsdp, HsdpTwoByTwoMatchesOneProcess) {
@@ -201,11 +200,8 @@ TEST(Fsdp, Bf16ParamsMatchOneProcessBf16) {
   one.param_dtype = DType::BF16;
   one.steps = 5;
   const Trace want = train(one);
-  RunConfig cfg = one;
-  cfg.mesh = mesh_1d();
-  cfg.loss_group = world();
-  cfg.dp_rank = world()->rank();
-  cfg.dp_size = world()->size();
+  RunConfig cfg = fsdp_run(one.steps);
+  cfg.param_dtype = one.param_dtype;
   // bf16 compute: per-rank partial gradients round to bf16 before the f32 sum.
   expect_traces_near(train(cfg), want, 2e-2);
   // And bf16 compute is really used: it differs from the f32 run beyond f32 noise.

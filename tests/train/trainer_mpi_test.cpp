@@ -9,14 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer/bpe_tokenizer.h"
-#include "data/tokenizer/bpe_trainer.h"
-#include "models/llama/model_args.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "parallel/mesh/device_mesh.h"
 #include "runtime/core/error.h"
 #include "runtime/ops/factory.h"
 #include "tests/testing/shared_data.h"
+#include "tests/testing/trainer_fixtures.h"
 #include "train/config/load.h"
 #include "train/trainer.h"
 
@@ -48,28 +46,11 @@ fs::path shared_dir(const std::string& name) {
 fs::path small_tokenizer(const fs::path& corpus) {
   static const fs::path dir = [&] {
     const fs::path d = shared_dir("tokenizer");
-    if (world()->rank() == 0) {
-      std::ifstream in(corpus, std::ios::binary);
-      std::string text(200000, '\0');
-      in.read(text.data(), std::streamsize(text.size()));
-      text.resize(size_t(in.gcount()));
-      data::BpeTrainer trainer({.vocab_size = 512});
-      trainer.add_text(text);
-      data::BpeTokenizer(trainer.train()).save(d);
-    }
+    if (world()->rank() == 0) testing::save_small_tokenizer(corpus, d);
     world()->barrier("tokenizer");
     return d;
   }();
   return dir;
-}
-
-void shrink(std::any& args) {
-  auto& a = std::any_cast<models::llama::ModelArgs&>(args);
-  a.dim = 64;
-  a.n_layers = 2;
-  a.n_heads = 4;
-  a.n_kv_heads = 2;
-  a.multiple_of = 32;
 }
 
 config::JobConfig job(const fs::path& corpus, const fs::path& dump, int64_t local_batch,
@@ -97,7 +78,7 @@ config::JobConfig job(const fs::path& corpus, const fs::path& dump, int64_t loca
 
 TrainResult run(const config::JobConfig& cfg, std::shared_ptr<ProcessGroup> group) {
   TrainerOptions options;
-  options.edit_model_args = shrink;
+  options.edit_model_args = testing::shrink_llama;
   options.quiet = true;
   options.handle_signals = false;
   options.write_files = false;

@@ -17,11 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer/bpe_tokenizer.h"
-#include "data/tokenizer/bpe_trainer.h"
-#include "models/llama/model_args.h"
 #include "runtime/core/error.h"
 #include "tests/testing/shared_data.h"
+#include "tests/testing/trainer_fixtures.h"
 #include "train/config/load.h"
 
 namespace mt::train {
@@ -38,30 +36,14 @@ fs::path temp_dir(const std::string& name) {
   return dir;
 }
 
-// A 512-token BPE tokenizer trained on the first 200 kB of the corpus, saved once per process.
+// The small tokenizer (tests/testing/trainer_fixtures.h), saved once per process.
 fs::path small_tokenizer(const fs::path& corpus) {
   static const fs::path dir = [&] {
     const fs::path d = temp_dir("tokenizer");
-    std::ifstream in(corpus, std::ios::binary);
-    std::string text(200000, '\0');
-    in.read(text.data(), std::streamsize(text.size()));
-    text.resize(size_t(in.gcount()));
-    data::BpeTrainer trainer({.vocab_size = 512});
-    trainer.add_text(text);
-    data::BpeTokenizer(trainer.train()).save(d);
+    testing::save_small_tokenizer(corpus, d);
     return d;
   }();
   return dir;
-}
-
-// dim 64, 2 layers, 4 heads: a step of 8 x 64 tokens takes milliseconds.
-void shrink(std::any& args) {
-  auto& a = std::any_cast<models::llama::ModelArgs&>(args);
-  a.dim = 64;
-  a.n_layers = 2;
-  a.n_heads = 4;
-  a.n_kv_heads = 2;
-  a.multiple_of = 32;
 }
 
 config::JobConfig tiny_config(const fs::path& corpus, const fs::path& dump,
@@ -89,7 +71,7 @@ config::JobConfig tiny_config(const fs::path& corpus, const fs::path& dump,
 
 TrainResult run(const config::JobConfig& cfg, bool write_files = false) {
   TrainerOptions options;
-  options.edit_model_args = shrink;
+  options.edit_model_args = testing::shrink_llama;
   options.quiet = true;
   options.handle_signals = false;
   options.write_files = write_files;
@@ -145,7 +127,7 @@ TEST(Trainer, GradientAccumulationMatchesOneLargeBatch) {
   const config::JobConfig acc =
       with({"--training.local_batch_size=4", "--training.global_batch_size=8"});
   TrainerOptions options;
-  options.edit_model_args = shrink;
+  options.edit_model_args = testing::shrink_llama;
   EXPECT_EQ(Trainer(acc, options).grad_accum_steps(), 2);
   const TrainResult a = run(one), b = run(acc);
   ASSERT_EQ(a.losses.size(), 3u);
@@ -160,7 +142,7 @@ TEST(Trainer, GeneratesASample) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const fs::path dump = temp_dir("sample");
   TrainerOptions options;
-  options.edit_model_args = shrink;
+  options.edit_model_args = testing::shrink_llama;
   options.quiet = true;
   options.handle_signals = false;
   options.write_files = false;
@@ -210,7 +192,7 @@ TEST(Trainer, TokenFileOfAnotherTokenizerIsAnError) {
   const fs::path dump = temp_dir("other_tokenizer");
   TrainerOptions options;
   options.quiet = true;
-  options.edit_model_args = shrink;
+  options.edit_model_args = testing::shrink_llama;
   { Trainer first(tiny_config(corpus, dump), options); }  // makes the cached token file
   const fs::path tokens = dump / "tinyshakespeare.tokens.h5";
   ASSERT_TRUE(fs::exists(tokens));
