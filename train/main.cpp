@@ -4,12 +4,26 @@
 //
 // Exit status: 0 after training (also when stopped by Ctrl-C at the end of a step), 1 on an error
 // (config, data, tokenizer: the message says what and where), 2 on a bad command line.
+#include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <string>
 
 #include "runtime/core/error.h"
 #include "train/config/load.h"
 #include "train/trainer.h"
+
+namespace {
+
+// "[rank 3] " under a launcher (every rank prints its own errors), "" for one process.
+std::string rank_prefix() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* v = std::getenv(var)) return std::string("[rank ") + v + "] ";
+  }
+  return "";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   namespace config = mt::train::config;
@@ -37,10 +51,10 @@ int main(int argc, char** argv) {
     mt::train::Trainer trainer(job);
     trainer.train();
   } catch (const mt::Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << rank_prefix() << "error: " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "unexpected error: " << e.what() << "\n";
+    std::cerr << rank_prefix() << "unexpected error: " << e.what() << "\n";
     return 1;
   }
   return 0;
