@@ -285,6 +285,54 @@ TEST(Fsdp, UnshardedMemoryIsFreedAfterForwardAndBackward) {
   EXPECT_THROW(blocks[0]->group()->params()[0]->unsharded().to_vector<float>(), Error);
 }
 
+// Two small layers whose output rows (3 and 1) leave some ranks with empty shards.
+class TwoLayers : public runtime::nn::Module {
+ public:
+  TwoLayers() : Module("TwoLayers") {
+    first = register_module("first", std::make_shared<runtime::nn::Linear>(5, 3));
+    second = register_module("second", std::make_shared<runtime::nn::Linear>(3, 1));
+    init_weights(11);
+  }
+  Tensor operator()(const Tensor& x) {
+    return call({x}, [this](const std::vector<Tensor>& in) {
+      return (*second)(runtime::tanh((*first)(in[0])));
+    });
+  }
+  std::shared_ptr<runtime::nn::Linear> first, second;
+};
+
+TEST(Fsdp, EmptyShardsTrainLikeOneProcess) {
+  auto ref = std::make_shared<TwoLayers>();
+  auto model = std::make_shared<TwoLayers>();
+  auto mesh = mesh_1d();
+  fully_shard(*model->first, mesh);
+  fully_shard(*model, mesh);  // the mean over ranks: each rank's loss is its local mean
+  runtime::optim::AdamW ref_opt(ref->named_parameters(), {.lr = 0.1});
+  runtime::optim::AdamW opt(model->named_parameters(), {.lr = 0.1});
+  const int64_t w = world()->size(), rows = 2;
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = runtime::randn({w * rows, 5}, runtime::RandomKey(5, "x", uint64_t(step)));
+    ref_opt.zero_grad();
+    opt.zero_grad();
+    runtime::mean(runtime::square((*ref)(x))).backward();
+    runtime::mean(runtime::square((*model)(x.narrow(0, world()->rank() * rows, rows)))).backward();
+    ref_opt.step();
+    opt.step();
+  }
+  auto params = distributed_parameters(*model);
+  auto want = ref->named_parameters();
+  ASSERT_EQ(params.size(), 4u);
+  int64_t empty_shards = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    empty_shards += params[i].param.numel() == 0;
+    EXPECT_TRUE(testing::all_close(params[i].dtensor->full_tensor(), want[i].second, 1e-6, 1e-5))
+        << params[i].fqn;
+  }
+  if (w == 4 && world()->rank() > 0) {
+    EXPECT_GT(empty_shards, 0);  // second.* (1 row) lives on rank 0 alone
+  }
+}
+
 TEST(Fsdp, ErrorsNameTheProblem) {
   auto model = std::make_shared<Transformer>(tiny_args(), 3);
   auto mesh = mesh_1d();
