@@ -8,7 +8,7 @@
 #include <sstream>
 #include <system_error>
 
-#include "data/dataset/hdf5.h"
+#include "runtime/io/hdf5.h"
 #include "runtime/core/error.h"
 #include "runtime/core/rng.h"
 

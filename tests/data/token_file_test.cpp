@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "data/dataset/hdf5.h"
+#include "runtime/io/hdf5.h"
 #include "runtime/core/error.h"
 
 namespace mt::data {

@@ -1,11 +1,11 @@
-// Thin RAII layer over the HDF5 C API for the token file format (data/dataset/token_file.h).
+// Thin RAII layer over the HDF5 C API, shared by the token files (data/) and checkpoints
+// (checkpoint/). Header-only: a target that includes it links hdf5::hdf5.
 //
 // - Handle owns one hid_t and closes it with the matching H5*close function.
 // - h5_check(ret, op, file) turns a negative HDF5 return code into an mt::Error naming the HDF5
 //   operation and the file, e.g. "H5Dread failed on /data/x.h5 (reading tokens [0, 4096))".
 // - silence_hdf5_errors() stops HDF5 from printing its own error stack to stderr: our messages
 //   replace it. It is called by every function that opens or creates a file.
-// Header-only and internal to data/dataset: the public headers do not include it.
 #pragma once
 
 #include <hdf5.h>
@@ -15,7 +15,7 @@
 
 #include "runtime/core/error.h"
 
-namespace mt::data::h5 {
+namespace mt::h5 {
 
 inline void silence_hdf5_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
@@ -67,4 +67,4 @@ using Attribute = Handle<H5Aclose>;
 using Datatype = Handle<H5Tclose>;
 using PropList = Handle<H5Pclose>;
 
-}  // namespace mt::data::h5
+}  // namespace mt::h5
