@@ -187,6 +187,7 @@ std::string describe_model(const config::JobConfig& job) {
 Trainer::Trainer(config::JobConfig config, TrainerOptions options)
     : config_(std::move(config)), options_(std::move(options)) {
   const auto& tc = config_.training;
+  parallel::set_collective_timeout(std::chrono::seconds(config_.comm.timeout_seconds));
   world_ = options_.world ? options_.world
                           : std::shared_ptr<parallel::ProcessGroup>(parallel::MpiProcessGroup::world());
   if (rank() != 0) options_.write_files = false;  // rank 0 logs and writes for the job
@@ -306,7 +307,13 @@ auto Trainer::on_rank0_first(const char* what, Fn&& fn) -> decltype(fn()) {
     }
   }
   // Rank 0's outcome reaches every rank, so a failure there is an error everywhere, not a hang.
-  const bool failed = sum_over_ranks(error.empty() ? 0.0 : 1.0, "train.rank0_first") > 0;
+  // The others wait for it without a time limit: preparing a large dataset can take longer than
+  // [comm] timeout_seconds (a rank 0 that dies still ends the job through the launcher).
+  bool failed = false;
+  {
+    parallel::ScopedCollectiveTimeout no_limit(std::chrono::milliseconds(0));
+    failed = sum_over_ranks(error.empty() ? 0.0 : 1.0, "train.rank0_first") > 0;
+  }
   if (rank() == 0 && failed) MT_FAIL(error);
   MT_CHECK(!failed, "train: rank 0 failed while ", what, " (its message is in its output)");
   if (rank() != 0) result = fn();

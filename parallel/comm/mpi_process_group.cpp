@@ -6,9 +6,9 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <vector>
 
+#include "parallel/comm/mpi_runtime.h"
 #include "runtime/core/error.h"
 
 namespace mt::parallel {
@@ -18,53 +18,6 @@ using runtime::DType;
 namespace {
 
 std::atomic<int64_t> g_max_message_elements{INT_MAX};
-
-// Initialises MPI on first use (when launched) and finalises it at exit if it did.
-struct MpiRuntime {
-  bool active = false;
-  bool initialized_here = false;
-  int thread_level = MPI_THREAD_SINGLE;
-
-  MpiRuntime() {
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (initialized) {
-      MPI_Query_thread(&thread_level);
-    } else if (MpiProcessGroup::launched_by_launcher()) {
-      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &thread_level);
-      initialized_here = true;
-    } else {
-      return;  // no launcher: the local single-process world
-    }
-    MT_CHECK(thread_level >= MPI_THREAD_SERIALIZED,
-             "MpiProcessGroup: the MPI library provides thread level ", thread_level,
-             ", at least MPI_THREAD_SERIALIZED is needed");
-    active = true;
-  }
-  ~MpiRuntime() {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (initialized_here && !finalized) MPI_Finalize();
-  }
-};
-
-MpiRuntime& mpi_runtime() {
-  static MpiRuntime runtime;
-  return runtime;
-}
-
-bool mpi_finalized() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  return finalized != 0;
-}
-
-// Holds the process-wide MPI mutex when the library is only MPI_THREAD_SERIALIZED.
-std::unique_lock<std::mutex> mpi_lock() {
-  static std::mutex mutex;
-  if (mpi_runtime().thread_level >= MPI_THREAD_MULTIPLE) return {};
-  return std::unique_lock(mutex);
-}
 
 MPI_Datatype mpi_type(DType d) {
   static_assert(sizeof(bool) == 1);
@@ -127,20 +80,16 @@ bool MpiProcessGroup::launched_by_launcher() {
 }
 
 std::unique_ptr<MpiProcessGroup> MpiProcessGroup::world() {
-  if (!mpi_runtime().active) {
+  if (!mpi::active()) {
     return std::unique_ptr<MpiProcessGroup>(new MpiProcessGroup(MPI_COMM_NULL, "mpi:world"));
   }
   MPI_Comm comm = MPI_COMM_NULL;
   {
-    auto lock = mpi_lock();
+    auto lock = mpi::lock();
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-    if (rc != MPI_SUCCESS) {
-      char msg[MPI_MAX_ERROR_STRING];
-      int len = 0;
-      MPI_Error_string(rc, msg, &len);
-      MT_FAIL("MpiProcessGroup::world: MPI_Comm_dup failed: ", std::string(msg, size_t(len)));
-    }
+    MT_CHECK(rc == MPI_SUCCESS, "MpiProcessGroup::world: MPI_Comm_dup failed: ",
+             mpi::error_string(rc));
   }
   return std::unique_ptr<MpiProcessGroup>(new MpiProcessGroup(comm, "mpi:world"));
 }
@@ -148,29 +97,59 @@ std::unique_ptr<MpiProcessGroup> MpiProcessGroup::world() {
 MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::string name)
     : comm_(comm), name_(std::move(name)) {
   if (comm_ == MPI_COMM_NULL) return;
-  auto lock = mpi_lock();
+  auto lock = mpi::lock();
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   check(MPI_Comm_dup(comm_, &p2p_comm_), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(p2p_comm_, MPI_ERRORS_RETURN);
+  // World ranks of the members, for timeout reports.
+  MPI_Group mine = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  MPI_Comm_group(comm_, &mine);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> ranks(size_t(size_), 0);
+  for (int r = 0; r < size_; ++r) ranks[size_t(r)] = r;
+  world_ranks_.assign(size_t(size_), 0);
+  MPI_Group_translate_ranks(mine, size_, ranks.data(), world, world_ranks_.data());
+  MPI_Group_free(&mine);
+  MPI_Group_free(&world);
+  uid_ = mpi::agree_group_uid(comm_);
+  mpi::register_group(uid_, this);
 }
 
 MpiProcessGroup::~MpiProcessGroup() {
   stop_comm_thread();
-  if (comm_ == MPI_COMM_NULL || mpi_finalized()) return;
-  auto lock = mpi_lock();
+  if (comm_ == MPI_COMM_NULL) return;
+  mpi::unregister_group(uid_);
+  if (mpi::finalized()) return;
+  auto lock = mpi::lock();
   MPI_Comm_free(&p2p_comm_);
   MPI_Comm_free(&comm_);
 }
 
 void MpiProcessGroup::check(int rc, const char* what) const {
   if (rc == MPI_SUCCESS) return;
-  char msg[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, msg, &len);
   MT_FAIL(what, " on group ", name_, " (rank ", rank_, " of ", size_,
-          ") failed: ", std::string(msg, size_t(len)));
+          ") failed: ", mpi::error_string(rc));
+}
+
+void MpiProcessGroup::wait(std::vector<MPI_Request>& requests, const char* what,
+                           std::vector<MPI_Status>* statuses, int peer) const {
+  const CollectiveRecord call = last_collective();
+  const std::chrono::milliseconds limit = collective_timeout();
+  const auto deadline =
+      limit.count() > 0 ? call.started + limit : mpi::Clock::time_point::max();
+  const int rc = mpi::wait_until(requests, statuses, deadline);
+  if (rc != mpi::kTimedOut) return check(rc, what);
+  // Out of time: ask the other members where they are, report, end the job.
+  std::vector<PeerRecord> peers;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || (peer >= 0 && r != peer)) continue;
+    peers.push_back({r, world_ranks_[size_t(r)], std::nullopt});
+  }
+  mpi::query_peers(uid_, peers, mpi::Clock::now() + std::chrono::seconds(5));
+  mpi::abort_job(describe_collective_timeout(name_, rank_, size_, call,
+                                             double(limit.count()) / 1000.0, peers, peer >= 0));
 }
 
 std::unique_ptr<MpiProcessGroup> MpiProcessGroup::split(int color, int key) {
@@ -183,20 +162,30 @@ std::unique_ptr<MpiProcessGroup> MpiProcessGroup::split(int color, int key) {
   // A barrier-like sync call keeps the split ordered after any queued async collective.
   barrier("split");
   {
-    auto lock = mpi_lock();
+    auto lock = mpi::lock();
     check(MPI_Comm_split(comm_, color, key, &comm), "MPI_Comm_split");
   }
   return std::unique_ptr<MpiProcessGroup>(new MpiProcessGroup(comm, child));
 }
 
+void MpiProcessGroup::run_one(const char* what,
+                              const std::function<int(MPI_Request*)>& start) const {
+  std::vector<MPI_Request> request(1, MPI_REQUEST_NULL);
+  {
+    auto lock = mpi::lock();
+    check(start(&request[0]), what);
+  }
+  wait(request, what);
+}
+
 void MpiProcessGroup::do_all_reduce(const Tensor& buf, ReduceOp op) {
   if (comm_ == MPI_COMM_NULL) return;
-  auto lock = mpi_lock();
   const size_t es = buf.element_size();
   for_each_chunk(buf.numel(), [&](int64_t off, int count) {
-    check(MPI_Allreduce(MPI_IN_PLACE, bytes_of(buf) + off * es, count, mpi_type(buf.dtype()),
-                        mpi_op(op), comm_),
-          "all_reduce (MPI_Allreduce)");
+    run_one("all_reduce (MPI_Iallreduce)", [&](MPI_Request* r) {
+      return MPI_Iallreduce(MPI_IN_PLACE, bytes_of(buf) + off * es, count, mpi_type(buf.dtype()),
+                            mpi_op(op), comm_, r);
+    });
   });
 }
 
@@ -207,20 +196,23 @@ void MpiProcessGroup::do_all_gather(const Tensor& out, const Tensor& in) {
     if (n > 0) std::memcpy(out.data_ptr(), in.data_ptr(), size_t(n) * es);
     return;
   }
-  auto lock = mpi_lock();
   MPI_Datatype type = mpi_type(in.dtype());
+  const char* what = "all_gather_into (MPI_Iallgather)";
   if (n <= max_message_elements()) {
-    check(MPI_Allgather(in.data_ptr(), int(n), type, out.data_ptr(), int(n), type, comm_),
-          "all_gather_into (MPI_Allgather)");
+    run_one(what, [&](MPI_Request* r) {
+      return MPI_Iallgather(in.data_ptr(), int(n), type, out.data_ptr(), int(n), type, comm_, r);
+    });
     return;
   }
   // Chunked: gather chunk [off, off+count) of every rank, then scatter it into the rank blocks.
   std::vector<char> tmp(size_t(size_) * size_t(max_message_elements()) * es);
   for_each_chunk(n, [&](int64_t off, int count) {
-    check(MPI_Allgather(bytes_of(in) + off * es, count, type, tmp.data(), count, type, comm_),
-          "all_gather_into (MPI_Allgather)");
-    for (int r = 0; r < size_; ++r) {
-      std::memcpy(bytes_of(out) + (r * n + off) * es, tmp.data() + size_t(r) * count * es,
+    run_one(what, [&](MPI_Request* r) {
+      return MPI_Iallgather(bytes_of(in) + off * es, count, type, tmp.data(), count, type, comm_,
+                            r);
+    });
+    for (int rank = 0; rank < size_; ++rank) {
+      std::memcpy(bytes_of(out) + (rank * n + off) * es, tmp.data() + size_t(rank) * count * es,
                   size_t(count) * es);
     }
   });
@@ -233,40 +225,42 @@ void MpiProcessGroup::do_reduce_scatter(const Tensor& out, const Tensor& in, Red
     if (n > 0) std::memcpy(out.data_ptr(), in.data_ptr(), size_t(n) * es);
     return;
   }
-  auto lock = mpi_lock();
   MPI_Datatype type = mpi_type(in.dtype());
+  const char* what = "reduce_scatter_into (MPI_Ireduce_scatter_block)";
   if (n <= max_message_elements()) {
-    check(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), int(n), type, mpi_op(op), comm_),
-          "reduce_scatter_into (MPI_Reduce_scatter_block)");
+    run_one(what, [&](MPI_Request* r) {
+      return MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), int(n), type, mpi_op(op),
+                                       comm_, r);
+    });
     return;
   }
   // Chunked: pack chunk [off, off+count) of every rank block, reduce-scatter it.
   std::vector<char> tmp(size_t(size_) * size_t(max_message_elements()) * es);
   for_each_chunk(n, [&](int64_t off, int count) {
-    for (int r = 0; r < size_; ++r) {
-      std::memcpy(tmp.data() + size_t(r) * count * es, bytes_of(in) + (r * n + off) * es,
+    for (int rank = 0; rank < size_; ++rank) {
+      std::memcpy(tmp.data() + size_t(rank) * count * es, bytes_of(in) + (rank * n + off) * es,
                   size_t(count) * es);
     }
-    check(MPI_Reduce_scatter_block(tmp.data(), bytes_of(out) + off * es, count, type, mpi_op(op),
-                                   comm_),
-          "reduce_scatter_into (MPI_Reduce_scatter_block)");
+    run_one(what, [&](MPI_Request* r) {
+      return MPI_Ireduce_scatter_block(tmp.data(), bytes_of(out) + off * es, count, type,
+                                       mpi_op(op), comm_, r);
+    });
   });
 }
 
 void MpiProcessGroup::do_broadcast(const Tensor& buf, int root) {
   if (comm_ == MPI_COMM_NULL) return;
-  auto lock = mpi_lock();
   const size_t es = buf.element_size();
   for_each_chunk(buf.numel(), [&](int64_t off, int count) {
-    check(MPI_Bcast(bytes_of(buf) + off * es, count, mpi_type(buf.dtype()), root, comm_),
-          "broadcast (MPI_Bcast)");
+    run_one("broadcast (MPI_Ibcast)", [&](MPI_Request* r) {
+      return MPI_Ibcast(bytes_of(buf) + off * es, count, mpi_type(buf.dtype()), root, comm_, r);
+    });
   });
 }
 
 void MpiProcessGroup::do_barrier() {
   if (comm_ == MPI_COMM_NULL) return;
-  auto lock = mpi_lock();
-  check(MPI_Barrier(comm_), "barrier (MPI_Barrier)");
+  run_one("barrier (MPI_Ibarrier)", [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); });
 }
 
 void MpiProcessGroup::do_all_to_all(const Tensor& out, const Tensor& in,
@@ -276,10 +270,11 @@ void MpiProcessGroup::do_all_to_all(const Tensor& out, const Tensor& in,
   // Every rank checks that what each peer sends it matches what it expects, then all ranks agree,
   // so a mismatch throws everywhere instead of hanging.
   std::vector<int64_t> sent_to_me(size_t(size_), in_counts[0]);
-  auto lock = mpi_lock();
   if (comm_ != MPI_COMM_NULL) {
-    check(MPI_Alltoall(in_counts.data(), 1, MPI_INT64_T, sent_to_me.data(), 1, MPI_INT64_T, comm_),
-          "all_to_all_single (MPI_Alltoall of split sizes)");
+    run_one("all_to_all_single (MPI_Ialltoall of split sizes)", [&](MPI_Request* r) {
+      return MPI_Ialltoall(in_counts.data(), 1, MPI_INT64_T, sent_to_me.data(), 1, MPI_INT64_T,
+                           comm_, r);
+    });
   }
   int bad_peer = -1;
   for (int j = 0; j < size_ && bad_peer < 0; ++j) {
@@ -287,8 +282,9 @@ void MpiProcessGroup::do_all_to_all(const Tensor& out, const Tensor& in,
   }
   int any_bad = bad_peer >= 0 ? 1 : 0;
   if (comm_ != MPI_COMM_NULL) {
-    check(MPI_Allreduce(MPI_IN_PLACE, &any_bad, 1, MPI_INT, MPI_MAX, comm_),
-          "all_to_all_single (MPI_Allreduce of the split check)");
+    run_one("all_to_all_single (MPI_Iallreduce of the split check)", [&](MPI_Request* r) {
+      return MPI_Iallreduce(MPI_IN_PLACE, &any_bad, 1, MPI_INT, MPI_MAX, comm_, r);
+    });
   }
   if (any_bad) {
     if (bad_peer >= 0) {
@@ -314,44 +310,55 @@ void MpiProcessGroup::do_all_to_all(const Tensor& out, const Tensor& in,
   // Point-to-point on the group's private communicator: chunks between a pair arrive in order.
   MPI_Datatype type = mpi_type(in.dtype());
   std::vector<MPI_Request> requests;
-  for (int j = 0; j < size_; ++j) {
-    if (j == rank_) continue;
-    for_each_chunk(out_counts[size_t(j)], [&](int64_t off, int count) {
-      requests.emplace_back();
-      check(MPI_Irecv(bytes_of(out) + (out_displ[size_t(j)] + off) * es, count, type, j, 0,
-                      p2p_comm_, &requests.back()),
-            "all_to_all_single (MPI_Irecv)");
-    });
-    for_each_chunk(in_counts[size_t(j)], [&](int64_t off, int count) {
-      requests.emplace_back();
-      check(MPI_Isend(bytes_of(in) + (in_displ[size_t(j)] + off) * es, count, type, j, 0, p2p_comm_,
-                      &requests.back()),
-            "all_to_all_single (MPI_Isend)");
-    });
+  {
+    auto lock = mpi::lock();
+    for (int j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      for_each_chunk(out_counts[size_t(j)], [&](int64_t off, int count) {
+        requests.emplace_back();
+        check(MPI_Irecv(bytes_of(out) + (out_displ[size_t(j)] + off) * es, count, type, j, 0,
+                        p2p_comm_, &requests.back()),
+              "all_to_all_single (MPI_Irecv)");
+      });
+      for_each_chunk(in_counts[size_t(j)], [&](int64_t off, int count) {
+        requests.emplace_back();
+        check(MPI_Isend(bytes_of(in) + (in_displ[size_t(j)] + off) * es, count, type, j, 0,
+                        p2p_comm_, &requests.back()),
+              "all_to_all_single (MPI_Isend)");
+      });
+    }
   }
-  check(MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
-        "all_to_all_single (MPI_Waitall)");
+  wait(requests, "all_to_all_single (MPI_Irecv/MPI_Isend)");
 }
 
 void MpiProcessGroup::do_send(const Tensor& buf, int dst, int tag) {
-  auto lock = mpi_lock();
   const size_t es = buf.element_size();
   for_each_chunk(buf.numel(), [&](int64_t off, int count) {
-    check(MPI_Send(bytes_of(buf) + off * es, count, mpi_type(buf.dtype()), dst, tag, comm_),
-          "send (MPI_Send)");
+    std::vector<MPI_Request> request(1, MPI_REQUEST_NULL);
+    {
+      auto lock = mpi::lock();
+      check(MPI_Isend(bytes_of(buf) + off * es, count, mpi_type(buf.dtype()), dst, tag, comm_,
+                      &request[0]),
+            "send (MPI_Isend)");
+    }
+    wait(request, "send (MPI_Isend)", nullptr, dst);
   });
 }
 
 void MpiProcessGroup::do_recv(const Tensor& buf, int src, int tag) {
-  auto lock = mpi_lock();
   const size_t es = buf.element_size();
   MPI_Datatype type = mpi_type(buf.dtype());
   for_each_chunk(buf.numel(), [&](int64_t off, int count) {
-    MPI_Status status;
-    check(MPI_Recv(bytes_of(buf) + off * es, count, type, src, tag, comm_, &status),
-          "recv (MPI_Recv)");
+    std::vector<MPI_Request> request(1, MPI_REQUEST_NULL);
+    {
+      auto lock = mpi::lock();
+      check(MPI_Irecv(bytes_of(buf) + off * es, count, type, src, tag, comm_, &request[0]),
+            "recv (MPI_Irecv)");
+    }
+    std::vector<MPI_Status> status;
+    wait(request, "recv (MPI_Irecv)", &status, src);
     int got = 0;
-    MPI_Get_count(&status, type, &got);
+    MPI_Get_count(&status[0], type, &got);
     MT_CHECK(got == count, "recv on group ", name_, " (rank ", rank_, " of ", size_, "): expected ",
              count, " elements from rank ", src, " with tag ", tag, ", got ", got,
              "; tensor shape ", buf.shape());

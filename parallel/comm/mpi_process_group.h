@@ -5,9 +5,12 @@
 //   initialised: the world is this one process (rank 0 of 1) and every collective is a local copy,
 //   so a single-process run needs no mpirun.
 // - MPI is initialised on first use with MPI_Init_thread(MPI_THREAD_MULTIPLE); when the library
-// only
-//   provides MPI_THREAD_SERIALIZED, every MPI call of every group is serialised by one process-wide
-//   mutex. MPI is finalised at exit if we initialised it.
+//   only provides MPI_THREAD_SERIALIZED, every MPI call of every group is serialised by one
+//   process-wide mutex. MPI is finalised at exit if we initialised it (see mpi_runtime.h).
+// - Every collective is a non-blocking MPI call polled until done, so none waits longer than
+//   collective_timeout(): past it the rank asks the other members where they are, prints the
+//   report and ends the job with MPI_Abort (exit code 124). A rank that dies ends the job through
+//   the launcher (mpirun/srun end the other ranks when one exits abnormally).
 // - split(color, key) is collective over the group (MPI_Comm_split): ranks with the same color form
 //   a new group, ordered by key then by rank.
 // - Each group owns duplicates of its communicator (one for collectives and send/recv, one for the
@@ -19,8 +22,10 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "parallel/comm/process_group.h"
 
@@ -55,12 +60,20 @@ class MpiProcessGroup : public ProcessGroup {
   // comm == MPI_COMM_NULL: the local single-process world. Takes ownership of comm.
   MpiProcessGroup(MPI_Comm comm, std::string name);
   void check(int rc, const char* what) const;
+  // Waits for the requests within the collective timeout; on timeout reports (asking the other
+  // members, or only `peer` for send/recv, where they are) and ends the job.
+  void wait(std::vector<MPI_Request>& requests, const char* what,
+            std::vector<MPI_Status>* statuses = nullptr, int peer = -1) const;
+  // Starts one non-blocking MPI call (under the MPI lock) and waits for it.
+  void run_one(const char* what, const std::function<int(MPI_Request*)>& start) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm p2p_comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
   std::string name_;
+  std::vector<int> world_ranks_;  // world rank of each member
+  int64_t uid_ = 0;               // the id every member uses for this group (timeout queries)
 };
 
 // Largest element count of one MPI call (INT_MAX by default); tests lower it to exercise chunking.

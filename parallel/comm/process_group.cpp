@@ -2,6 +2,7 @@
 // floats, Avg as Sum / size), per-name stats and the communication thread.
 #include "parallel/comm/process_group.h"
 
+#include <atomic>
 #include <chrono>
 #include <numeric>
 
@@ -24,6 +25,26 @@ const char* reduce_op_name(ReduceOp op) {
   }
   return "?";
 }
+
+namespace {
+std::atomic<int64_t> g_collective_timeout_ms{300'000};
+}  // namespace
+
+void set_collective_timeout(std::chrono::milliseconds timeout) {
+  MT_CHECK(timeout.count() >= 0, "set_collective_timeout: expected >= 0 ms, got ", timeout.count());
+  g_collective_timeout_ms = timeout.count();
+}
+
+std::chrono::milliseconds collective_timeout() {
+  return std::chrono::milliseconds(g_collective_timeout_ms.load());
+}
+
+ScopedCollectiveTimeout::ScopedCollectiveTimeout(std::chrono::milliseconds timeout)
+    : previous_(collective_timeout()) {
+  set_collective_timeout(timeout);
+}
+
+ScopedCollectiveTimeout::~ScopedCollectiveTimeout() { set_collective_timeout(previous_); }
 
 void Work::wait() const {
   if (done_.valid()) done_.get();
@@ -243,6 +264,11 @@ void ProcessGroup::reset_stats() {
   stats_.clear();
 }
 
+CollectiveRecord ProcessGroup::last_collective() const {
+  std::lock_guard lock(stats_mutex_);
+  return last_;
+}
+
 Work ProcessGroup::submit(const char* collective, const std::string& name, int64_t bytes,
                           bool async_op, std::function<void()> fn) {
   {
@@ -252,14 +278,27 @@ Work ProcessGroup::submit(const char* collective, const std::string& name, int64
     s.calls += 1;
     s.bytes += bytes;
   }
-  // Busy time of the collective itself, on whichever thread runs it.
-  std::packaged_task<void()> task([this, name, fn = std::move(fn)] {
+  // Records the call as entered (sequence number, start time), runs it, and adds its busy time,
+  // on whichever thread runs it. Calls of one group run one at a time, in issue order.
+  std::packaged_task<void()> task([this, collective, name, fn = std::move(fn)] {
     const auto t0 = std::chrono::steady_clock::now();
+    {
+      std::lock_guard lock(stats_mutex_);
+      last_ = {last_.seq + 1, collective, name, true, t0};
+    }
+    struct Finish {  // marks the call finished even when it throws
+      ProcessGroup* group;
+      std::string name;
+      std::chrono::steady_clock::time_point t0;
+      ~Finish() {
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::lock_guard lock(group->stats_mutex_);
+        group->last_.running = false;
+        group->stats_[name].seconds += seconds;
+      }
+    } finish{this, name, t0};
     fn();
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::lock_guard lock(stats_mutex_);
-    stats_[name].seconds += seconds;
   });
   {
     std::unique_lock lock(queue_mutex_);

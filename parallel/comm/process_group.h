@@ -17,8 +17,13 @@
 //   size() (floating dtypes only). Bool tensors can be moved but not reduced.
 // - Tensors are dim-0 row blocks: all_gather_into's `out` is the concatenation of every rank's
 //   `in` along dim 0; reduce_scatter_into's `in` has size() * out.size(0) rows.
+// - Timeouts: no call waits for its peers longer than collective_timeout() (process-wide, 300 s
+//   by default, 0 = forever). A call that runs out of time ends the whole job (every rank) after
+//   printing which collective, which group, and which ranks did not arrive; backends find those by
+//   comparing every member's last_collective() (sequence numbers count the calls on a group).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -58,6 +63,32 @@ struct CommStats {
   double seconds = 0;  // time the collectives ran (async ones overlap other work)
 };
 
+// The call a rank entered last on a group. seq counts the calls entered on the group (1 = the
+// first), so ranks at the same point of the same program agree on it.
+struct CollectiveRecord {
+  int64_t seq = 0;
+  std::string collective;  // "all_reduce", ... ("" before the first call)
+  std::string name;        // the caller's name for it
+  bool running = false;    // entered and not yet finished
+  std::chrono::steady_clock::time_point started;
+};
+
+// How long any collective may wait for its peers before the job is ended (0 = no limit).
+void set_collective_timeout(std::chrono::milliseconds timeout);
+std::chrono::milliseconds collective_timeout();
+
+// Another limit for one scope, e.g. none while rank 0 prepares a dataset and the others wait.
+class ScopedCollectiveTimeout {
+ public:
+  explicit ScopedCollectiveTimeout(std::chrono::milliseconds timeout);
+  ~ScopedCollectiveTimeout();
+  ScopedCollectiveTimeout(const ScopedCollectiveTimeout&) = delete;
+  ScopedCollectiveTimeout& operator=(const ScopedCollectiveTimeout&) = delete;
+
+ private:
+  std::chrono::milliseconds previous_;
+};
+
 class ProcessGroup {
  public:
   virtual ~ProcessGroup();
@@ -86,6 +117,7 @@ class ProcessGroup {
 
   std::map<std::string, CommStats> stats() const;  // keyed by call name
   void reset_stats();
+  CollectiveRecord last_collective() const;  // thread-safe (timeout reports read it)
 
  protected:
   ProcessGroup() = default;
@@ -112,8 +144,9 @@ class ProcessGroup {
               std::function<void()> fn);
   void comm_loop();
 
-  mutable std::mutex stats_mutex_;
+  mutable std::mutex stats_mutex_;  // guards stats_ and last_
   std::map<std::string, CommStats> stats_;
+  CollectiveRecord last_;
 
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;

@@ -1,10 +1,8 @@
 // The command-line tools end to end, as a user runs them: mt_train_tokenizer (fortune format)
 // -> mt_prepare_dataset -> train, on a small synthetic corpus; plus their error exits.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -13,6 +11,7 @@
 #include "data/dataset/token_file.h"
 #include "data/tokenizer/bpe_tokenizer.h"
 #include "runtime/core/error.h"
+#include "tests/testing/run_command.h"
 
 // tests/CMakeLists.txt defines the tools' paths when it builds them all.
 #if !defined(MT_TRAIN_BIN) || !defined(MT_TRAIN_TOKENIZER_BIN) || !defined(MT_PREPARE_DATASET_BIN)
@@ -28,21 +27,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status = -1;
-  std::string output;  // stdout and stderr
-};
+using Result = testing::CommandResult;
 
-Result run(const std::string& command) {
-  Result r;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return r;
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) r.output.append(buffer, n);
-  const int status = pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+Result run(const std::string& command) { return testing::run_command(command); }
 
 std::string quote(const fs::path& p) { return mt::detail::concat("'", p.string(), "'"); }
 
