@@ -152,7 +152,7 @@ void MpiProcessGroup::wait(std::vector<MPI_Request>& requests, const char* what,
                                              double(limit.count()) / 1000.0, peers, peer >= 0));
 }
 
-std::unique_ptr<MpiProcessGroup> MpiProcessGroup::split(int color, int key) {
+std::unique_ptr<ProcessGroup> MpiProcessGroup::split(int color, int key) {
   MT_CHECK(color >= 0, "split on group ", name_, ": color must be >= 0, got ", color);
   std::string child = detail::concat(name_, "/split(", color, ",", key, ")");
   if (comm_ == MPI_COMM_NULL) {

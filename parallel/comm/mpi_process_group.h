@@ -39,7 +39,7 @@ class MpiProcessGroup : public ProcessGroup {
 
   ~MpiProcessGroup() override;
 
-  std::unique_ptr<MpiProcessGroup> split(int color, int key);
+  std::unique_ptr<ProcessGroup> split(int color, int key) override;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }

@@ -30,6 +30,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -97,7 +98,10 @@ class ProcessGroup {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual std::string name() const = 0;  // e.g. "mpi:world" or "mpi:split(1,0)"
+  virtual std::string name() const = 0;  // e.g. "mpi:world" or "mpi:world/split(1,0)"
+  // Collective over the group: ranks passing the same color form a new group, ordered by key,
+  // then by rank (color >= 0). Runs after every call issued before it.
+  virtual std::unique_ptr<ProcessGroup> split(int color, int key) = 0;
 
   Work all_reduce(const Tensor& tensor, ReduceOp op, const std::string& name,
                   bool async_op = false);

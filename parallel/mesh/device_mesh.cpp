@@ -4,15 +4,9 @@
 #include <algorithm>
 #include <numeric>
 
-#include "parallel/comm/mpi_process_group.h"
 #include "runtime/core/error.h"
 
 namespace mt::parallel {
-
-std::shared_ptr<ProcessGroup> split_group(ProcessGroup& group, int color, int key) {
-  if (auto* mpi = dynamic_cast<MpiProcessGroup*>(&group)) return mpi->split(color, key);
-  MT_FAIL("split_group: group ", group.name(), " does not support splitting");
-}
 
 namespace {
 
@@ -68,7 +62,7 @@ std::shared_ptr<DeviceMesh> DeviceMesh::create(std::shared_ptr<ProcessGroup> wor
     others[d] = false;
     const int color = int(linear_index(mesh->coordinate_, mesh->shape_, others));
     mesh->groups_.push_back(
-        split_group(*mesh->world_, color, int(mesh->coordinate_[d])));
+        mesh->world_->split(color, int(mesh->coordinate_[d])));
   }
   return mesh;
 }
@@ -110,7 +104,7 @@ std::shared_ptr<DeviceMesh> DeviceMesh::submesh(const std::vector<std::string>& 
   std::vector<bool> others(take.size());
   for (size_t d = 0; d < take.size(); ++d) others[d] = !take[d];
   auto sub = std::shared_ptr<DeviceMesh>(new DeviceMesh());
-  sub->world_ = split_group(*world_, int(linear_index(coordinate_, shape_, others)),
+  sub->world_ = world_->split(int(linear_index(coordinate_, shape_, others)),
                             int(linear_index(coordinate_, shape_, take)));
   for (size_t d = 0; d < take.size(); ++d) {
     if (!take[d]) continue;

@@ -69,8 +69,4 @@ class DeviceMesh {
   std::vector<std::shared_ptr<ProcessGroup>> groups_;
 };
 
-// A new group of the ranks of `group` with the same color, ordered by key (collective over
-// `group`). Backends that cannot split throw.
-std::shared_ptr<ProcessGroup> split_group(ProcessGroup& group, int color, int key);
-
 }  // namespace mt::parallel

@@ -193,7 +193,7 @@ TEST(Fsdp, HsdpTwoByTwoMatchesOneProcess) {
 
 TEST(Fsdp, Bf16ParamsMatchOneProcessBf16) {
   // The one-process bf16 run: the same policy on a mesh of this rank alone.
-  auto self = std::shared_ptr<ProcessGroup>(split_group(*world(), world()->rank(), 0));
+  auto self = std::shared_ptr<ProcessGroup>(world()->split(world()->rank(), 0));
   RunConfig one;
   one.mesh = DeviceMesh::create(self, {1}, {"dp_shard"});
   one.loss_group = self;

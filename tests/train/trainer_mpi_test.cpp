@@ -90,7 +90,7 @@ TrainResult run(const config::JobConfig& cfg, std::shared_ptr<ProcessGroup> grou
 // One process (a group of this rank alone), 8 sequences per step.
 const TrainResult& reference(const fs::path& corpus) {
   static const TrainResult r = [&] {
-    auto self = parallel::split_group(*world(), world()->rank(), 0);
+    std::shared_ptr<parallel::ProcessGroup> self = world()->split(world()->rank(), 0);
     return run(job(corpus, shared_dir("reference") / std::to_string(world()->rank()), 8), self);
   }();
   return r;
