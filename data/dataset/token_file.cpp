@@ -131,6 +131,7 @@ TokenFileWriter::TokenFileWriter(fs::path path, TokenizerIdentity tokenizer, int
            ": eos_id ", eos_id_, " is outside the vocabulary [0, ", tokenizer_.vocab_size, ")");
   MT_CHECK(options_.block_tokens > 0 && options_.chunk_tokens > 0, "token file ", path_.string(),
            ": block_tokens and chunk_tokens must be positive");
+  h5::Lock lock;  // every HDF5 call holds the process-wide lock (see runtime/io/hdf5.h)
   h5::silence_hdf5_errors();
   h_->file = h5::File(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "H5Fcreate",
                       file, "cannot create the file");
@@ -192,6 +193,7 @@ void TokenFileWriter::add_document(std::span<const int32_t> tokens) {
 
 void TokenFileWriter::flush() {
   if (buffer_.empty()) return;
+  h5::Lock lock;
   const std::string file = partial_path_.string();
   const hsize_t start = static_cast<hsize_t>(num_flushed_);
   const hsize_t count = buffer_.size();
@@ -212,6 +214,7 @@ void TokenFileWriter::flush() {
 
 void TokenFileWriter::finish() {
   MT_CHECK(h_ != nullptr, "token file ", path_.string(), ": finish() called twice");
+  h5::Lock lock;
   if (in_document_) end_document();
   flush();
   const std::string file = partial_path_.string();
@@ -241,6 +244,7 @@ TokenFileReader::TokenFileReader(const fs::path& path) : h_(std::make_unique<Han
   std::error_code ec;
   MT_CHECK(fs::exists(path, ec), "token file ", file, ": no such file");
   MT_CHECK(!fs::is_directory(path, ec), "token file ", file, ": is a directory, not a file");
+  h5::Lock lock;  // every HDF5 call holds the process-wide lock (see runtime/io/hdf5.h)
   h5::silence_hdf5_errors();
   hid_t fid = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   MT_CHECK(fid >= 0, "token file ", file, ": cannot be opened as an HDF5 file (H5Fopen failed)");
@@ -297,6 +301,7 @@ void TokenFileReader::read(int64_t start, int64_t end, uint32_t* out) const {
   MT_CHECK(0 <= start && start <= end && end <= info_.num_tokens, "token file ", file,
            ": cannot read tokens [", start, ", ", end, "), the file holds ", info_.num_tokens);
   if (start == end) return;
+  h5::Lock lock;
   h5::Dataspace fspace(H5Dget_space(h_->tokens.get()), "H5Dget_space", file);
   hsize_t offset[1] = {static_cast<hsize_t>(start)};
   hsize_t n[1] = {static_cast<hsize_t>(end - start)};

@@ -110,8 +110,8 @@ class TokenFileReader {
   int64_t size() const { return info_.num_tokens; }
 
   // Tokens [start, end) into out (end - start values). 0 <= start <= end <= size(), else an
-  // mt::Error naming the file and the range. Safe to call from several threads (HDF5 is built
-  // thread-safe and serialises the calls).
+  // mt::Error naming the file and the range. Safe to call from several threads, and beside
+  // checkpoint saves: every HDF5 call holds the process-wide h5::Lock (runtime/io/hdf5.h).
   void read(int64_t start, int64_t end, uint32_t* out) const;
   std::vector<uint32_t> read(int64_t start, int64_t end) const;
 

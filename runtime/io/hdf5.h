@@ -5,11 +5,22 @@
 // - h5_check(ret, op, file) turns a negative HDF5 return code into an mt::Error naming the HDF5
 //   operation and the file, e.g. "H5Dread failed on /data/x.h5 (reading tokens [0, 4096))".
 // - silence_hdf5_errors() stops HDF5 from printing its own error stack to stderr: our messages
-//   replace it. It is called by every function that opens or creates a file.
+//   replace it. It is called by every function that opens or creates a file, and by Lock (in a
+//   thread-safe HDF5 build the setting is per thread, so a background thread needs it too).
+// - hdf5_mutex() / Lock: one process-wide lock held around every HDF5 call minititan makes, so
+//   checkpoint saves on a background thread and the data loader's token-file reads never enter
+//   the library at the same time. A serial HDF5 built without --enable-threadsafe (many custom
+//   and conda builds) must not be entered from two threads at once; Debian's libhdf5 1.10.8 is a
+//   thread-safe build (H5is_library_threadsafe says so) and already serialises each call, so
+//   there the lock costs nothing more, and it also keeps multi-call sequences (select, then read)
+//   together. It is recursive: a function holding it may call another that takes it, and
+//   Handle's destructor takes it to close its id. Keep long work that is not HDF5 (checksums,
+//   copies) outside it, and split very large reads and writes so other threads get a turn.
 #pragma once
 
 #include <hdf5.h>
 
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -18,6 +29,24 @@
 namespace mt::h5 {
 
 inline void silence_hdf5_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+// Inline with a function-local static: one mutex per process even across the shared libraries
+// that include this header (the symbol is unique under the default visibility).
+inline std::recursive_mutex& hdf5_mutex() {
+  static std::recursive_mutex mutex;
+  return mutex;
+}
+
+// Holds hdf5_mutex() for its scope and silences HDF5's error printing for this thread.
+class Lock {
+ public:
+  Lock() : guard_(hdf5_mutex()) { silence_hdf5_errors(); }
+  Lock(const Lock&) = delete;
+  Lock& operator=(const Lock&) = delete;
+
+ private:
+  std::lock_guard<std::recursive_mutex> guard_;
+};
 
 template <class T>
 T check(T ret, const char* op, const std::string& file, const std::string& what = "") {
@@ -52,7 +81,10 @@ class Handle {
   hid_t get() const { return id_; }
   bool valid() const { return id_ >= 0; }
   void reset() {
-    if (id_ >= 0) Close(id_);
+    if (id_ >= 0) {
+      std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+      Close(id_);
+    }
     id_ = H5I_INVALID_HID;
   }
 
