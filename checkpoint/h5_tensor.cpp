@@ -23,15 +23,18 @@ std::string hex(uint64_t v) {
 // Rows are slices of the first dimension; a 0-d tensor is one row.
 int64_t row_count(const Shape& shape) { return shape.empty() ? 1 : shape[0]; }
 
-// Calls fn(begin, end) over the rows [0, rows) in pieces of at most slice_bytes (one row at least).
+// Calls fn(begin, end, byte_offset, byte_count) over the rows [0, rows) in pieces of at most
+// slice_bytes (one row at least); nothing for an empty shape.
+using SliceFn = std::function<void(int64_t, int64_t, size_t, size_t)>;
 void for_each_slice(const Shape& shape, size_t element_size, size_t slice_bytes,
-                    const std::function<void(int64_t, int64_t)>& fn) {
+                    const SliceFn& fn) {
   const int64_t rows = row_count(shape);
   if (runtime::numel_of(shape) == 0) return;
   const size_t row_bytes = size_t(runtime::numel_of(shape) / rows) * element_size;
   const int64_t per_slice = std::max<int64_t>(1, int64_t(slice_bytes / row_bytes));
   for (int64_t begin = 0; begin < rows; begin += per_slice) {
-    fn(begin, std::min(rows, begin + per_slice));
+    const int64_t end = std::min(rows, begin + per_slice);
+    fn(begin, end, size_t(begin) * row_bytes, size_t(end - begin) * row_bytes);
   }
 }
 
@@ -123,6 +126,22 @@ StoredChunk read_attributes(const OpenDataset& d) {
   return out;
 }
 
+// A chunk opened for a whole read: dataset, attributes and HDF5 type.
+struct OpenChunk {
+  OpenDataset d;
+  StoredChunk chunk;
+  h5::Datatype type;
+};
+
+OpenChunk open_chunk(hid_t file, const std::string& path) {
+  h5::Lock lock;
+  OpenChunk c;
+  c.d = open_dataset(file, path);
+  c.chunk = read_attributes(c.d);
+  c.type = hdf5_type(c.d.dtype);
+  return c;
+}
+
 void check_checksum(const StoredChunk& chunk, uint64_t computed, const std::string& where) {
   MT_CHECK(computed == chunk.checksum, where, " (tensor ", chunk.info.fqn,
            "): checksum mismatch: stored ", kChecksumAlgorithm, " ", hex(chunk.checksum),
@@ -165,12 +184,11 @@ void write_tensor(hid_t file, const std::string& path, const Tensor& tensor, con
     write_string_attr(id, "dtype", std::string(storage_dtype_name(host.dtype())), where);
   }
   auto* bytes = static_cast<char*>(host.data_ptr());
-  const size_t row_bytes =
-      host.dim() == 0 ? host.nbytes() : host.nbytes() / size_t(std::max<int64_t>(1, host.size(0)));
-  for_each_slice(host.shape(), host.element_size(), slice_bytes, [&](int64_t begin, int64_t end) {
-    transfer_rows(dataset.get(), type.get(), host.shape(), begin, end,
-                  bytes + size_t(begin) * row_bytes, /*write=*/true, where);
-  });
+  for_each_slice(host.shape(), host.element_size(), slice_bytes,
+                 [&](int64_t begin, int64_t end, size_t at, size_t) {
+                   transfer_rows(dataset.get(), type.get(), host.shape(), begin, end, bytes + at,
+                                 /*write=*/true, where);
+                 });
   // The checksum goes last: a dataset with one was written completely.
   h5::Lock lock;
   write_string_attr(dataset.get(), "checksum_algorithm", kChecksumAlgorithm, where);
@@ -183,51 +201,32 @@ StoredChunk read_chunk_info(hid_t file, const std::string& path) {
 }
 
 Tensor read_tensor(hid_t file, const std::string& path, size_t slice_bytes) {
-  OpenDataset d;
-  StoredChunk chunk;
-  h5::Datatype type;
-  {
-    h5::Lock lock;
-    d = open_dataset(file, path);
-    chunk = read_attributes(d);
-    type = hdf5_type(d.dtype);
-  }
-  Tensor out = Tensor::empty(d.shape, runtime::TensorOptions{}.with_dtype(d.dtype));
+  OpenChunk c = open_chunk(file, path);
+  Tensor out = Tensor::empty(c.d.shape, runtime::TensorOptions{}.with_dtype(c.d.dtype));
   auto* bytes = static_cast<char*>(out.data_ptr());
-  const size_t row_bytes = out.nbytes() / size_t(std::max<int64_t>(1, row_count(d.shape)));
   Xxh64 hash;
-  for_each_slice(d.shape, out.element_size(), slice_bytes, [&](int64_t begin, int64_t end) {
-    char* slice = bytes + size_t(begin) * row_bytes;
-    transfer_rows(d.dataset.get(), type.get(), d.shape, begin, end, slice, /*write=*/false,
-                  d.where);
-    hash.update(slice, size_t(end - begin) * row_bytes);
-  });
-  check_checksum(chunk, hash.digest(), d.where);
+  for_each_slice(c.d.shape, out.element_size(), slice_bytes,
+                 [&](int64_t begin, int64_t end, size_t at, size_t count) {
+                   transfer_rows(c.d.dataset.get(), c.type.get(), c.d.shape, begin, end,
+                                 bytes + at, /*write=*/false, c.d.where);
+                   hash.update(bytes + at, count);
+                 });
+  check_checksum(c.chunk, hash.digest(), c.d.where);
   return out;
 }
 
 void verify_checksum(hid_t file, const std::string& path, size_t slice_bytes) {
-  OpenDataset d;
-  StoredChunk chunk;
-  h5::Datatype type;
-  {
-    h5::Lock lock;
-    d = open_dataset(file, path);
-    chunk = read_attributes(d);
-    type = hdf5_type(d.dtype);
-  }
-  const size_t element_size = runtime::dtype_size(d.dtype);
-  const size_t row_bytes =
-      size_t(runtime::numel_of(d.shape)) * element_size / size_t(std::max<int64_t>(1, row_count(d.shape)));
+  OpenChunk c = open_chunk(file, path);
   std::vector<char> buffer;
   Xxh64 hash;
-  for_each_slice(d.shape, element_size, slice_bytes, [&](int64_t begin, int64_t end) {
-    buffer.resize(size_t(end - begin) * row_bytes);
-    transfer_rows(d.dataset.get(), type.get(), d.shape, begin, end, buffer.data(),
-                  /*write=*/false, d.where);
-    hash.update(buffer.data(), buffer.size());
-  });
-  check_checksum(chunk, hash.digest(), d.where);
+  for_each_slice(c.d.shape, runtime::dtype_size(c.d.dtype), slice_bytes,
+                 [&](int64_t begin, int64_t end, size_t, size_t count) {
+                   buffer.resize(count);
+                   transfer_rows(c.d.dataset.get(), c.type.get(), c.d.shape, begin, end,
+                                 buffer.data(), /*write=*/false, c.d.where);
+                   hash.update(buffer.data(), count);
+                 });
+  check_checksum(c.chunk, hash.digest(), c.d.where);
 }
 
 Tensor read_hyperslab(hid_t file, const std::string& path, const Shape& offset,

@@ -12,10 +12,12 @@
 // 0-d tensors are scalar datasets; empty tensors (a zero-sized dimension) are datasets with that
 // extent and no data.
 //
-// Threads: every function here holds h5::Lock (runtime/io/hdf5.h) around its HDF5 calls, and
-// splits large reads and writes into slices of at most `slice_bytes` (whole rows of the first
-// dimension), releasing the lock between slices, so a save on a background thread never blocks
-// the data loader's token-file reads for longer than one slice. Checksums are computed outside it.
+// Threads: every function here holds h5::Lock (runtime/io/hdf5.h) around its HDF5 calls.
+// write_tensor, read_tensor and verify_checksum move data in slices of at most `slice_bytes`
+// (whole rows of the first dimension) and release the lock between slices, so a save on a
+// background thread never blocks the data loader's token-file reads for longer than one slice;
+// checksums are computed outside the lock. read_hyperslab reads its region in one call (loads
+// run before training, when nothing waits on the lock).
 //
 // Errors name the file, the dataset and (once known) the tensor: "checkpoint file
 // /ckpt/step-10/rank-1.h5, dataset /model/w (tensor w): checksum mismatch ...".
