@@ -33,6 +33,7 @@
 #include "runtime/optim/clip_grad.h"
 #include "runtime/optim/lr_scheduler.h"
 #include "runtime/optim/sgd.h"
+#include "train/checkpointer.h"
 #include "train/config/render.h"
 #include "train/config/validate.h"
 #include "train/metrics/eta.h"
@@ -252,6 +253,10 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   wsd.decay_type = runtime::optim::decay_type_from_name(lc.decay_type);
   wsd.lr_min = lc.min_lr_factor;
   scheduler_ = std::make_unique<runtime::optim::LRScheduler>(*optimizer_, tc.steps, wsd);
+  if (config_.checkpoint.enable || !config_.checkpoint.initial_load_path.empty()) {
+    checkpointer_ = std::make_unique<TrainCheckpointer>(config_, world_, *model_, *optimizer_,
+                                                        *scheduler_, *loader_);
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -458,7 +463,14 @@ TrainResult Trainer::train() {
     if (jsonl) jsonl->write(JsonObject().add("step", step).add("val_loss", *v));
   };
 
-  for (int64_t step = 1; step <= tc.steps; ++step) {
+  const ResumePoint resumed = checkpointer_ ? checkpointer_->resume(out) : ResumePoint{};
+  int64_t tokens_seen = resumed.tokens_seen;
+  result.first_step = resumed.step + 1;
+  if (resumed.step >= tc.steps) {
+    out << "nothing to train: the checkpoint is at step " << resumed.step << " of " << tc.steps
+        << "\n";
+  }
+  for (int64_t step = resumed.step + 1; step <= tc.steps; ++step) {
     const auto t0 = Clock::now();
     const double lr = optimizer_->lr();
     const double loss = train_step();
@@ -472,6 +484,7 @@ TrainResult Trainer::train() {
     result.losses.push_back(loss);
     result.grad_norms.push_back(last_grad_norm_);
     result.steps_done = step;
+    tokens_seen += tokens_per_step * world_size();
 
     if (step == 1 || step % config_.metrics.log_freq == 0 || step == tc.steps) {
       StepMetrics m;
@@ -497,6 +510,7 @@ TrainResult Trainer::train() {
     // Every rank stops at the same step when any of them was asked to.
     const bool stop_here =
         sum_over_ranks(stop && stop->stop_requested() ? 1.0 : 0.0, "train.stop") > 0;
+    if (checkpointer_) checkpointer_->after_step(step, tokens_seen, step == tc.steps, stop_here, out);
     if (stop_here) {
       result.stopped_by_signal = true;
       const int sig = stop ? stop->signal_number() : 0;
@@ -509,13 +523,14 @@ TrainResult Trainer::train() {
       break;
     }
   }
+  if (checkpointer_) checkpointer_->finish();
   result.seconds = seconds_since(t_start);
 
   if (options_.write_files && config_.metrics.plot && !result.losses.empty()) {
     std::vector<PlotSeries> series(1);
     series[0].name = "loss";
     for (size_t i = 0; i < result.losses.size(); ++i)
-      series[0].points.emplace_back(double(i + 1), result.losses[i]);
+      series[0].points.emplace_back(double(result.first_step + int64_t(i)), result.losses[i]);
     if (!result.val_losses.empty()) {
       PlotSeries val{"val_loss", {}};
       for (const auto& [s, v] : result.val_losses) val.points.emplace_back(double(s), v);
@@ -525,7 +540,9 @@ TrainResult Trainer::train() {
     po.title = config_.job.description + ": loss";
     write_svg_line_chart((dump / "loss.svg").string(), series, po);
   }
-  out << "trained " << result.steps_done << " steps in " << format_duration(result.seconds);
+  out << "trained " << result.losses.size() << " steps";
+  if (result.first_step > 1) out << " (" << result.first_step << " to " << result.steps_done << ")";
+  out << " in " << format_duration(result.seconds);
   if (!result.losses.empty())
     out << ": loss " << std::fixed << std::setprecision(4) << result.losses.front() << " -> "
         << result.losses.back() << std::defaultfloat;

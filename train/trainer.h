@@ -71,6 +71,8 @@ class DeviceMesh;
 
 namespace mt::train {
 
+class TrainCheckpointer;
+
 // Share of the token windows held out for validation when validation.enable is set.
 inline constexpr double kValFraction = 0.05;
 
@@ -93,7 +95,8 @@ struct TrainResult {
   std::vector<double> losses;                          // per optimizer step, in order
   std::vector<double> grad_norms;                      // per step, before clipping
   std::vector<std::pair<int64_t, double>> val_losses;  // (step, validation loss)
-  int64_t steps_done = 0;
+  int64_t first_step = 1;  // the step losses[0] belongs to (> 1 when resumed from a checkpoint)
+  int64_t steps_done = 0;  // the last step done
   bool stopped_by_signal = false;
   std::string sample;  // the generated text (prompt not included); empty if none
   double seconds = 0.0;
@@ -154,6 +157,7 @@ class Trainer {
   std::shared_ptr<runtime::nn::Module> model_;
   std::unique_ptr<runtime::optim::Optimizer> optimizer_;
   std::unique_ptr<runtime::optim::LRScheduler> scheduler_;
+  std::unique_ptr<TrainCheckpointer> checkpointer_;  // null without [checkpoint] enable / initial load
   int64_t grad_accum_ = 1;
   double last_grad_norm_ = 0.0;
   mutable std::ostream null_log_{nullptr};  // discards (TrainerOptions::quiet)

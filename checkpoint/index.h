@@ -1,0 +1,44 @@
+// The index file of a checkpoint (`index.h5`, written by rank 0 next to the rank files):
+//
+//   attributes of /   format = "minititan-checkpoint", format_version = [1]
+//   /chunks/          the chunk table, one row per saved chunk, as parallel datasets:
+//                     fqn, dtype, file, dataset (strings [n]); ndim (int64 [n]);
+//                     global_shape, offset, sizes (int64 [n, max ndim], zero-padded)
+//   /tensors/<fqn>    one HDF5 virtual dataset per tensor over its chunks in the rank files, so
+//                     h5py and h5dump read every tensor whole (and loading reads any region)
+//   /state/<key>      the non-tensor values: scalar int64, float64 or string datasets
+//
+// Everything is plain HDF5: no pickles, no opaque blobs.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "checkpoint/save_plan.h"
+#include "checkpoint/state.h"
+
+namespace mt::checkpoint {
+
+inline constexpr const char* kIndexFileName = "index.h5";
+inline constexpr int64_t kFormatVersion = 1;
+
+struct IndexChunk {
+  ChunkMeta meta;
+  std::string file;     // rank file name, relative to the checkpoint folder
+  std::string dataset;  // path in that file
+};
+
+struct Index {
+  std::vector<IndexChunk> chunks;  // sorted by fqn, then offset
+  Values values;
+};
+
+void write_index(const std::filesystem::path& path, const Index& index);
+// Errors name the file and what is missing or malformed (e.g. a newer format version).
+Index read_index(const std::filesystem::path& path);
+
+// The virtual dataset path of a tensor in the index file.
+std::string tensor_view_path(const std::string& fqn);
+
+}  // namespace mt::checkpoint

@@ -1,0 +1,125 @@
+// CheckpointManager (see manager.h).
+#include "checkpoint/manager.h"
+
+#include <algorithm>
+#include <iostream>
+#include <string>
+#include <system_error>
+
+#include "checkpoint/index.h"
+#include "parallel/comm/process_group.h"
+#include "runtime/core/error.h"
+
+namespace mt::checkpoint {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// "step-123" -> 123; nullopt for anything else (step-12.tmp, notes, ...).
+std::optional<int64_t> step_of(const std::string& name) {
+  if (!name.starts_with("step-") || name.size() == 5) return std::nullopt;
+  int64_t step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || step > (INT64_MAX - 9) / 10) return std::nullopt;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+CheckpointState staged_copy(const CheckpointState& state) {
+  CheckpointState copy = state;
+  for (TensorPiece& p : copy.tensors) p.local = p.local.contiguous().clone();
+  return copy;
+}
+
+}  // namespace
+
+std::vector<int64_t> complete_checkpoint_steps(const fs::path& folder) {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) return steps;
+  for (const fs::directory_entry& e : fs::directory_iterator(folder, ec)) {
+    const auto step = step_of(e.path().filename().string());
+    if (step && fs::exists(e.path() / kIndexFileName, ec)) steps.push_back(*step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+CheckpointManager::CheckpointManager(ManagerOptions options,
+                                     std::shared_ptr<parallel::ProcessGroup> group)
+    : options_(std::move(options)), group_(std::move(group)) {
+  MT_CHECK(!options_.folder.empty(), "checkpoint: the checkpoint folder is empty");
+  save_group_ = options_.async ? std::shared_ptr<parallel::ProcessGroup>(group_->split(0, group_->rank()))
+                               : group_;
+  if (group_->rank() == 0) fs::create_directories(options_.folder);
+}
+
+CheckpointManager::~CheckpointManager() {
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    std::cerr << "checkpoint: the background save failed: " << e.what() << "\n";
+  }
+}
+
+fs::path CheckpointManager::step_folder(int64_t step) const {
+  return options_.folder / ("step-" + std::to_string(step));
+}
+
+std::vector<int64_t> CheckpointManager::complete_steps() const {
+  return complete_checkpoint_steps(options_.folder);
+}
+
+std::optional<int64_t> CheckpointManager::latest_step() const {
+  const std::vector<int64_t> steps = complete_steps();
+  if (steps.empty()) return std::nullopt;
+  return steps.back();
+}
+
+bool CheckpointManager::save_in_flight() const {
+  return in_flight_.valid() &&
+         in_flight_.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+}
+
+void CheckpointManager::wait() {
+  if (in_flight_.valid()) in_flight_.get();
+}
+
+void CheckpointManager::save(int64_t step, const CheckpointState& state) {
+  wait();
+  const fs::path dir = step_folder(step);
+  if (!options_.async) {
+    save_checkpoint(dir, state, *group_);
+    remove_old_checkpoints();
+    return;
+  }
+  auto staged = std::make_shared<CheckpointState>(staged_copy(state));
+  in_flight_ = std::async(std::launch::async, [this, dir, staged] {
+    save_checkpoint(dir, *staged, *save_group_);
+    remove_old_checkpoints();
+  });
+}
+
+void CheckpointManager::remove_old_checkpoints() {
+  if (options_.keep_latest_k <= 0 || group_->rank() != 0) return;
+  const std::vector<int64_t> steps = complete_steps();
+  const size_t keep = size_t(options_.keep_latest_k);
+  for (size_t i = 0; i + keep < steps.size(); ++i) {
+    std::error_code ec;
+    fs::remove_all(step_folder(steps[i]), ec);
+    if (ec) {
+      std::cerr << "checkpoint: could not remove " << step_folder(steps[i]).string() << ": "
+                << ec.message() << "\n";
+    }
+  }
+}
+
+LoadReport CheckpointManager::load(int64_t step, CheckpointState& dest,
+                                   const LoadOptions& options) {
+  wait();
+  return load_checkpoint(step_folder(step), dest, *group_, options);
+}
+
+}  // namespace mt::checkpoint

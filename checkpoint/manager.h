@@ -1,0 +1,67 @@
+// CheckpointManager: the checkpoints of one job, in one folder: step-N/ subfolders, which one is
+// the latest, saving every so often (blocking or in the background), and keeping the newest k.
+//
+// - Complete checkpoints are the step-N folders holding an index.h5 (saves write step-N.tmp and
+//   rename it, see distributed_checkpoint.h); step-N.tmp leftovers of crashed saves are ignored
+//   and removed by the next save of that step.
+// - Async mode: save() first copies every tensor into buffers the manager owns (so the training
+//   steps that follow cannot change what is saved), then writes them on a background thread that
+//   talks to the other ranks over its own process group (split from the job's at construction,
+//   so its collectives never interleave with training's). At most one save is in flight: a new
+//   save() first waits for the previous one; wait() rethrows a failed background save's error.
+// - keep_latest_k > 0: after a save completes, rank 0 removes the older complete checkpoints
+//   beyond the newest k (never before the new one is complete).
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "checkpoint/distributed_checkpoint.h"
+
+namespace mt::checkpoint {
+
+struct ManagerOptions {
+  std::filesystem::path folder;  // holds step-N/
+  int64_t keep_latest_k = 0;     // <= 0: keep all
+  bool async = false;
+};
+
+class CheckpointManager {
+ public:
+  // Collective over `group` (async mode splits a private group from it).
+  CheckpointManager(ManagerOptions options, std::shared_ptr<parallel::ProcessGroup> group);
+  ~CheckpointManager();  // waits for the save in flight (errors are reported, not thrown)
+  CheckpointManager(const CheckpointManager&) = delete;
+  CheckpointManager& operator=(const CheckpointManager&) = delete;
+
+  // Collective. Saves `state` as step-<step>; in async mode returns once the tensors are staged.
+  void save(int64_t step, const CheckpointState& state);
+  // Waits for the background save, if any; rethrows its error.
+  void wait();
+  bool save_in_flight() const;
+
+  // Complete checkpoints, oldest first.
+  std::vector<int64_t> complete_steps() const;
+  std::optional<int64_t> latest_step() const;
+  std::filesystem::path step_folder(int64_t step) const;
+
+  LoadReport load(int64_t step, CheckpointState& dest, const LoadOptions& options = {});
+
+ private:
+  void remove_old_checkpoints();
+
+  ManagerOptions options_;
+  std::shared_ptr<parallel::ProcessGroup> group_;       // the job's ranks (foreground)
+  std::shared_ptr<parallel::ProcessGroup> save_group_;  // the background saver's own group
+  std::future<void> in_flight_;
+};
+
+// Complete checkpoints (step-N folders with an index) in `folder`, oldest first.
+std::vector<int64_t> complete_checkpoint_steps(const std::filesystem::path& folder);
+
+}  // namespace mt::checkpoint

@@ -1,0 +1,275 @@
+// TrainCheckpointer (see checkpointer.h).
+#include "train/checkpointer.h"
+
+#include <map>
+
+#include "checkpoint/index.h"
+#include "checkpoint/manager.h"
+#include "data/dataset/loader.h"
+#include "parallel/fsdp/fully_shard.h"
+#include "runtime/core/grad_mode.h"
+#include "runtime/core/error.h"
+#include "runtime/nn/module.h"
+#include "runtime/ops/factory.h"
+#include "runtime/optim/lr_scheduler.h"
+#include "runtime/optim/optimizer.h"
+#include "train/config/render.h"
+
+namespace mt::train {
+
+namespace fs = std::filesystem;
+using checkpoint::CheckpointState;
+using checkpoint::TensorPiece;
+using runtime::DType;
+using runtime::Tensor;
+
+namespace {
+
+constexpr const char* kModel = "model.";
+constexpr const char* kOptimizer = "optimizer.";
+constexpr const char* kScheduler = "lr_scheduler.";
+constexpr const char* kLoaderGroup = "dataloader";
+
+// Where each parameter's local tensor sits in the whole parameter, by FQN.
+struct Placement {
+  runtime::Shape global_shape;
+  runtime::Shape offset;
+};
+
+std::map<std::string, Placement> placements_of(runtime::nn::Module& model) {
+  std::map<std::string, Placement> out;
+  for (const parallel::DistributedParam& p : parallel::distributed_parameters(model)) {
+    if (p.dtensor) {
+      out[p.fqn] = {p.dtensor->global_shape, p.dtensor->local_offset};
+    } else {
+      out[p.fqn] = {p.param.shape(), runtime::Shape(size_t(p.param.dim()), 0)};
+    }
+  }
+  return out;
+}
+
+// The parameter FQN of an optimizer state key "state.<fqn>.<field>", or "" for other keys.
+std::string param_of_state_key(const std::string& key, const runtime::optim::Optimizer& opt) {
+  if (!key.starts_with("state.")) return "";
+  std::vector<std::string> fields{"step"};
+  fields.insert(fields.end(), opt.state_names().begin(), opt.state_names().end());
+  for (const std::string& f : fields) {
+    if (key.ends_with("." + f)) return key.substr(6, key.size() - 6 - f.size() - 1);
+  }
+  return "";
+}
+
+// A piece of `tensor` under `name`, placed like parameter `fqn` when it has the parameter's
+// local shape (the optimizer's per-element state), else whole (replicated scalars).
+TensorPiece placed(const std::string& name, const Tensor& tensor, const std::string& fqn,
+                   const std::map<std::string, Placement>& placements) {
+  auto it = placements.find(fqn);
+  if (it == placements.end() || tensor.dim() == 0 ||
+      tensor.dim() != int64_t(it->second.global_shape.size())) {
+    return checkpoint::whole(name, tensor);
+  }
+  return {name, tensor, it->second.global_shape, it->second.offset};
+}
+
+fs::path checkpoint_folder(const config::JobConfig& c) {
+  return fs::path(c.job.dump_folder) / c.checkpoint.folder;
+}
+
+DType export_dtype(const std::string& name) {
+  if (name == "float32") return DType::F32;
+  if (name == "bfloat16") return DType::BF16;
+  if (name == "float16") return DType::F16;
+  MT_FAIL("[checkpoint] export_dtype: expected float32, bfloat16 or float16, got '", name, "'");
+}
+
+// initial_load_path: a step-N folder, or a checkpoint folder (its latest complete step).
+fs::path initial_checkpoint(const fs::path& path) {
+  if (fs::exists(path / checkpoint::kIndexFileName)) return path;
+  const std::vector<int64_t> steps = checkpoint::complete_checkpoint_steps(path);
+  MT_CHECK(!steps.empty(), "[checkpoint] initial_load_path = ", path.string(),
+           ": neither a checkpoint (no ", checkpoint::kIndexFileName,
+           ") nor a folder of step-N checkpoints");
+  return path / ("step-" + std::to_string(steps.back()));
+}
+
+int64_t int_value(const checkpoint::Values& values, const std::string& key, const fs::path& dir) {
+  auto it = values.find(key);
+  MT_CHECK(it != values.end() && std::holds_alternative<int64_t>(it->second), "checkpoint ",
+           dir.string(), ": no integer /state/", key);
+  return std::get<int64_t>(it->second);
+}
+
+}  // namespace
+
+TrainCheckpointer::TrainCheckpointer(const config::JobConfig& config,
+                                     std::shared_ptr<parallel::ProcessGroup> world,
+                                     runtime::nn::Module& model,
+                                     runtime::optim::Optimizer& optimizer,
+                                     runtime::optim::LRScheduler& scheduler, data::Loader& loader)
+    : config_(config),
+      world_(std::move(world)),
+      model_(model),
+      optimizer_(optimizer),
+      scheduler_(scheduler),
+      loader_(loader) {
+  const auto& c = config_.checkpoint;
+  MT_CHECK(c.async_mode == "disabled" || c.async_mode == "async",
+           "[checkpoint] async_mode: expected \"disabled\" or \"async\", got \"", c.async_mode,
+           "\"");
+  export_dtype(c.export_dtype);  // validates
+  MT_CHECK(!c.enable || c.interval > 0, "[checkpoint] interval must be > 0, got ", c.interval);
+  if (c.enable) {
+    manager_ = std::make_unique<checkpoint::CheckpointManager>(
+        checkpoint::ManagerOptions{checkpoint_folder(config_), c.keep_latest_k,
+                                   c.async_mode == "async"},
+        world_);
+  }
+}
+
+TrainCheckpointer::~TrainCheckpointer() = default;
+
+CheckpointState TrainCheckpointer::state(int64_t step, int64_t tokens_seen,
+                                         bool model_only) const {
+  CheckpointState s;
+  const auto placements = placements_of(model_);
+  const DType stored = model_only ? export_dtype(config_.checkpoint.export_dtype) : DType::F32;
+  for (const parallel::DistributedParam& p : parallel::distributed_parameters(model_)) {
+    Tensor t = p.param.detach();
+    if (model_only && runtime::is_floating(t.dtype())) t = t.to(stored);
+    s.tensors.push_back(placed(kModel + p.fqn, t, p.fqn, placements));
+  }
+  s.values["step"] = step;
+  s.values["tokens_seen"] = tokens_seen;
+  s.values["seed"] = config_.training.seed;
+  s.values["config"] = config::render_toml(config_);
+  s.values["model_only"] = int64_t(model_only ? 1 : 0);
+  if (model_only) return s;
+  for (const auto& [key, t] : optimizer_.state_dict()) {
+    s.tensors.push_back(placed(kOptimizer + key, t, param_of_state_key(key, optimizer_), placements));
+  }
+  for (const auto& [key, t] : scheduler_.state_dict()) {
+    s.tensors.push_back(checkpoint::whole(kScheduler + key, t));
+  }
+  s.per_rank_group = kLoaderGroup;
+  for (const auto& [key, v] : loader_.state().to_map()) s.per_rank_values[key] = v;
+  return s;
+}
+
+CheckpointState TrainCheckpointer::load_template(bool model_only) const {
+  CheckpointState s;
+  const auto placements = placements_of(model_);
+  for (const parallel::DistributedParam& p : parallel::distributed_parameters(model_)) {
+    s.tensors.push_back(placed(kModel + p.fqn, p.param.detach(), p.fqn, placements));
+  }
+  s.per_rank_group = kLoaderGroup;
+  if (model_only) return s;
+  // Optimizer state for every parameter (a fresh optimizer has none yet), hyper-parameters.
+  const auto& groups = optimizer_.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = 0; i < groups[g].params.size(); ++i) {
+      const Tensor& param = groups[g].params[i];
+      const std::string key = "state." + optimizer_.param_key(g, i);
+      const std::string fqn = key.substr(6);
+      s.tensors.push_back(checkpoint::whole(kOptimizer + key + ".step",
+                                            runtime::zeros({}, {DType::I64})));
+      for (const std::string& name : optimizer_.state_names()) {
+        Tensor buf = runtime::zeros(param.shape(), {runtime::optim::state_dtype_for(param.dtype())});
+        s.tensors.push_back(placed(kOptimizer + key + "." + name, buf, fqn, placements));
+      }
+    }
+  }
+  for (const auto& [key, t] : optimizer_.state_dict()) {
+    if (key.starts_with("param_groups.")) {
+      s.tensors.push_back(checkpoint::whole(kOptimizer + key, t.clone()));
+    }
+  }
+  for (const auto& [key, t] : scheduler_.state_dict()) {
+    s.tensors.push_back(checkpoint::whole(kScheduler + key, t.clone()));
+  }
+  return s;
+}
+
+ResumePoint TrainCheckpointer::resume(std::ostream& log) {
+  const auto& c = config_.checkpoint;
+  ResumePoint point;
+  fs::path dir;
+  bool weights_only = false;
+  if (manager_) {
+    const std::vector<int64_t> steps = manager_->complete_steps();
+    if (c.load_step >= 0) {
+      MT_CHECK(std::find(steps.begin(), steps.end(), c.load_step) != steps.end(),
+               "[checkpoint] load_step = ", c.load_step, ": no complete checkpoint step-",
+               c.load_step, " in ", checkpoint_folder(config_).string());
+      dir = manager_->step_folder(c.load_step);
+    } else if (!steps.empty()) {
+      dir = manager_->step_folder(steps.back());
+    }
+  }
+  if (!dir.empty()) {
+    checkpoint::Index index = checkpoint::read_index(dir / checkpoint::kIndexFileName);
+    weights_only = int_value(index.values, "model_only", dir) == 1;
+  } else if (!c.initial_load_path.empty()) {
+    dir = initial_checkpoint(c.initial_load_path);
+    weights_only = true;
+  } else {
+    return point;
+  }
+
+  CheckpointState dest = load_template(weights_only);
+  checkpoint::LoadOptions options;
+  options.exclude = c.exclude_from_loading;
+  if (weights_only) {
+    options.exclude.insert(options.exclude.end(), {kOptimizer, kScheduler});
+    options.convert_dtypes = true;
+  }
+  checkpoint::LoadReport report;
+  {
+    runtime::NoGradGuard no_grad;
+    report = checkpoint::load_checkpoint(dir, dest, *world_, options);
+  }
+  point.source = dir.string();
+  if (weights_only) {
+    log << "checkpoint: loaded the model weights of " << dir.string()
+        << " (optimizer, schedule and data start fresh)\n";
+    return point;
+  }
+  // Optimizer and scheduler from their pieces; the data loader from the saved global position.
+  runtime::nn::StateDict opt_state, sched_state;
+  for (const TensorPiece& p : dest.tensors) {
+    if (p.fqn.starts_with(kOptimizer)) opt_state.insert(p.fqn.substr(10), p.local);
+    if (p.fqn.starts_with(kScheduler)) sched_state.insert(p.fqn.substr(13), p.local);
+  }
+  if (!opt_state.empty()) optimizer_.load_state_dict(opt_state);
+  if (!sched_state.empty()) scheduler_.load_state_dict(sched_state);
+  MT_CHECK(!report.per_rank_values.empty(), "checkpoint ", dir.string(),
+           ": no data loader state (/state/dataloader)");
+  std::map<std::string, int64_t> loader_state;
+  for (const auto& [key, v] : report.per_rank_values[0]) {
+    MT_CHECK(std::holds_alternative<int64_t>(v), "checkpoint ", dir.string(),
+             ": data loader value ", key, " is not an integer");
+    loader_state[key] = std::get<int64_t>(v);
+  }
+  loader_.load_state(data::LoaderState::from_map(loader_state));
+  point.step = int_value(report.values, "step", dir);
+  point.tokens_seen = int_value(report.values, "tokens_seen", dir);
+  log << "checkpoint: resumed from " << dir.string() << " at step " << point.step << "\n";
+  return point;
+}
+
+void TrainCheckpointer::after_step(int64_t step, int64_t tokens_seen, bool last, bool stopping,
+                                   std::ostream& log) {
+  if (!manager_) return;
+  const auto& c = config_.checkpoint;
+  if (step % c.interval != 0 && !last && !stopping) return;
+  const bool model_only = last && !stopping && c.model_only;
+  manager_->save(step, state(step, tokens_seen, model_only));
+  log << "checkpoint: " << (manager_->save_in_flight() ? "saving " : "saved ")
+      << manager_->step_folder(step).string() << (model_only ? " (model only, " + c.export_dtype + ")" : "")
+      << "\n";
+}
+
+void TrainCheckpointer::finish() {
+  if (manager_) manager_->wait();
+}
+
+}  // namespace mt::train

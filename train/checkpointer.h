@@ -1,0 +1,81 @@
+// TrainCheckpointer: what the trainer saves and restores, on top of checkpoint::CheckpointManager.
+//
+// Tensors (names in the checkpoint):
+//   model.<fqn>                         every parameter: its FSDP shard, placed in the whole tensor
+//   optimizer.state.<fqn>.<name>        optimizer state (exp_avg, ...), sharded like its parameter
+//   optimizer.state.<fqn>.step, optimizer.param_groups.<g>.<hyper>, lr_scheduler.last_step
+//                                       replicated scalars (written once)
+// Values (/state in the index): step, tokens_seen, seed, config (the resolved TOML), and
+// dataloader/rank_<r>/<key> for every data-parallel rank (data::LoaderState).
+//
+// Resuming ([checkpoint] enable): the checkpoint at load_step (-1 = the latest complete one) in
+// <dump_folder>/<folder> is loaded in full; with no checkpoint there, initial_load_path (a
+// step-N folder) gives the model weights only (any float dtype is converted); else the run starts
+// fresh. exclude_from_loading lists name prefixes not loaded (e.g. "optimizer."). The data loader
+// continues the token stream from the saved global position (the same for any world size).
+// Saving: every `interval` steps and at the last step; model_only makes the last save hold only
+// model.* tensors in export_dtype (for export). async_mode = "async" saves in the background.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "train/config/job_config.h"
+
+namespace mt::checkpoint {
+class CheckpointManager;
+struct CheckpointState;
+}  // namespace mt::checkpoint
+namespace mt::data {
+class Loader;
+}
+namespace mt::parallel {
+class ProcessGroup;
+}
+namespace mt::runtime::nn {
+class Module;
+}
+namespace mt::runtime::optim {
+class Optimizer;
+class LRScheduler;
+}  // namespace mt::runtime::optim
+
+namespace mt::train {
+
+struct ResumePoint {
+  int64_t step = 0;  // steps already done (0 = fresh)
+  int64_t tokens_seen = 0;
+  std::string source;  // the folder loaded, "" when none
+};
+
+class TrainCheckpointer {
+ public:
+  TrainCheckpointer(const config::JobConfig& config, std::shared_ptr<parallel::ProcessGroup> world,
+                    runtime::nn::Module& model, runtime::optim::Optimizer& optimizer,
+                    runtime::optim::LRScheduler& scheduler, data::Loader& loader);
+  ~TrainCheckpointer();
+
+  // Collective. Loads what the config asks for (see above).
+  ResumePoint resume(std::ostream& log);
+  // Collective. Saves after `step` when it is due (every interval), at the run's last step, and
+  // when the run stops early (`stopping`: a full checkpoint, never model-only).
+  void after_step(int64_t step, int64_t tokens_seen, bool last, bool stopping, std::ostream& log);
+  void finish();  // waits for a background save
+
+ private:
+  checkpoint::CheckpointState state(int64_t step, int64_t tokens_seen, bool model_only) const;
+  checkpoint::CheckpointState load_template(bool model_only) const;
+
+  const config::JobConfig& config_;
+  std::shared_ptr<parallel::ProcessGroup> world_;
+  runtime::nn::Module& model_;
+  runtime::optim::Optimizer& optimizer_;
+  runtime::optim::LRScheduler& scheduler_;
+  data::Loader& loader_;
+  std::unique_ptr<checkpoint::CheckpointManager> manager_;
+};
+
+}  // namespace mt::train
