@@ -1,6 +1,8 @@
 // The Trainer on real ranks (mpirun -np 2 and -np 4): FSDP training of a shrunk Llama on
 // tinyshakespeare gives the losses, gradient norms and validation losses of one process with the
-// same global batch; bad parallelism degrees are errors on every rank before any work.
+// same global batch; bad parallelism degrees are errors on every rank before any work; a run
+// resumed from its checkpoint continues bitwise, and a checkpoint saved on 4 ranks (FSDP 4 or
+// HSDP 2x2) resumes on 1, 2 and 3 ranks with the same losses.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -143,6 +145,64 @@ TEST(TrainerMpi, DegreesThatDoNotFitTheWorldAreErrorsOnEveryRank) {
     EXPECT_NE(msg.find("data_parallel_shard_degree"), std::string::npos) << msg;
     EXPECT_NE(msg.find("world size " + std::to_string(w)), std::string::npos) << msg;
   }
+}
+
+void expect_bitwise_tail(const TrainResult& resumed, const TrainResult& straight) {
+  ASSERT_EQ(resumed.first_step, 6);
+  ASSERT_EQ(resumed.losses.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(resumed.losses[i], straight.losses[5 + i]) << "step " << 6 + i;
+    EXPECT_EQ(resumed.grad_norms[i], straight.grad_norms[5 + i]) << "step " << 6 + i;
+  }
+}
+
+TEST(TrainerMpi, ResumedRunContinuesBitwise) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t w = world()->size();
+  const fs::path dump = shared_dir("resume");
+  const std::vector<std::string> ckpt = {"--checkpoint.enable=true", "--checkpoint.interval=5"};
+  const TrainResult straight = run(job(corpus, dump, 8 / w, ckpt), world());
+  std::vector<std::string> again = ckpt;
+  again.push_back("--checkpoint.load_step=5");
+  expect_bitwise_tail(run(job(corpus, dump, 8 / w, again), world()), straight);
+  again.push_back("--checkpoint.async_mode=async");  // the background save wrote the same state
+  expect_bitwise_tail(run(job(corpus, dump, 8 / w, again), world()), straight);
+}
+
+// Saves step 5 of a 4-rank run, resumes it on 1, 2 and 3 ranks (global batch 12 fits them all).
+void expect_reshards(const std::string& name, const std::vector<std::string>& parallelism) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  if (world()->size() != 4) GTEST_SKIP() << "saves on 4 ranks";
+  const fs::path dump = shared_dir(name);
+  std::vector<std::string> args = {"--training.global_batch_size=12", "--checkpoint.enable=true",
+                                   "--checkpoint.interval=5", "--validation.enable=false"};
+  std::vector<std::string> saved = args;
+  saved.insert(saved.end(), parallelism.begin(), parallelism.end());
+  const TrainResult straight = run(job(corpus, dump, 3, saved), world());
+  args.push_back("--checkpoint.load_step=5");
+  for (int ranks : {1, 2, 3}) {
+    SCOPED_TRACE(::testing::Message() << "resumed on " << ranks << " ranks");
+    const bool member = world()->rank() < ranks;
+    std::shared_ptr<ProcessGroup> sub = world()->split(member ? 0 : 1, world()->rank());
+    if (!member) continue;
+    const TrainResult resumed = run(job(corpus, dump, 12 / ranks, args), sub);
+    ASSERT_EQ(resumed.first_step, 6);
+    ASSERT_EQ(resumed.losses.size(), 5u);
+    for (size_t i = 0; i < 5; ++i) {
+      const double want = straight.losses[5 + i];
+      EXPECT_NEAR(resumed.losses[i], want, 2e-5 * want) << "step " << 6 + i;
+      EXPECT_NEAR(resumed.grad_norms[i], straight.grad_norms[5 + i],
+                  2e-5 * straight.grad_norms[5 + i])
+          << "step " << 6 + i;
+    }
+  }
+  world()->barrier("reshard.end");
+}
+
+TEST(TrainerMpi, FsdpCheckpointOnFourRanksResumesOnOneTwoThree) { expect_reshards("reshard", {}); }
+
+TEST(TrainerMpi, HsdpCheckpointOnFourRanksResumesOnOneTwoThree) {
+  expect_reshards("reshard_hsdp", {"--parallelism.data_parallel_replicate_degree=2"});
 }
 
 }  // namespace
