@@ -133,6 +133,10 @@ herr_t read_value(hid_t group, const char* name, const H5O_info_t* info, void* d
 
 std::string tensor_view_path(const std::string& fqn) { return "/tensors/" + fqn; }
 
+void write_values(hid_t file, const Values& values, const std::string& where) {
+  for (const auto& [key, value] : values) write_value(file, key, value, where);
+}
+
 void write_index(const fs::path& path, const Index& index) {
   h5::File file = create_file(path);
   h5::Lock lock;
@@ -180,7 +184,7 @@ void write_index(const fs::path& path, const Index& index) {
     create_virtual_dataset(f, tensor_view_path(fqn), chunks[0]->meta.dtype,
                            chunks[0]->meta.global_shape, sources);
   }
-  for (const auto& [key, value] : index.values) write_value(f, key, value, where);
+  write_values(f, index.values, where);
   h5::check(H5Fflush(f, H5F_SCOPE_GLOBAL), "H5Fflush", where);
 }
 

@@ -11,6 +11,8 @@
 // Everything is plain HDF5: no pickles, no opaque blobs.
 #pragma once
 
+#include <hdf5.h>
+
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -37,6 +39,9 @@ struct Index {
 void write_index(const std::filesystem::path& path, const Index& index);
 // Errors name the file and what is missing or malformed (e.g. a newer format version).
 Index read_index(const std::filesystem::path& path);
+
+// Writes `values` as /state/<key> scalar datasets of `file` (the caller holds h5::Lock).
+void write_values(hid_t file, const Values& values, const std::string& where);
 
 // The virtual dataset path of a tensor in the index file.
 std::string tensor_view_path(const std::string& fqn);

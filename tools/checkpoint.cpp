@@ -1,0 +1,87 @@
+// mt_checkpoint: look at and convert distributed checkpoints without training code.
+//
+//   mt_checkpoint inspect STEP_DIR                 tensors, shapes, dtypes, sizes, rank files,
+//                                                  values; verifies every checksum (exit 1 if bad)
+//   mt_checkpoint consolidate STEP_DIR OUT.h5 [--dtype bfloat16|float32|float16]
+//                                                  one HDF5 file with whole tensors and the values
+//
+// STEP_DIR is a step-N folder (or a checkpoint folder: its latest complete step is used).
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/consolidate.h"
+#include "checkpoint/h5_dtype.h"
+#include "checkpoint/manager.h"
+#include "runtime/core/error.h"
+#include "tools/flags.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace mt;
+
+void usage(std::ostream& os) {
+  os << "usage: mt_checkpoint inspect STEP_DIR\n"
+        "       mt_checkpoint consolidate STEP_DIR OUT.h5 [--dtype float32|bfloat16|float16]\n"
+        "STEP_DIR: a step-N checkpoint folder, or a folder of them (the latest complete one).\n";
+}
+
+fs::path step_dir(const fs::path& path) {
+  if (fs::exists(path / checkpoint::kIndexFileName)) return path;
+  const std::vector<int64_t> steps = checkpoint::complete_checkpoint_steps(path);
+  MT_CHECK(!steps.empty(), "mt_checkpoint: ", path.string(), " is neither a checkpoint (no ",
+           checkpoint::kIndexFileName, ") nor a folder of complete step-N checkpoints");
+  return path / ("step-" + std::to_string(steps.back()));
+}
+
+int run(int argc, char** argv) {
+  tools::FlagReader flags("mt_checkpoint", argc, argv);
+  std::vector<std::string> positional;
+  std::optional<runtime::DType> dtype;
+  while (flags.next()) {
+    if (flags.is("--help") || flags.is("-h")) {
+      usage(std::cout);
+      return 0;
+    } else if (flags.is("--dtype")) {
+      dtype = checkpoint::dtype_from_storage_name(flags.value(), "mt_checkpoint --dtype");
+    } else if (flags.is_positional()) {
+      positional.push_back(flags.arg());
+    } else {
+      flags.unknown();
+    }
+  }
+  if (positional.empty()) {
+    usage(std::cerr);
+    return 2;
+  }
+  const std::string& command = positional[0];
+  if (command == "inspect" && positional.size() == 2) {
+    const checkpoint::CheckpointSummary s = checkpoint::inspect_checkpoint(step_dir(positional[1]));
+    checkpoint::print_summary(s, std::cout);
+    return s.checksum_errors.empty() ? 0 : 1;
+  }
+  if (command == "consolidate" && positional.size() == 3) {
+    checkpoint::consolidate_checkpoint(step_dir(positional[1]), positional[2], dtype);
+    std::cout << "wrote " << positional[2] << "\n";
+    return 0;
+  }
+  std::cerr << "mt_checkpoint: unknown command or wrong arguments: " << command << "\n";
+  usage(std::cerr);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const mt::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+}
