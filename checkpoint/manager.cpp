@@ -47,6 +47,14 @@ std::vector<int64_t> complete_checkpoint_steps(const fs::path& folder) {
   return steps;
 }
 
+fs::path resolve_checkpoint_dir(const fs::path& path, const std::string& what) {
+  if (fs::exists(path / kIndexFileName)) return path;
+  const std::vector<int64_t> steps = complete_checkpoint_steps(path);
+  MT_CHECK(!steps.empty(), what, ": ", path.string(), " is neither a checkpoint (no ",
+           kIndexFileName, ") nor a folder of complete step-N checkpoints");
+  return path / ("step-" + std::to_string(steps.back()));
+}
+
 CheckpointManager::CheckpointManager(ManagerOptions options,
                                      std::shared_ptr<parallel::ProcessGroup> group)
     : options_(std::move(options)), group_(std::move(group)) {

@@ -19,6 +19,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "checkpoint/distributed_checkpoint.h"
@@ -63,5 +64,10 @@ class CheckpointManager {
 
 // Complete checkpoints (step-N folders with an index) in `folder`, oldest first.
 std::vector<int64_t> complete_checkpoint_steps(const std::filesystem::path& folder);
+
+// `path` itself when it is a checkpoint (holds an index), else the latest complete step-N in it;
+// errors name `what` (e.g. "[checkpoint] initial_load_path") and the path.
+std::filesystem::path resolve_checkpoint_dir(const std::filesystem::path& path,
+                                             const std::string& what);
 
 }  // namespace mt::checkpoint

@@ -28,14 +28,6 @@ void usage(std::ostream& os) {
         "STEP_DIR: a step-N checkpoint folder, or a folder of them (the latest complete one).\n";
 }
 
-fs::path step_dir(const fs::path& path) {
-  if (fs::exists(path / checkpoint::kIndexFileName)) return path;
-  const std::vector<int64_t> steps = checkpoint::complete_checkpoint_steps(path);
-  MT_CHECK(!steps.empty(), "mt_checkpoint: ", path.string(), " is neither a checkpoint (no ",
-           checkpoint::kIndexFileName, ") nor a folder of complete step-N checkpoints");
-  return path / ("step-" + std::to_string(steps.back()));
-}
-
 int run(int argc, char** argv) {
   tools::FlagReader flags("mt_checkpoint", argc, argv);
   std::vector<std::string> positional;
@@ -58,12 +50,12 @@ int run(int argc, char** argv) {
   }
   const std::string& command = positional[0];
   if (command == "inspect" && positional.size() == 2) {
-    const checkpoint::CheckpointSummary s = checkpoint::inspect_checkpoint(step_dir(positional[1]));
+    const checkpoint::CheckpointSummary s = checkpoint::inspect_checkpoint(checkpoint::resolve_checkpoint_dir(positional[1], "mt_checkpoint"));
     checkpoint::print_summary(s, std::cout);
     return s.checksum_errors.empty() ? 0 : 1;
   }
   if (command == "consolidate" && positional.size() == 3) {
-    checkpoint::consolidate_checkpoint(step_dir(positional[1]), positional[2], dtype);
+    checkpoint::consolidate_checkpoint(checkpoint::resolve_checkpoint_dir(positional[1], "mt_checkpoint"), positional[2], dtype);
     std::cout << "wrote " << positional[2] << "\n";
     return 0;
   }

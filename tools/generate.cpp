@@ -3,17 +3,16 @@
 //   mt_generate --tokenizer TOKENIZER_JSON_OR_DIR --prompt "Once upon a time"
 //               [--max-new-tokens 64] [--temperature 0 (greedy)] [--top-k 0 (all)] [--seed 0]
 //               [--flavor debugmodel] [--max-seq-len N] [--init-seed 0] [--no-bos]
+//               [--checkpoint STEP_DIR]
 //
 // The prompt is encoded with the tokenizer (BOS prepended when the tokenizer has one, unless
 // --no-bos); the model's vocab_size is the tokenizer's. stdout gets the prompt followed by the
 // generated text (a final EOS token is not printed); stderr gets the token counts, why it stopped
 // and the speed.
 //
-// GAP: trained weights cannot be loaded yet. Checkpoints are a later issue and no simpler weights
-// format exists, so the model is freshly initialised (from --init-seed) and a warning on stderr
-// says so; --checkpoint is rejected with a message until then. Until then, the way to see what a
-// model learned is the sample the train binary prints from its in-memory model at the end of
-// training (models::llama::generate).
+// --checkpoint loads the model.* weights of a training checkpoint (a step-N folder, or the
+// folder of them: the latest); --flavor must be the trained model's (a shape mismatch names the
+// tensor). Without it the model is freshly initialised (from --init-seed) and stderr says so.
 #include "models/llama/generate.h"
 
 #include <chrono>
@@ -26,11 +25,15 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/distributed_checkpoint.h"
+#include "checkpoint/manager.h"
 #include "data/tokenizer/bpe_tokenizer.h"
 #include "models/llama/model.h"
 #include "models/llama/model_args.h"
 #include "models/registry.h"
+#include "parallel/comm/mpi_process_group.h"
 #include "runtime/core/error.h"
+#include "runtime/core/grad_mode.h"
 #include "tools/flags.h"
 
 using mt::tools::FlagReader;
@@ -45,6 +48,7 @@ struct Args {
   std::string flavor = "debugmodel";
   std::optional<int64_t> max_seq_len;
   uint64_t init_seed = 0;
+  std::string checkpoint;
   bool add_bos = true;
   llama::GenerateOptions gen;
 };
@@ -54,8 +58,7 @@ void usage(std::ostream& os) {
         "         [--max-new-tokens N (64)] [--temperature T (0: greedy)] [--top-k K (0: all)]\n"
         "         [--seed S (0)] [--flavor debugmodel] [--max-seq-len N] [--init-seed S (0)]\n"
         "         [--no-bos]\n"
-        "Trained weights cannot be loaded yet (no checkpoint format): the model is freshly\n"
-        "initialised from --init-seed.\n";
+        "         [--checkpoint STEP_DIR (trained weights; else a fresh model from --init-seed)]\n";
 }
 
 Args parse_args(int argc, char** argv) {
@@ -90,11 +93,8 @@ Args parse_args(int argc, char** argv) {
       a.max_seq_len = flags.int_value();
     } else if (arg == "--no-bos") {
       a.add_bos = false;
-    } else if (arg == "--checkpoint" || arg == "--weights") {
-      MT_FAIL("mt_generate: ", arg,
-              " is not supported yet: there is no checkpoint format to load trained weights from "
-              "(a later issue); generate from a freshly initialised model by leaving it out, or "
-              "see the sample the train binary prints at the end of training");
+    } else if (arg == "--checkpoint") {
+      a.checkpoint = flags.value();
     } else {
       usage(std::cerr);
       MT_FAIL("mt_generate: unknown argument '", arg, "'");
@@ -104,6 +104,23 @@ Args parse_args(int argc, char** argv) {
   MT_CHECK(a.prompt.has_value(), "mt_generate: --prompt is required");
   llama::validate(a.gen);  // temperature >= 0, top_k >= 0, max_new_tokens >= 0
   return a;
+}
+
+// The model.* tensors of a training checkpoint into `model` (any float dtype converted).
+void load_weights(mt::runtime::nn::Module& model, const std::string& path) {
+  namespace ckpt = mt::checkpoint;
+  const auto dir = ckpt::resolve_checkpoint_dir(path, "mt_generate --checkpoint");
+  ckpt::CheckpointState dest;
+  for (const auto& [fqn, param] : model.named_parameters()) {
+    dest.tensors.push_back(ckpt::whole("model." + fqn, param.detach()));
+  }
+  ckpt::LoadOptions options;
+  options.exclude = {"optimizer.", "lr_scheduler."};
+  options.convert_dtypes = true;
+  auto world = mt::parallel::MpiProcessGroup::world();
+  mt::runtime::NoGradGuard no_grad;
+  ckpt::load_checkpoint(dir, dest, *world, options);
+  std::cerr << "mt_generate: loaded the weights of " << dir.string() << "\n";
 }
 
 int run(const Args& a) {
@@ -121,10 +138,13 @@ int run(const Args& a) {
   MT_CHECK(int64_t(prompt.size()) <= margs.max_seq_len, "mt_generate: the prompt is ",
            prompt.size(), " tokens, longer than max_seq_len = ", margs.max_seq_len,
            " (--max-seq-len)");
-  std::cerr << "mt_generate: WARNING: no trained weights loaded (checkpoint loading is not "
-               "implemented yet): sampling from a freshly initialised llama3 "
-            << a.flavor << " (init seed " << a.init_seed << "), the output is noise\n";
   auto module = spec.build({.seed = a.init_seed});
+  if (a.checkpoint.empty()) {
+    std::cerr << "mt_generate: WARNING: no --checkpoint: sampling from a freshly initialised llama3 "
+              << a.flavor << " (init seed " << a.init_seed << "), the output is noise\n";
+  } else {
+    load_weights(*module, a.checkpoint);
+  }
   auto* model = dynamic_cast<llama::Transformer*>(module.get());
   MT_CHECK(model != nullptr, "mt_generate: the llama3 spec did not build a llama Transformer");
 

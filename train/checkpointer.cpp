@@ -82,16 +82,6 @@ DType export_dtype(const std::string& name) {
   MT_FAIL("[checkpoint] export_dtype: expected float32, bfloat16 or float16, got '", name, "'");
 }
 
-// initial_load_path: a step-N folder, or a checkpoint folder (its latest complete step).
-fs::path initial_checkpoint(const fs::path& path) {
-  if (fs::exists(path / checkpoint::kIndexFileName)) return path;
-  const std::vector<int64_t> steps = checkpoint::complete_checkpoint_steps(path);
-  MT_CHECK(!steps.empty(), "[checkpoint] initial_load_path = ", path.string(),
-           ": neither a checkpoint (no ", checkpoint::kIndexFileName,
-           ") nor a folder of step-N checkpoints");
-  return path / ("step-" + std::to_string(steps.back()));
-}
-
 int64_t int_value(const checkpoint::Values& values, const std::string& key, const fs::path& dir) {
   auto it = values.find(key);
   MT_CHECK(it != values.end() && std::holds_alternative<int64_t>(it->second), "checkpoint ",
@@ -209,7 +199,7 @@ ResumePoint TrainCheckpointer::resume(std::ostream& log) {
     checkpoint::Index index = checkpoint::read_index(dir / checkpoint::kIndexFileName);
     weights_only = int_value(index.values, "model_only", dir) == 1;
   } else if (!c.initial_load_path.empty()) {
-    dir = initial_checkpoint(c.initial_load_path);
+    dir = checkpoint::resolve_checkpoint_dir(c.initial_load_path, "[checkpoint] initial_load_path");
     weights_only = true;
   } else {
     return point;
