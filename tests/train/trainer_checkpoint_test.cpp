@@ -1,0 +1,505 @@
+// Checkpoints through the Trainer on one process (train/checkpointer.h): a resumed run repeats
+// the uninterrupted one bit for bit (blocking and background saves), a `train` process killed at
+// several points of a save leaves the previous checkpoint loadable, a flipped byte refuses to
+// load, keep_latest_k, strict shape errors, exclude_from_loading, and a bf16 model-only export
+// that starts a new run. A shrunk Llama (tests/testing/trainer_fixtures.h) on tinyshakespeare,
+// except where the `train` binary runs: it builds the debug model as configured, so the test's
+// in-process runs that it is compared with build that one too.
+#include <gtest/gtest.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <any>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "checkpoint/h5_file.h"
+#include "checkpoint/h5_tensor.h"
+#include "checkpoint/index.h"
+#include "checkpoint/manager.h"
+#include "data/tokenizer/bpe_tokenizer.h"
+#include "models/llama/model_args.h"
+#include "runtime/core/error.h"
+#include "tests/testing/run_command.h"
+#include "tests/testing/scratch_dir.h"
+#include "tests/testing/shared_data.h"
+#include "tests/testing/trainer_fixtures.h"
+#include "train/config/load.h"
+#include "train/trainer.h"
+
+namespace mt::train {
+namespace {
+
+namespace fs = std::filesystem;
+using runtime::DType;
+using runtime::Shape;
+using runtime::Tensor;
+using EditArgs = std::function<void(std::any&)>;
+using Steps = std::vector<int64_t>;
+using Names = std::vector<std::string>;
+
+// The small tokenizer and the corpus's token file, made once per process (ctest runs each test
+// in its own process; running the binary directly shares them).
+struct Inputs {
+  fs::path dir, tokenizer, tokens;
+  ~Inputs() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
+const Inputs& inputs(const fs::path& corpus) {
+  static const Inputs in = [&] {
+    Inputs i;
+    i.dir =
+        fs::temp_directory_path() / ("mt_trainer_checkpoint_inputs_" + std::to_string(::getpid()));
+    fs::remove_all(i.dir);
+    i.tokenizer = i.dir / "tokenizer";
+    fs::create_directories(i.tokenizer);
+    testing::save_small_tokenizer(corpus, i.tokenizer);
+    std::ostringstream log;
+    i.tokens = resolve_token_file(corpus, data::BpeTokenizer::from_file(i.tokenizer), i.tokenizer,
+                                  i.dir, log);
+    return i;
+  }();
+  return in;
+}
+
+// The job: checkpoints every 10 steps in <dump>/checkpoint, all kept; `extra` overrides.
+Names job_args(const Inputs& in, const fs::path& dump, const Names& extra = {}) {
+  Names args = {
+      "--job.dump_folder=" + dump.string(),
+      "--model.tokenizer_path=" + in.tokenizer.string(),
+      "--training.dataset_path=" + in.tokens.string(),
+      "--training.local_batch_size=4",
+      "--training.seq_len=32",
+      "--training.steps=20",
+      "--training.seed=7",
+      "--training.deterministic=true",
+      "--training.mixed_precision_param=float32",
+      "--optimizer.lr=3e-3",
+      "--lr_scheduler.warmup_steps=3",
+      "--validation.enable=false",
+      "--metrics.log_freq=1000",
+      "--checkpoint.enable=true",
+      "--checkpoint.interval=10",
+      "--checkpoint.keep_latest_k=0",
+  };
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+TrainerOptions quiet_options(EditArgs edit) {
+  TrainerOptions options;
+  options.edit_model_args = std::move(edit);
+  options.quiet = true;
+  options.handle_signals = false;
+  options.write_files = false;
+  options.sample_tokens = 0;
+  return options;
+}
+
+// Trains the job in this process; `edit` shrinks the model (nullptr: the debug model as is).
+TrainResult train(const Names& args, EditArgs edit = testing::shrink_llama) {
+  Trainer trainer(config::load_config(fs::path(), args), quiet_options(std::move(edit)));
+  return trainer.train();
+}
+
+// The message of the mt::Error that fn throws ("" and a failure when it throws none).
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an mt::Error";
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+Steps complete_steps(const fs::path& dump) {
+  return checkpoint::complete_checkpoint_steps(dump / "checkpoint");
+}
+
+// The names in a folder, sorted.
+Names entries(const fs::path& dir) {
+  Names names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+fs::path step_dir(const fs::path& dump, int64_t step) {
+  return dump / "checkpoint" / ("step-" + std::to_string(step));
+}
+
+checkpoint::Index index_of(const fs::path& step_folder) {
+  return checkpoint::read_index(step_folder / checkpoint::kIndexFileName);
+}
+
+// Every tensor of a checkpoint, whole, read through the index's virtual datasets.
+std::map<std::string, Tensor> read_tensors(const fs::path& step_folder) {
+  std::map<std::string, Tensor> out;
+  h5::File file = checkpoint::open_file(step_folder / checkpoint::kIndexFileName);
+  for (const checkpoint::IndexChunk& c : index_of(step_folder).chunks) {
+    if (out.count(c.meta.fqn)) continue;
+    out[c.meta.fqn] =
+        checkpoint::read_hyperslab(file.get(), checkpoint::tensor_view_path(c.meta.fqn),
+                                   Shape(c.meta.global_shape.size(), 0), c.meta.global_shape);
+  }
+  return out;
+}
+
+// The stored checksum of every chunk (one per tensor on one rank), by tensor name.
+std::map<std::string, uint64_t> checksums(const fs::path& step_folder) {
+  std::map<std::string, uint64_t> out;
+  for (const checkpoint::IndexChunk& c : index_of(step_folder).chunks) {
+    h5::File file = checkpoint::open_file(step_folder / c.file);
+    out[c.meta.fqn] = checkpoint::read_chunk_info(file.get(), c.dataset).checksum;
+  }
+  return out;
+}
+
+std::vector<unsigned char> bytes_of(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+  return {p, p + c.nbytes()};
+}
+
+// Flips one bit of the byte `at` bytes into the data of `dataset` in the HDF5 file `path`.
+void flip_byte(const fs::path& path, const std::string& dataset, size_t at) {
+  haddr_t offset = HADDR_UNDEF;
+  {
+    h5::File file = checkpoint::open_file(path);
+    h5::Lock lock;
+    h5::Dataset d(H5Dopen2(file.get(), dataset.c_str(), H5P_DEFAULT), "H5Dopen2", dataset);
+    offset = H5Dget_offset(d.get());
+  }
+  ASSERT_NE(offset, HADDR_UNDEF) << path << " " << dataset;
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f) << path;
+  char c = 0;
+  f.seekg(std::streamoff(offset + at));
+  f.read(&c, 1);
+  c = char(c ^ 0x10);
+  f.seekp(std::streamoff(offset + at));
+  f.write(&c, 1);
+}
+
+void copy_checkpoint(const fs::path& from_dump, int64_t step, const fs::path& to_dump) {
+  fs::create_directories(to_dump / "checkpoint");
+  fs::copy(step_dir(from_dump, step), step_dir(to_dump, step), fs::copy_options::recursive);
+}
+
+// Steps first..first+n-1 of `resumed` against the same steps of `straight` (which began at 1).
+void expect_same_steps(const TrainResult& resumed, const TrainResult& straight) {
+  ASSERT_GE(resumed.first_step, 1);
+  ASSERT_EQ(size_t(resumed.first_step - 1) + resumed.losses.size(), straight.losses.size());
+  for (size_t i = 0; i < resumed.losses.size(); ++i) {
+    const size_t s = size_t(resumed.first_step - 1) + i;
+    EXPECT_EQ(resumed.losses[i], straight.losses[s]) << "loss of step " << s + 1;
+    EXPECT_EQ(resumed.grad_norms[i], straight.grad_norms[s]) << "grad norm of step " << s + 1;
+  }
+}
+
+TEST(TrainerCheckpoint, ResumedRunRepeatsTheUninterruptedOneBitwise) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const Inputs& in = inputs(corpus);
+  testing::ScratchDir dir;
+  // 20 steps straight, a checkpoint every 2; blocking saves, then background saves. Steps of 16
+  // tokens are short next to a save (its fsyncs), so a background save still runs while the
+  // next steps change the weights: only staging keeps them out of the checkpoint.
+  const Names common = {"--checkpoint.interval=2", "--training.local_batch_size=1",
+                        "--training.seq_len=16"};
+  const TrainResult sync = train(job_args(in, dir / "sync", common));
+  ASSERT_EQ(sync.losses.size(), 20u);
+  const Steps every_2 = {2, 4, 6, 8, 10, 12, 14, 16, 18, 20};
+  EXPECT_EQ(complete_steps(dir / "sync"), every_2);
+  Names async_args = job_args(in, dir / "async", common);
+  async_args.push_back("--checkpoint.async_mode=async");
+  const TrainResult async = train(async_args);
+  EXPECT_EQ(complete_steps(dir / "async"), every_2);
+  expect_same_steps(async, sync);  // saving in the background does not disturb training
+  for (int64_t step : every_2) {
+    EXPECT_EQ(checksums(step_dir(dir / "async", step)), checksums(step_dir(dir / "sync", step)))
+        << "the background save of step " << step << " holds other tensors";
+  }
+  // A new Trainer, in a new dump folder holding only the step-10 checkpoint, trains 11-20.
+  for (const char* mode : {"sync", "async"}) {
+    SCOPED_TRACE(mode);
+    const fs::path resumed_dump = dir / (std::string("resumed_") + mode);
+    copy_checkpoint(dir / mode, 10, resumed_dump);
+    const TrainResult resumed = train(job_args(in, resumed_dump, common));
+    EXPECT_EQ(resumed.first_step, 11);
+    EXPECT_EQ(resumed.steps_done, 20);
+    ASSERT_EQ(resumed.losses.size(), 10u);
+    expect_same_steps(resumed, sync);
+    EXPECT_EQ(checksums(step_dir(resumed_dump, 20)), checksums(step_dir(dir / "sync", 20)));
+  }
+}
+
+#ifdef MT_TRAIN_BIN
+std::string train_command(const Names& args) {
+  std::string command = "OMP_NUM_THREADS=1 " MT_TRAIN_BIN;
+  for (const std::string& a : args) command += " '" + a + "'";
+  return command;
+}
+#endif
+
+TEST(TrainerCheckpoint, CrashDuringASaveLeavesThePreviousCheckpointLoadable) {
+#ifndef MT_TRAIN_BIN
+  GTEST_SKIP() << "the train binary is not part of this build (tests/CMakeLists.txt)";
+#else
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const Inputs& in = inputs(corpus);
+  testing::ScratchDir dir;
+  // One thread here and in the `train` processes: on a busy machine, the threads of a model
+  // this small mostly wait for each other (the losses are the same for any thread count).
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  struct RestoreThreads {
+    int n;
+    ~RestoreThreads() { omp_set_num_threads(n); }
+  } restore{threads};
+  // The debug model as the binary builds it, on 16 tokens a step. A constant learning rate
+  // after warmup, so a run of 2 steps and one of 4 share steps 1-2.
+  auto args = [&](const fs::path& dump, int64_t steps) {
+    return job_args(in, dump,
+                    {"--training.steps=" + std::to_string(steps), "--checkpoint.interval=2",
+                     "--training.local_batch_size=1", "--training.seq_len=16",
+                     "--lr_scheduler.warmup_steps=1", "--lr_scheduler.decay_ratio=0"});
+  };
+  Names reference_args = args(dir / "reference", 4);
+  reference_args.push_back("--checkpoint.enable=false");
+  const TrainResult reference = train(reference_args, nullptr);
+  ASSERT_EQ(reference.losses.size(), 4u);
+
+  const fs::path dump = dir / "run", folder = dump / "checkpoint";
+  testing::CommandResult r = testing::run_command(train_command(args(dump, 2)));
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_EQ(complete_steps(dump), (Steps{2}));
+  for (const std::string point : {"mid_rank_file", "after_rank_files", "before_rename"}) {
+    SCOPED_TRACE(point);
+    // The save of step 4 (the first save of this process) dies at `point`.
+    r = testing::run_command("MT_CHECKPOINT_CRASH_AT=" + point + " " +
+                             train_command(args(dump, 4)));
+    ASSERT_EQ(r.status, 86) << r.output;
+    EXPECT_TRUE(contains(r.output, "step-2 at step 2")) << r.output;  // it resumed
+    EXPECT_TRUE(contains(r.output, "MT_CHECKPOINT_CRASH_AT=" + point)) << r.output;
+    EXPECT_EQ(complete_steps(dump), (Steps{2}));
+    EXPECT_EQ(entries(folder), (Names{"step-2", "step-4.tmp"}));
+    EXPECT_TRUE(fs::exists(folder / "step-4.tmp" / "rank-00000.h5"));
+    EXPECT_EQ(fs::exists(folder / "step-4.tmp" / checkpoint::kIndexFileName),
+              point == "before_rename");
+    // Resumed here: step-2 loads, steps 3-4 repeat the uninterrupted run, and the leftover
+    // step-4.tmp does not stop the new save of step 4.
+    const TrainResult resumed = train(args(dump, 4), nullptr);
+    EXPECT_EQ(resumed.first_step, 3);
+    ASSERT_EQ(resumed.losses.size(), 2u);
+    expect_same_steps(resumed, reference);
+    EXPECT_EQ(complete_steps(dump), (Steps{2, 4}));
+    EXPECT_EQ(entries(folder), (Names{"step-2", "step-4"}));
+    fs::remove_all(folder / "step-4");  // the next crash is again in the save of step 4
+  }
+#endif
+}
+
+TEST(TrainerCheckpoint, FlippedByteRefusesToLoadAndLoadsNothing) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const Inputs& in = inputs(corpus);
+  testing::ScratchDir dir;
+  const fs::path dump = dir / "run";
+  const Names args =
+      job_args(in, dump,
+               {"--training.steps=4", "--checkpoint.interval=4", "--validation.enable=true",
+                "--validation.freq=100", "--validation.steps=1"});
+  (void)train(args);
+  // A tensor read after others (embeddings, layer 0): loading them first would show.
+  const std::string tensor = "model.layers.1.attention.wq.weight";
+  fs::path rank_file;
+  std::string dataset;
+  for (const checkpoint::IndexChunk& c : index_of(step_dir(dump, 4)).chunks) {
+    if (c.meta.fqn == tensor) {
+      rank_file = step_dir(dump, 4) / c.file;
+      dataset = c.dataset;
+    }
+  }
+  ASSERT_FALSE(dataset.empty()) << "no chunk of " << tensor << " in the index";
+  EXPECT_EQ(dataset, "/tensors/" + tensor);
+  flip_byte(rank_file, dataset, 100);
+
+  Names more = args;
+  more.push_back("--training.steps=8");
+  Trainer trainer(config::load_config(fs::path(), more), quiet_options(testing::shrink_llama));
+  const std::optional<double> before = trainer.validation_loss(1);
+  ASSERT_TRUE(before.has_value());
+  const std::string e = error_of([&] { trainer.train(); });
+  EXPECT_TRUE(contains(e, rank_file.string())) << e;
+  EXPECT_TRUE(contains(e, "tensor " + tensor)) << e;
+  EXPECT_TRUE(contains(e, "checksum mismatch")) << e;
+  EXPECT_EQ(trainer.validation_loss(1), before) << "the model changed: something was loaded";
+
+  flip_byte(rank_file, dataset, 100);  // back: the same checkpoint loads
+  const TrainResult resumed = train(more);
+  EXPECT_EQ(resumed.first_step, 5);
+}
+
+TEST(TrainerCheckpoint, KeepLatestKRemovesOlderCheckpointsOnly) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const Inputs& in = inputs(corpus);
+  testing::ScratchDir dir;
+  for (const char* mode : {"disabled", "async"}) {
+    SCOPED_TRACE(mode);
+    const fs::path dump = dir / mode;
+    (void)train(
+        job_args(in, dump,
+                 {"--training.steps=8", "--checkpoint.interval=2", "--checkpoint.keep_latest_k=2",
+                  std::string("--checkpoint.async_mode=") + mode}));
+    EXPECT_EQ(entries(dump / "checkpoint"), (Names{"step-6", "step-8"}));
+  }
+}
+
+TEST(TrainerCheckpoint, CheckpointOfAnotherModelShapeIsOneErrorListingEveryTensor) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const Inputs& in = inputs(corpus);
+  testing::ScratchDir dir;
+  const fs::path dump = dir / "run";
+  const Names args = job_args(in, dump, {"--training.steps=8", "--checkpoint.interval=4"});
+  (void)train(job_args(in, dump, {"--training.steps=4", "--checkpoint.interval=4"}));
+  auto shrunk_with = [](std::function<void(models::llama::ModelArgs&)> change) -> EditArgs {
+    return [change](std::any& a) {
+      testing::shrink_llama(a);
+      change(std::any_cast<models::llama::ModelArgs&>(a));
+    };
+  };
+  const std::string wider =
+      error_of([&] { train(args, shrunk_with([](models::llama::ModelArgs& a) { a.dim = 96; })); });
+  EXPECT_TRUE(contains(wider, step_dir(dump, 4).string())) << wider;
+  for (const std::string& t :
+       {std::string("model.layers.0.attention.wq.weight"),
+        std::string("model.layers.1.attention.wq.weight"),
+        std::string("optimizer.state.layers.0.attention.wq.weight.exp_avg")}) {
+    EXPECT_TRUE(contains(wider, "tensor " + t + ": saved with shape [64, 64], wanted [96, 96]"))
+        << t << "\n"
+        << wider;
+  }
+  EXPECT_TRUE(contains(wider, "tensor model.tok_embeddings.weight: saved with shape")) << wider;
+
+  const std::string deeper = error_of(
+      [&] { train(args, shrunk_with([](models::llama::ModelArgs& a) { a.n_layers = 3; })); });
+  EXPECT_TRUE(contains(deeper, "tensor model.layers.2.attention.wq.weight: not in the checkpoint"))
+      << deeper;
+  EXPECT_TRUE(
+      contains(deeper, "tensor model.layers.2.feed_forward.w2.weight: not in the checkpoint"))
+      << deeper;
+  const std::string shallower = error_of(
+      [&] { train(args, shrunk_with([](models::llama::ModelArgs& a) { a.n_layers = 1; })); });
+  EXPECT_TRUE(contains(shallower,
+                       "tensor model.layers.1.attention.wq.weight: in the checkpoint but not in "
+                       "this job"))
+      << shallower;
+  // Nothing was saved by the failed runs; the right model still resumes.
+  EXPECT_EQ(complete_steps(dump), (Steps{4}));
+  EXPECT_EQ(train(args).first_step, 5);
+}
+
+TEST(TrainerCheckpoint, ExcludeOptimizerLoadsTheModelAndStartsAFreshOptimizer) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const Inputs& in = inputs(corpus);
+  testing::ScratchDir dir;
+  const Names common = {"--training.steps=6", "--checkpoint.interval=4"};
+  const TrainResult straight = train(job_args(in, dir / "straight", common));
+  const fs::path dump = dir / "excluded";
+  copy_checkpoint(dir / "straight", 4, dump);
+  Names args = job_args(in, dump, common);
+  args.push_back("--checkpoint.exclude_from_loading=optimizer.");
+  const TrainResult resumed = train(args);
+  EXPECT_EQ(resumed.first_step, 5);
+  ASSERT_EQ(resumed.losses.size(), 2u);
+  // Step 5 computes its loss and gradients from the loaded weights (and data position) alone...
+  EXPECT_EQ(resumed.losses[0], straight.losses[4]);
+  EXPECT_EQ(resumed.grad_norms[0], straight.grad_norms[4]);
+  // ... and its update starts the optimizer afresh, so step 6 differs.
+  EXPECT_NE(resumed.losses[1], straight.losses[5]);
+  // Every parameter's optimizer has taken 2 steps (5 and 6), not 6.
+  int64_t counted = 0;
+  for (const auto& [name, t] : read_tensors(step_dir(dump, 6))) {
+    if (!name.starts_with("optimizer.state.") || !name.ends_with(".step")) continue;
+    EXPECT_EQ(t.item<int64_t>(), 2) << name;
+    ++counted;
+  }
+  EXPECT_GT(counted, 0);
+  for (const auto& [name, t] : read_tensors(step_dir(dir / "straight", 6))) {
+    if (name.starts_with("optimizer.state.") && name.ends_with(".step")) {
+      EXPECT_EQ(t.item<int64_t>(), 6) << name;
+    }
+  }
+}
+
+TEST(TrainerCheckpoint, ModelOnlyBf16ExportStartsANewRun) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const Inputs& in = inputs(corpus);
+  testing::ScratchDir dir;
+  const Names common = {"--training.steps=4", "--checkpoint.interval=4"};
+  const TrainResult full = train(job_args(in, dir / "full", common));
+  Names export_args = job_args(in, dir / "export", common);
+  export_args.insert(export_args.end(),
+                     {"--checkpoint.model_only=true", "--checkpoint.export_dtype=bfloat16"});
+  const TrainResult exported = train(export_args);
+  expect_same_steps(exported, full);
+
+  // The export holds the model's tensors only, as bf16: the full run's weights, rounded.
+  const fs::path export_dir = step_dir(dir / "export", 4);
+  const checkpoint::Index index = index_of(export_dir);
+  EXPECT_EQ(std::get<int64_t>(index.values.at("model_only")), 1);
+  std::set<std::string> exported_names, model_names;
+  for (const checkpoint::IndexChunk& c : index.chunks) {
+    exported_names.insert(c.meta.fqn);
+    EXPECT_TRUE(c.meta.fqn.starts_with("model.")) << c.meta.fqn;
+    EXPECT_EQ(c.meta.dtype, DType::BF16) << c.meta.fqn;
+  }
+  const std::map<std::string, Tensor> full_tensors = read_tensors(step_dir(dir / "full", 4));
+  for (const auto& [name, t] : full_tensors) {
+    if (name.starts_with("model.")) model_names.insert(name);
+  }
+  EXPECT_EQ(exported_names, model_names);
+  const std::map<std::string, Tensor> bf16 = read_tensors(export_dir);
+  for (const auto& [name, t] : bf16) {
+    ASSERT_EQ(t.dtype(), DType::BF16) << name;
+    EXPECT_EQ(bytes_of(t), bytes_of(full_tensors.at(name).to(DType::BF16))) << name;
+  }
+
+  // A new run from the export's weights: it starts at step 1 with them, converted to f32. Its
+  // learning rate is too small to move any weight, so its float32 model-only save of step 1
+  // holds exactly the weights it loaded.
+  Names fresh_args = job_args(
+      in, dir / "fresh",
+      {"--training.steps=1", "--checkpoint.interval=1", "--lr_scheduler.warmup_steps=1",
+       "--checkpoint.initial_load_path=" + export_dir.string(), "--checkpoint.model_only=true",
+       "--optimizer.lr=1e-30", "--optimizer.weight_decay=0"});
+  const TrainResult fresh = train(fresh_args);
+  EXPECT_EQ(fresh.first_step, 1);
+  ASSERT_EQ(fresh.losses.size(), 1u);
+  EXPECT_LT(fresh.losses[0], full.losses[0]);  // trained weights on the same first batch
+  const std::map<std::string, Tensor> loaded = read_tensors(step_dir(dir / "fresh", 1));
+  ASSERT_EQ(loaded.size(), bf16.size());
+  for (const auto& [name, t] : loaded) {
+    ASSERT_EQ(t.dtype(), DType::F32) << name;
+    EXPECT_EQ(bytes_of(t), bytes_of(bf16.at(name).to(DType::F32))) << name;
+  }
+}
+
+}  // namespace
+}  // namespace mt::train
