@@ -112,11 +112,6 @@ ChunkMeta meta_of(const TensorPiece& p) {
   return {p.fqn, p.local.dtype(), p.global_shape, p.global_offset, p.local.shape()};
 }
 
-bool excluded(const std::string& fqn, const std::vector<std::string>& prefixes) {
-  return std::any_of(prefixes.begin(), prefixes.end(),
-                     [&](const std::string& p) { return fqn.starts_with(p); });
-}
-
 std::string per_rank_key(const std::string& group, int rank) {
   return group + "/rank_" + std::to_string(rank) + "/";
 }
@@ -215,7 +210,7 @@ LoadReport load_checkpoint(const fs::path& dir, CheckpointState& dest, ProcessGr
     std::set<std::string> wanted;
     for (const TensorPiece& p : dest.tensors) {
       wanted.insert(p.fqn);
-      if (excluded(p.fqn, options.exclude)) continue;
+      if (is_excluded(p.fqn, options.exclude)) continue;
       auto it = saved.find(p.fqn);
       if (it == saved.end()) {
         report.missing.push_back(p.fqn);
@@ -235,7 +230,7 @@ LoadReport load_checkpoint(const fs::path& dir, CheckpointState& dest, ProcessGr
       }
     }
     for (const auto& [fqn, chunk] : saved) {
-      if (!wanted.count(fqn) && !excluded(fqn, options.exclude)) report.unexpected.push_back(fqn);
+      if (!wanted.count(fqn) && !is_excluded(fqn, options.exclude)) report.unexpected.push_back(fqn);
     }
     if (options.strict) {
       for (const std::string& m : report.missing) {
@@ -258,7 +253,7 @@ LoadReport load_checkpoint(const fs::path& dir, CheckpointState& dest, ProcessGr
   on_all_ranks(group, "checkpoint.verify", [&] {
     for (size_t i = size_t(group.rank()); i < index.chunks.size(); i += size_t(group.size())) {
       const IndexChunk& c = index.chunks[i];
-      if (excluded(c.meta.fqn, options.exclude)) continue;
+      if (is_excluded(c.meta.fqn, options.exclude)) continue;
       h5::File file = open_file(dir / c.file);
       verify_checksum(file.get(), c.dataset);
     }
@@ -269,7 +264,7 @@ LoadReport load_checkpoint(const fs::path& dir, CheckpointState& dest, ProcessGr
     h5::File file = open_file(dir / kIndexFileName);
     for (TensorPiece& p : dest.tensors) {
       auto it = saved.find(p.fqn);
-      if (excluded(p.fqn, options.exclude) || it == saved.end()) continue;
+      if (is_excluded(p.fqn, options.exclude) || it == saved.end()) continue;
       if (p.local.numel() == 0) continue;
       const runtime::DType stored = it->second->meta.dtype;
       if (stored == p.local.dtype()) {
@@ -296,6 +291,11 @@ LoadReport load_checkpoint(const fs::path& dir, CheckpointState& dest, ProcessGr
     report.per_rank_values[r][rest.substr(slash + 1)] = v;
   }
   return report;
+}
+
+bool is_excluded(const std::string& fqn, const std::vector<std::string>& prefixes) {
+  return std::any_of(prefixes.begin(), prefixes.end(),
+                     [&](const std::string& p) { return fqn.starts_with(p); });
 }
 
 TensorPiece whole(std::string fqn, const Tensor& tensor) {

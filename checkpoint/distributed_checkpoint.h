@@ -41,6 +41,9 @@ struct LoadOptions {
   bool convert_dtypes = false;        // read a saved dtype into another floating dtype
 };
 
+// Whether `fqn` starts with one of `prefixes` (LoadOptions::exclude).
+bool is_excluded(const std::string& fqn, const std::vector<std::string>& prefixes);
+
 struct LoadReport {
   Values values;                           // the job-wide values
   std::vector<Values> per_rank_values;     // the saved ranks' per-rank values, by saved rank

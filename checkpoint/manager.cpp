@@ -115,8 +115,12 @@ void CheckpointManager::remove_old_checkpoints() {
   const std::vector<int64_t> steps = complete_steps();
   const size_t keep = size_t(options_.keep_latest_k);
   for (size_t i = 0; i + keep < steps.size(); ++i) {
+    // Renamed first (atomically), so a crash mid-removal never leaves a step-N folder that looks
+    // complete but lacks rank files.
+    const fs::path doomed = fs::path(step_folder(steps[i]).string() + ".removing");
     std::error_code ec;
-    fs::remove_all(step_folder(steps[i]), ec);
+    fs::rename(step_folder(steps[i]), doomed, ec);
+    if (!ec) fs::remove_all(doomed, ec);
     if (ec) {
       std::cerr << "checkpoint: could not remove " << step_folder(steps[i]).string() << ": "
                 << ec.message() << "\n";

@@ -223,9 +223,11 @@ ResumePoint TrainCheckpointer::resume(std::ostream& log) {
         << " (optimizer, schedule and data start fresh)\n";
     return point;
   }
-  // Optimizer and scheduler from their pieces; the data loader from the saved global position.
+  // Optimizer and scheduler from their pieces (excluded ones keep their fresh state); the data
+  // loader from the saved global position.
   runtime::nn::StateDict opt_state, sched_state;
   for (const TensorPiece& p : dest.tensors) {
+    if (checkpoint::is_excluded(p.fqn, options.exclude)) continue;
     if (p.fqn.starts_with(kOptimizer)) opt_state.insert(p.fqn.substr(10), p.local);
     if (p.fqn.starts_with(kScheduler)) sched_state.insert(p.fqn.substr(13), p.local);
   }

@@ -12,6 +12,7 @@
 #include "checkpoint/h5_tensor.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/ops/factory.h"
+#include "tests/testing/hdf5_corruption.h"
 #include "tests/testing/python_env.h"
 #include "tests/testing/run_command.h"
 #include "tests/testing/scratch_dir.h"
@@ -58,15 +59,7 @@ TEST(CheckpointTool, InspectListsTensorsAndVerifiesChecksums) {
   EXPECT_NE(r.output.find("step = 12"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("checksums: all 3 chunks verified"), std::string::npos) << r.output;
 
-  // Flip a byte of model.w's data (its float 5.0 is unique in the file).
-  const float needle = 5.0f;
-  std::fstream f(dir / "rank-00000.h5", std::ios::in | std::ios::out | std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(f)), {});
-  const size_t at = bytes.find(std::string(reinterpret_cast<const char*>(&needle), 4));
-  ASSERT_NE(at, std::string::npos);
-  f.seekp(std::streamoff(at));
-  f.put(char(bytes[at] ^ 0x01));
-  f.close();
+  testing::flip_dataset_byte(dir / "rank-00000.h5", "/tensors/model.w", 20);
   r = testing::run_command(std::string(MT_CHECKPOINT_TOOL) + " inspect " + dir.string());
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("1 of 3 chunks FAILED"), std::string::npos) << r.output;

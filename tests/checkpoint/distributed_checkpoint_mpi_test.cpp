@@ -4,8 +4,6 @@
 // are written once; a flipped byte and a strict mismatch fail on every rank.
 #include <gtest/gtest.h>
 
-#include <fstream>
-
 #include "checkpoint/distributed_checkpoint.h"
 #include "checkpoint/index.h"
 #include "parallel/comm/mpi_process_group.h"
@@ -13,6 +11,7 @@
 #include "parallel/mesh/device_mesh.h"
 #include "parallel/mesh/dtensor.h"
 #include "runtime/ops/factory.h"
+#include "tests/testing/hdf5_corruption.h"
 #include "tests/testing/scratch_dir.h"
 
 namespace mt::checkpoint {
@@ -184,17 +183,7 @@ TEST_F(DistributedCheckpoint, FlippedByteFailsEveryRankNamingFileAndTensor) {
     if (c.meta.fqn == "model.w") victim = &c;
   }
   ASSERT_NE(victim, nullptr);
-  if (world()->rank() == 0) {
-    // The dataset's bytes are the file's only run of the chunk's float values: flip inside it.
-    const Tensor data = global_value(specs()[0], 1);
-    const float needle = data.data<float>()[victim->meta.offset[0] * 6 + 1];
-    std::fstream f(dir / victim->file, std::ios::in | std::ios::out | std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(f)), {});
-    const size_t at = bytes.find(std::string(reinterpret_cast<const char*>(&needle), 4));
-    ASSERT_NE(at, std::string::npos);
-    f.seekp(std::streamoff(at));
-    f.put(char(bytes[at] ^ 0x40));
-  }
+  if (world()->rank() == 0) testing::flip_dataset_byte(dir / victim->file, victim->dataset, 4);
   world()->barrier("test.flipped");
   CheckpointState dest = pieces(mesh, {Shard{0}}, 1, true);
   try {

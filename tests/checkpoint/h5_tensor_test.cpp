@@ -23,6 +23,7 @@
 #include "checkpoint/h5_attributes.h"
 #include "checkpoint/h5_virtual.h"
 #include "runtime/core/error.h"
+#include "tests/testing/hdf5_corruption.h"
 #include "tests/testing/python_env.h"
 #include "tests/testing/scratch_dir.h"
 
@@ -251,26 +252,6 @@ TEST_F(H5TensorTest, HyperslabErrorsNameTheRegion) {
 
 // ---- checksums ------------------------------------------------------------------------------
 
-// Flips one bit of the dataset's first data byte + `at` in the file on disk.
-void flip_byte(const fs::path& path, const std::string& dataset, size_t at) {
-  haddr_t offset;
-  {
-    h5::File file = open_file(path);
-    h5::Lock lock;
-    h5::Dataset d(H5Dopen2(file.get(), dataset.c_str(), H5P_DEFAULT), "H5Dopen2", dataset);
-    offset = H5Dget_offset(d.get());
-    ASSERT_NE(offset, HADDR_UNDEF);
-  }
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f);
-  f.seekg(std::streamoff(offset + at));
-  char c = 0;
-  f.read(&c, 1);
-  c = char(c ^ 0x10);
-  f.seekp(std::streamoff(offset + at));
-  f.write(&c, 1);
-}
-
 TEST_F(H5TensorTest, FlippedByteIsDetectedNamingFileDatasetAndTensor) {
   const fs::path path = dir_ / "rank-3.h5";
   Tensor t = pattern({64, 16}, DType::BF16, 6);
@@ -281,7 +262,7 @@ TEST_F(H5TensorTest, FlippedByteIsDetectedNamingFileDatasetAndTensor) {
                                                                      {64, 0}});
     write_tensor(file.get(), "/model/norm", other, whole("norm.weight", other));
   }
-  flip_byte(path, "/model/layers.1.ffn.w2", 1000);
+  testing::flip_dataset_byte(path, "/model/layers.1.ffn.w2", 1000);
   h5::File file = open_file(path);
   for (size_t slice : {size_t{100}, kIoSliceBytes}) {
     const std::string e = error_of([&] { read_tensor(file.get(), "/model/layers.1.ffn.w2", slice); });

@@ -29,6 +29,7 @@
 #include "data/tokenizer/bpe_tokenizer.h"
 #include "models/llama/model_args.h"
 #include "runtime/core/error.h"
+#include "tests/testing/hdf5_corruption.h"
 #include "tests/testing/run_command.h"
 #include "tests/testing/scratch_dir.h"
 #include "tests/testing/shared_data.h"
@@ -178,26 +179,6 @@ std::vector<unsigned char> bytes_of(const Tensor& t) {
   return {p, p + c.nbytes()};
 }
 
-// Flips one bit of the byte `at` bytes into the data of `dataset` in the HDF5 file `path`.
-void flip_byte(const fs::path& path, const std::string& dataset, size_t at) {
-  haddr_t offset = HADDR_UNDEF;
-  {
-    h5::File file = checkpoint::open_file(path);
-    h5::Lock lock;
-    h5::Dataset d(H5Dopen2(file.get(), dataset.c_str(), H5P_DEFAULT), "H5Dopen2", dataset);
-    offset = H5Dget_offset(d.get());
-  }
-  ASSERT_NE(offset, HADDR_UNDEF) << path << " " << dataset;
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f) << path;
-  char c = 0;
-  f.seekg(std::streamoff(offset + at));
-  f.read(&c, 1);
-  c = char(c ^ 0x10);
-  f.seekp(std::streamoff(offset + at));
-  f.write(&c, 1);
-}
-
 void copy_checkpoint(const fs::path& from_dump, int64_t step, const fs::path& to_dump) {
   fs::create_directories(to_dump / "checkpoint");
   fs::copy(step_dir(from_dump, step), step_dir(to_dump, step), fs::copy_options::recursive);
@@ -338,7 +319,7 @@ TEST(TrainerCheckpoint, FlippedByteRefusesToLoadAndLoadsNothing) {
   }
   ASSERT_FALSE(dataset.empty()) << "no chunk of " << tensor << " in the index";
   EXPECT_EQ(dataset, "/tensors/" + tensor);
-  flip_byte(rank_file, dataset, 100);
+  testing::flip_dataset_byte(rank_file, dataset, 100);
 
   Names more = args;
   more.push_back("--training.steps=8");
@@ -351,7 +332,7 @@ TEST(TrainerCheckpoint, FlippedByteRefusesToLoadAndLoadsNothing) {
   EXPECT_TRUE(contains(e, "checksum mismatch")) << e;
   EXPECT_EQ(trainer.validation_loss(1), before) << "the model changed: something was loaded";
 
-  flip_byte(rank_file, dataset, 100);  // back: the same checkpoint loads
+  testing::flip_dataset_byte(rank_file, dataset, 100);  // back: the same checkpoint loads
   const TrainResult resumed = train(more);
   EXPECT_EQ(resumed.first_step, 5);
 }
