@@ -1,0 +1,34 @@
+// Hugging Face export and import of Llama checkpoints (what `mt_checkpoint export-hf` and
+// `import-hf` run).
+//
+// export_hf: the model.* tensors of a training checkpoint -> `out/` with model.safetensors (or
+// shards + model.safetensors.index.json above max_shard_bytes) and config.json, in transformers'
+// names and q/k layout (models/llama/hf_checkpoint.h), so LlamaForCausalLM.from_pretrained(out)
+// loads it. The architecture comes from the checkpoint's saved job config (model flavor, vocab =
+// the embedding's rows, max_seq_len = training.seq_len), or from `args` when given.
+// import_hf: such a folder -> a model-only checkpoint folder (step_dir, e.g. imported/step-0) that
+// `[checkpoint] initial_load_path` or `mt_generate --checkpoint` loads.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+
+#include "models/llama/model_args.h"
+#include "runtime/core/dtype.h"
+
+namespace mt::train {
+
+struct HfExportOptions {
+  std::optional<runtime::DType> dtype;             // default: as stored
+  int64_t max_shard_bytes = int64_t(5) << 30;      // transformers' default 5 GB shards
+  std::optional<models::llama::ModelArgs> args;    // default: from the saved job config
+};
+
+void export_hf(const std::filesystem::path& step_dir, const std::filesystem::path& out,
+               const HfExportOptions& options = {});
+
+void import_hf(const std::filesystem::path& hf_dir, const std::filesystem::path& step_dir,
+               runtime::DType dtype = runtime::DType::F32);
+
+}  // namespace mt::train
