@@ -105,9 +105,31 @@ TEST(MpiProcessGroup, AllGatherReduceScatterRoundTrip) {
   EXPECT_EQ(t_out.narrow(0, 3 * R, 3).to_vector<double>(), t_in.to_vector<double>());
 }
 
+TEST(MpiProcessGroup, AllGatherAndBroadcastMoveEveryDtype) {
+  const int R = world().rank(), W = world().size();
+  for (DType d : {DType::F32, DType::F64, DType::BF16, DType::F16, DType::I32, DType::I64,
+                  DType::Bool}) {
+    auto value = [&](int r, int64_t i) {
+      return d == DType::Bool ? double((r + i) % 2) : double(7 * r + i);
+    };
+    // 5 rows per rank: the gathered tensor (5 W rows) never splits evenly in 2 or 4.
+    Tensor in = make(5, {5}, d, [&](int64_t i) { return value(R, i); });
+    Tensor out = runtime::zeros({5 * W}, {d});
+    world().all_gather_into(out, in, "ag_dtypes");
+    const auto g = out.to_vector<double>();
+    for (int r = 0; r < W; ++r) {
+      for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(g[size_t(r * 5 + i)], value(r, i)) << d;
+    }
+    Tensor b = make(5, {5}, d, [&](int64_t i) { return value(R, i); });
+    world().broadcast(b, W - 1, "bcast_dtypes");
+    const auto bv = b.to_vector<double>();
+    for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(bv[size_t(i)], value(W - 1, i)) << d;
+  }
+}
+
 TEST(MpiProcessGroup, ReduceScatterRankDependent) {
   const int R = world().rank(), W = world().size();
-  for (DType d : {DType::F32, DType::I64, DType::BF16}) {
+  for (DType d : {DType::F32, DType::F64, DType::I32, DType::I64, DType::BF16, DType::F16}) {
     Tensor in = make(6 * W, {2 * W, 3}, d, [&](int64_t i) { return double(R + i); });
     Tensor sum = runtime::zeros({2, 3}, {d}), mx = runtime::zeros({2, 3}, {d});
     world().reduce_scatter_into(sum, in, ReduceOp::Sum, "rs_sum");
