@@ -23,6 +23,7 @@
 #include "checkpoint/h5_attributes.h"
 #include "checkpoint/h5_virtual.h"
 #include "runtime/core/error.h"
+#include "tests/testing/errors.h"
 #include "tests/testing/hdf5_corruption.h"
 #include "tests/testing/python_env.h"
 #include "tests/testing/scratch_dir.h"
@@ -55,14 +56,7 @@ std::vector<unsigned char> bytes_of(const Tensor& t) {
   return std::vector<unsigned char>(p, p + c.nbytes());
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using mt::testing::error_of;
 
 ChunkInfo whole(const std::string& fqn, const Tensor& t) {
   return ChunkInfo{fqn, t.shape(), Shape(t.shape().size(), 0)};

@@ -24,6 +24,7 @@
 #include "data/tokenizer/bpe_tokenizer.h"
 #include "data/tokenizer/byte_level.h"
 #include "runtime/core/error.h"
+#include "tests/testing/errors.h"
 #include "tests/testing/shared_data.h"
 
 namespace mt::data {
@@ -84,14 +85,7 @@ const Corpus& corpus() {
   return c;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  return "<no mt::Error>";
-}
+using mt::testing::error_of;
 
 int32_t byte_id(char c) {
   const auto& order = byte_level_order();

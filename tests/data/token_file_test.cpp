@@ -15,6 +15,7 @@
 
 #include "runtime/io/hdf5.h"
 #include "runtime/core/error.h"
+#include "tests/testing/errors.h"
 
 namespace mt::data {
 namespace {
@@ -53,14 +54,7 @@ std::vector<uint32_t> write_docs(const fs::path& path,
   return expected;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using mt::testing::error_of;
 
 TEST_F(TokenFileTest, RoundTripAcrossBlocksAndChunks) {
   std::mt19937 gen(7);

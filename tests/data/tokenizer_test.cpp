@@ -32,6 +32,7 @@
 #include "data/tokenizer/unicode_class.h"
 #include "data/tokenizer/utf8.h"
 #include "runtime/core/error.h"
+#include "tests/testing/errors.h"
 #include "tests/testing/shared_data.h"
 
 namespace mt::data {
@@ -74,14 +75,7 @@ class TempDir {
   fs::path path_;
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  return "<no mt::Error>";
-}
+using mt::testing::error_of;
 
 const BpeTokenizer& gpt2(const fs::path& file) {
   static const BpeTokenizer tok = BpeTokenizer::from_file(file);

@@ -9,6 +9,7 @@
 #include "parallel/mesh/dtensor.h"
 #include "runtime/core/error.h"
 #include "runtime/ops/factory.h"
+#include "tests/testing/errors.h"
 
 namespace mt::parallel {
 namespace {
@@ -72,14 +73,7 @@ TEST(DeviceMesh, CoordinatesAndGroupsAreRowMajor) {
   EXPECT_EQ(sum_of_world_ranks(flat->group("dp")), int64_t(W) * (W - 1) / 2);
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using mt::testing::error_of;
 
 TEST(DeviceMesh, BadMeshesAreErrors) {
   const int W = world()->size();

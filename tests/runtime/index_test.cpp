@@ -10,6 +10,7 @@
 #include "runtime/autograd/gradcheck.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/factory.h"
+#include "tests/testing/errors.h"
 #include "tests/testing/tensor_testing.h"
 
 namespace mt::runtime {
@@ -40,14 +41,7 @@ Tensor from_ref(const std::vector<double>& v, const Shape& shape, DType dtype = 
   return from_vector<double>(v, shape, TensorOptions{}.with_dtype(dtype));
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using mt::testing::error_of;
 
 // ---- references ------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@
 
 #include "runtime/autograd/gradcheck.h"
 #include "runtime/ops/factory.h"
+#include "tests/testing/errors.h"
 #include "tests/testing/tensor_testing.h"
 
 namespace mt::runtime {
@@ -33,14 +34,7 @@ Tensor ref_cat(const std::vector<Tensor>& ts, int64_t dim) {
   return from_vector<double>(out, shape, TensorOptions{}.with_dtype(DType::F64));
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using mt::testing::error_of;
 
 TEST(Cat, MatchesReferenceEveryDim) {
   for (int64_t dim : {0, 1, 2, -1}) {

@@ -17,6 +17,7 @@
 #include "train/config/load.h"
 #include "train/config/schema.h"
 #include "train/config/suggest.h"
+#include "tests/testing/errors.h"
 
 namespace mt::train::config {
 namespace {
@@ -52,15 +53,7 @@ class ConfigTest : public ::testing::Test {
 };
 
 // The message of the mt::Error that `f` throws ("" and a failure when it throws none).
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an mt::Error";
-  return "";
-}
+using mt::testing::error_of;
 
 JobConfig load_args(const std::vector<std::string>& args) {
   return load_config(parse_command_line(args));

@@ -20,6 +20,7 @@
 #include "runtime/ops/factory.h"
 #include "runtime/ops/matmul.h"
 #include "runtime/ops/rope.h"
+#include "tests/testing/errors.h"
 #include "tests/testing/python_env.h"
 #include "tests/testing/run_command.h"
 #include "tests/testing/scratch_dir.h"
@@ -176,14 +177,7 @@ TEST(HfConversion, PermutedProjectionsGiveTheSameAttentionScores) {
   EXPECT_LT(worst, 1e-4) << "attention scores differ between the two RoPE layouts";
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using mt::testing::error_of;
 
 TEST(HfConversion, BadInputsAreErrorsNamingTheProblem) {
   testing::ScratchDir scratch;

@@ -29,6 +29,7 @@
 #include "data/tokenizer/bpe_tokenizer.h"
 #include "models/llama/model_args.h"
 #include "runtime/core/error.h"
+#include "tests/testing/errors.h"
 #include "tests/testing/hdf5_corruption.h"
 #include "tests/testing/run_command.h"
 #include "tests/testing/scratch_dir.h"
@@ -116,15 +117,7 @@ TrainResult train(const Names& args, EditArgs edit = testing::shrink_llama) {
 }
 
 // The message of the mt::Error that fn throws ("" and a failure when it throws none).
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an mt::Error";
-  return "";
-}
+using mt::testing::error_of;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
