@@ -1,5 +1,6 @@
-// MpiProcessGroup on real ranks: run by CTest under `mpirun -np 2` and `-np 4` (label "mpi").
-// Every test checks values against closed forms of the rank-dependent inputs.
+// MpiProcessGroup on real ranks: run by CTest under `mpirun -np 2`, `-np 3` and `-np 4` (label
+// "mpi"). Every test checks values against closed forms of the rank-dependent inputs; sizes are
+// chosen so they do not split evenly over the ranks or into message chunks.
 #include <gtest/gtest.h>
 
 #include <climits>
@@ -15,6 +16,12 @@ namespace {
 using runtime::bfloat16;
 using runtime::DType;
 using runtime::from_vector;
+
+// Every dtype a collective moves, and those it reduces (bool is moved, never reduced).
+constexpr DType kEveryDtype[] = {DType::F32, DType::F64, DType::BF16, DType::F16,
+                                 DType::I32, DType::I64, DType::Bool};
+constexpr DType kReducibleDtypes[] = {DType::F32, DType::F64, DType::BF16,
+                                      DType::F16, DType::I32, DType::I64};
 
 MpiProcessGroup& world() {
   static std::unique_ptr<MpiProcessGroup> pg = MpiProcessGroup::world();
@@ -42,14 +49,15 @@ TEST(MpiProcessGroup, LaunchedWithSeveralRanks) {
 
 TEST(MpiProcessGroup, AllReduceClosedForms) {
   const int R = world().rank(), W = world().size();
-  for (DType d : {DType::F32, DType::F64, DType::I32, DType::I64, DType::BF16, DType::F16}) {
+  for (DType d : kReducibleDtypes) {
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min}) {
       bool floating = runtime::is_floating(d);
       if (op == ReduceOp::Avg && !floating) continue;
-      Tensor t = make(12, {3, 4}, d, [&](int64_t i) { return double((R + 1) * (i + 1)); });
+      // 13 elements: no rank count divides them.
+      Tensor t = make(13, {13}, d, [&](int64_t i) { return double((R + 1) * (i + 1)); });
       world().all_reduce(t, op, "ar");
       auto got = t.to_vector<double>();
-      for (int64_t i = 0; i < 12; ++i) {
+      for (int64_t i = 0; i < 13; ++i) {
         double base = double(i + 1), expect = 0;
         switch (op) {
           case ReduceOp::Sum:
@@ -107,12 +115,11 @@ TEST(MpiProcessGroup, AllGatherReduceScatterRoundTrip) {
 
 TEST(MpiProcessGroup, AllGatherAndBroadcastMoveEveryDtype) {
   const int R = world().rank(), W = world().size();
-  for (DType d : {DType::F32, DType::F64, DType::BF16, DType::F16, DType::I32, DType::I64,
-                  DType::Bool}) {
+  for (DType d : kEveryDtype) {
     auto value = [&](int r, int64_t i) {
       return d == DType::Bool ? double((r + i) % 2) : double(7 * r + i);
     };
-    // 5 rows per rank: the gathered tensor (5 W rows) never splits evenly in 2 or 4.
+    // 5 elements per rank: an odd block size, so rank blocks start at odd offsets of `out`.
     Tensor in = make(5, {5}, d, [&](int64_t i) { return value(R, i); });
     Tensor out = runtime::zeros({5 * W}, {d});
     world().all_gather_into(out, in, "ag_dtypes");
@@ -129,7 +136,7 @@ TEST(MpiProcessGroup, AllGatherAndBroadcastMoveEveryDtype) {
 
 TEST(MpiProcessGroup, ReduceScatterRankDependent) {
   const int R = world().rank(), W = world().size();
-  for (DType d : {DType::F32, DType::F64, DType::I32, DType::I64, DType::BF16, DType::F16}) {
+  for (DType d : kReducibleDtypes) {
     Tensor in = make(6 * W, {2 * W, 3}, d, [&](int64_t i) { return double(R + i); });
     Tensor sum = runtime::zeros({2, 3}, {d}), mx = runtime::zeros({2, 3}, {d});
     world().reduce_scatter_into(sum, in, ReduceOp::Sum, "rs_sum");
@@ -145,7 +152,7 @@ TEST(MpiProcessGroup, ReduceScatterRankDependent) {
 
 TEST(MpiProcessGroup, Broadcast) {
   const int R = world().rank(), W = world().size();
-  for (DType d : {DType::F32, DType::BF16, DType::I64, DType::Bool}) {
+  for (DType d : kEveryDtype) {
     const int root = W - 1;
     Tensor t = make(10, {5, 2}, d, [&](int64_t i) { return R == root ? double(i % 2 + i) : 0; });
     world().broadcast(t, root, "bc");
@@ -156,9 +163,14 @@ TEST(MpiProcessGroup, Broadcast) {
   }
 }
 
-// Rank r sends (r + 2j) % 3 rows of width 2 to rank j (zero rows included); row k of the block
-// from r to j holds 1000r + 100j + 10k + c.
-void check_uneven_all_to_all(bool async_op) {
+// Element c of row k of the block from rank r to rank j: distinct small integers (exact in bf16
+// and f16), and for bool a parity that differs between neighbouring blocks and rows.
+double a2a_value(DType d, int r, int j, int k, int c) {
+  return d == DType::Bool ? double((r + j + k + c) % 2) : double(32 * r + 8 * j + 2 * k + c);
+}
+
+// Rank r sends (r + 2j) % 3 rows of width 2 to rank j (zero rows included).
+void check_uneven_all_to_all(bool async_op, DType d = DType::F64) {
   const int R = world().rank(), W = world().size();
   std::vector<int64_t> in_splits, out_splits;
   for (int j = 0; j < W; ++j) {
@@ -168,19 +180,24 @@ void check_uneven_all_to_all(bool async_op) {
   std::vector<double> in_v, expect;
   for (int j = 0; j < W; ++j) {
     for (int k = 0; k < in_splits[size_t(j)]; ++k) {
-      for (int c = 0; c < 2; ++c) in_v.push_back(1000.0 * R + 100.0 * j + 10.0 * k + c);
+      for (int c = 0; c < 2; ++c) in_v.push_back(a2a_value(d, R, j, k, c));
     }
     for (int k = 0; k < out_splits[size_t(j)]; ++k) {
-      for (int c = 0; c < 2; ++c) expect.push_back(1000.0 * j + 100.0 * R + 10.0 * k + c);
+      for (int c = 0; c < 2; ++c) expect.push_back(a2a_value(d, j, R, k, c));
     }
   }
-  Tensor in = from_vector(in_v, {int64_t(in_v.size() / 2), 2}, {DType::F64});
-  Tensor out = runtime::full({int64_t(expect.size() / 2), 2}, -1.0, {DType::F64});
+  Tensor in = from_vector(in_v, {int64_t(in_v.size() / 2), 2}, {d});
+  // Prefilled with -1 (true for bool): rows left unwritten show up where it is not expected.
+  Tensor out = runtime::full({int64_t(expect.size() / 2), 2}, d == DType::Bool ? 1.0 : -1.0, {d});
   world().all_to_all_single(out, in, out_splits, in_splits, "a2a", async_op).wait();
-  EXPECT_EQ(out.to_vector<double>(), expect);
+  EXPECT_EQ(out.to_vector<double>(), expect) << d;
 }
 
-TEST(MpiProcessGroup, AllToAllUneven) { check_uneven_all_to_all(false); }
+TEST(MpiProcessGroup, AllToAllUneven) {
+  for (DType d : kEveryDtype) {
+    check_uneven_all_to_all(false, d);
+  }
+}
 
 TEST(MpiProcessGroup, AllToAllMismatchedSplitsThrowOnEveryRank) {
   const int R = world().rank(), W = world().size();
@@ -194,13 +211,18 @@ TEST(MpiProcessGroup, AllToAllMismatchedSplitsThrowOnEveryRank) {
 TEST(MpiProcessGroup, SendRecvRing) {
   const int R = world().rank(), W = world().size();
   const int next = (R + 1) % W, prev = (R + W - 1) % W;
-  Tensor mine = make(8, {2, 4}, DType::F32, [&](int64_t i) { return 10.0 * R + i; });
-  Tensor got = runtime::zeros({2, 4}, {DType::F32});
-  Work sent = world().send(mine, next, 7, "ring_send", /*async_op=*/true);
-  world().recv(got, prev, 7, "ring_recv");
-  sent.wait();
-  auto g = got.to_vector<double>();
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(g[size_t(i)], 10.0 * prev + i);
+  for (DType d : kEveryDtype) {
+    auto value = [&](int r, int64_t i) {
+      return d == DType::Bool ? double((r + i) % 2) : 10.0 * r + double(i);
+    };
+    Tensor mine = make(15, {5, 3}, d, [&](int64_t i) { return value(R, i); });
+    Tensor got = make(15, {5, 3}, d, [&](int64_t i) { return 1.0 - value(prev, i); });
+    Work sent = world().send(mine, next, 7, "ring_send", /*async_op=*/true);
+    world().recv(got, prev, 7, "ring_recv");
+    sent.wait();
+    auto g = got.to_vector<double>();
+    for (int i = 0; i < 15; ++i) EXPECT_EQ(g[size_t(i)], value(prev, i)) << d << " i=" << i;
+  }
 }
 
 TEST(MpiProcessGroup, RecvSizeMismatchThrows) {
@@ -250,10 +272,12 @@ TEST(MpiProcessGroup, AsyncOpsGiveTheSameResults) {
 TEST(MpiProcessGroup, ChunkedMessagesMatchUnchunked) {
   ChunkLimit limit(3);  // every message below is split into chunks of 3 elements
   const int R = world().rank(), W = world().size();
-  Tensor a = make(10, {10}, DType::BF16, [&](int64_t i) { return double((R + 1) * (i + 1)); });
-  world().all_reduce(a, ReduceOp::Sum, "chunk_ar");
-  auto av = a.to_vector<double>();
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(av[size_t(i)], double(i + 1) * W * (W + 1) / 2);
+  for (DType d : kReducibleDtypes) {
+    Tensor a = make(10, {10}, d, [&](int64_t i) { return double((R + 1) * (i + 1)); });
+    world().all_reduce(a, ReduceOp::Sum, "chunk_ar");
+    auto av = a.to_vector<double>();
+    for (int i = 0; i < 10; ++i) EXPECT_EQ(av[size_t(i)], double(i + 1) * W * (W + 1) / 2) << d;
+  }
   Tensor in = make(7, {7}, DType::F32, [&](int64_t i) { return 100.0 * R + i; });
   Tensor g = runtime::zeros({7 * W}, {DType::F32});
   world().all_gather_into(g, in, "chunk_ag");
