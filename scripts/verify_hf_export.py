@@ -1,42 +1,81 @@
 #!/usr/bin/env python3
-"""Checks an `mt_checkpoint export-hf` export against Hugging Face transformers (not run in CI:
-needs torch and transformers, several GB).
+"""Checks minititan's Hugging Face export against transformers (not run in CI: needs torch and
+transformers, several GB; `pip install torch --index-url https://download.pytorch.org/whl/cpu
+transformers tokenizers safetensors`).
+
+Logits (the thorough check, needs only a build):
+
+    python3 scripts/verify_hf_export.py --logits [--build build] [--tolerance 1e-4]
+
+runs `BUILD/tests/hf_checkpoint_test` with MT_HF_EXPORT_DIR set, which exports small random
+Llamas (GQA with llama3 RoPE scaling; tied embeddings, multi-head, no scaling; multi-query stored
+as bf16 in several shards) through models/llama/hf_checkpoint + checkpoint/safetensors and saves
+our float32 logits for fixed tokens. Each export is loaded with LlamaForCausalLM.from_pretrained
+(float32) and its logits must match ours within tolerance * max(1, max |logit|). Any error in the
+name map, the q/k permutation, the config (heads, FFN size, eps, theta, RoPE scaling, tying) or the
+files shows up as a large difference.
+
+Greedy generation from a training checkpoint (the whole tool path):
 
     python3 scripts/verify_hf_export.py CHECKPOINT_STEP_DIR TOKENIZER_JSON [--prompt TEXT]
 
-Exports the checkpoint, loads it with transformers' LlamaForCausalLM (float32), and compares
-greedy generation: transformers' model.generate against build/tools/mt_generate --checkpoint
-(same prompt ids, no BOS, temperature 0, the checkpoint's debugmodel flavor), token for token:
-every generated token is the argmax of the logits of both implementations, so any difference in
-the weights' mapping, the q/k permutation or the config shows up. Exits 1 on a mismatch.
+exports the checkpoint with `mt_checkpoint export-hf`, and compares transformers' greedy
+model.generate with `mt_generate --checkpoint` (same prompt ids, no BOS, temperature 0, the
+debugmodel flavor) token for token. Exits 1 on a mismatch.
 """
 import argparse
 import json
+import os
 import pathlib
 import subprocess
 import sys
 import tempfile
 
 import torch
-from tokenizers import Tokenizer
 from transformers import LlamaForCausalLM
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("checkpoint")
-    ap.add_argument("tokenizer")
-    ap.add_argument("--prompt", default="ROMEO:\nWhat light through yonder window breaks?")
-    ap.add_argument("--new-tokens", type=int, default=24)
-    ap.add_argument("--build", default=str(ROOT / "build"))
-    a = ap.parse_args()
+def check_logits(build: str, tolerance: float) -> int:
+    from safetensors.torch import load_file
+
+    out = pathlib.Path(tempfile.mkdtemp(prefix="mt_hf_logits_"))
+    test = pathlib.Path(build) / "tests" / "hf_checkpoint_test"
+    subprocess.run([str(test), "--gtest_filter=HfCheckpoint.ExportedModelsGiveIdenticalLogits"],
+                   check=True, env={**os.environ, "MT_HF_EXPORT_DIR": str(out)},
+                   stdout=subprocess.DEVNULL)
+    variants = sorted(p for p in out.iterdir() if (p / "expected.safetensors").exists())
+    if not variants:
+        print(f"MISMATCH: {test} wrote no exports into {out}", file=sys.stderr)
+        return 1
+    failed = 0
+    for v in variants:
+        config = json.loads((v / "hf" / "config.json").read_text())
+        model = LlamaForCausalLM.from_pretrained(v / "hf", dtype=torch.float32).eval()
+        expected = load_file(v / "expected.safetensors")
+        with torch.no_grad():
+            logits = model(expected["tokens"]).logits
+        ours = expected["logits"]
+        diff = (logits - ours).abs().max().item() if logits.shape == ours.shape else float("inf")
+        bound = tolerance * max(1.0, ours.abs().max().item())
+        ok = diff <= bound
+        failed += not ok
+        print(f"{'OK' if ok else 'MISMATCH'} {v.name}: logits {list(ours.shape)}, max |ours - "
+              f"transformers| = {diff:.3g} (bound {bound:.3g}; max |logit| "
+              f"{ours.abs().max().item():.3g}; {config['num_hidden_layers']} layers, "
+              f"{config['num_attention_heads']} heads / {config['num_key_value_heads']} kv, "
+              f"stored {config['torch_dtype']}, tied {config['tie_word_embeddings']})")
+    return 1 if failed else 0
+
+
+def check_generation(a) -> int:
+    from tokenizers import Tokenizer
 
     out = pathlib.Path(tempfile.mkdtemp(prefix="mt_hf_export_"))
     subprocess.run([f"{a.build}/tools/mt_checkpoint", "export-hf", a.checkpoint, str(out)], check=True)
     config = json.loads((out / "config.json").read_text())
-    model = LlamaForCausalLM.from_pretrained(out, torch_dtype=torch.float32).eval()
+    model = LlamaForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
 
     tok = Tokenizer.from_file(a.tokenizer)
     ids = tok.encode(a.prompt, add_special_tokens=False).ids
@@ -59,6 +98,23 @@ def main() -> int:
     print(f"OK: {max_new} greedy tokens identical ({config['num_hidden_layers']} layers, "
           f"vocab {config['vocab_size']})")
     return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("checkpoint", nargs="?")
+    ap.add_argument("tokenizer", nargs="?")
+    ap.add_argument("--logits", action="store_true", help="compare logits of random test models")
+    ap.add_argument("--tolerance", type=float, default=1e-4)
+    ap.add_argument("--prompt", default="ROMEO:\nWhat light through yonder window breaks?")
+    ap.add_argument("--new-tokens", type=int, default=24)
+    ap.add_argument("--build", default=str(ROOT / "build"))
+    a = ap.parse_args()
+    if a.logits:
+        return check_logits(a.build, a.tolerance)
+    if not (a.checkpoint and a.tokenizer):
+        ap.error("give CHECKPOINT_STEP_DIR TOKENIZER_JSON, or --logits")
+    return check_generation(a)
 
 
 if __name__ == "__main__":
