@@ -21,7 +21,9 @@ Greedy generation from a training checkpoint (the whole tool path):
 
 exports the checkpoint with `mt_checkpoint export-hf`, and compares transformers' greedy
 model.generate with `mt_generate --checkpoint` (same prompt ids, no BOS, temperature 0, the
-debugmodel flavor) token for token. Exits 1 on a mismatch.
+debugmodel flavor) token for token, both stopping at the tokenizer's special (end) tokens. Only
+argmaxes are compared, so prefer --logits; this mode checks the tools and the saved config.
+Exits 1 on a mismatch.
 """
 import argparse
 import json
@@ -80,22 +82,26 @@ def check_generation(a) -> int:
     tok = Tokenizer.from_file(a.tokenizer)
     ids = tok.encode(a.prompt, add_special_tokens=False).ids
     max_new = min(a.new_tokens, config["max_position_embeddings"] - len(ids))
+    # mt_generate stops at the tokenizer's end-of-sequence token: so does transformers here (the
+    # exported config names no eos_token_id, and decode() would drop the token silently).
+    eos = sorted(i for i, t in tok.get_added_tokens_decoder().items() if t.special)
     with torch.no_grad():
         hf = model.generate(torch.tensor([ids]), max_new_tokens=max_new, do_sample=False,
-                            min_new_tokens=max_new, pad_token_id=0)[0, len(ids):].tolist()
+                            eos_token_id=eos or None, pad_token_id=0)[0, len(ids):].tolist()
     ours_run = subprocess.run(
         [f"{a.build}/tools/mt_generate", "--tokenizer", a.tokenizer, "--checkpoint", a.checkpoint,
          "--prompt", a.prompt, "--no-bos", "--temperature", "0", "--max-new-tokens", str(max_new),
          "--max-seq-len", str(config["max_position_embeddings"]), "--flavor", "debugmodel"],
         check=True, capture_output=True, text=True)
-    ours_text = ours_run.stdout[len(a.prompt):].rstrip("\n")
+    ours_text = ours_run.stdout[len(a.prompt):]
+    ours_text = ours_text[:-1] if ours_text.endswith("\n") else ours_text  # the line end it adds
     hf_text = tok.decode(hf)
     print("transformers:", repr(hf_text))
     print("minititan:   ", repr(ours_text))
     if ours_text != hf_text:
         print("MISMATCH: greedy continuations differ", file=sys.stderr)
         return 1
-    print(f"OK: {max_new} greedy tokens identical ({config['num_hidden_layers']} layers, "
+    print(f"OK: {len(hf)} greedy tokens identical ({config['num_hidden_layers']} layers, "
           f"vocab {config['vocab_size']})")
     return 0
 
