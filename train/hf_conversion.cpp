@@ -24,11 +24,19 @@ namespace {
 
 constexpr const char* kModel = "model.";
 
-// The architecture of the job that saved `index`: its config, vocab from the embedding's rows.
+// The architecture of the job that saved `index`: its config, vocab from the embedding's rows;
+// or, for a checkpoint import_hf wrote, the config.json it kept (/state/hf_config).
 models::llama::ModelArgs args_of(const checkpoint::Index& index, const fs::path& dir) {
+  auto hf = index.values.find("hf_config");
+  if (hf != index.values.end() && std::holds_alternative<std::string>(hf->second)) {
+    return models::llama::args_from_hf_config_text(
+        std::get<std::string>(hf->second), "checkpoint " + dir.string() + " /state/hf_config");
+  }
   auto it = index.values.find("config");
   MT_CHECK(it != index.values.end() && std::holds_alternative<std::string>(it->second),
-           "export-hf: checkpoint ", dir.string(), " has no saved job config (/state/config)");
+           "export-hf: checkpoint ", dir.string(),
+           " has neither a saved job config (/state/config) nor an imported config.json "
+           "(/state/hf_config)");
   int64_t vocab = -1;
   for (const checkpoint::IndexChunk& c : index.chunks) {
     if (c.meta.fqn == "model.tok_embeddings.weight") vocab = c.meta.global_shape[0];

@@ -5,7 +5,8 @@
 // shards + model.safetensors.index.json above max_shard_bytes) and config.json, in transformers'
 // names and q/k layout (models/llama/hf_checkpoint.h), so LlamaForCausalLM.from_pretrained(out)
 // loads it. The architecture comes from the checkpoint's saved job config (model flavor, vocab =
-// the embedding's rows, max_seq_len = training.seq_len), or from `args` when given.
+// the embedding's rows, max_seq_len = training.seq_len), from the config.json a checkpoint written
+// by import_hf keeps (so import-hf then export-hf gives the same files back), or from `args`.
 // import_hf: such a folder -> a model-only checkpoint folder (step_dir, e.g. imported/step-0) that
 // `[checkpoint] initial_load_path` or `mt_generate --checkpoint` loads.
 #pragma once

@@ -130,9 +130,13 @@ ModelArgs args_from_hf_config(const std::filesystem::path& path) {
   const std::string where = "config " + path.string();
   std::ifstream in(path);
   MT_CHECK(bool(in), where, ": cannot be opened");
+  return args_from_hf_config_text(std::string(std::istreambuf_iterator<char>(in), {}), where);
+}
+
+ModelArgs args_from_hf_config_text(const std::string& text, const std::string& where) {
   Json j;
   try {
-    j = Json::parse(in);
+    j = Json::parse(text);
   } catch (const std::exception& e) {
     MT_FAIL(where, ": not valid JSON: ", e.what());
   }

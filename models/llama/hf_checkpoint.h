@@ -31,5 +31,7 @@ Weights from_hf(const Weights& hf, const ModelArgs& args);
 std::string hf_config_json(const ModelArgs& args, const std::string& torch_dtype);
 // Reads a config.json (model_type llama) back; errors name the file and the key.
 ModelArgs args_from_hf_config(const std::filesystem::path& config_json);
+// The same from the file's text (e.g. kept in a checkpoint); `where` names its origin in errors.
+ModelArgs args_from_hf_config_text(const std::string& text, const std::string& where);
 
 }  // namespace mt::models::llama

@@ -102,6 +102,35 @@ TEST(HfConversion, ExportImportRoundTripsBitwiseThroughShards) {
             DType::BF16);
 }
 
+// import-hf then export-hf (the architecture now from the config.json the import kept) writes
+// the same files, byte for byte, tied embeddings included.
+TEST(HfConversion, ImportedCheckpointExportsTheSameFiles) {
+  testing::ScratchDir scratch;
+  llama::ModelArgs args = small_args();
+  args.tie_embeddings = true;
+  save_model(scratch / "ckpt" / "step-1", args);
+  HfExportOptions options;
+  options.args = args;
+  options.max_shard_bytes = 40'000;
+  export_hf(scratch / "ckpt" / "step-1", scratch / "hf", options);
+  import_hf(scratch / "hf", scratch / "imported" / "step-0");
+  HfExportOptions again;
+  again.max_shard_bytes = 40'000;
+  export_hf(scratch / "imported" / "step-0", scratch / "hf2", again);
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(scratch / "hf")) {
+    const fs::path other = scratch / "hf2" / e.path().filename();
+    ASSERT_TRUE(fs::exists(other)) << other;
+    std::ifstream a(e.path(), std::ios::binary), b(other, std::ios::binary);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(a), {}),
+              std::string(std::istreambuf_iterator<char>(b), {}))
+        << e.path().filename();
+    ++files;
+  }
+  EXPECT_GE(files, 4);  // shards, index, config.json
+  EXPECT_EQ(std::distance(fs::directory_iterator(scratch / "hf2"), fs::directory_iterator()), files);
+}
+
 // transformers' rotate_half RoPE on x [T, H, D]: out = x * cos + rotate_half(x) * sin with
 // cos/sin of frequency i in both halves; written independently of runtime::apply_rope.
 Tensor rotate_half_rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
