@@ -27,21 +27,28 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementati
 
 const char* st_dtype(DType d) {
   switch (d) {
-    case DType::F64: return "F64";
-    case DType::F32: return "F32";
-    case DType::F16: return "F16";
-    case DType::BF16: return "BF16";
-    case DType::I64: return "I64";
-    case DType::I32: return "I32";
-    case DType::Bool: return "BOOL";
+    case DType::F64:
+      return "F64";
+    case DType::F32:
+      return "F32";
+    case DType::F16:
+      return "F16";
+    case DType::BF16:
+      return "BF16";
+    case DType::I64:
+      return "I64";
+    case DType::I32:
+      return "I32";
+    case DType::Bool:
+      return "BOOL";
   }
   MT_FAIL("safetensors: unknown dtype");
 }
 
 DType from_st_dtype(const Json& s, const std::string& where) {
   MT_CHECK(s.is_string(), where, ": dtype must be a string, found ", s.dump());
-  for (DType d : {DType::F64, DType::F32, DType::F16, DType::BF16, DType::I64, DType::I32,
-                  DType::Bool}) {
+  for (DType d :
+       {DType::F64, DType::F32, DType::F16, DType::BF16, DType::I64, DType::I32, DType::Bool}) {
     if (s.get<std::string>() == st_dtype(d)) return d;
   }
   MT_FAIL(where, ": dtype ", s.get<std::string>(),
@@ -79,7 +86,8 @@ Entry parse_entry(const std::string& name, const Json& entry, const std::string&
            what, ": data_offsets must be two non-negative integers, found ", off.dump());
   e.begin = off[0].get<uint64_t>();
   e.end = off[1].get<uint64_t>();
-  MT_CHECK(e.begin <= e.end, what, ": data_offsets [", e.begin, ", ", e.end, ") end before they begin");
+  MT_CHECK(e.begin <= e.end, what, ": data_offsets [", e.begin, ", ", e.end,
+           ") end before they begin");
   MT_CHECK(e.end - e.begin == bytes, what, ": data_offsets [", e.begin, ", ", e.end, ") hold ",
            e.end - e.begin, " bytes, shape ", e.shape, " ", runtime::dtype_name(e.dtype), " needs ",
            bytes);
@@ -111,8 +119,8 @@ SafetensorsMetadata parse_metadata(const Json& j, const std::string& where) {
   MT_CHECK(j.is_object(), where, ": __metadata__ must be an object of strings, found ", j.dump());
   SafetensorsMetadata out;
   for (const auto& [key, value] : j.items()) {
-    MT_CHECK(value.is_string(), where, ": __metadata__ key ", key,
-             " must be a string, found ", value.dump());
+    MT_CHECK(value.is_string(), where, ": __metadata__ key ", key, " must be a string, found ",
+             value.dump());
     out[key] = value.get<std::string>();
   }
   return out;

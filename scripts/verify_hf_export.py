@@ -11,9 +11,11 @@ runs `BUILD/tests/hf_checkpoint_test` with MT_HF_EXPORT_DIR set, which exports s
 Llamas (GQA with llama3 RoPE scaling; tied embeddings, multi-head, no scaling; multi-query stored
 as bf16 in several shards) through models/llama/hf_checkpoint + checkpoint/safetensors and saves
 our float32 logits for fixed tokens. Each export is loaded with LlamaForCausalLM.from_pretrained
-(float32) and its logits must match ours within tolerance * max(1, max |logit|). Any error in the
-name map, the q/k permutation, the config (heads, FFN size, eps, theta, RoPE scaling, tying) or the
-files shows up as a large difference.
+(float32) and its logits must match ours within tolerance * max(1, max |logit|). Then transformers
+re-saves each model (save_pretrained: its own safetensors and config.json) and the test's
+ImportsWhatTransformersSaved imports that with our code; its logits must match too. Any error in
+the name map, the q/k permutation, the config (heads, FFN size, eps, theta, RoPE scaling, tying)
+or the files shows up as a large difference (the random weights make every mapping matter).
 
 Greedy generation from a training checkpoint (the whole tool path):
 
@@ -39,36 +41,52 @@ from transformers import LlamaForCausalLM
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
+def run_test(build: str, name: str, env_var: str, folder: pathlib.Path) -> None:
+    test = pathlib.Path(build) / "tests" / "hf_checkpoint_test"
+    subprocess.run([str(test), f"--gtest_filter=HfCheckpoint.{name}"], check=True,
+                   env={**os.environ, env_var: str(folder)}, stdout=subprocess.DEVNULL)
+
+
+def report(what: str, ours: torch.Tensor, theirs: torch.Tensor, tolerance: float) -> bool:
+    diff = (theirs - ours).abs().max().item() if theirs.shape == ours.shape else float("inf")
+    bound = tolerance * max(1.0, ours.abs().max().item())
+    ok = diff <= bound
+    print(f"{'OK' if ok else 'MISMATCH'} {what}: logits {list(ours.shape)}, max |ours - "
+          f"transformers| = {diff:.3g} (bound {bound:.3g}, max |logit| {ours.abs().max().item():.3g})")
+    return ok
+
+
 def check_logits(build: str, tolerance: float) -> int:
     from safetensors.torch import load_file
 
     out = pathlib.Path(tempfile.mkdtemp(prefix="mt_hf_logits_"))
-    test = pathlib.Path(build) / "tests" / "hf_checkpoint_test"
-    subprocess.run([str(test), "--gtest_filter=HfCheckpoint.ExportedModelsGiveIdenticalLogits"],
-                   check=True, env={**os.environ, "MT_HF_EXPORT_DIR": str(out)},
-                   stdout=subprocess.DEVNULL)
+    run_test(build, "ExportedModelsGiveIdenticalLogits", "MT_HF_EXPORT_DIR", out)
     variants = sorted(p for p in out.iterdir() if (p / "expected.safetensors").exists())
     if not variants:
-        print(f"MISMATCH: {test} wrote no exports into {out}", file=sys.stderr)
+        print(f"MISMATCH: hf_checkpoint_test wrote no exports into {out}", file=sys.stderr)
         return 1
-    failed = 0
+    ok = True
+    hf_logits = {}
     for v in variants:
+        # Export: our files loaded by transformers.
         config = json.loads((v / "hf" / "config.json").read_text())
         model = LlamaForCausalLM.from_pretrained(v / "hf", dtype=torch.float32).eval()
         expected = load_file(v / "expected.safetensors")
         with torch.no_grad():
-            logits = model(expected["tokens"]).logits
-        ours = expected["logits"]
-        diff = (logits - ours).abs().max().item() if logits.shape == ours.shape else float("inf")
-        bound = tolerance * max(1.0, ours.abs().max().item())
-        ok = diff <= bound
-        failed += not ok
-        print(f"{'OK' if ok else 'MISMATCH'} {v.name}: logits {list(ours.shape)}, max |ours - "
-              f"transformers| = {diff:.3g} (bound {bound:.3g}; max |logit| "
-              f"{ours.abs().max().item():.3g}; {config['num_hidden_layers']} layers, "
-              f"{config['num_attention_heads']} heads / {config['num_key_value_heads']} kv, "
-              f"stored {config['torch_dtype']}, tied {config['tie_word_embeddings']})")
-    return 1 if failed else 0
+            hf_logits[v] = model(expected["tokens"]).logits
+        ok &= report(f"export {v.name} ({config['num_hidden_layers']} layers, "
+                     f"{config['num_attention_heads']} heads / {config['num_key_value_heads']} kv, "
+                     f"stored {config['torch_dtype']}, tied {config['tie_word_embeddings']})",
+                     expected["logits"], hf_logits[v], tolerance)
+        model.save_pretrained(v / "resaved")
+    # Import: what transformers saved, read by our code (ImportsWhatTransformersSaved).
+    run_test(build, "ImportsWhatTransformersSaved", "MT_HF_IMPORT_DIR", out)
+    for v in variants:
+        files = sorted(p.name for p in (v / "resaved").iterdir())
+        ok &= report(f"import {v.name} (transformers saved {', '.join(files)})",
+                     load_file(v / "imported.safetensors")["logits"], hf_logits[v], tolerance)
+    print(f"files in {out}")
+    return 0 if ok else 1
 
 
 def check_generation(a) -> int:

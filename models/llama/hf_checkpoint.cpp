@@ -114,12 +114,12 @@ std::string hf_config_json(const ModelArgs& a, const std::string& torch_dtype) {
             {"mlp_bias", false},
             {"torch_dtype", torch_dtype}};
   if (a.rope_scaling) {
-    j["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", a.rope_scaling->factor},
-                         {"low_freq_factor", a.rope_scaling->low_freq_factor},
-                         {"high_freq_factor", a.rope_scaling->high_freq_factor},
-                         {"original_max_position_embeddings",
-                          a.rope_scaling->original_max_position_embeddings}};
+    j["rope_scaling"] = {
+        {"rope_type", "llama3"},
+        {"factor", a.rope_scaling->factor},
+        {"low_freq_factor", a.rope_scaling->low_freq_factor},
+        {"high_freq_factor", a.rope_scaling->high_freq_factor},
+        {"original_max_position_embeddings", a.rope_scaling->original_max_position_embeddings}};
   } else {
     j["rope_scaling"] = nullptr;
   }
@@ -142,15 +142,21 @@ ModelArgs args_from_hf_config_text(const std::string& text, const std::string& w
   }
   MT_CHECK(get<std::string>(j, "model_type", where) == "llama", where,
            ": model_type is not \"llama\"");
+  // What minititan's Llama cannot represent is refused rather than imported wrongly.
+  MT_CHECK(j.value("hidden_act", "silu") == "silu", where, ": hidden_act ", j["hidden_act"].dump(),
+           " is not supported (silu only)");
+  for (const char* bias : {"attention_bias", "mlp_bias"}) {
+    MT_CHECK(!j.value(bias, false), where, ": ", bias, " is true; minititan's Llama has no biases");
+  }
   ModelArgs a;
   a.dim = get<int64_t>(j, "hidden_size", where);
   a.n_layers = get<int64_t>(j, "num_hidden_layers", where);
   a.n_heads = get<int64_t>(j, "num_attention_heads", where);
-  a.n_kv_heads = j.contains("num_key_value_heads") ? get<int64_t>(j, "num_key_value_heads", where)
-                                                   : a.n_heads;
+  a.n_kv_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
+                     ? get<int64_t>(j, "num_key_value_heads", where)
+                     : a.n_heads;
   a.vocab_size = get<int64_t>(j, "vocab_size", where);
   a.norm_eps = get<double>(j, "rms_norm_eps", where);
-  a.rope_theta = j.contains("rope_theta") ? get<double>(j, "rope_theta", where) : 10000.0;
   a.max_seq_len = get<int64_t>(j, "max_position_embeddings", where);
   a.tie_embeddings = j.value("tie_word_embeddings", false);
   if (j.contains("head_dim") && !j["head_dim"].is_null()) {
@@ -162,18 +168,31 @@ ModelArgs args_from_hf_config_text(const std::string& text, const std::string& w
   const int64_t base = 2 * 4 * a.dim / 3;
   a.multiple_of = ffn;
   a.ffn_dim_multiplier = double(ffn) / double(base);
+  // RoPE: transformers >= 5 saves rope_parameters {rope_type, rope_theta, scaling fields}; earlier
+  // versions rope_theta beside rope_scaling (null, or {rope_type or type, fields}). Absent:
+  // LlamaConfig's defaults, theta 10000 without scaling. Scaling: llama3 only.
+  const bool v5 = j.contains("rope_parameters") && !j["rope_parameters"].is_null();
+  const std::string rwhere = where + (v5 ? ", rope_parameters" : ", rope_scaling");
+  const Json rope = v5 ? j["rope_parameters"] : j.value("rope_scaling", Json(nullptr));
+  MT_CHECK(rope.is_null() || rope.is_object(), rwhere, ": expected an object, found ", rope.dump());
+  if (v5) {
+    a.rope_theta = get<double>(rope, "rope_theta", rwhere);
+  } else {
+    a.rope_theta = j.contains("rope_theta") ? get<double>(j, "rope_theta", where) : 10000.0;
+  }
   a.rope_scaling = std::nullopt;
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    const Json& r = j["rope_scaling"];
-    const std::string type = r.value("rope_type", r.value("type", ""));
-    MT_CHECK(type == "llama3", where, ": rope_scaling type \"", type,
-             "\" is not supported (llama3 only)");
-    runtime::RopeScaling s;
-    s.factor = get<double>(r, "factor", where);
-    s.low_freq_factor = get<double>(r, "low_freq_factor", where);
-    s.high_freq_factor = get<double>(r, "high_freq_factor", where);
-    s.original_max_position_embeddings = get<int64_t>(r, "original_max_position_embeddings", where);
-    a.rope_scaling = s;
+  const std::string type =
+      rope.is_null() ? "default" : rope.value("rope_type", rope.value("type", "default"));
+  if (type != "default") {
+    MT_CHECK(type == "llama3", rwhere, ": rope_type \"", type,
+             "\" is not supported (default or llama3)");
+    runtime::RopeScaling r;
+    r.factor = get<double>(rope, "factor", rwhere);
+    r.low_freq_factor = get<double>(rope, "low_freq_factor", rwhere);
+    r.high_freq_factor = get<double>(rope, "high_freq_factor", rwhere);
+    r.original_max_position_embeddings =
+        get<int64_t>(rope, "original_max_position_embeddings", rwhere);
+    a.rope_scaling = r;
   }
   a.validate();
   MT_CHECK(a.ffn_hidden_dim() == ffn, where, ": intermediate_size ", ffn,

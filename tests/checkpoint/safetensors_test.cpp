@@ -46,9 +46,8 @@ Tensor random_bits(const Shape& shape, DType dtype, uint32_t seed) {
 
 ::testing::AssertionResult bitwise_equal(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) {
-    return ::testing::AssertionFailure()
-           << mt::detail::concat("shape/dtype ", a.shape(), " ", a.dtype(), " vs ", b.shape(), " ",
-                                 b.dtype());
+    return ::testing::AssertionFailure() << mt::detail::concat(
+               "shape/dtype ", a.shape(), " ", a.dtype(), " vs ", b.shape(), " ", b.dtype());
   }
   const Tensor ca = a.contiguous(), cb = b.contiguous();
   if (ca.nbytes() > 0 && std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) != 0) {
@@ -157,12 +156,10 @@ TEST(Safetensors, FolderShardsAboveTheLimitWithAnIndex) {
   testing::ScratchDir scratch;
   // Limit 1000: [a 400, b 400] (c would pass it), [c 2000] (alone, above it), [d 600, e 400]
   // (exactly at the limit), [f 4].
-  const NamedTensors tensors = {{"a", random_bits({100}, DType::F32, 1)},
-                                {"b", random_bits({50}, DType::F64, 2)},
-                                {"c", random_bits({1000}, DType::BF16, 3)},
-                                {"d", random_bits({75}, DType::I64, 4)},
-                                {"e", random_bits({100}, DType::I32, 5)},
-                                {"f", random_bits({4}, DType::Bool, 6)}};
+  const NamedTensors tensors = {
+      {"a", random_bits({100}, DType::F32, 1)},   {"b", random_bits({50}, DType::F64, 2)},
+      {"c", random_bits({1000}, DType::BF16, 3)}, {"d", random_bits({75}, DType::I64, 4)},
+      {"e", random_bits({100}, DType::I32, 5)},   {"f", random_bits({4}, DType::Bool, 6)}};
   const fs::path m = scratch / "m";
   const auto files = write_safetensors_folder(m, tensors, 1000);
   const std::vector<fs::path> want = {
@@ -222,7 +219,8 @@ TEST(Safetensors, CorruptFilesAreErrorsNamingTheProblem) {
   const std::vector<CorruptCase> cases = {
       {"header length above the limit", "{}", "", uint64_t(100'000'001),
        "header length 100000001 is above the 100,000,000-byte limit"},
-      {"header longer than the file", "{}", "", uint64_t(64), "header length 64 but only 8 bytes follow"},
+      {"header longer than the file", "{}", "", uint64_t(64),
+       "header length 64 but only 8 bytes follow"},
       {"invalid JSON", "{\"a\": ", "", std::nullopt, "the header is not valid JSON"},
       {"not an object", "[1, 2]", "", std::nullopt, "the header is not a JSON object"},
       {"unknown dtype", R"({"w": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [0, 2]}})",
@@ -241,9 +239,8 @@ TEST(Safetensors, CorruptFilesAreErrorsNamingTheProblem) {
        "tensor w: data_offsets [8, 0) end before they begin"},
       {"truncated data", "{\"w\": {" + f32x2 + "[0, 8]}}", std::string(5, '\0'), std::nullopt,
        "tensor w: data_offsets [0, 8) lie outside the file's 5 data bytes (truncated?)"},
-      {"overlap",
-       "{\"u\": {" + f32x2 + "[0, 8]}, \"v\": {" + f32x2 + "[4, 12]}}", std::string(12, '\0'),
-       std::nullopt, "tensors u and v overlap (bytes [4, 8))"},
+      {"overlap", "{\"u\": {" + f32x2 + "[0, 8]}, \"v\": {" + f32x2 + "[4, 12]}}",
+       std::string(12, '\0'), std::nullopt, "tensors u and v overlap (bytes [4, 8))"},
       {"gap", "{\"u\": {" + f32x2 + "[0, 8]}, \"v\": {" + f32x2 + "[12, 20]}}",
        std::string(20, '\0'), std::nullopt,
        "bytes [8, 12) of the data section belong to no tensor (before v)"},
@@ -262,11 +259,13 @@ TEST(Safetensors, CorruptFilesAreErrorsNamingTheProblem) {
   }
   // Shorter than the length field, and missing.
   std::ofstream(scratch / "short.safetensors") << "abc";
-  EXPECT_NE(error_of([&] { read_safetensors(scratch / "short.safetensors"); })
-                .find("truncated (3 bytes, no room for the header length)"),
+  EXPECT_NE(error_of([&] {
+              read_safetensors(scratch / "short.safetensors");
+            }).find("truncated (3 bytes, no room for the header length)"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { read_safetensors(scratch / "none.safetensors"); })
-                .find("none.safetensors: cannot be opened"),
+  EXPECT_NE(error_of([&] {
+              read_safetensors(scratch / "none.safetensors");
+            }).find("none.safetensors: cannot be opened"),
             std::string::npos);
   // A valid file cut anywhere in its header or data is refused.
   write_safetensors(scratch / "ok.safetensors", {{"w", random_bits({16}, DType::F32, 1)}});
@@ -296,8 +295,10 @@ TEST(Safetensors, BadIndexesAreErrorsNamingTheProblem) {
     std::ofstream(index) << text;
     return error_of([&] { read_safetensors_folder(m); });
   };
-  const std::string s1 = "model-00001-of-00002.safetensors", s2 = "model-00002-of-00002.safetensors";
-  EXPECT_NE(with_index("{").find("model.safetensors.index.json: not valid JSON"), std::string::npos);
+  const std::string s1 = "model-00001-of-00002.safetensors",
+                    s2 = "model-00002-of-00002.safetensors";
+  EXPECT_NE(with_index("{").find("model.safetensors.index.json: not valid JSON"),
+            std::string::npos);
   EXPECT_NE(with_index(R"({"metadata": {}})").find("no \"weight_map\" object"), std::string::npos);
   EXPECT_NE(with_index(R"({"weight_map": {"a": "../x.safetensors"}})")
                 .find("maps a to \"../x.safetensors\", not a file in the index's folder"),
@@ -307,7 +308,8 @@ TEST(Safetensors, BadIndexesAreErrorsNamingTheProblem) {
   EXPECT_NE(with_index(R"({"weight_map": {"a": "gone.safetensors"}})")
                 .find("maps a to gone.safetensors, which does not exist"),
             std::string::npos);
-  EXPECT_NE(with_index(R"({"weight_map": {"a": ")" + s1 + R"(", "b": ")" + s1 + R"(", "c": ")" + s1 + "\"}}")
+  EXPECT_NE(with_index(R"({"weight_map": {"a": ")" + s1 + R"(", "b": ")" + s1 + R"(", "c": ")" +
+                       s1 + "\"}}")
                 .find("maps c to " + s1 + ", which does not hold it"),
             std::string::npos);
   EXPECT_NE(with_index(R"({"weight_map": {"a": ")" + s1 + R"(", "c": ")" + s2 + "\"}}")
@@ -317,24 +319,31 @@ TEST(Safetensors, BadIndexesAreErrorsNamingTheProblem) {
   std::ofstream(index) << good;
   expect_same_tensors(read_safetensors_folder(m), tensors);
   write_safetensors(m / "model.safetensors", tensors);
-  EXPECT_NE(error_of([&] { read_safetensors_folder(m); })
-                .find("holds both model.safetensors and model.safetensors.index.json"),
+  EXPECT_NE(error_of([&] {
+              read_safetensors_folder(m);
+            }).find("holds both model.safetensors and model.safetensors.index.json"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { read_safetensors_folder(scratch / "empty"); })
-                .find("neither model.safetensors nor model.safetensors.index.json"),
+  EXPECT_NE(error_of([&] {
+              read_safetensors_folder(scratch / "empty");
+            }).find("neither model.safetensors nor model.safetensors.index.json"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { write_safetensors_folder(m, tensors, 0); })
-                .find("max_shard_bytes must be > 0, got 0"),
+  EXPECT_NE(error_of([&] {
+              write_safetensors_folder(m, tensors, 0);
+            }).find("max_shard_bytes must be > 0, got 0"),
             std::string::npos);
 }
 
 // Exactly representable values both sides compute: element i of a tensor of `dtype`.
 double reference_value(DType dtype, int64_t i) {
   switch (dtype) {
-    case DType::I64: return double((i - 3) * (int64_t(1) << 40));
-    case DType::I32: return double((i * 7919) % 1000 - 500);
-    case DType::Bool: return i % 3 == 0;
-    default: return double(i - 5) * 0.375;
+    case DType::I64:
+      return double((i - 3) * (int64_t(1) << 40));
+    case DType::I32:
+      return double((i * 7919) % 1000 - 500);
+    case DType::Bool:
+      return i % 3 == 0;
+    default:
+      return double(i - 5) * 0.375;
   }
 }
 
@@ -356,12 +365,14 @@ Tensor reference_tensor(DType dtype, const Shape& shape) {
 // file of its own that we read.
 TEST(Safetensors, ReferencePythonImplementationAgrees) {
   const auto python = testing::python_with("safetensors.numpy");
-  if (!python) GTEST_SKIP() << "no Python with safetensors and numpy (pip install safetensors numpy)";
+  if (!python)
+    GTEST_SKIP() << "no Python with safetensors and numpy (pip install safetensors numpy)";
   testing::ScratchDir scratch;
   const Shape shape = {3, 8};
   NamedTensors ours;
   for (DType d : kAllDTypes) ours[std::string(runtime::dtype_name(d))] = reference_tensor(d, shape);
-  write_safetensors(scratch / "ours.safetensors", ours, {{"format", "pt"}, {"origin", "minititan"}});
+  write_safetensors(scratch / "ours.safetensors", ours,
+                    {{"format", "pt"}, {"origin", "minititan"}});
   write_safetensors_folder(scratch / "sharded", ours, 200);
   const std::string script = R"PY(
 import json, os, sys

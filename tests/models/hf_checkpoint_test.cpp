@@ -1,6 +1,7 @@
 // Llama <-> Hugging Face conversion (models/llama/hf_checkpoint.h) at the model level: the q/k row
 // permutation is transformers' formula (checked element by element) and is undone exactly;
-// config.json round-trips every flavor and carries Llama 3.1's published values; a random model
+// config.json round-trips every flavor and carries Llama 3.1's published values, and configs saved
+// by transformers 4 (rope_theta, rope_scaling) and 5 (rope_parameters) import; a random model
 // exported to safetensors and imported back gives bit-identical logits (GQA with llama3 RoPE
 // scaling, tied MHA without scaling, MQA stored as bf16 in shards); config/tensor mismatches are
 // errors naming the tensor and both shapes.
@@ -8,7 +9,8 @@
 // With MT_HF_EXPORT_DIR set, ExportedModelsGiveIdenticalLogits also leaves each variant there
 // (<variant>/hf: config.json + safetensors; <variant>/expected.safetensors: tokens and our
 // logits) for scripts/verify_hf_export.py --logits, which loads them with transformers'
-// LlamaForCausalLM and compares the logits (needs torch; not run in CI).
+// LlamaForCausalLM and compares the logits (needs torch; not run in CI); the script then has
+// ImportsWhatTransformersSaved import what transformers saves (MT_HF_IMPORT_DIR).
 #include "models/llama/hf_checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -17,7 +19,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "checkpoint/safetensors.h"
 #include "models/llama/model.h"
@@ -145,8 +149,80 @@ TEST(HfCheckpoint, ConfigRoundTripsEveryFlavorWithThePublishedValues) {
   EXPECT_EQ(j1["num_hidden_layers"], 16);
   EXPECT_EQ(j1["tie_word_embeddings"], true);
   EXPECT_EQ(j1["rope_scaling"]["factor"], 32.0);
-  EXPECT_EQ(Json::parse(hf_config_json(flavor_args("70B"), "bfloat16"))["intermediate_size"], 28672);
-  EXPECT_EQ(Json::parse(hf_config_json(flavor_args("405B"), "bfloat16"))["intermediate_size"], 53248);
+  EXPECT_EQ(Json::parse(hf_config_json(flavor_args("70B"), "bfloat16"))["intermediate_size"],
+            28672);
+  EXPECT_EQ(Json::parse(hf_config_json(flavor_args("405B"), "bfloat16"))["intermediate_size"],
+            53248);
+}
+
+ModelArgs args_from_text(const std::string& text) {
+  return args_from_hf_config_text(text, "test config");
+}
+
+TEST(HfCheckpoint, ConfigsSavedByTransformers4And5Import) {
+  // Meta-Llama-3.1-8B's config.json (transformers 4: rope_theta beside rope_scaling).
+  const ModelArgs v4 = args_from_text(R"({"architectures": ["LlamaForCausalLM"],
+      "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 128000,
+      "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096,
+      "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 131072,
+      "mlp_bias": false, "model_type": "llama", "num_attention_heads": 32,
+      "num_hidden_layers": 32, "num_key_value_heads": 8, "pretraining_tp": 1,
+      "rms_norm_eps": 1e-05, "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0,
+      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+      "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+      "transformers_version": "4.43.0.dev0", "use_cache": true, "vocab_size": 128256})");
+  const ModelArgs want = flavor_args("8B");
+  EXPECT_EQ(v4.dim, want.dim);
+  EXPECT_EQ(v4.ffn_hidden_dim(), want.ffn_hidden_dim());
+  EXPECT_EQ(v4.kv_heads(), want.kv_heads());
+  EXPECT_EQ(v4.rope_theta, 500000.0);
+  ASSERT_TRUE(v4.rope_scaling.has_value());
+  EXPECT_EQ(v4.rope_scaling->factor, 8.0);
+  EXPECT_EQ(v4.rope_scaling->high_freq_factor, 4.0);
+  EXPECT_EQ(v4.max_seq_len, 131072);
+  // What transformers 5.23's LlamaConfig.save_pretrained writes: rope_parameters holds theta.
+  const std::string v5_text = R"({"attention_bias": false, "head_dim": 16, "hidden_act": "silu",
+      "hidden_size": 64, "intermediate_size": 128, "max_position_embeddings": 131072,
+      "mlp_bias": false, "model_type": "llama", "num_attention_heads": 4, "num_hidden_layers": 1,
+      "num_key_value_heads": 4, "pad_token_id": null, "rms_norm_eps": 1e-06,
+      "rope_parameters": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192, "rope_theta": 12345.0, "rope_type": "llama3"},
+      "tie_word_embeddings": false, "transformers_version": "5.23.0", "vocab_size": 10})";
+  const ModelArgs v5 = args_from_text(v5_text);
+  EXPECT_EQ(v5.rope_theta, 12345.0);
+  ASSERT_TRUE(v5.rope_scaling.has_value());
+  EXPECT_EQ(v5.rope_scaling->original_max_position_embeddings, 8192);
+  EXPECT_EQ(v5.norm_eps, 1e-6);
+  EXPECT_EQ(v5.ffn_hidden_dim(), 128);
+  const ModelArgs plain = args_from_text(R"({"model_type": "llama", "hidden_size": 64,
+      "intermediate_size": 96, "num_attention_heads": 4, "num_hidden_layers": 1,
+      "num_key_value_heads": null, "rms_norm_eps": 1e-5, "max_position_embeddings": 64,
+      "vocab_size": 10, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})");
+  EXPECT_FALSE(plain.rope_scaling.has_value());
+  EXPECT_EQ(plain.kv_heads(), 4);
+  EXPECT_EQ(plain.ffn_hidden_dim(), 96);
+
+  // Architectures minititan's Llama cannot run are refused, naming the key.
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = v5_text;
+    text.replace(text.find(from), from.size(), to);
+    return error_of([&] { args_from_text(text); });
+  };
+  EXPECT_NE(with(R"("hidden_act": "silu")", R"("hidden_act": "gelu")")
+                .find("test config: hidden_act \"gelu\" is not supported (silu only)"),
+            std::string::npos);
+  EXPECT_NE(with(R"("mlp_bias": false)", R"("mlp_bias": true)")
+                .find("mlp_bias is true; minititan's Llama has no biases"),
+            std::string::npos);
+  EXPECT_NE(with(R"("rope_type": "llama3")", R"("rope_type": "yarn")")
+                .find("test config, rope_parameters: rope_type \"yarn\" is not supported"),
+            std::string::npos);
+  EXPECT_NE(with(R"("rope_theta": 12345.0, )", "")
+                .find("test config, rope_parameters: missing key \"rope_theta\""),
+            std::string::npos);
+  EXPECT_NE(with(R"("head_dim": 16)", R"("head_dim": 32)")
+                .find("head_dim x num_attention_heads must equal hidden_size"),
+            std::string::npos);
 }
 
 struct Variant {
@@ -205,6 +281,16 @@ Tensor fixed_tokens(int64_t vocab, int64_t T) {
   return runtime::from_i64(ids, {2, T}, {DType::I64});
 }
 
+// A Transformer built from hf_dir's config.json holding its weights (copied by
+// named_parameters, a tied table once, as mt_generate loads checkpoints), and those weights.
+std::pair<std::unique_ptr<Transformer>, Weights> import_model(const fs::path& hf_dir) {
+  const ModelArgs args = args_from_hf_config(hf_dir / "config.json");
+  Weights weights = from_hf(checkpoint::read_safetensors_folder(hf_dir), args);
+  auto model = std::make_unique<Transformer>(args, 99);
+  for (const auto& [fqn, p] : model->named_parameters()) p.copy_(weights.at(fqn));
+  return {std::move(model), std::move(weights)};
+}
+
 TEST(HfCheckpoint, ExportedModelsGiveIdenticalLogits) {
   runtime::NoGradGuard no_grad;
   const char* keep = std::getenv("MT_HF_EXPORT_DIR");
@@ -223,16 +309,13 @@ TEST(HfCheckpoint, ExportedModelsGiveIdenticalLogits) {
         << hf_config_json(v.args, v.dtype == DType::BF16 ? "bfloat16" : "float32");
 
     // Import: the config alone rebuilds the architecture; the weights load into a fresh model.
-    const ModelArgs back_args = args_from_hf_config(hf_dir / "config.json");
-    const Weights back = from_hf(checkpoint::read_safetensors_folder(hf_dir), back_args);
+    const auto [imported, back] = import_model(hf_dir);
     ASSERT_EQ(back.size(), ours.size());
-    for (const auto& [name, t] : back) EXPECT_TRUE(bitwise_equal(t, ours.at(name).to(v.dtype))) << name;
-    // By named_parameters (a tied table once), as mt_generate loads checkpoints.
-    Transformer imported(back_args, 99);
-    for (const auto& [fqn, p] : imported.named_parameters()) p.copy_(back.at(fqn));
-
+    for (const auto& [name, t] : back) {
+      EXPECT_TRUE(bitwise_equal(t, ours.at(name).to(v.dtype))) << name;
+    }
     const Tensor tokens = fixed_tokens(v.args.vocab_size, 24);
-    const Tensor logits = imported(tokens);
+    const Tensor logits = (*imported)(tokens);
     if (v.dtype == DType::F32) {
       EXPECT_TRUE(bitwise_equal(logits, model(tokens))) << "logits differ after export/import";
     } else {
@@ -243,6 +326,29 @@ TEST(HfCheckpoint, ExportedModelsGiveIdenticalLogits) {
                                     {{"tokens", tokens}, {"logits", logits.contiguous()}});
     }
   }
+}
+
+// The other direction, run by scripts/verify_hf_export.py --logits after transformers'
+// save_pretrained re-saved each export as <variant>/resaved (transformers' own safetensors and
+// config.json, e.g. rope_parameters in transformers 5): imports it and writes our logits for
+// the expected tokens into <variant>/imported.safetensors, which the script compares with
+// transformers' logits.
+TEST(HfCheckpoint, ImportsWhatTransformersSaved) {
+  const char* dir = std::getenv("MT_HF_IMPORT_DIR");
+  if (!dir) GTEST_SKIP() << "run by scripts/verify_hf_export.py --logits (needs transformers)";
+  runtime::NoGradGuard no_grad;
+  int imported = 0;
+  for (const auto& variant : fs::directory_iterator(dir)) {
+    if (!fs::exists(variant.path() / "resaved" / "config.json")) continue;
+    SCOPED_TRACE(variant.path().string());
+    const auto [model, weights] = import_model(variant.path() / "resaved");
+    const Tensor tokens =
+        checkpoint::read_safetensors(variant.path() / "expected.safetensors").at("tokens");
+    checkpoint::write_safetensors(variant.path() / "imported.safetensors",
+                                  {{"logits", (*model)(tokens).contiguous()}});
+    ++imported;
+  }
+  EXPECT_GT(imported, 0) << "no <variant>/resaved folders in " << dir;
 }
 
 TEST(HfCheckpoint, MismatchesAreErrorsNamingTheTensorAndShapes) {
@@ -267,8 +373,9 @@ TEST(HfCheckpoint, MismatchesAreErrorsNamingTheTensorAndShapes) {
   EXPECT_EQ(from_hf(hf, tied).count("output.weight"), 0u);
   Weights missing = hf;
   missing.erase("model.layers.1.post_attention_layernorm.weight");
-  EXPECT_NE(error_of([&] { from_hf(missing, a); })
-                .find("tensor model.layers.1.post_attention_layernorm.weight is missing"),
+  EXPECT_NE(error_of([&] {
+              from_hf(missing, a);
+            }).find("tensor model.layers.1.post_attention_layernorm.weight is missing"),
             std::string::npos);
 }
 

@@ -128,7 +128,8 @@ TEST(HfConversion, ImportedCheckpointExportsTheSameFiles) {
     ++files;
   }
   EXPECT_GE(files, 4);  // shards, index, config.json
-  EXPECT_EQ(std::distance(fs::directory_iterator(scratch / "hf2"), fs::directory_iterator()), files);
+  EXPECT_EQ(std::distance(fs::directory_iterator(scratch / "hf2"), fs::directory_iterator()),
+            files);
 }
 
 // transformers' rotate_half RoPE on x [T, H, D]: out = x * cos + rotate_half(x) * sin with
