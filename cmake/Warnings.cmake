@@ -3,7 +3,6 @@ add_library(mt_flags INTERFACE)
 target_compile_options(mt_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-sign-compare -Wno-unused-parameter>)
 if(MT_SANITIZE)
-  target_compile_options(mt_flags INTERFACE
-    -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+  target_compile_options(mt_flags INTERFACE "$<$<COMPILE_LANGUAGE:CXX,C>:-fsanitize=address,undefined;-fno-sanitize-recover=undefined;-fno-omit-frame-pointer>")
   target_link_options(mt_flags INTERFACE -fsanitize=address,undefined)
 endif()

@@ -9,7 +9,7 @@ jobs=$(nproc)
 if [ "${MT_SANITIZE:-0}" = 1 ]; then
   dir=build-asan
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMT_SANITIZE=ON \
-    -DMT_BUILD_BENCH=OFF >/dev/null
+    -DMT_BUILD_BENCH=OFF -DMT_CUDA=OFF >/dev/null
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 else

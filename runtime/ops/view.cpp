@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "runtime/autograd/function.h"
+#include "runtime/core/device_runtime.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/kernels/copy.h"
 #include "runtime/ops/factory.h"
@@ -52,14 +53,15 @@ Shape infer_shape(Shape shape, int64_t numel, const Shape& from) {
              "shape ", from, " (", numel, " elements)");
     shape[infer] = numel / known;
   }
-  MT_CHECK(numel_of(shape) == numel, "view: shape ", shape, " is invalid for input of shape ",
-           from, " (", numel, " elements)");
+  MT_CHECK(numel_of(shape) == numel, "view: shape ", shape, " is invalid for input of shape ", from,
+           " (", numel, " elements)");
   return shape;
 }
 
 // Strides for viewing (shape, strides) as new_shape without copying, if possible (the algorithm
 // of PyTorch's computeStride: split the old dims into contiguous chunks and map them over).
-std::optional<Shape> view_strides(const Shape& shape, const Shape& strides, const Shape& new_shape) {
+std::optional<Shape> view_strides(const Shape& shape, const Shape& strides,
+                                  const Shape& new_shape) {
   if (numel_of(shape) == 0 || shape.empty()) return contiguous_strides(new_shape);
   Shape out(new_shape.size());
   int64_t view_d = int64_t(new_shape.size()) - 1;
@@ -191,8 +193,8 @@ Tensor Tensor::slice(int64_t dim_in, int64_t start, int64_t end, int64_t step) c
 Tensor Tensor::narrow(int64_t dim_in, int64_t start, int64_t length) const {
   const int64_t d = wrap_dim(dim_in, dim(), "narrow");
   MT_CHECK(start >= 0 && length >= 0 && start + length <= shape()[d], "narrow: range [", start,
-           ", ", start + length, ") out of bounds for dim ", d, " of size ", shape()[d],
-           " (shape ", shape(), ")");
+           ", ", start + length, ") out of bounds for dim ", d, " of size ", shape()[d], " (shape ",
+           shape(), ")");
   return slice(d, start, start + length);
 }
 
@@ -269,7 +271,10 @@ Tensor Tensor::as_strided(const Shape& shape, const Shape& strides, int64_t offs
   int64_t hi = offset, lo = offset;
   for (size_t d = 0; d < shape.size(); ++d) {
     MT_CHECK(shape[d] >= 0, "as_strided: negative size in ", shape);
-    if (shape[d] == 0) { hi = lo = offset; break; }
+    if (shape[d] == 0) {
+      hi = lo = offset;
+      break;
+    }
     const int64_t span = (shape[d] - 1) * strides[d];
     (span < 0 ? lo : hi) += span;
   }
@@ -302,20 +307,38 @@ Tensor Tensor::to(DType dtype) const {
   return record_view("ToDTypeBackward", *this, out, [in](const Tensor& g) { return g.to(in); });
 }
 
+namespace {
+// The backend that moves bytes between two devices: the non-CPU one's.
+DeviceRuntime& transfer_runtime(Device from, Device to) {
+  const Device accel = from.is_cpu() ? to : from;
+  DeviceRuntime* rt = device_runtime(accel.type);
+  MT_CHECK(rt != nullptr, "to(", to, "): copies between ", from, " and ", to, " need the ",
+           device_type_name(accel.type), " backend, which ",
+           cuda_backend_built() ? "found no usable device" : "this build does not provide");
+  return *rt;
+}
+}  // namespace
+
 Tensor Tensor::to(Device device) const {
   if (device == this->device()) return *this;
-  MT_FAIL("to(", device, "): copies between ", this->device(), " and ", device,
-          " need the CUDA backend, which this build does not provide");
+  DeviceRuntime& rt = transfer_runtime(this->device(), device);
+  Tensor out = Tensor::empty(shape(), options().with_device(device));
+  {
+    NoGradGuard no_grad;
+    rt.copy_between_devices(contiguous(), out);
+  }
+  const Device from = this->device();
+  return record_view("ToDeviceBackward", *this, out,
+                     [from](const Tensor& g) { return g.to(from); });
 }
 
 const Tensor& Tensor::copy_(const Tensor& src) const {
   check_inplace_allowed(*this, "copy_");
-  MT_CHECK(src.device() == device(), "copy_: source on ", src.device(), ", destination on ",
-           device());
   Tensor from;
   {
     NoGradGuard no_grad;
-    from = src.shape() == shape() ? src : src.expand(shape());
+    from = src.device() == device() ? src : src.to(device());  // then cast and broadcast here
+    from = from.shape() == shape() ? from : from.expand(shape());
     if (ranges_overlap(from, *this)) from = from.clone();
   }
   copy_kernel(device(), from, *this);

@@ -1,0 +1,156 @@
+// The CUDA backend's process state (see context.h) and its DeviceRuntime: device queries,
+// synchronisation and host <-> device copies.
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "runtime/core/device_runtime.h"
+#include "runtime/cuda/context.h"
+
+namespace mt::runtime::cuda {
+namespace {
+
+struct DeviceState {
+  cudaDeviceProp properties{};
+  cudaStream_t compute = nullptr;
+  cublasLtHandle_t cublaslt = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+struct Process {
+  std::once_flag init;
+  int count = 0;
+  std::vector<std::unique_ptr<DeviceState>> devices;
+  std::mutex mutex;  // creation of streams and handles
+};
+
+Process& process() {
+  static Process p;
+  std::call_once(p.init, [] {
+    if (cudaGetDeviceCount(&p.count) != cudaSuccess) {
+      (void)cudaGetLastError();  // no driver or no GPU: a CPU-only process
+      p.count = 0;
+    }
+    for (int i = 0; i < p.count; ++i) {
+      auto s = std::make_unique<DeviceState>();
+      MT_CUDA_CHECK(cudaGetDeviceProperties(&s->properties, i));
+      p.devices.push_back(std::move(s));
+    }
+  });
+  return p;
+}
+
+DeviceState& state(int device) {
+  Process& p = process();
+  MT_CHECK(device >= 0 && device < p.count, "cuda:", device, " does not exist: ", p.count,
+           " CUDA device(s) visible");
+  return *p.devices[size_t(device)];
+}
+
+thread_local cudaStream_t t_stream_override = nullptr;
+thread_local bool t_has_override = false;
+
+}  // namespace
+
+int device_count() { return process().count; }
+
+int current_device() {
+  int d = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+const cudaDeviceProp& device_properties(int device) { return state(device).properties; }
+
+cudaStream_t compute_stream(int device) {
+  DeviceState& s = state(device);
+  std::lock_guard lock(process().mutex);
+  if (s.compute == nullptr) {
+    int previous = 0;
+    MT_CUDA_CHECK(cudaGetDevice(&previous));
+    MT_CUDA_CHECK(cudaSetDevice(device));
+    MT_CUDA_CHECK(cudaStreamCreateWithFlags(&s.compute, cudaStreamNonBlocking));
+    MT_CUDA_CHECK(cudaSetDevice(previous));
+  }
+  return s.compute;
+}
+
+cudaStream_t current_stream() {
+  return t_has_override ? t_stream_override : compute_stream(current_device());
+}
+
+StreamGuard::StreamGuard(cudaStream_t stream) : previous_(current_stream()) {
+  t_stream_override = stream;
+  t_has_override = true;
+}
+StreamGuard::~StreamGuard() { t_stream_override = previous_; }
+
+cublasLtHandle_t cublaslt_handle() {
+  DeviceState& s = state(current_device());
+  std::lock_guard lock(process().mutex);
+  if (s.cublaslt == nullptr) MT_CUBLAS_CHECK(cublasLtCreate(&s.cublaslt));
+  return s.cublaslt;
+}
+
+void* workspace(size_t bytes) {
+  DeviceState& s = state(current_device());
+  if (s.workspace_bytes < bytes) {
+    // The old buffer may still be read by queued work: wait for it before freeing.
+    if (s.workspace != nullptr) {
+      MT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+      MT_CUDA_CHECK(cudaFree(s.workspace));
+    }
+    MT_CUDA_CHECK(cudaMalloc(&s.workspace, bytes));
+    s.workspace_bytes = bytes;
+  }
+  return s.workspace;
+}
+
+void check_on_current_device(const Tensor& t, const char* op) {
+  if (!t.defined()) return;
+  MT_CHECK(t.device().is_cuda(), op, ": expected a CUDA tensor, got one on ", t.device());
+  MT_CHECK(t.device().index == current_device(), op, ": tensor on ", t.device(),
+           " but the current device is cuda:", current_device(),
+           " (runtime::set_current_device picks it)");
+}
+
+namespace {
+
+class CudaRuntime final : public DeviceRuntime {
+ public:
+  int device_count() const override { return cuda::device_count(); }
+  std::string device_name(int index) const override { return device_properties(index).name; }
+  void set_device(int index) override {
+    state(index);  // validates
+    MT_CUDA_CHECK(cudaSetDevice(index));
+  }
+  void synchronize(int index) override {
+    MT_CHECK(index == current_device(), "synchronize(cuda:", index,
+             "): not the current device cuda:", current_device());
+    MT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+    MT_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  void copy_between_devices(const Tensor& src, const Tensor& dst) override {
+    MT_CHECK(src.is_contiguous() && dst.is_contiguous() && src.dtype() == dst.dtype() &&
+                 src.shape() == dst.shape(),
+             "copy between devices: expected contiguous tensors of one dtype and shape");
+    if (src.device().is_cuda()) check_on_current_device(src, "copy between devices");
+    if (dst.device().is_cuda()) check_on_current_device(dst, "copy between devices");
+    const size_t bytes = dst.nbytes();
+    if (bytes == 0) return;
+    cudaStream_t stream = current_stream();
+    MT_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), bytes, cudaMemcpyDefault, stream));
+    // The host may read (or free) its side as soon as we return.
+    if (dst.device().is_cpu() || src.device().is_cpu()) MT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+};
+
+CudaRuntime g_runtime;
+const bool g_registered = [] {
+  if (device_count() > 0) set_device_runtime(DeviceType::CUDA, &g_runtime);
+  return true;
+}();
+
+}  // namespace
+}  // namespace mt::runtime::cuda
