@@ -1,14 +1,21 @@
 // Checkpoint save and load throughput, and how long an async save blocks training, on a
 // Llama-like state (f32 tensors sharded Shard(0) over the ranks): a sync save (write + fsync +
 // rename), the async save's blocking part (staging copies) and its total, a load into the same
-// layout with every checksum verified, in one run.
+// layout with every checksum verified, in one run; next to them the disk's own sequential write
+// (+ fsync) and read bandwidth for the same bytes, each rank writing and reading its share of
+// them as one raw file, so the checkpoint's throughput is shown as a fraction of the disk's.
 //   [mpirun -np N] build/bench/checkpoint_bench [--mib 512] [--folder /tmp/mt_ckpt_bench]
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "checkpoint/distributed_checkpoint.h"
 #include "checkpoint/manager.h"
@@ -40,6 +47,38 @@ checkpoint::CheckpointState make_state(const std::shared_ptr<parallel::DeviceMes
     s.tensors.push_back({"model.t" + std::to_string(i), local, shape, piece.offset});
   }
   return s;
+}
+
+// The disk's sequential bandwidth for `bytes`: one file written in 8 MiB writes and fsynced, then
+// read back the same way (from the page cache where it fits, as the checkpoint load reads).
+struct DiskBandwidth {
+  double write_s = 0, read_s = 0;
+};
+DiskBandwidth measure_disk(const std::string& path, size_t bytes, parallel::ProcessGroup& world) {
+  std::vector<char> block(size_t(8) << 20, 1);
+  DiskBandwidth r;
+  world.barrier("bench.disk_write");
+  auto t0 = Clock::now();
+  const int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644);
+  MT_CHECK(fd >= 0, "cannot create ", path);
+  for (size_t done = 0; done < bytes;) {
+    const size_t n = std::min(block.size(), bytes - done);
+    MT_CHECK(::write(fd, block.data(), n) == ssize_t(n), "write failed: ", path);
+    done += n;
+  }
+  MT_CHECK(::fsync(fd) == 0 && ::close(fd) == 0, "fsync failed: ", path);
+  world.barrier("bench.disk_write_end");
+  r.write_s = seconds_since(t0);
+  t0 = Clock::now();
+  const int rfd = ::open(path.c_str(), O_RDONLY);
+  MT_CHECK(rfd >= 0, "cannot open ", path);
+  while (::read(rfd, block.data(), block.size()) > 0) {
+  }
+  ::close(rfd);
+  world.barrier("bench.disk_read_end");
+  r.read_s = seconds_since(t0);
+  fs::remove(path);
+  return r;
 }
 
 }  // namespace
@@ -79,10 +118,22 @@ int main(int argc, char** argv) {
   const bool ok = dest.tensors[5].local.numel() == 0 ||
                   dest.tensors[5].local.contiguous().data<float>()[0] == 5.0f;
 
+  fs::create_directories(folder);
+  const DiskBandwidth disk =
+      measure_disk(folder + "/disk_probe_rank" + std::to_string(world->rank()),
+                   size_t(mib) * (size_t(1) << 20) / size_t(world->size()), *world);
+
   if (world->rank() == 0) {
-    std::printf("| %d | %.0f | %.2f (%.0f MiB/s) | %.3f | %.2f | %.2f (%.0f MiB/s) | %s |\n",
-                world->size(), total_mib, sync_s, total_mib / sync_s, blocking_s, async_total_s,
-                load_s, total_mib / load_s, ok ? "ok" : "WRONG VALUES");
+    std::printf(
+        "| ranks | MiB | sync save s (MiB/s) | disk write+fsync MiB/s | save/disk | async blocking "
+        "s "
+        "| async total s | load s (MiB/s) | disk read MiB/s | load/disk | values |\n");
+    std::printf(
+        "| %d | %.0f | %.2f (%.0f) | %.0f | %.0f%% | %.3f | %.2f | %.2f (%.0f) | %.0f | %.0f%% | "
+        "%s |\n",
+        world->size(), total_mib, sync_s, total_mib / sync_s, total_mib / disk.write_s,
+        100 * disk.write_s / sync_s, blocking_s, async_total_s, load_s, total_mib / load_s,
+        total_mib / disk.read_s, 100 * disk.read_s / load_s, ok ? "ok" : "WRONG VALUES");
   }
   world->barrier("bench.end");
   if (world->rank() == 0) fs::remove_all(folder);
