@@ -11,6 +11,9 @@ namespace mt::runtime {
 using Shape = std::vector<int64_t>;
 
 int64_t numel_of(const Shape& shape);
+// Strides of a tensor [t_shape, t_strides] broadcast to `shape` (0 where t's dim is 1 or
+// missing); throws when it does not broadcast.
+Shape broadcast_strides(const Shape& t_shape, const Shape& t_strides, const Shape& shape);
 Shape contiguous_strides(const Shape& shape);
 // Wraps a possibly negative dim into [0, ndim); throws naming `op` when out of range.
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);

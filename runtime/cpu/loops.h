@@ -95,7 +95,4 @@ void strided_loop(const Shape& shape, const std::array<Shape, N>& strides, Fn&& 
   });
 }
 
-// Strides of `t` broadcast to `shape` (0 where t's dim is 1 or missing).
-Shape broadcast_strides(const Shape& t_shape, const Shape& t_strides, const Shape& shape);
-
 }  // namespace mt::runtime::cpu
