@@ -15,25 +15,10 @@ constexpr int64_t kOptimGrain = 16384;
 template <class P>
 using state_t = std::conditional_t<std::is_same_v<P, double>, double, float>;
 
-void check_operands(const char* op, const Tensor& param, const Tensor& grad,
-                    std::initializer_list<const Tensor*> state) {
-  MT_CHECK(param.is_contiguous() && grad.is_contiguous(), op,
-           ": param and grad must be contiguous");
-  MT_CHECK(grad.shape() == param.shape() && grad.dtype() == param.dtype(), op, ": grad ",
-           grad.shape(), " ", grad.dtype(), " does not match param ", param.shape(), " ",
-           param.dtype());
-  const DType sd = param.dtype() == DType::F64 ? DType::F64 : DType::F32;
-  for (const Tensor* s : state) {
-    MT_CHECK(s->is_contiguous() && s->shape() == param.shape() && s->dtype() == sd, op,
-             ": state tensor ", s->shape(), " ", s->dtype(), " does not match param ",
-             param.shape(), " (expected ", sd, ")");
-  }
-}
-
 void cpu_adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                     const Tensor& exp_avg_sq, double lr, double beta1, double beta2, double eps,
                     double weight_decay, int64_t step) {
-  check_operands("adamw_step", param, grad, {&exp_avg, &exp_avg_sq});
+  check_optimizer_operands("adamw_step", param, grad, {&exp_avg, &exp_avg_sq});
   MT_CHECK(step >= 1, "adamw_step: step must be >= 1, got ", step);
   dispatch_floating(param.dtype(), "adamw_step", [&](auto tag) {
     using P = decltype(tag);
@@ -69,9 +54,9 @@ void cpu_sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentu
   MT_CHECK(use_momentum == momentum_buffer.defined(),
            "sgd_step: a momentum buffer is needed exactly when momentum != 0");
   if (use_momentum) {
-    check_operands("sgd_step", param, grad, {&momentum_buffer});
+    check_optimizer_operands("sgd_step", param, grad, {&momentum_buffer});
   } else {
-    check_operands("sgd_step", param, grad, {});
+    check_optimizer_operands("sgd_step", param, grad, {});
   }
   dispatch_floating(param.dtype(), "sgd_step", [&](auto tag) {
     using P = decltype(tag);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "runtime/core/dispatch.h"
 #include "runtime/core/tensor.h"
@@ -35,5 +36,21 @@ inline constinit KernelTable<void(
     const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, double lr,
     double momentum, double dampening, double weight_decay, bool nesterov, bool first_step)>
     sgd_step_kernel{"sgd_step"};
+
+// Validates the contract above for one parameter; `op` names the optimizer in errors.
+inline void check_optimizer_operands(const char* op, const Tensor& param, const Tensor& grad,
+                                     std::initializer_list<const Tensor*> state) {
+  MT_CHECK(param.is_contiguous() && grad.is_contiguous(), op,
+           ": param and grad must be contiguous");
+  MT_CHECK(grad.shape() == param.shape() && grad.dtype() == param.dtype(), op, ": grad ",
+           grad.shape(), " ", grad.dtype(), " does not match param ", param.shape(), " ",
+           param.dtype());
+  const DType sd = param.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  for (const Tensor* s : state) {
+    MT_CHECK(s->is_contiguous() && s->shape() == param.shape() && s->dtype() == sd, op,
+             ": state tensor ", s->shape(), " ", s->dtype(), " does not match param ",
+             param.shape(), " (expected ", sd, ")");
+  }
+}
 
 }  // namespace mt::runtime

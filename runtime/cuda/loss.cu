@@ -1,0 +1,126 @@
+// CUDA fused cross-entropy (runtime/kernels/loss.h): one block per row; the forward keeps only the
+// row's logsumexp (no softmax is stored), the backward recomputes softmax from it. Targets are
+// validated first on the device; the status (first bad position, count) comes back to the host,
+// which waits for it: the one synchronisation of the loss.
+#include <cuda/std/limits>
+
+#include "runtime/cuda/block_reduce.cuh"
+#include "runtime/cuda/loops.cuh"
+#include "runtime/kernels/loss.h"
+
+namespace mt::runtime::cuda {
+namespace {
+
+constexpr int kRowThreads = 512;
+
+// status[0] = first bad position (min), status[1] = count of non-ignored targets.
+template <class I>
+__global__ void check_targets(const I* t, int64_t n, int64_t v, int64_t ignore_index,
+                              unsigned long long* status) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ti = int64_t(t[i]);
+    if (ti == ignore_index) continue;
+    if (ti < 0 || ti >= v)
+      atomicMin(&status[0], (unsigned long long)i);
+    else
+      atomicAdd(&status[1], 1ull);
+  }
+}
+
+template <class T, class A, class I>
+__global__ void forward_rows(const T* x, const I* t, int64_t v, int64_t ignore_index, A* losses,
+                             A* lse) {
+  const int64_t r = blockIdx.x;
+  const int64_t tr = int64_t(t[r]);
+  if (tr == ignore_index) {
+    if (threadIdx.x == 0) losses[r] = lse[r] = A(0);
+    return;
+  }
+  const T* row = x + r * v;
+  A mx = -::cuda::std::numeric_limits<A>::infinity();
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = max(mx, A(row[j]));
+  mx = block_max(mx, -::cuda::std::numeric_limits<A>::infinity());
+  A s = 0;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += exp(A(row[j]) - mx);
+  s = block_sum(s);
+  if (threadIdx.x == 0) {
+    const A l = mx + log(s);
+    lse[r] = l;
+    losses[r] = l - A(row[tr]);
+  }
+}
+
+template <class T, class A, class I>
+__global__ void backward_rows(const T* x, const I* t, const A* lse, const A* grad, bool per_row,
+                              A scale, int64_t v, int64_t ignore_index, T* dx) {
+  const int64_t r = blockIdx.x;
+  const int64_t tr = int64_t(t[r]);
+  T* drow = dx + r * v;
+  if (tr == ignore_index) {
+    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) drow[j] = T(A(0));
+    return;
+  }
+  const T* row = x + r * v;
+  const A g = grad[per_row ? r : 0] * scale, l = lse[r];
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
+    drow[j] = T(exp(A(row[j]) - l) * g - (j == tr ? g : A(0)));
+}
+
+template <class F>
+decltype(auto) dispatch_index(const Tensor& t, F&& fn) {
+  if (t.dtype() == DType::I32) return fn(ptr<int32_t>(t));
+  MT_CHECK(t.dtype() == DType::I64, "cross_entropy: expected i32 or i64 targets, got ",
+           dtype_name(t.dtype()));
+  return fn(ptr<int64_t>(t));
+}
+
+CrossEntropyForwardStatus forward(const Tensor& logits, const Tensor& targets,
+                                  int64_t ignore_index, Tensor& losses, Tensor& lse) {
+  check_on_current_device(logits, "cross_entropy");
+  check_on_current_device(targets, "cross_entropy");
+  const int64_t N = logits.size(0), V = logits.size(1);
+  if (N == 0) return {};
+  Tensor status = Tensor::empty({2}, targets.options().with_dtype(DType::I64));
+  auto* st = ptr<unsigned long long>(status);
+  const unsigned long long init[2] = {~0ull, 0ull};
+  MT_CUDA_CHECK(cudaMemcpyAsync(st, init, sizeof(init), cudaMemcpyHostToDevice, current_stream()));
+  dispatch_index(targets, [&](auto* pt) {
+    check_targets<<<blocks_for(N), kThreads, 0, current_stream()>>>(pt, N, V, ignore_index, st);
+    MT_CUDA_CHECK_LAUNCH();
+    MT_CUDA_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", T, [&] {
+      using A = acc_t<T>;
+      forward_rows<T, A><<<unsigned(N), kRowThreads, 0, current_stream()>>>(
+          ptr<T>(logits), pt, V, ignore_index, ptr<A>(losses), ptr<A>(lse));
+      MT_CUDA_CHECK_LAUNCH();
+    });
+  });
+  unsigned long long host[2];
+  MT_CUDA_CHECK(cudaMemcpyAsync(host, st, sizeof(host), cudaMemcpyDeviceToHost, current_stream()));
+  MT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+  // Rows were computed before validation finished; on a bad target the caller throws.
+  if (host[0] != ~0ull) return {int64_t(host[0]), 0};
+  return {-1, int64_t(host[1])};
+}
+
+void backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad,
+              double scale, int64_t ignore_index, Tensor& grad_logits) {
+  check_on_current_device(logits, "cross_entropy_backward");
+  const int64_t N = logits.size(0), V = logits.size(1);
+  if (N == 0) return;
+  dispatch_index(targets, [&](auto* pt) {
+    MT_CUDA_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_backward", T, [&] {
+      using A = acc_t<T>;
+      backward_rows<T, A><<<unsigned(N), kRowThreads, 0, current_stream()>>>(
+          ptr<T>(logits), pt, ptr<A>(lse), ptr<A>(grad), grad.numel() != 1, A(scale), V,
+          ignore_index, ptr<T>(grad_logits));
+      MT_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+MT_REGISTER_KERNEL(cross_entropy_forward_kernel, DeviceType::CUDA, forward);
+MT_REGISTER_KERNEL(cross_entropy_backward_kernel, DeviceType::CUDA, backward);
+
+}  // namespace
+}  // namespace mt::runtime::cuda
