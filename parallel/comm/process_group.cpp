@@ -47,10 +47,12 @@ ScopedCollectiveTimeout::ScopedCollectiveTimeout(std::chrono::milliseconds timeo
 ScopedCollectiveTimeout::~ScopedCollectiveTimeout() { set_collective_timeout(previous_); }
 
 void Work::wait() const {
+  if (wait_) wait_();
   if (done_.valid()) done_.get();
 }
 
 bool Work::is_completed() const {
+  if (is_completed_) return is_completed_();
   return !done_.valid() || done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
 }
 
@@ -67,8 +69,8 @@ std::string where(const char* collective, const ProcessGroup& g) {
 void check_tensor(const Tensor& t, const char* what, const char* collective,
                   const ProcessGroup& g) {
   MT_CHECK(t.defined(), where(collective, g), ": ", what, " is an undefined tensor");
-  MT_CHECK(t.device().is_cpu(), where(collective, g), ": ", what,
-           " must be a CPU tensor for this backend, got device ",
+  MT_CHECK(t.device().type == g.device_type(), where(collective, g), ": ", what, " must be a ",
+           runtime::device_type_name(g.device_type()), " tensor for this backend, got device ",
            runtime::device_type_name(t.device().type));
 }
 
@@ -102,7 +104,9 @@ Tensor staged(const Tensor& t, bool upcast) {
 
 // Output buffer for `t`: t itself when it can be written directly.
 Tensor out_buffer(const Tensor& t, bool upcast) {
-  if (upcast && is_16bit_float(t.dtype())) return Tensor::empty(t.shape(), {DType::F32});
+  if (upcast && is_16bit_float(t.dtype())) {
+    return Tensor::empty(t.shape(), t.options().with_dtype(DType::F32));
+  }
   if (t.is_contiguous()) return t;
   return Tensor::empty(t.shape(), t.options());
 }
@@ -123,7 +127,8 @@ void divide_in_place(const Tensor& buf, int n) {
   }
 }
 
-ReduceOp backend_op(ReduceOp op) { return op == ReduceOp::Avg ? ReduceOp::Sum : op; }
+// The op the backend runs: Avg becomes Sum when the frontend divides afterwards (host_avg).
+ReduceOp backend_op(ReduceOp op, bool host_avg) { return host_avg ? ReduceOp::Sum : op; }
 
 void check_peer(int peer, const char* what, const char* collective, const ProcessGroup& g) {
   MT_CHECK(peer >= 0 && peer < g.size() && peer != g.rank(), where(collective, g), ": ", what,
@@ -139,10 +144,11 @@ Work ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op, const std::stri
   check_tensor(tensor, "tensor", "all_reduce", *this);
   check_reducible(tensor, op, "all_reduce", *this);
   Tensor t = tensor.detach();
-  return submit("all_reduce", name, int64_t(t.nbytes()), async_op, [this, t, op] {
+  return submit("all_reduce", name, int64_t(t.nbytes()), async_op, {t}, [this, t, op] {
+    const bool host_avg = op == ReduceOp::Avg && !backend_reduces_avg();
     Tensor buf = staged(t, true);
-    do_all_reduce(buf, backend_op(op));
-    if (op == ReduceOp::Avg) divide_in_place(buf, size());
+    do_all_reduce(buf, backend_op(op, host_avg));
+    if (host_avg) divide_in_place(buf, size());
     copy_back(t, buf);
   });
 }
@@ -153,7 +159,7 @@ Work ProcessGroup::all_gather_into(const Tensor& out, const Tensor& in, const st
   check_tensor(in, "in", "all_gather_into", *this);
   check_rows(out, in, size(), "out", "in", "all_gather_into", *this);
   Tensor o = out.detach(), i = in.detach();
-  return submit("all_gather_into", name, int64_t(o.nbytes()), async_op, [this, o, i] {
+  return submit("all_gather_into", name, int64_t(o.nbytes()), async_op, {o, i}, [this, o, i] {
     Tensor ob = out_buffer(o, false);
     do_all_gather(ob, i.contiguous());
     copy_back(o, ob);
@@ -167,12 +173,14 @@ Work ProcessGroup::reduce_scatter_into(const Tensor& out, const Tensor& in, Redu
   check_rows(in, out, size(), "in", "out", "reduce_scatter_into", *this);
   check_reducible(in, op, "reduce_scatter_into", *this);
   Tensor o = out.detach(), i = in.detach();
-  return submit("reduce_scatter_into", name, int64_t(i.nbytes()), async_op, [this, o, i, op] {
-    Tensor ob = out_buffer(o, true);
-    do_reduce_scatter(ob, staged(i, true), backend_op(op));
-    if (op == ReduceOp::Avg) divide_in_place(ob, size());
-    copy_back(o, ob);
-  });
+  return submit("reduce_scatter_into", name, int64_t(i.nbytes()), async_op, {o, i},
+                [this, o, i, op] {
+                  const bool host_avg = op == ReduceOp::Avg && !backend_reduces_avg();
+                  Tensor ob = out_buffer(o, true);
+                  do_reduce_scatter(ob, staged(i, true), backend_op(op, host_avg));
+                  if (host_avg) divide_in_place(ob, size());
+                  copy_back(o, ob);
+                });
 }
 
 Work ProcessGroup::broadcast(const Tensor& tensor, int root, const std::string& name,
@@ -181,7 +189,7 @@ Work ProcessGroup::broadcast(const Tensor& tensor, int root, const std::string& 
   MT_CHECK(root >= 0 && root < size(), where("broadcast", *this), ": root must be in [0, ", size(),
            "), got ", root);
   Tensor t = tensor.detach();
-  return submit("broadcast", name, int64_t(t.nbytes()), async_op, [this, t, root] {
+  return submit("broadcast", name, int64_t(t.nbytes()), async_op, {t}, [this, t, root] {
     Tensor buf = t.contiguous();
     do_broadcast(buf, root);
     copy_back(t, buf);
@@ -189,7 +197,7 @@ Work ProcessGroup::broadcast(const Tensor& tensor, int root, const std::string& 
 }
 
 Work ProcessGroup::barrier(const std::string& name, bool async_op) {
-  return submit("barrier", name, 0, async_op, [this] { do_barrier(); });
+  return submit("barrier", name, 0, async_op, {}, [this] { do_barrier(); });
 }
 
 Work ProcessGroup::all_to_all_single(const Tensor& out, const Tensor& in,
@@ -223,7 +231,7 @@ Work ProcessGroup::all_to_all_single(const Tensor& out, const Tensor& in,
   for (auto& s : out_splits) s *= row;
   for (auto& s : in_splits) s *= row;
   Tensor o = out.detach(), i = in.detach();
-  return submit(c, name, int64_t(i.nbytes()), async_op,
+  return submit(c, name, int64_t(i.nbytes()), async_op, {o, i},
                 [this, o, i, oc = std::move(out_splits), ic = std::move(in_splits)] {
                   Tensor ob = out_buffer(o, false);
                   do_all_to_all(ob, i.contiguous(), oc, ic);
@@ -237,7 +245,7 @@ Work ProcessGroup::send(const Tensor& tensor, int dst, int tag, const std::strin
   check_peer(dst, "dst", "send", *this);
   MT_CHECK(tag >= 0, where("send", *this), ": tag must be >= 0, got ", tag);
   Tensor t = tensor.detach();
-  return submit("send", name, int64_t(t.nbytes()), async_op,
+  return submit("send", name, int64_t(t.nbytes()), async_op, {t},
                 [this, t, dst, tag] { do_send(t.contiguous(), dst, tag); });
 }
 
@@ -247,7 +255,7 @@ Work ProcessGroup::recv(const Tensor& tensor, int src, int tag, const std::strin
   check_peer(src, "src", "recv", *this);
   MT_CHECK(tag >= 0, where("recv", *this), ": tag must be >= 0, got ", tag);
   Tensor t = tensor.detach();
-  return submit("recv", name, int64_t(t.nbytes()), async_op, [this, t, src, tag] {
+  return submit("recv", name, int64_t(t.nbytes()), async_op, {t}, [this, t, src, tag] {
     Tensor buf = out_buffer(t, false);
     do_recv(buf, src, tag);
     copy_back(t, buf);
@@ -270,7 +278,7 @@ CollectiveRecord ProcessGroup::last_collective() const {
 }
 
 Work ProcessGroup::submit(const char* collective, const std::string& name, int64_t bytes,
-                          bool async_op, std::function<void()> fn) {
+                          bool async_op, std::vector<Tensor> tensors, std::function<void()> fn) {
   {
     std::lock_guard lock(stats_mutex_);
     CommStats& s = stats_[name];
@@ -300,6 +308,11 @@ Work ProcessGroup::submit(const char* collective, const std::string& name, int64
     } finish{this, name, t0};
     fn();
   });
+  return dispatch(collective, std::move(task), async_op, tensors);
+}
+
+Work ProcessGroup::dispatch(const char* collective, std::packaged_task<void()> task, bool async_op,
+                            const std::vector<Tensor>& /*tensors*/) {
   {
     std::unique_lock lock(queue_mutex_);
     if (!async_op && !comm_thread_.joinable()) {

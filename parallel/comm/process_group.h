@@ -50,11 +50,17 @@ class Work {
  public:
   Work() = default;
   explicit Work(std::shared_future<void> done) : done_(std::move(done)) {}
-  void wait() const;  // blocks; rethrows the collective's error
+  // A completion the backend defines (e.g. an event on a device stream: wait() then orders the
+  // caller's stream after it instead of blocking the host).
+  Work(std::function<void()> wait, std::function<bool()> is_completed)
+      : wait_(std::move(wait)), is_completed_(std::move(is_completed)) {}
+  void wait() const;  // blocks (or orders, see above); rethrows the collective's error
   bool is_completed() const;
 
  private:
   std::shared_future<void> done_;
+  std::function<void()> wait_;
+  std::function<bool()> is_completed_;
 };
 
 struct CommStats {
@@ -99,6 +105,8 @@ class ProcessGroup {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string name() const = 0;  // e.g. "mpi:world" or "mpi:world/split(1,0)"
+  // Where the tensors passed to this group's collectives must live.
+  virtual runtime::DeviceType device_type() const { return runtime::DeviceType::CPU; }
   // Collective over the group: ranks passing the same color form a new group, ordered by key,
   // then by rank (color >= 0). Runs after every call issued before it.
   virtual std::unique_ptr<ProcessGroup> split(int color, int key) = 0;
@@ -125,9 +133,10 @@ class ProcessGroup {
 
  protected:
   ProcessGroup() = default;
-  // Backend primitives. Buffers are contiguous CPU tensors; reductions receive f32/f64/i32/i64
-  // only and never Avg (the frontend maps Avg to Sum and divides). Element counts may exceed
-  // INT_MAX: backends split messages themselves.
+  // Backend primitives. Buffers are contiguous tensors on device_type(); reductions receive
+  // f32/f64/i32/i64 only and never Avg unless backend_reduces_avg() (otherwise the frontend maps
+  // Avg to Sum and divides on the host). Element counts may exceed INT_MAX: backends split
+  // messages themselves.
   virtual void do_all_reduce(const Tensor& buf, ReduceOp op) = 0;
   virtual void do_all_gather(const Tensor& out, const Tensor& in) = 0;
   virtual void do_reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) = 0;
@@ -140,12 +149,21 @@ class ProcessGroup {
   virtual void do_send(const Tensor& buf, int dst, int tag) = 0;
   virtual void do_recv(const Tensor& buf, int src, int tag) = 0;
 
+  // True when do_all_reduce / do_reduce_scatter take ReduceOp::Avg themselves (NCCL's ncclAvg).
+  virtual bool backend_reduces_avg() const { return false; }
+  // Runs one call: `task` stages the buffers, calls the do_* primitive and copies back, and keeps
+  // last_collective() and stats(). `tensors` are the caller's tensors it reads or writes. This
+  // default runs it on the calling thread, or on the communication thread when async_op (or when
+  // async calls are queued); a stream-ordered backend overrides it to run the task on its stream.
+  virtual Work dispatch(const char* collective, std::packaged_task<void()> task, bool async_op,
+                        const std::vector<Tensor>& tensors);
+
   // Derived destructors call this first, so the thread never runs a half-destroyed backend.
   void stop_comm_thread();
 
  private:
   Work submit(const char* collective, const std::string& name, int64_t bytes, bool async_op,
-              std::function<void()> fn);
+              std::vector<Tensor> tensors, std::function<void()> fn);
   void comm_loop();
 
   mutable std::mutex stats_mutex_;  // guards stats_ and last_

@@ -1,0 +1,352 @@
+// NCCL backend: communicator set-up and split, stream ordering of each call, the NCCL calls
+// behind the collectives, and the watchdog that ends the job when a call runs out of time.
+#include "parallel/comm/nccl_process_group.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+
+#include "parallel/comm/mpi_runtime.h"
+#include "parallel/comm/timeout_report.h"
+#include "runtime/core/device_runtime.h"
+#include "runtime/core/error.h"
+#include "runtime/cuda/caching_allocator.h"
+#include "runtime/cuda/context.h"
+
+namespace mt::parallel {
+
+namespace cuda = runtime::cuda;
+using runtime::Device;
+using runtime::DType;
+
+namespace {
+
+ncclDataType_t nccl_type(DType d) {
+  switch (d) {
+    case DType::F32:
+      return ncclFloat32;
+    case DType::F64:
+      return ncclFloat64;
+    case DType::I32:
+      return ncclInt32;
+    case DType::I64:
+      return ncclInt64;
+    case DType::BF16:
+      return ncclBfloat16;  // moved, never reduced (the frontend upcasts)
+    case DType::F16:
+      return ncclFloat16;
+    case DType::Bool:
+      return ncclUint8;
+  }
+  MT_FAIL("NcclProcessGroup: unknown dtype");
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Avg:
+      return ncclAvg;
+    case ReduceOp::Max:
+      return ncclMax;
+    case ReduceOp::Min:
+      return ncclMin;
+  }
+  MT_FAIL("NcclProcessGroup: unknown reduce op");
+}
+
+char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
+
+std::string nccl_error(ncclResult_t result, ncclComm_t comm) {
+  const char* last = ncclGetLastError(comm);
+  return detail::concat(ncclGetErrorString(result),
+                        last != nullptr && *last != '\0' ? detail::concat(" (", last, ")") : "");
+}
+
+}  // namespace
+
+struct NcclProcessGroup::Event {
+  cudaEvent_t event = nullptr;
+  Event() { MT_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
+  ~Event() { (void)cudaEventDestroy(event); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  // cudaSuccess when the work before it has run, cudaErrorNotReady while it runs, else an error.
+  cudaError_t status() const { return cudaEventQuery(event); }
+};
+
+bool nccl_available() { return runtime::cuda_is_available(); }
+
+std::unique_ptr<ProcessGroup> make_nccl_process_group(std::shared_ptr<ProcessGroup> bootstrap) {
+  return NcclProcessGroup::create(std::move(bootstrap));
+}
+
+std::unique_ptr<NcclProcessGroup> NcclProcessGroup::create(
+    std::shared_ptr<ProcessGroup> bootstrap) {
+  MT_CHECK(bootstrap != nullptr, "NcclProcessGroup::create: no bootstrap group");
+  MT_CHECK(runtime::cuda_is_available(), "NcclProcessGroup::create on group ", bootstrap->name(),
+           ": no CUDA device is visible");
+  // The unique id travels as int64 words over the bootstrap group (on its device).
+  ncclUniqueId id{};
+  static_assert(sizeof(ncclUniqueId) % sizeof(int64_t) == 0);
+  const int64_t words = int64_t(sizeof id / sizeof(int64_t));
+  Tensor host = Tensor::empty({words}, {DType::I64});
+  std::memset(host.data_ptr(), 0, sizeof id);
+  if (bootstrap->rank() == 0) {
+    const ncclResult_t r = ncclGetUniqueId(&id);
+    MT_CHECK(r == ncclSuccess,
+             "NcclProcessGroup::create: ncclGetUniqueId failed: ", nccl_error(r, nullptr));
+    std::memcpy(host.data_ptr(), &id, sizeof id);
+  }
+  const Device where = bootstrap->device_type() == runtime::DeviceType::CUDA
+                           ? Device::cuda(cuda::current_device())
+                           : Device::cpu();
+  Tensor buf = host.to(where);
+  bootstrap->broadcast(buf, 0, "nccl_unique_id");
+  std::memcpy(&id, buf.to(Device::cpu()).contiguous().data_ptr(), sizeof id);
+
+  ncclComm_t comm = nullptr;
+  const ncclResult_t r = ncclCommInitRank(&comm, bootstrap->size(), id, bootstrap->rank());
+  MT_CHECK(r == ncclSuccess, "NcclProcessGroup::create over group ", bootstrap->name(), " (rank ",
+           bootstrap->rank(), " of ", bootstrap->size(),
+           "): ncclCommInitRank failed: ", nccl_error(r, comm));
+  return std::unique_ptr<NcclProcessGroup>(
+      new NcclProcessGroup(comm, detail::concat("nccl:", bootstrap->name())));
+}
+
+NcclProcessGroup::NcclProcessGroup(ncclComm_t comm, std::string name)
+    : comm_(comm), name_(std::move(name)) {
+  try {
+    device_ = cuda::current_device();
+    check(ncclCommCount(comm_, &size_), "ncclCommCount");
+    check(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
+    MT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    MT_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    cuda::StreamGuard guard(stream_);  // the buffer lives on the NCCL stream
+    barrier_buf_ = Tensor::empty({1}, runtime::TensorOptions{}.with_device(Device::cuda(device_)));
+    barrier_buf_.fill_(0.0);
+  } catch (...) {
+    if (ready_ != nullptr) (void)cudaEventDestroy(ready_);
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+    (void)ncclCommDestroy(comm_);
+    throw;
+  }
+}
+
+NcclProcessGroup::~NcclProcessGroup() {
+  stop_comm_thread();
+  // The watchdog returns once the calls in flight have finished (or ends the job on a timeout).
+  {
+    std::lock_guard lock(watch_mutex_);
+    stopping_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+  // Errors are ignored from here on: at process exit the CUDA runtime may already be unloading.
+  (void)cudaStreamSynchronize(stream_);
+  barrier_buf_ = Tensor();
+  (void)ncclCommDestroy(comm_);
+  (void)cudaEventDestroy(ready_);
+  (void)cudaStreamDestroy(stream_);
+}
+
+void NcclProcessGroup::check(ncclResult_t result, const char* what) const {
+  if (result == ncclSuccess) return;
+  MT_FAIL(what, " on group ", name_, " (rank ", rank_, " of ", size_,
+          ") failed: ", nccl_error(result, comm_));
+}
+
+std::unique_ptr<ProcessGroup> NcclProcessGroup::split(int color, int key) {
+  MT_CHECK(color >= 0, "split on group ", name_, ": color must be >= 0, got ", color);
+  std::lock_guard call(call_mutex_);
+  ncclComm_t child = nullptr;
+  check(ncclCommSplit(comm_, color, key, &child, nullptr), "split (ncclCommSplit)");
+  return std::unique_ptr<NcclProcessGroup>(
+      new NcclProcessGroup(child, detail::concat(name_, "/split(", color, ",", key, ")")));
+}
+
+Work NcclProcessGroup::dispatch(const char* collective, std::packaged_task<void()> task,
+                                bool async_op, const std::vector<Tensor>& tensors) {
+  std::lock_guard call(call_mutex_);
+  MT_CHECK(cuda::current_device() == device_, collective, " on group ", name_,
+           ": the current device is cuda:", cuda::current_device(),
+           " but the group drives cuda:", device_);
+  for (const Tensor& t : tensors) cuda::check_on_current_device(t, collective);
+  std::future<void> result = task.get_future();
+  // The NCCL stream starts after the work already queued on the caller's stream.
+  MT_CUDA_CHECK(cudaEventRecord(ready_, cuda::current_stream()));
+  MT_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
+  for (const Tensor& t : tensors) {
+    if (t.storage()->has_memory()) cuda::record_stream(t, stream_);
+  }
+  {
+    cuda::StreamGuard guard(stream_);  // staging copies and conversions too
+    task();
+  }
+  result.get();  // argument and NCCL errors of the call surface here
+  auto done = std::make_shared<Event>();
+  MT_CUDA_CHECK(cudaEventRecord(done->event, stream_));
+  watch({last_collective(), collective_timeout(), done});
+  Work work([done] { MT_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(), done->event, 0)); },
+            [done] {
+              const cudaError_t s = done->status();
+              if (s == cudaErrorNotReady) return false;
+              MT_CUDA_CHECK(s);
+              return true;
+            });
+  if (async_op) return work;
+  work.wait();
+  if (std::strcmp(collective, "barrier") == 0) {
+    // A barrier the host can rely on (the watchdog ends the job if it never completes).
+    while (!work.is_completed()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return Work();
+}
+
+void NcclProcessGroup::watch(Pending pending) {
+  {
+    std::lock_guard lock(watch_mutex_);
+    if (!watchdog_.joinable()) watchdog_ = std::thread(&NcclProcessGroup::watchdog_loop, this);
+    pending_.push_back(std::move(pending));
+  }
+  watch_cv_.notify_one();
+}
+
+void NcclProcessGroup::watchdog_loop() {
+  (void)cudaSetDevice(device_);
+  std::unique_lock lock(watch_mutex_);
+  for (;;) {
+    // Calls finish in issue order (one stream): drop the finished ones from the front.
+    cudaError_t status = cudaSuccess;
+    while (!pending_.empty() && (status = pending_.front().done->status()) == cudaSuccess) {
+      pending_.pop_front();
+    }
+    if (pending_.empty()) {
+      if (stopping_) return;
+      watch_cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+      continue;
+    }
+    const Pending& oldest = pending_.front();
+    if (status != cudaErrorNotReady) {
+      end_job(detail::concat("CUDA error ", cudaGetErrorName(status), " (",
+                             cudaGetErrorString(status), ") while ", oldest.call.collective, " '",
+                             oldest.call.name, "' (call #", oldest.call.seq, " on group ", name_,
+                             ", rank ", rank_, " of ", size_, ") ran. Ending the job."));
+    }
+    ncclResult_t async_error = ncclSuccess;
+    if (ncclCommGetAsyncError(comm_, &async_error) == ncclSuccess && async_error != ncclSuccess &&
+        async_error != ncclInProgress) {
+      end_job(detail::concat("NCCL error while ", oldest.call.collective, " '", oldest.call.name,
+                             "' (call #", oldest.call.seq, " on group ", name_, ", rank ", rank_,
+                             " of ", size_, ") ran: ", nccl_error(async_error, comm_),
+                             ". Ending the job."));
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (oldest.timeout.count() > 0 && now - oldest.call.started > oldest.timeout) {
+      // NCCL cannot ask the other ranks where they are: the report names this rank's call only.
+      end_job(describe_collective_timeout(name_, rank_, size_, oldest.call,
+                                          double(oldest.timeout.count()) / 1000.0, {},
+                                          /*point_to_point=*/true) +
+              "\n  (NCCL backend: the communicator was aborted with ncclCommAbort; where the "
+              "other ranks are is unknown)");
+    }
+    watch_cv_.wait_for(lock, std::chrono::milliseconds(10));
+  }
+}
+
+void NcclProcessGroup::end_job(const std::string& message) {
+  // Frees kernels stuck waiting for peers; NCCL may itself hang here, so give it 10 s at most.
+  auto aborted = std::make_shared<std::promise<void>>();
+  std::future<void> done = aborted->get_future();
+  std::thread([comm = comm_, aborted] {
+    (void)ncclCommAbort(comm);
+    aborted->set_value();
+  }).detach();
+  done.wait_for(std::chrono::seconds(10));
+  if (mpi::active()) mpi::abort_job(message);
+  std::fprintf(stderr, "[rank %d] %s\n", rank_, message.c_str());
+  std::fflush(stderr);
+  std::_Exit(124);
+}
+
+void NcclProcessGroup::do_all_reduce(const Tensor& buf, ReduceOp op) {
+  if (buf.numel() == 0) return;
+  check(ncclAllReduce(buf.data_ptr(), buf.data_ptr(), size_t(buf.numel()), nccl_type(buf.dtype()),
+                      nccl_op(op), comm_, stream_),
+        "all_reduce (ncclAllReduce)");
+}
+
+void NcclProcessGroup::do_all_gather(const Tensor& out, const Tensor& in) {
+  if (in.numel() == 0) return;
+  check(ncclAllGather(in.data_ptr(), out.data_ptr(), size_t(in.numel()), nccl_type(in.dtype()),
+                      comm_, stream_),
+        "all_gather_into (ncclAllGather)");
+}
+
+void NcclProcessGroup::do_reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
+  if (out.numel() == 0) return;
+  check(ncclReduceScatter(in.data_ptr(), out.data_ptr(), size_t(out.numel()), nccl_type(in.dtype()),
+                          nccl_op(op), comm_, stream_),
+        "reduce_scatter_into (ncclReduceScatter)");
+}
+
+void NcclProcessGroup::do_broadcast(const Tensor& buf, int root) {
+  if (buf.numel() == 0) return;
+  check(ncclBroadcast(buf.data_ptr(), buf.data_ptr(), size_t(buf.numel()), nccl_type(buf.dtype()),
+                      root, comm_, stream_),
+        "broadcast (ncclBroadcast)");
+}
+
+void NcclProcessGroup::do_barrier() { do_all_reduce(barrier_buf_, ReduceOp::Sum); }
+
+void NcclProcessGroup::do_all_to_all(const Tensor& out, const Tensor& in,
+                                     const std::vector<int64_t>& out_counts,
+                                     const std::vector<int64_t>& in_counts) {
+  const size_t me = size_t(rank_);
+  MT_CHECK(in_counts[me] == out_counts[me], "all_to_all_single on group ", name_, " (rank ", rank_,
+           " of ", size_, "): expected ", out_counts[me], " elements from rank ", rank_,
+           " (out_splits), which sends ", in_counts[me], " (its in_splits); out shape ",
+           out.shape(), ", in shape ", in.shape());
+  const size_t es = in.element_size();
+  std::vector<int64_t> in_displ(size_t(size_), 0), out_displ(size_t(size_), 0);
+  for (int j = 1; j < size_; ++j) {
+    in_displ[size_t(j)] = in_displ[size_t(j - 1)] + in_counts[size_t(j - 1)];
+    out_displ[size_t(j)] = out_displ[size_t(j - 1)] + out_counts[size_t(j - 1)];
+  }
+  if (in_counts[me] > 0) {
+    MT_CUDA_CHECK(cudaMemcpyAsync(bytes_of(out) + out_displ[me] * es,
+                                  bytes_of(in) + in_displ[me] * es, size_t(in_counts[me]) * es,
+                                  cudaMemcpyDeviceToDevice, stream_));
+  }
+  if (size_ == 1) return;
+  const ncclDataType_t type = nccl_type(in.dtype());
+  ncclResult_t r = ncclGroupStart();
+  for (int j = 0; j < size_ && r == ncclSuccess; ++j) {
+    const size_t p = size_t(j);
+    if (j == rank_) continue;
+    if (out_counts[p] > 0) {
+      r = ncclRecv(bytes_of(out) + out_displ[p] * es, size_t(out_counts[p]), type, j, comm_,
+                   stream_);
+    }
+    if (r == ncclSuccess && in_counts[p] > 0) {
+      r = ncclSend(bytes_of(in) + in_displ[p] * es, size_t(in_counts[p]), type, j, comm_, stream_);
+    }
+  }
+  const ncclResult_t end = ncclGroupEnd();  // also after a failed call, to close the group
+  check(r != ncclSuccess ? r : end, "all_to_all_single (ncclSend/ncclRecv)");
+}
+
+void NcclProcessGroup::do_send(const Tensor& buf, int dst, int /*tag*/) {
+  if (buf.numel() == 0) return;
+  check(ncclSend(buf.data_ptr(), size_t(buf.numel()), nccl_type(buf.dtype()), dst, comm_, stream_),
+        "send (ncclSend)");
+}
+
+void NcclProcessGroup::do_recv(const Tensor& buf, int src, int /*tag*/) {
+  if (buf.numel() == 0) return;
+  check(ncclRecv(buf.data_ptr(), size_t(buf.numel()), nccl_type(buf.dtype()), src, comm_, stream_),
+        "recv (ncclRecv)");
+}
+
+}  // namespace mt::parallel

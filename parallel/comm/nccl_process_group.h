@@ -1,0 +1,117 @@
+// NcclProcessGroup: the ProcessGroup backend for CUDA tensors over NCCL.
+//
+// - Portable callers use nccl_available() and make_nccl_process_group(), which exist in every
+//   build (the CPU-only build says it has no NCCL); the class itself exists when MT_HAVE_NCCL.
+// - create(bootstrap): rank 0 makes the NCCL unique id and broadcasts it over `bootstrap` (the MPI
+//   world, which is a 1-rank group in a process started without a launcher). The group drives the
+//   current CUDA device (runtime::set_current_device, set by the caller before create).
+//   split(color, key) makes the child communicator with ncclCommSplit (no new unique id).
+// - Stream ordering: every call waits (an event) for the work already queued on the caller's
+//   current stream, runs on the group's own NCCL stream (staging copies and the bf16 -> f32 -> bf16
+//   conversions included), and records a "done" event. Work::wait() makes the caller's current
+//   stream wait for "done"; the host does not wait. A synchronous call is such a wait at once, so
+//   later work on the compute stream sees the result. A synchronous barrier() also blocks the host.
+//   Every tensor a call touches is marked with cuda::record_stream for the NCCL stream.
+// - Reductions: bf16/f16 accumulate in f32 (the frontend's staging, as for MPI); Avg is ncclAvg.
+//   Tags of send/recv are not NCCL concepts: messages between two ranks match in issue order.
+//   all_to_all_single does not compare split sizes across ranks (that would cost a host
+//   synchronisation): mismatched splits hang until the collective timeout.
+// - Timeouts: a watchdog thread per group polls the "done" events of the calls in flight; a call
+//   that has not finished within collective_timeout() of its issue (or a communicator that reports
+//   an asynchronous error) gets the communicator aborted (ncclCommAbort) and ends the job like the
+//   MPI backend (message naming the call and the group on stderr, exit code 124; MPI_Abort when
+//   MPI is running). Unlike MPI it cannot ask the other ranks where they are.
+// - stats().seconds counts the host time to queue a call, not the time it ran on the GPU.
+#pragma once
+
+#include <memory>
+
+#include "parallel/comm/process_group.h"
+
+#if MT_HAVE_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+#endif
+
+namespace mt::parallel {
+
+// True when this build has the NCCL backend and a CUDA device is visible.
+bool nccl_available();
+// NcclProcessGroup::create where the build has NCCL; throws "this build has no NCCL" otherwise.
+std::unique_ptr<ProcessGroup> make_nccl_process_group(std::shared_ptr<ProcessGroup> bootstrap);
+
+#if MT_HAVE_NCCL
+
+class NcclProcessGroup : public ProcessGroup {
+ public:
+  // Collective over `bootstrap`: every member calls it; the new group has its ranks and size.
+  static std::unique_ptr<NcclProcessGroup> create(std::shared_ptr<ProcessGroup> bootstrap);
+  ~NcclProcessGroup() override;
+
+  std::unique_ptr<ProcessGroup> split(int color, int key) override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return name_; }
+  runtime::DeviceType device_type() const override { return runtime::DeviceType::CUDA; }
+
+  cudaStream_t stream() const { return stream_; }  // the group's NCCL stream
+
+ protected:
+  bool backend_reduces_avg() const override { return true; }
+  Work dispatch(const char* collective, std::packaged_task<void()> task, bool async_op,
+                const std::vector<Tensor>& tensors) override;
+
+  void do_all_reduce(const Tensor& buf, ReduceOp op) override;
+  void do_all_gather(const Tensor& out, const Tensor& in) override;
+  void do_reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) override;
+  void do_broadcast(const Tensor& buf, int root) override;
+  void do_barrier() override;
+  void do_all_to_all(const Tensor& out, const Tensor& in, const std::vector<int64_t>& out_counts,
+                     const std::vector<int64_t>& in_counts) override;
+  void do_send(const Tensor& buf, int dst, int tag) override;
+  void do_recv(const Tensor& buf, int src, int tag) override;
+
+ private:
+  struct Event;  // a CUDA event, destroyed with the last reference
+  // A call in flight, watched for its timeout.
+  struct Pending {
+    CollectiveRecord call;
+    std::chrono::milliseconds timeout;
+    std::shared_ptr<Event> done;
+  };
+
+  NcclProcessGroup(ncclComm_t comm, std::string name);
+  void check(ncclResult_t result, const char* what) const;
+  void watch(Pending pending);
+  void watchdog_loop();
+  [[noreturn]] void end_job(const std::string& message);
+
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr;  // recorded on the caller's stream before each call
+  std::mutex call_mutex_;        // one call at a time queues on the communicator
+  int device_ = 0;
+  int rank_ = 0;
+  int size_ = 1;
+  std::string name_;
+  Tensor barrier_buf_;  // one f32 on the device, all-reduced by barrier()
+
+  std::mutex watch_mutex_;
+  std::condition_variable watch_cv_;
+  std::deque<Pending> pending_;
+  bool stopping_ = false;
+  std::thread watchdog_;
+};
+
+#endif  // MT_HAVE_NCCL
+
+}  // namespace mt::parallel

@@ -1,0 +1,305 @@
+// NcclProcessGroup on one GPU. NCCL refuses two ranks on one device, so the group is the 1-rank
+// world (MPI's local world as bootstrap): every collective's result is its input, checked for
+// every dtype against the same call on the CPU backend; plus uneven all_to_all, split(), async
+// ordering against the compute stream, stats, argument errors and the timeout (a compute stream
+// held up by a host function keeps a collective from finishing). Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "parallel/comm/mpi_process_group.h"
+#include "parallel/comm/nccl_process_group.h"
+#include "runtime/core/device_runtime.h"
+#include "runtime/ops/factory.h"
+#include "tests/testing/errors.h"
+#include "tests/testing/tensor_testing.h"
+
+#if MT_HAVE_NCCL
+#include <cuda_runtime.h>
+
+#include "runtime/cuda/context.h"
+#endif
+
+namespace mt::parallel {
+namespace {
+
+using runtime::Device;
+using runtime::DType;
+using testing::error_of;
+
+const std::vector<DType> kAllDtypes = {DType::F32,  DType::F64, DType::I32, DType::I64,
+                                       DType::BF16, DType::F16, DType::Bool};
+
+bool is_float(DType d) {
+  return d == DType::F32 || d == DType::F64 || d == DType::BF16 || d == DType::F16;
+}
+
+// Random values of any dtype on the CPU (integers in [-50, 50), bools alternate at random).
+Tensor random_cpu(const runtime::Shape& shape, DType dtype, uint64_t seed) {
+  if (is_float(dtype)) return testing::randn_as(shape, dtype, seed, "nccl");
+  Tensor u = runtime::rand(shape, runtime::RandomKey(seed, "nccl"), {DType::F64});
+  std::vector<double> v = u.to_vector<double>();
+  for (double& x : v) x = dtype == DType::Bool ? double(x < 0.5) : std::floor(x * 100.0 - 50.0);
+  return runtime::from_vector(v, shape, {dtype});
+}
+
+Tensor cuda(const Tensor& t) { return t.to(Device::cuda(0)); }
+Tensor zeros_cuda(const runtime::Shape& shape, DType dtype) {
+  return runtime::zeros(shape,
+                        runtime::TensorOptions{}.with_dtype(dtype).with_device(Device::cuda(0)));
+}
+
+// Equal values, same shape (exact: on one rank no collective changes a value).
+void expect_same(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
+  Tensor g = gpu.to(Device::cpu());
+  ASSERT_EQ(g.shape(), cpu.shape()) << what;
+  EXPECT_EQ(g.to_vector<double>(), cpu.to_vector<double>()) << what;
+}
+
+std::shared_ptr<ProcessGroup> local_world() {
+  return std::shared_ptr<ProcessGroup>(MpiProcessGroup::world());
+}
+
+TEST(NcclAvailability, FactoryExplainsWhyNot) {
+  if (nccl_available()) GTEST_SKIP() << "NCCL and a GPU are available here";
+  if (MpiProcessGroup::launched_by_launcher()) GTEST_SKIP() << "launched by mpirun/srun";
+  const std::string e = error_of([] { make_nccl_process_group(local_world()); });
+#if MT_HAVE_NCCL
+  EXPECT_NE(e.find("no CUDA device"), std::string::npos) << e;
+#else
+  EXPECT_NE(e.find("this build has no NCCL"), std::string::npos) << e;
+#endif
+}
+
+class NcclProcessGroupTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!runtime::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+    if (MpiProcessGroup::launched_by_launcher()) GTEST_SKIP() << "launched by mpirun/srun";
+    runtime::set_current_device(Device::cuda(0));
+    cpu = local_world();
+    pg = make_nccl_process_group(cpu);
+  }
+  std::shared_ptr<ProcessGroup> cpu;  // the CPU backend: the reference, and the bootstrap
+  std::unique_ptr<ProcessGroup> pg;
+};
+
+TEST_F(NcclProcessGroupTest, WorldOfOneRank) {
+  EXPECT_TRUE(nccl_available());
+  EXPECT_EQ(pg->rank(), 0);
+  EXPECT_EQ(pg->size(), 1);
+  EXPECT_EQ(pg->name(), "nccl:mpi:world");
+  EXPECT_EQ(pg->device_type(), runtime::DeviceType::CUDA);
+}
+
+TEST_F(NcclProcessGroupTest, EveryCollectiveEveryDtypeMatchesTheCpuBackend) {
+  const runtime::Shape shape = {7, 13};  // no multiple of 32 or 128
+  uint64_t seed = 1;
+  for (DType d : kAllDtypes) {
+    const std::string dt = detail::concat(d);
+    Tensor ref = random_cpu(shape, d, seed++);
+    if (d != DType::Bool) {
+      std::vector<ReduceOp> ops = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min};
+      if (is_float(d)) ops.push_back(ReduceOp::Avg);
+      for (ReduceOp op : ops) {
+        Tensor t = cuda(ref), expected = ref.clone();
+        pg->all_reduce(t, op, "ar");
+        cpu->all_reduce(expected, op, "ar");
+        expect_same(t, expected, "all_reduce " + dt + " " + reduce_op_name(op));
+        Tensor rs = zeros_cuda(shape, d), rs_expected = runtime::zeros(shape, {d});
+        pg->reduce_scatter_into(rs, cuda(ref), op, "rs");
+        cpu->reduce_scatter_into(rs_expected, ref, op, "rs");
+        expect_same(rs, rs_expected, "reduce_scatter_into " + dt + " " + reduce_op_name(op));
+      }
+    }
+    Tensor ag = zeros_cuda(shape, d);
+    pg->all_gather_into(ag, cuda(ref), "ag");
+    expect_same(ag, ref, "all_gather_into " + dt);
+    Tensor bc = cuda(ref);
+    pg->broadcast(bc, 0, "bc");
+    expect_same(bc, ref, "broadcast " + dt);
+    Tensor a2a = zeros_cuda(shape, d);
+    pg->all_to_all_single(a2a, cuda(ref), {7}, {7}, "a2a");
+    expect_same(a2a, ref, "all_to_all_single " + dt);
+    Tensor a2a_even = zeros_cuda(shape, d);
+    pg->all_to_all_single(a2a_even, cuda(ref), {}, {}, "a2a");
+    expect_same(a2a_even, ref, "all_to_all_single (even) " + dt);
+  }
+  pg->barrier("barrier");
+  pg->barrier("barrier", /*async_op=*/true).wait();
+}
+
+// bf16/f16 reductions go through f32 buffers (the frontend's staging, on the NCCL stream) and
+// back with round-to-nearest-even; on one rank that round trip must give the input bit for bit,
+// as the CPU backend does, including for non-contiguous inputs and outputs.
+TEST_F(NcclProcessGroupTest, SixteenBitReductionsStageThroughF32) {
+  for (DType d : {DType::BF16, DType::F16}) {
+    Tensor ref = random_cpu({33, 65}, d, 7);
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+      Tensor base = cuda(ref.t().contiguous());  // [65, 33]
+      Tensor view = base.t();                    // [33, 65], non-contiguous
+      Tensor expected = ref.clone();
+      pg->all_reduce(view, op, "ar16");
+      cpu->all_reduce(expected, op, "ar16");
+      expect_same(view, expected, detail::concat("all_reduce ", d, " ", reduce_op_name(op)));
+      Tensor out = zeros_cuda({65, 33}, d).t();  // non-contiguous output
+      Tensor out_expected = runtime::zeros({33, 65}, {d});
+      pg->reduce_scatter_into(out, view, op, "rs16");
+      cpu->reduce_scatter_into(out_expected, expected, op, "rs16");
+      expect_same(out, out_expected, detail::concat("reduce_scatter ", d, " ", reduce_op_name(op)));
+    }
+  }
+}
+
+TEST_F(NcclProcessGroupTest, NonContiguousAndEmptyTensors) {
+  Tensor ref = random_cpu({6, 5}, DType::F32, 3);
+  Tensor in = cuda(ref).t();                        // [5, 6] view
+  Tensor out = zeros_cuda({8, 5}, DType::F32).t();  // [5, 8] view
+  Tensor out_cols = out.narrow(1, 0, 6);            // [5, 6], non-contiguous
+  pg->all_gather_into(out_cols, in, "ag", /*async_op=*/true).wait();
+  expect_same(out_cols, ref.t(), "all_gather_into, views");
+  Tensor a2a = zeros_cuda({8, 5}, DType::F32).t().narrow(1, 1, 6);
+  pg->all_to_all_single(a2a, in, {5}, {5}, "a2a");
+  expect_same(a2a, ref.t(), "all_to_all_single, views");
+
+  for (DType d : {DType::F32, DType::BF16, DType::I64}) {
+    Tensor empty = zeros_cuda({0, 4}, d);
+    pg->all_reduce(empty, ReduceOp::Sum, "empty");
+    pg->broadcast(empty, 0, "empty");
+    pg->all_gather_into(zeros_cuda({0, 4}, d), empty, "empty");
+    pg->reduce_scatter_into(zeros_cuda({0, 4}, d), empty, ReduceOp::Sum, "empty");
+    pg->all_to_all_single(zeros_cuda({0, 4}, d), empty, {0}, {0}, "empty");
+    EXPECT_EQ(empty.to(Device::cpu()).numel(), 0);
+  }
+}
+
+TEST_F(NcclProcessGroupTest, AllToAllSplitsAndTheirErrors) {
+  Tensor ref = random_cpu({5, 3, 2}, DType::BF16, 11);  // rows of 6 elements
+  Tensor out = zeros_cuda({5, 3, 2}, DType::BF16);
+  pg->all_to_all_single(out, cuda(ref), {5}, {5}, "a2a", /*async_op=*/true).wait();
+  expect_same(out, ref, "all_to_all_single");
+  // What rank 0 receives from itself (out_splits) differs from what it sends itself (in_splits).
+  const std::string e = error_of([&] {
+    pg->all_to_all_single(zeros_cuda({4, 3, 2}, DType::BF16), cuda(ref), {4}, {5}, "bad");
+  });
+  EXPECT_NE(e.find("all_to_all_single on group nccl:mpi:world"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected 24 elements from rank 0 (out_splits), which sends 30"),
+            std::string::npos)
+      << e;
+  const std::string sum = error_of([&] { pg->all_to_all_single(out, cuda(ref), {4}, {5}, "bad"); });
+  EXPECT_NE(sum.find("out_splits [4] sum to 4 rows"), std::string::npos) << sum;
+}
+
+TEST_F(NcclProcessGroupTest, SplitMakesAChildCommunicator) {
+  auto sub = pg->split(3, 0);
+  EXPECT_EQ(sub->size(), 1);
+  EXPECT_EQ(sub->rank(), 0);
+  EXPECT_EQ(sub->name(), "nccl:mpi:world/split(3,0)");
+  auto subsub = sub->split(0, 5);
+  EXPECT_EQ(subsub->name(), "nccl:mpi:world/split(3,0)/split(0,5)");
+  Tensor ref = random_cpu({9}, DType::F32, 5);
+  Tensor t = cuda(ref);
+  subsub->all_reduce(t, ReduceOp::Sum, "sub");
+  pg->all_reduce(t, ReduceOp::Sum, "world");  // the parent still works
+  expect_same(t, ref, "all_reduce on the split group");
+  EXPECT_NE(error_of([&] { pg->split(-1, 0); }).find("color must be >= 0"), std::string::npos);
+}
+
+// Work on the compute stream before a call is seen by it; work after wait() sees its result;
+// the host never had to wait. Large buffers make a missing dependency likely to show.
+TEST_F(NcclProcessGroupTest, AsyncWorkIsOrderedAgainstTheComputeStream) {
+  const int64_t n = int64_t(1) << 24;
+  Tensor in = zeros_cuda({n}, DType::F32);
+  Tensor out = zeros_cuda({n}, DType::F32);
+  for (int k = 1; k <= 4; ++k) {
+    in.fill_(double(k));  // queued on the compute stream
+    Work w = pg->all_gather_into(out, in, "ag", /*async_op=*/true);
+    w.wait();                   // the compute stream waits for the NCCL stream
+    Tensor seen = out.clone();  // a kernel after wait()
+    Tensor host = seen.to(Device::cpu());
+    std::vector<float> v = host.to_vector<float>();
+    int64_t wrong = 0;
+    for (float x : v) wrong += x != float(k);
+    EXPECT_EQ(wrong, 0) << "round " << k;
+    EXPECT_TRUE(w.is_completed());
+  }
+  // Async calls, then a sync one: all ordered on the group's stream.
+  Tensor t = cuda(random_cpu({1000}, DType::F32, 2));
+  Tensor expected = t.to(Device::cpu());
+  Work a = pg->all_reduce(t, ReduceOp::Avg, "ar", /*async_op=*/true);
+  Work b = pg->broadcast(t, 0, "bc", /*async_op=*/true);
+  Work c = pg->all_reduce(t, ReduceOp::Max, "ar");
+  EXPECT_TRUE(c.is_completed());  // a sync call's Work is complete (stream-ordered)
+  a.wait();
+  b.wait();
+  runtime::synchronize(Device::cuda(0));
+  EXPECT_TRUE(a.is_completed());
+  EXPECT_TRUE(b.is_completed());
+  expect_same(t, expected, "async chain");
+}
+
+TEST_F(NcclProcessGroupTest, StatsCountCallsAndBytes) {
+  Tensor t = zeros_cuda({4, 8}, DType::F32);
+  pg->all_reduce(t, ReduceOp::Sum, "grad_sync");
+  pg->all_reduce(t, ReduceOp::Sum, "grad_sync", /*async_op=*/true).wait();
+  pg->all_gather_into(zeros_cuda({4, 8}, DType::BF16), zeros_cuda({4, 8}, DType::BF16), "params");
+  auto s = pg->stats();
+  EXPECT_EQ(s["grad_sync"].collective, "all_reduce");
+  EXPECT_EQ(s["grad_sync"].calls, 2);
+  EXPECT_EQ(s["grad_sync"].bytes, 2 * 4 * 8 * 4);
+  EXPECT_EQ(s["params"].collective, "all_gather_into");
+  EXPECT_EQ(s["params"].bytes, 4 * 8 * 2);
+  const CollectiveRecord last = pg->last_collective();
+  EXPECT_EQ(last.seq, 3);
+  EXPECT_EQ(last.name, "params");
+}
+
+TEST_F(NcclProcessGroupTest, ArgumentErrorsNameTheCall) {
+  const std::string host =
+      error_of([&] { pg->all_reduce(runtime::zeros({3}, {DType::F32}), ReduceOp::Sum, "x"); });
+  EXPECT_NE(host.find("all_reduce on group nccl:mpi:world (rank 0 of 1): tensor must be a cuda "
+                      "tensor for this backend, got device cpu"),
+            std::string::npos)
+      << host;
+  const std::string send = error_of([&] { pg->send(zeros_cuda({3}, DType::F32), 0, 0, "s"); });
+  EXPECT_NE(send.find("dst must be another rank"), std::string::npos) << send;
+  const std::string avg =
+      error_of([&] { pg->all_reduce(zeros_cuda({3}, DType::I32), ReduceOp::Avg, "x"); });
+  EXPECT_NE(avg.find("avg needs a floating dtype"), std::string::npos) << avg;
+  const std::string rows = error_of([&] {
+    pg->all_gather_into(zeros_cuda({3, 2}, DType::F32), zeros_cuda({2, 2}, DType::F32), "ag");
+  });
+  EXPECT_NE(rows.find("expected out to have 1 x the rows of in"), std::string::npos) << rows;
+}
+
+#if MT_HAVE_NCCL
+// The compute stream is held up for 3 s by a host function; the collective waits for it, so it
+// cannot finish within a 0.2 s timeout: the watchdog aborts the communicator and ends the process
+// with the MPI backend's kind of report and exit code 124.
+using NcclProcessGroupDeathTest = NcclProcessGroupTest;
+
+TEST_F(NcclProcessGroupDeathTest, CallThatDoesNotFinishInTimeEndsTheJob) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        set_collective_timeout(std::chrono::milliseconds(200));
+        Tensor t = zeros_cuda({4}, DType::F32);
+        MT_CUDA_CHECK(cudaLaunchHostFunc(
+            runtime::cuda::current_stream(),
+            [](void*) { std::this_thread::sleep_for(std::chrono::seconds(3)); }, nullptr));
+        pg->all_reduce(t, ReduceOp::Sum, "stuck");
+        std::this_thread::sleep_for(std::chrono::seconds(20));  // the watchdog ends us first
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(124),
+      "collective timeout: all_reduce 'stuck' .call #1 on group nccl:mpi:world, rank 0 of 1. did "
+      "not complete within 0.2 s");
+}
+#endif
+
+}  // namespace
+}  // namespace mt::parallel
