@@ -1,0 +1,164 @@
+// CUDA kernels of the index family (runtime/kernels/index.h). Copies (index_select, gather, the
+// non-accumulating scatter) move elements by size, one instantiation per element width. The
+// accumulating kernels follow the CPU's schedule so they stay deterministic without atomics:
+// index_add gives each thread one (outer, inner) position and walks the index in order; scatter
+// gives each thread one index position off `dim` and walks `dim` in order. Repeated targets thus
+// add in index order, with the CPU's per-step rounding (the results equal the CPU's bitwise).
+#include <limits>
+
+#include "runtime/cuda/index.cuh"
+#include "runtime/cuda/loops.cuh"
+#include "runtime/kernels/index.h"
+#include "runtime/ops/factory.h"
+
+namespace mt::runtime::cuda {
+namespace {
+
+// Sizes of a contiguous shape seen as [outer, shape[dim], inner].
+struct DimSplit {
+  int64_t outer = 1, size = 1, inner = 1;
+};
+DimSplit split_at(const Shape& shape, int64_t dim) {
+  DimSplit s;
+  for (int64_t d = 0; d < int64_t(shape.size()); ++d) {
+    if (d < dim) s.outer *= shape[size_t(d)];
+    if (d > dim) s.inner *= shape[size_t(d)];
+  }
+  s.size = shape.empty() ? 1 : shape[size_t(dim)];
+  return s;
+}
+
+// self += alpha * src for one element in acc_t<T> (bool: or), rounded to T (the CPU's
+// `accumulate`).
+template <class T>
+__device__ inline void accumulate(T& self, T src, acc_t<T> alpha) {
+  using C = acc_t<T>;
+  if constexpr (std::is_same_v<T, bool>) {
+    self = self || src;
+  } else {
+    self = convert<T>(C(C(self) + alpha * C(src)));
+  }
+}
+
+int64_t index_bounds(const Tensor& index, int64_t size, int64_t* bad_value) {
+  check_on_current_device(index, "index_bounds");
+  const int64_t n = index.numel();
+  if (n == 0) return -1;
+  constexpr long long kNone = std::numeric_limits<long long>::max();
+  Tensor first = empty({1}, index.options().with_dtype(DType::I64));
+  long long* fp = ptr<long long>(first);
+  launch_linear(1, [=] __device__(int64_t) { *fp = kNone; });
+  MT_CUDA_DISPATCH_INDEX(index.dtype(), "index_bounds", I, [&] {
+    const I* ip = ptr<I>(index);
+    launch_linear(n, [=] __device__(int64_t i) {
+      if (ip[i] < 0 || int64_t(ip[i]) >= size) atomicMin(fp, (long long)i);
+    });
+  });
+  const int64_t pos = first.item<int64_t>();
+  if (pos == kNone) return -1;
+  *bad_value = index.reshape({n}).narrow(0, pos, 1).item<int64_t>();
+  return pos;
+}
+
+void index_select(const Tensor& x, int64_t dim, const Tensor& index, Tensor& out) {
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&x, &index, &out})
+    check_on_current_device(*t, "index_select");
+  const DimSplit s = split_at(x.shape(), dim);
+  const int64_t n = index.numel(), inner = s.inner, size = s.size;
+  MT_CUDA_DISPATCH_BYTES(x.element_size(), "index_select", E, [&] {
+    MT_CUDA_DISPATCH_INDEX(index.dtype(), "index_select", I, [&] {
+      const E* xp = ptr<E>(x);
+      const I* ip = ptr<I>(index);
+      E* op = ptr<E>(out);
+      launch_linear(out.numel(), [=] __device__(int64_t e) {
+        const int64_t r = e / inner, j = e % inner;
+        const int64_t o = r / n, i = r % n;
+        op[e] = xp[(o * size + int64_t(ip[i])) * inner + j];
+      });
+    });
+  });
+}
+
+void index_add(Tensor& self, int64_t dim, const Tensor& index, const Tensor& source, double alpha) {
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&self, &index, &source})
+    check_on_current_device(*t, "index_add");
+  const DimSplit s = split_at(self.shape(), dim);
+  const int64_t n = index.numel(), inner = s.inner, size = s.size;
+  if (n == 0) return;
+  MT_CUDA_DISPATCH_ALL(self.dtype(), "index_add", T, [&] {
+    MT_CUDA_DISPATCH_INDEX(index.dtype(), "index_add", I, [&] {
+      T* sp = ptr<T>(self);
+      const T* src = ptr<T>(source);
+      const I* ip = ptr<I>(index);
+      const acc_t<T> a = acc_t<T>(alpha);
+      launch_linear(s.outer * inner, [=] __device__(int64_t t) {
+        const int64_t o = t / inner, j = t % inner;
+        for (int64_t i = 0; i < n; ++i)
+          accumulate(sp[(o * size + int64_t(ip[i])) * inner + j], src[(o * n + i) * inner + j], a);
+      });
+    });
+  });
+}
+
+void gather(const Tensor& x, int64_t dim, const Tensor& index, Tensor& out) {
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&x, &index, &out})
+    check_on_current_device(*t, "gather");
+  Shape xs = x.strides();
+  const int64_t x_dim_stride = xs[size_t(dim)];
+  xs[size_t(dim)] = 0;  // the index supplies the position along dim
+  MT_CUDA_DISPATCH_BYTES(x.element_size(), "gather", E, [&] {
+    MT_CUDA_DISPATCH_INDEX(index.dtype(), "gather", I, [&] {
+      const E* xp = ptr<E>(x);
+      const I* ip = ptr<I>(index);
+      E* op = ptr<E>(out);
+      launch_elementwise<3>(index.shape(), {out.strides(), index.strides(), xs},
+                            [=] __device__(const int64_t* off) {
+                              op[off[0]] = xp[off[2] + int64_t(ip[off[1]]) * x_dim_stride];
+                            });
+    });
+  });
+}
+
+// One thread per index position with p[dim] == 0, walking dim in increasing order: targets
+// that collide (they differ only along dim) are applied in index order.
+void scatter(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, bool add_values) {
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&self, &index, &src})
+    check_on_current_device(*t, "scatter");
+  if (index.numel() == 0) return;
+  Shape ss = self.strides();
+  const int64_t self_dim_stride = ss[size_t(dim)];
+  ss[size_t(dim)] = 0;
+  Shape lines = index.shape();
+  const int64_t n = lines[size_t(dim)];
+  lines[size_t(dim)] = 1;
+  const int64_t istride = index.stride(dim), sstride = src.stride(dim);
+  const std::array<Shape, 3> strides{ss, index.strides(), src.strides()};
+  MT_CUDA_DISPATCH_ALL(self.dtype(), "scatter", T, [&] {
+    MT_CUDA_DISPATCH_INDEX(index.dtype(), "scatter", I, [&] {
+      T* sp = ptr<T>(self);
+      const I* ip = ptr<I>(index);
+      const T* rp = ptr<T>(src);
+      const acc_t<T> one = acc_t<T>(1);
+      launch_elementwise<3>(lines, strides, [=] __device__(const int64_t* off) {
+        for (int64_t i = 0; i < n; ++i) {
+          T& d = sp[off[0] + int64_t(ip[off[1] + i * istride]) * self_dim_stride];
+          const T v = rp[off[2] + i * sstride];
+          if (add_values) {
+            accumulate(d, v, one);
+          } else {
+            d = v;
+          }
+        }
+      });
+    });
+  });
+}
+
+MT_REGISTER_KERNEL(index_bounds_kernel, DeviceType::CUDA, index_bounds);
+MT_REGISTER_KERNEL(index_select_kernel, DeviceType::CUDA, index_select);
+MT_REGISTER_KERNEL(index_add_kernel, DeviceType::CUDA, index_add);
+MT_REGISTER_KERNEL(gather_kernel, DeviceType::CUDA, gather);
+MT_REGISTER_KERNEL(scatter_kernel, DeviceType::CUDA, scatter);
+
+}  // namespace
+}  // namespace mt::runtime::cuda
