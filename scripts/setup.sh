@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs, as root on Debian 12, the system packages minititan builds against (only the missing
 # ones; non-interactive). Safe to run again. CUDA is optional and not installed here: the CUDA
-# targets are built when nvcc is found (e.g. /usr/local/cuda/bin/nvcc).
+# targets are built when nvcc is found (e.g. /usr/local/cuda/bin/nvcc); then the cuDNN frontend
+# headers are installed with pip.
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config ccache
@@ -9,6 +10,13 @@ packages=(
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   fortunes
 )
+# The CUDA backend's fused attention needs the header-only cuDNN frontend, from PyPI (--no-deps:
+# only its headers are used). Quiet and non-fatal: without it bf16 attention uses a slower kernel.
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  python3 -m pip install --quiet --disable-pip-version-check --no-deps nvidia-cudnn-frontend \
+    2>/dev/null || echo "setup: could not install nvidia-cudnn-frontend; bf16 attention on CUDA" \
+    "will use the reference kernel instead of cuDNN"
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,7 +1,10 @@
 // Kernel tables of the attention family (the op is in runtime/ops/attention.h).
-// Operands are contiguous and all f32 or all f64 (the op upcasts 16-bit inputs):
+// Operands are contiguous, q, k, v, out, dout, dq, dk and dv of one dtype:
 // q [B, Hq, T, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv], out and dout [B, Hq, T, Dv],
 // lse [B, Hq, T] (the logsumexp of each row's scaled scores; -inf for a row with no visible key).
+// The dtype is f32 or f64 (lse alike), or, on a device whose backend registers
+// attention_takes_16bit_kernel (CUDA), also bf16 or f16 with an f32 lse; elsewhere the op
+// upcasts 16-bit inputs to f32.
 #pragma once
 
 #include "runtime/core/dispatch.h"
@@ -20,5 +23,9 @@ inline constinit KernelTable<void(const Tensor& dout, const Tensor& q, const Ten
                                   const Tensor& v, const Tensor& out, const Tensor& lse,
                                   bool causal, double scale, Tensor& dq, Tensor& dk, Tensor& dv)>
     attention_backward_kernel{"scaled_dot_product_attention_backward"};
+
+// Registered, returning true, by a backend whose kernels take bf16/f16 operands natively (see
+// above); the op asks it instead of knowing about devices.
+inline constinit KernelTable<bool()> attention_takes_16bit_kernel{"attention_takes_16bit"};
 
 }  // namespace mt::runtime

@@ -44,19 +44,25 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const double sc = scale.value_or(1.0 / std::sqrt(double(q.shape()[3])));
   MT_CHECK(std::isfinite(sc), kOp, ": expected a finite scale, got ", sc);
   const DType dtype = q.dtype();
-  const DType work = dtype == DType::F64 ? DType::F64 : DType::F32;
+  // The kernels' operand dtype (16-bit kept where the device's kernels take it) and lse's.
+  const DType stats = dtype == DType::F64 ? DType::F64 : DType::F32;
+  const bool native = (dtype == DType::BF16 || dtype == DType::F16) &&
+                      attention_takes_16bit_kernel.has(q.device().type) &&
+                      attention_takes_16bit_kernel(q.device());
+  const DType work = native ? dtype : stats;
 
   const Tensor qc = q.detach().contiguous(), kc = k.detach().contiguous(),
                vc = v.detach().contiguous();
   const Shape& qs = q.shape();
   Tensor out_w = empty({qs[0], qs[1], qs[2], v.shape()[3]}, q.options().with_dtype(work));
-  Tensor lse = empty({qs[0], qs[1], qs[2]}, q.options().with_dtype(work));
+  Tensor lse = empty({qs[0], qs[1], qs[2]}, q.options().with_dtype(stats));
   attention_forward_kernel(q.device(), qc.to(work), kc.to(work), vc.to(work), causal, sc, out_w,
                            lse);
   Tensor out = out_w.to(dtype);
 
   if (autograd::any_requires_grad({q, k, v})) {
-    // Saved in the inputs' dtype (no extra copies for 16-bit inputs); upcast again in backward.
+    // Saved in the inputs' dtype (no extra copies for 16-bit inputs); upcast again in backward
+    // where the kernels need it.
     autograd::record(
         kOp, {q, k, v}, {out},
         [sq = autograd::SavedTensor(qc), sk = autograd::SavedTensor(kc),

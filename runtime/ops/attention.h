@@ -11,7 +11,8 @@
 // is the usual top-left mask when S == T, and when S > T (a KV cache) the last query sees every
 // key. A query that sees no key (possible only when S < T) gets out = 0 and no gradient.
 // Precision: f32 and f64 compute in their own type; bf16/f16 are computed in f32 and the output
-// rounded once. The saved logsumexp is f32 (f64 for f64 inputs).
+// rounded once (on CUDA by cuDNN's flash attention, which accumulates in f32 but rounds the
+// probabilities to the input dtype for p @ v). The saved logsumexp is f32 (f64 for f64 inputs).
 #pragma once
 
 #include <optional>
