@@ -9,16 +9,18 @@
 #   source .device/device-env.sh && bash bench/gpu_llama_bench.sh
 #
 # Environment (defaults): BATCH (4), SEQ (2048), WARMUP (10 untimed steps), STEPS (20 timed),
-# TRAIN (.device/bin/train), PYTHON (python3, with torch >= 2.0, numpy, h5py), OUT
+# TRAIN (.device/bin/train), PYTHON (python3, with torch >= 2.0, numpy, h5py), BENCH_DIR
 # (out/gpu_llama_bench), MODES ("eager compile"), and time limits in seconds per run: MT_TIMEOUT
 # (240), EAGER_TIMEOUT (120), COMPILE_TIMEOUT (240); TRAIN_ARGS and TORCH_ARGS: more flags for
 # `train` (e.g. --activation_checkpoint.mode=full) and for gpu_llama_bench.py. minititan's
-# numbers are its own metrics (OUT/minititan/metrics.jsonl, the steps after WARMUP), not
-# measured again here.
+# numbers are its own metrics (BENCH_DIR/minititan/metrics.jsonl, the steps after WARMUP), not
+# measured again here. To bring the logs back from the device machine: cp BENCH_DIR/*.log
+# BENCH_DIR/rows.jsonl BENCH_DIR/minititan/metrics.jsonl "$OUT"/ afterwards.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BATCH=${BATCH:-4} SEQ=${SEQ:-2048} WARMUP=${WARMUP:-10} STEPS=${STEPS:-20}
-TRAIN=${TRAIN:-.device/bin/train} PYTHON=${PYTHON:-python3} OUT=${OUT:-out/gpu_llama_bench}
+TRAIN=${TRAIN:-.device/bin/train} PYTHON=${PYTHON:-python3}
+BENCH_DIR=${BENCH_DIR:-out/gpu_llama_bench}  # removed and made again; not $OUT, which it leaves be
 MODES=${MODES:-eager compile}
 shape=(--preset 1b --batch "$BATCH" --seq "$SEQ" --warmup "$WARMUP" --steps "$STEPS" ${TORCH_ARGS:-})
 
@@ -27,8 +29,8 @@ shape=(--preset 1b --batch "$BATCH" --seq "$SEQ" --warmup "$WARMUP" --steps "$ST
 py_libs=$(tr ':' '\n' <<<"${LD_LIBRARY_PATH:-}" | grep -v '/\.device/lib$' | paste -sd: -)
 py() { LD_LIBRARY_PATH=$py_libs "$PYTHON" "$@"; }
 
-rm -rf "$OUT" && mkdir -p "$OUT" || exit 1
-rows=$OUT/rows.jsonl
+rm -rf "$BENCH_DIR" && mkdir -p "$BENCH_DIR" || exit 1
+rows=$BENCH_DIR/rows.jsonl
 error_row() {  # NAME MESSAGE: a failed run's row for the table
   py -c 'import json, sys; print(json.dumps({"name": sys.argv[1], "error": sys.argv[2]}))' \
     "$1" "$2" >>"$rows"
@@ -42,33 +44,33 @@ echo "$(date -u +%Y-%m-%dT%H:%MZ)  ${gpu:-no nvidia-smi}"
 echo "torch $(py -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)' 2>&1 | tail -1)"
 echo "batch $BATCH x seq $SEQ, $WARMUP warm-up + $STEPS timed steps"
 
-py bench/make_bench_data.py --out "$OUT/data" || exit 1
+py bench/make_bench_data.py --out "$BENCH_DIR/data" || exit 1
 
 # minititan: its train log's metrics, one line per step.
-echo "minititan: $TRAIN (log: $OUT/minititan.log)"
+echo "minititan: $TRAIN (log: $BENCH_DIR/minititan.log)"
 mt_dump=()
 if [ ! -x "$TRAIN" ]; then
   error_row minititan "no executable $TRAIN (bundle it with ../shared/tools/device-bundle)"
 else
   timeout "${MT_TIMEOUT:-240}" "$TRAIN" --config configs/llama3_1b_bench.toml \
-    --job.dump_folder="$OUT/minititan" --model.tokenizer_path="$OUT/data/tokenizer" \
-    --training.dataset_path="$OUT/data/tokens.h5" --training.local_batch_size="$BATCH" \
+    --job.dump_folder="$BENCH_DIR/minititan" --model.tokenizer_path="$BENCH_DIR/data/tokenizer" \
+    --training.dataset_path="$BENCH_DIR/data/tokens.h5" --training.local_batch_size="$BATCH" \
     --training.seq_len="$SEQ" --training.steps=$((WARMUP + STEPS)) ${TRAIN_ARGS:-} \
-    >"$OUT/minititan.log" 2>&1
+    >"$BENCH_DIR/minititan.log" 2>&1
   rc=$?
-  grep -E '^(model|note|step +[0-9]+ )' "$OUT/minititan.log" | sed -n '1,3p;$p'
+  grep -E '^(model|note|step +[0-9]+ )' "$BENCH_DIR/minititan.log" | sed -n '1,3p;$p'
   if [ $rc -eq 0 ]; then
-    mt_dump=(--minititan-dump "$OUT/minititan" --minititan-log "$OUT/minititan.log")
+    mt_dump=(--minititan-dump "$BENCH_DIR/minititan" --minititan-log "$BENCH_DIR/minititan.log")
   else
-    tail -5 "$OUT/minititan.log"
-    error_row minititan "exit $rc$([ $rc -eq 124 ] && echo ' (timed out)'): $(last_error "$OUT/minititan.log")"
+    tail -5 "$BENCH_DIR/minititan.log"
+    error_row minititan "exit $rc$([ $rc -eq 124 ] && echo ' (timed out)'): $(last_error "$BENCH_DIR/minititan.log")"
   fi
 fi
 
 # PyTorch: one process per mode, so each peak memory is its own.
 for mode in $MODES; do
   limit=$([ "$mode" = compile ] && echo "${COMPILE_TIMEOUT:-240}" || echo "${EAGER_TIMEOUT:-120}")
-  log=$OUT/torch_$mode.log
+  log=$BENCH_DIR/torch_$mode.log
   echo "pytorch $mode (log: $log)"
   LD_LIBRARY_PATH=$py_libs timeout "$limit" "$PYTHON" bench/gpu_llama_bench.py "${shape[@]}" \
     --mode "$mode" --results "$rows" >"$log" 2>&1
