@@ -1,15 +1,16 @@
 #include "train/trainer.h"
 
-#include <optional>
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "data/dataset/loader.h"
@@ -25,6 +26,7 @@
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/mesh/device_mesh.h"
 #include "runtime/core/allocator.h"
+#include "runtime/core/device_runtime.h"
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/elementwise.h"
@@ -163,6 +165,35 @@ fs::path resolve_token_file(const fs::path& dataset_path, const data::BpeTokeniz
   return cache;
 }
 
+namespace {
+
+// The launcher's local rank (this process's index on its node), 0 without a launcher.
+int local_rank() {
+  for (const char* var :
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"}) {
+    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') return std::atoi(v);
+  }
+  return 0;
+}
+
+}  // namespace
+
+runtime::Device resolve_training_device(const std::string& name, const std::string& where,
+                                        int64_t world_size) {
+  const int gpus = runtime::cuda_device_count();
+  if (name == "cpu" || (name == "auto" && gpus == 0)) return runtime::Device::cpu();
+  MT_CHECK(gpus > 0, "train: training.device = \"cuda\" (", where, ") but ",
+           runtime::cuda_backend_built() ? "this machine has no usable CUDA device"
+                                         : "this build has no CUDA backend (nvcc was not found)",
+           "; use \"cpu\" or \"auto\"");
+  MT_CHECK(world_size == 1, "train: training on CUDA with ", world_size,
+           " ranks needs the NCCL process group, which the trainer does not use yet; run one "
+           "process per job on the GPU, or training.device = \"cpu\"");
+  const runtime::Device device = runtime::Device::cuda(local_rank() % gpus);
+  runtime::set_current_device(device);
+  return device;
+}
+
 models::ModelSpec model_spec_for(const config::JobConfig& job, std::optional<int64_t> vocab_size) {
   models::ModelSpec spec = models::get_model_spec(job.model.name, job.model.flavor);
   if (auto* args = std::any_cast<models::llama::ModelArgs>(spec.args.get())) {
@@ -178,9 +209,9 @@ std::string describe_model(const config::JobConfig& job) {
     vocab = data::BpeTokenizer::from_file(job.model.tokenizer_path).vocab_size();
   const models::ModelSpec spec = model_spec_for(job, vocab);
   std::ostringstream os;
-  os << "model " << spec.name << " " << spec.flavor << ": " << spec.num_params()
-     << " parameters, " << spec.flops_per_token(job.training.seq_len)
-     << " training FLOPs per token at seq_len " << job.training.seq_len << " (vocab "
+  os << "model " << spec.name << " " << spec.flavor << ": " << spec.num_params() << " parameters, "
+     << spec.flops_per_token(job.training.seq_len) << " training FLOPs per token at seq_len "
+     << job.training.seq_len << " (vocab "
      << (vocab ? "from " + job.model.tokenizer_path : std::string("of the flavor")) << ")\n";
   return os.str();
 }
@@ -189,13 +220,13 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
     : config_(std::move(config)), options_(std::move(options)) {
   const auto& tc = config_.training;
   parallel::set_collective_timeout(std::chrono::seconds(config_.comm.timeout_seconds));
-  world_ = options_.world ? options_.world
-                          : std::shared_ptr<parallel::ProcessGroup>(parallel::MpiProcessGroup::world());
+  world_ = options_.world
+               ? options_.world
+               : std::shared_ptr<parallel::ProcessGroup>(parallel::MpiProcessGroup::world());
   if (rank() != 0) options_.write_files = false;  // rank 0 logs and writes for the job
   const config::WorldLayout layout = config::validate_for_world(config_, world_size());
   grad_accum_ = layout.grad_accum_steps;
-  MT_CHECK(tc.device != "cuda",
-           "train: training.device = \"cuda\" is not supported by the trainer yet; use \"cpu\"");
+  device_ = resolve_training_device(tc.device, config_.where("training.device"), world_size());
   const fs::path dump(config_.job.dump_folder);
   if (options_.write_files) config::write_config(config_, dump / "config.toml");
 
@@ -232,7 +263,8 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   models::BuildOptions bo;
   bo.seed = uint64_t(tc.seed);
   bo.activation_checkpoint = config_.activation_checkpoint.mode == "full" ? "full" : "none";
-  model_ = spec_->build(bo);
+  model_ = spec_->build(bo);  // on the CPU: initial weights do not depend on the device
+  model_->to(device_);
   setup_parallelism();
 
   // Optimizer and schedule.
@@ -348,7 +380,8 @@ double Trainer::train_step() {
   optimizer_->zero_grad();
   double loss_sum = 0.0;
   for (const data::Batch& b : batches) {
-    const Tensor sum = spec_->loss(*model_, b.inputs, b.labels, runtime::Reduction::Sum);
+    const Tensor sum =
+        spec_->loss(*model_, b.inputs.to(device_), b.labels.to(device_), runtime::Reduction::Sum);
     (sum * (1.0 / valid)).backward();
     loss_sum += sum.item<double>();
   }
@@ -368,7 +401,8 @@ std::optional<double> Trainer::validation_loss(int64_t max_batches) const {
   int64_t count = 0;
   for (int64_t k = 0; k < n; ++k) {
     const data::Batch b = loader_->val_batch(k);
-    sum += spec_->loss(*model_, b.inputs, b.labels, runtime::Reduction::Sum).item<double>();
+    sum += spec_->loss(*model_, b.inputs.to(device_), b.labels.to(device_), runtime::Reduction::Sum)
+               .item<double>();
     for (int64_t t : b.labels.to_vector<int64_t>()) count += t != -100;
   }
   // Every rank holds the same number of validation batches (full global batches only).
@@ -421,7 +455,12 @@ TrainResult Trainer::train() {
   // Per rank: tokens/s and MFU in the log are per rank (per device), as torchtitan reports them.
   const int64_t tokens_per_step = grad_accum_ * tc.local_batch_size * tc.seq_len;
   const double flops_per_token = spec_->flops_per_token(tc.seq_len);
-  const std::optional<double> peak = peak_flops(runtime::DeviceType::CPU, "", PeakDType::F32);
+  const bool bf16_compute =
+      dp_mesh_ != nullptr && config_.training.mixed_precision_param != "float32";
+  const PeakDType peak_dtype = bf16_compute ? PeakDType::BF16 : PeakDType::F32;
+  const std::string device_name =
+      device_.is_cuda() ? runtime::device_runtime(device_.type)->device_name(device_.index) : "";
+  const std::optional<double> peak = peak_flops(device_.type, device_name, peak_dtype);
   out << "job: " << config_.job.description << " -> " << dump.string() << "\n"
       << "model: " << config_.model.name << " " << config_.model.flavor << ", " << num_params()
       << " parameters, vocab " << tokenizer_->vocab_size() << ", " << std::setprecision(3)
@@ -432,8 +471,9 @@ TrainResult Trainer::train() {
       << "steps: " << tc.steps << " x " << grad_accum_ << " micro-batch(es) of "
       << tc.local_batch_size << " x " << tc.seq_len << " tokens per rank ("
       << tokens_per_step * world_size() << " tokens/step on " << world_size() << " rank"
-      << (world_size() > 1 ? "s" : "") << "); " << config_.optimizer.name << " lr " << config_.optimizer.lr << "; seed "
-      << tc.seed << "; " << omp_get_max_threads() << " threads\n"
+      << (world_size() > 1 ? "s" : "") << "); " << config_.optimizer.name << " lr "
+      << config_.optimizer.lr << "; seed " << tc.seed << "; " << omp_get_max_threads()
+      << " threads\n"
       << std::flush;
   if (dp_mesh_) {
     out << "parallelism: " << world_size() << " ranks, FSDP over " << dp_mesh_->describe()
@@ -494,7 +534,7 @@ TrainResult Trainer::train() {
       m.lr = lr;
       m.tokens_per_sec = double(window_steps * tokens_per_step) / std::max(window_seconds, 1e-9);
       m.mfu = mfu(flops_per_token, m.tokens_per_sec, peak);
-      const runtime::MemoryStats mem = runtime::memory_stats(runtime::Device::cpu());
+      const runtime::MemoryStats mem = runtime::memory_stats(device_);
       m.mem_in_use_bytes = mem.bytes_in_use;
       m.mem_peak_bytes = mem.peak_bytes_in_use;
       m.data_wait_fraction = window_wait / std::max(window_seconds, 1e-9);
@@ -510,7 +550,8 @@ TrainResult Trainer::train() {
     // Every rank stops at the same step when any of them was asked to.
     const bool stop_here =
         sum_over_ranks(stop && stop->stop_requested() ? 1.0 : 0.0, "train.stop") > 0;
-    if (checkpointer_) checkpointer_->after_step(step, tokens_seen, step == tc.steps, stop_here, out);
+    if (checkpointer_)
+      checkpointer_->after_step(step, tokens_seen, step == tc.steps, stop_here, out);
     if (stop_here) {
       result.stopped_by_signal = true;
       const int sig = stop ? stop->signal_number() : 0;

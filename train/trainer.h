@@ -48,6 +48,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/core/device.h"
 #include "train/config/job_config.h"
 
 namespace mt::data {
@@ -149,6 +150,7 @@ class Trainer {
   config::JobConfig config_;
   TrainerOptions options_;
   std::shared_ptr<parallel::ProcessGroup> world_;
+  runtime::Device device_;  // where the model trains ([training] device, resolved)
   std::shared_ptr<parallel::DeviceMesh> dp_mesh_;  // null on one rank (no FSDP)
   std::unique_ptr<data::BpeTokenizer> tokenizer_;
   std::filesystem::path token_file_;
@@ -157,11 +159,18 @@ class Trainer {
   std::shared_ptr<runtime::nn::Module> model_;
   std::unique_ptr<runtime::optim::Optimizer> optimizer_;
   std::unique_ptr<runtime::optim::LRScheduler> scheduler_;
-  std::unique_ptr<TrainCheckpointer> checkpointer_;  // null without [checkpoint] enable / initial load
+  std::unique_ptr<TrainCheckpointer>
+      checkpointer_;  // null without [checkpoint] enable / initial load
   int64_t grad_accum_ = 1;
   double last_grad_norm_ = 0.0;
   mutable std::ostream null_log_{nullptr};  // discards (TrainerOptions::quiet)
 };
+
+// The device [training] device names: "cpu", "cuda" (this process's GPU: its launcher local rank
+// modulo the GPU count, made current), or "auto" (cuda when a GPU is usable). Errors name the key
+// (`where`) when cuda is asked for and cannot be had.
+runtime::Device resolve_training_device(const std::string& name, const std::string& where,
+                                        int64_t world_size);
 
 // The token file that `dataset_path` stands for, making it from text if needed (see above).
 // Errors say how to make one with mt_prepare_dataset.

@@ -1,10 +1,9 @@
 // FSDPParam: sharding one parameter and the copies in and out of the group's flat buffers.
 #include "parallel/fsdp/fsdp_param.h"
 
-#include <cstring>
-
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
+#include "runtime/kernels/copy.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
 
@@ -18,8 +17,8 @@ FSDPParam::FSDPParam(std::string fqn, Tensor* slot, const Tensor& full,
     : fqn_(std::move(fqn)), slot_(slot) {
   MT_CHECK(full.dim() >= 1, "fully_shard: parameter '", fqn_,
            "' is 0-D; FSDP shards parameters along dim 0");
-  MT_CHECK(full.is_floating_point(), "fully_shard: parameter '", fqn_, "' has dtype ",
-           full.dtype(), "; FSDP shards floating-point parameters only");
+  MT_CHECK(full.is_floating_point(), "fully_shard: parameter '", fqn_, "' has dtype ", full.dtype(),
+           "; FSDP shards floating-point parameters only");
   NoGradGuard no_grad;
   rows_ = full.size(0);
   row_numel_ = 1;
@@ -63,16 +62,16 @@ void FSDPParam::copy_out(const Tensor& gathered, int64_t rank_stride, int64_t of
   MT_CHECK(gathered.dtype() == unsharded_.dtype() && gathered.is_contiguous(),
            "FSDPParam::copy_out: '", fqn_, "' expected a contiguous ", unsharded_.dtype(),
            " buffer");
-  const size_t es = unsharded_.element_size();
   const int64_t padded_rows = chunk_range(rows_, num_shards_, 0).padded_length;
-  auto* dst = static_cast<char*>(unsharded_.data_ptr());
-  const auto* src = static_cast<const char*>(gathered.data_ptr());
+  const Tensor dst = unsharded_.reshape({-1});
   for (int64_t r = 0; r < num_shards_; ++r) {
     const int64_t valid = chunk_range(rows_, num_shards_, r).length;
     if (valid == 0) continue;
-    // Raw copies: the same parameter values again, so saved tensors must not see a new version.
-    std::memcpy(dst + size_t(r * padded_rows * row_numel_) * es,
-                src + size_t(r * rank_stride + offset) * es, size_t(valid * row_numel_) * es);
+    // The copy kernel itself, not Tensor::copy_: the same parameter values again, so tensors
+    // saved for backward must not see a new version.
+    runtime::copy_kernel(dst.device(),
+                         gathered.narrow(0, r * rank_stride + offset, valid * row_numel_),
+                         dst.narrow(0, r * padded_rows * row_numel_, valid * row_numel_));
   }
 }
 

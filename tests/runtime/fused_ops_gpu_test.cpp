@@ -1,0 +1,208 @@
+// The CUDA backend's device plumbing (copies, caching allocator) and its matmul and fused kernels
+// (rms_norm, rope, swiglu, cross-entropy, AdamW, SGD) against the CPU backend, forward and
+// backward, on random inputs. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "runtime/core/allocator.h"
+#include "runtime/core/grad_mode.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/factory.h"
+#include "runtime/ops/loss.h"
+#include "runtime/ops/matmul.h"
+#include "runtime/ops/rms_norm.h"
+#include "runtime/ops/rope.h"
+#include "runtime/ops/swiglu.h"
+#include "runtime/optim/adamw.h"
+#include "runtime/optim/sgd.h"
+#include "tests/testing/errors.h"
+#include "tests/testing/gpu.h"
+#include "tests/testing/tensor_testing.h"
+
+namespace mt::runtime {
+namespace {
+
+using testing::on_cuda;
+using testing::randn_as;
+
+double tol_for(DType t) { return t == DType::F64 ? 1e-12 : t == DType::F32 ? 2e-5 : 2e-2; }
+
+// Runs `f` on CPU leaves and on CUDA copies of them, then backpropagates the same random output
+// gradient on both; expects outputs and every input's gradient to agree within `tol`.
+void expect_matches_cpu(const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                        const std::vector<Tensor>& inputs, double tol, bool backward = true) {
+  std::vector<Tensor> cpu, gpu;
+  for (const Tensor& t : inputs) {
+    const bool grad = backward && t.is_floating_point();
+    cpu.push_back(t.detach().clone().set_requires_grad(grad));
+    gpu.push_back(on_cuda(t.detach()).set_requires_grad(grad));
+  }
+  const Tensor out_c = f(cpu), out_g = f(gpu);
+  ASSERT_TRUE(out_g.device().is_cuda());
+  EXPECT_REL_NEAR(out_g, out_c, tol);
+  if (!backward) return;
+  const Tensor w = randn_as(out_c.shape(), out_c.dtype(), 99, "out_grad");
+  out_c.backward(w);
+  out_g.backward(on_cuda(w));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!cpu[i].requires_grad()) continue;
+    ASSERT_TRUE(gpu[i].grad().defined()) << "input " << i;
+    EXPECT_TRUE(gpu[i].grad().device().is_cuda());
+    EXPECT_REL_NEAR(gpu[i].grad(), cpu[i].grad(), tol) << "gradient of input " << i;
+  }
+}
+
+TEST(CudaDevice, RoundTripsEveryDtypeBitwise) {
+  MT_REQUIRE_CUDA();
+  for (DType t :
+       {DType::F32, DType::F64, DType::BF16, DType::F16, DType::I32, DType::I64, DType::Bool}) {
+    const Tensor x = mul(randn_as({3, 37}, DType::F32, 1), 10.0).to(t);
+    const Tensor back = on_cuda(x).to(Device::cpu());
+    EXPECT_EQ(back.dtype(), t);
+    EXPECT_TRUE(testing::all_close(back, x, 0, 0)) << dtype_name(t);
+  }
+}
+
+TEST(CudaDevice, CopiesConvertAndFollowStrides) {
+  MT_REQUIRE_CUDA();
+  const Tensor x = randn_as({6, 9, 5}, DType::F32, 2);
+  const Tensor g = on_cuda(x);
+  // Transposed and sliced views copied on the device, with a dtype change.
+  EXPECT_TRUE(
+      testing::all_close(g.transpose(0, 2).contiguous(), x.transpose(0, 2).contiguous(), 0, 0));
+  EXPECT_TRUE(testing::all_close(g.slice(1, 1, 8, 3).to(DType::BF16),
+                                 x.slice(1, 1, 8, 3).to(DType::BF16), 0, 0));
+  // copy_ across devices, broadcasting and casting.
+  const Tensor dst =
+      zeros({4, 5}, TensorOptions{}.with_device(Device::cuda()).with_dtype(DType::F64));
+  dst.copy_(x.select(0, 0).select(0, 0));
+  EXPECT_TRUE(
+      testing::all_close(dst, x.select(0, 0).select(0, 0).to(DType::F64).expand({4, 5}), 0, 0));
+  const Tensor f = full({3, 7}, 2.5, TensorOptions{}.with_device(Device::cuda()));
+  EXPECT_EQ(f.to_vector<float>(), std::vector<float>(21, 2.5f));
+  // Empty tensors move too.
+  EXPECT_EQ(on_cuda(empty({0, 3})).to(Device::cpu()).shape(), (Shape{0, 3}));
+}
+
+TEST(CudaDevice, CachingAllocatorReusesBlocksAndReportsOutOfMemory) {
+  MT_REQUIRE_CUDA();
+  const Device d = Device::cuda();
+  { Tensor warm = empty({1 << 20}, TensorOptions{}.with_device(d)); }
+  const MemoryStats before = memory_stats(d);
+  for (int i = 0; i < 10; ++i) {
+    Tensor t = empty({1 << 20}, TensorOptions{}.with_device(d));
+    EXPECT_GE(memory_stats(d).bytes_in_use, before.bytes_in_use + (int64_t(4) << 20));
+  }
+  const MemoryStats after = memory_stats(d);
+  EXPECT_EQ(after.bytes_reserved, before.bytes_reserved) << "a freed block was not reused";
+  EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+  const std::string err =
+      testing::error_of([&] { (void)empty({int64_t(1) << 40}, TensorOptions{}.with_device(d)); });
+  EXPECT_NE(err.find("CUDA out of memory"), std::string::npos) << err;
+  EXPECT_NE(err.find("tried to allocate 4194304 MiB"), std::string::npos) << err;
+  // The device still works after the failed allocation.
+  EXPECT_EQ(full({2}, 1.0, TensorOptions{}.with_device(d)).to_vector<float>(),
+            (std::vector<float>{1, 1}));
+}
+
+TEST(CudaMatmul, MatchesCpuForLayoutsBatchesAndDtypes) {
+  MT_REQUIRE_CUDA();
+  for (DType t : {DType::F32, DType::BF16, DType::F64}) {
+    SCOPED_TRACE(dtype_name(t));
+    const auto mm = [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); };
+    expect_matches_cpu(mm, {randn_as({37, 53}, t, 1), randn_as({53, 29}, t, 2)}, tol_for(t));
+    // Transposed operands (views, no copies), a batch folded into rows, strided batches,
+    // broadcast batches.
+    expect_matches_cpu(
+        [](const std::vector<Tensor>& in) { return matmul(in[0], in[1], true, true); },
+        {randn_as({53, 37}, t, 3), randn_as({29, 53}, t, 4)}, tol_for(t));
+    expect_matches_cpu([](const std::vector<Tensor>& in) { return linear(in[0], in[1]); },
+                       {randn_as({3, 17, 64}, t, 5), randn_as({40, 64}, t, 6)}, tol_for(t));
+    expect_matches_cpu(mm, {randn_as({3, 17, 33}, t, 7), randn_as({3, 33, 9}, t, 8)}, tol_for(t));
+    expect_matches_cpu(mm, {randn_as({2, 3, 5, 7}, t, 9), randn_as({3, 7, 4}, t, 10)}, tol_for(t));
+    expect_matches_cpu(mm, {randn_as({2, 1, 5, 7}, t, 11), randn_as({1, 3, 7, 4}, t, 12)},
+                       tol_for(t));
+  }
+  // K == 0 gives zeros; M == 0 gives an empty result.
+  const Tensor z = matmul(on_cuda(empty({4, 0})), on_cuda(empty({0, 3})));
+  EXPECT_EQ(z.to_vector<float>(), std::vector<float>(12, 0.0f));
+  EXPECT_EQ(matmul(on_cuda(empty({0, 5})), on_cuda(empty({5, 3}))).shape(), (Shape{0, 3}));
+}
+
+TEST(CudaFusedKernels, RmsNormRopeSwiGluMatchCpu) {
+  MT_REQUIRE_CUDA();
+  for (DType t : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    expect_matches_cpu([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1], 1e-5); },
+                       {randn_as({5, 7, 67}, t, 1), randn_as({67}, t, 2)}, tol_for(t));
+    expect_matches_cpu([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1], 1e-5); },
+                       {randn_as({300, 2048}, t, 3), randn_as({2048}, t, 4)}, tol_for(t));
+    const RopeTables tables = rope_frequencies(16, 40, 10000.0);
+    const Tensor cs = on_cuda(tables.cos), sn = on_cuda(tables.sin);
+    expect_matches_cpu(
+        [&](const std::vector<Tensor>& in) {
+          const bool gpu = in[0].device().is_cuda();
+          return apply_rope(in[0], gpu ? cs : tables.cos, gpu ? sn : tables.sin, 3);
+        },
+        {randn_as({2, 9, 3, 16}, t, 5)}, tol_for(t));
+    expect_matches_cpu([](const std::vector<Tensor>& in) { return swiglu(in[0], in[1]); },
+                       {randn_as({3, 11, 173}, t, 6), randn_as({3, 11, 173}, t, 7)}, tol_for(t));
+  }
+}
+
+TEST(CudaFusedKernels, CrossEntropyMatchesCpuAndRejectsBadTargets) {
+  MT_REQUIRE_CUDA();
+  std::vector<int64_t> ids(65);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i * 7919 % 1000);
+  ids[3] = ids[40] = -100;  // ignored
+  const Tensor targets = from_vector<int64_t>(ids, {65}, {DType::I64});
+  for (DType t : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    expect_matches_cpu(
+        [&](const std::vector<Tensor>& in) {
+          return cross_entropy(in[0], in[0].device().is_cuda() ? on_cuda(targets) : targets);
+        },
+        {mul(randn_as({65, 1000}, DType::F32, 1), 3.0).to(t)}, t == DType::F32 ? 2e-5 : 2e-2);
+  }
+  ids[17] = 1000;
+  const std::string err = testing::error_of([&] {
+    (void)cross_entropy(on_cuda(randn_as({65, 1000}, DType::F32, 2)),
+                        on_cuda(from_vector<int64_t>(ids, {65}, {DType::I64})));
+  });
+  EXPECT_NE(err.find("1000"), std::string::npos) << err;
+  EXPECT_NE(err.find("17"), std::string::npos) << err;
+}
+
+TEST(CudaOptimizers, AdamWAndSgdStepsMatchCpu) {
+  MT_REQUIRE_CUDA();
+  for (DType t : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    for (int which = 0; which < 2; ++which) {
+      const Tensor p0 = randn_as({33, 65}, t, 1);
+      const Tensor pc = p0.clone().set_requires_grad(true);
+      const Tensor pg = on_cuda(p0).set_requires_grad(true);
+      std::unique_ptr<optim::Optimizer> oc, og;
+      if (which == 0) {
+        optim::AdamWOptions o{.lr = 1e-2, .weight_decay = 0.1};
+        oc = std::make_unique<optim::AdamW>(std::vector<Tensor>{pc}, o);
+        og = std::make_unique<optim::AdamW>(std::vector<Tensor>{pg}, o);
+      } else {
+        optim::SGDOptions o{.lr = 1e-2, .momentum = 0.9, .weight_decay = 0.1, .nesterov = true};
+        oc = std::make_unique<optim::SGD>(std::vector<Tensor>{pc}, o);
+        og = std::make_unique<optim::SGD>(std::vector<Tensor>{pg}, o);
+      }
+      for (int step = 0; step < 3; ++step) {
+        const Tensor g = randn_as({33, 65}, t, 10 + step);
+        pc.set_grad(g);
+        pg.set_grad(on_cuda(g));
+        oc->step();
+        og->step();
+      }
+      EXPECT_REL_NEAR(pg, pc, t == DType::F32 ? 1e-6 : 1e-2) << (which == 0 ? "AdamW" : "SGD");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mt::runtime

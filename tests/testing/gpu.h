@@ -1,0 +1,29 @@
+// Helpers for GPU tests (*_gpu_test.cpp): skip without a CUDA device, move tensors, and compare
+// a CUDA result with the CPU's by relative error ||a - b|| / ||b|| (in f64 on the host).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include "runtime/core/device_runtime.h"
+#include "runtime/core/tensor.h"
+
+namespace mt::testing {
+
+// ||a - b||_2 / max(||b||_2, tiny), any devices and dtypes; NaN anywhere gives +inf.
+double relative_error(const runtime::Tensor& a, const runtime::Tensor& b);
+
+inline runtime::Tensor on_cuda(const runtime::Tensor& t) { return t.to(runtime::Device::cuda()); }
+
+}  // namespace mt::testing
+
+#define MT_REQUIRE_CUDA()                                                            \
+  do {                                                                               \
+    if (!::mt::runtime::cuda_is_available())                                         \
+      GTEST_SKIP() << (::mt::runtime::cuda_backend_built()                           \
+                           ? "no CUDA device on this machine"                        \
+                           : "this build has no CUDA backend (nvcc was not found)"); \
+  } while (0)
+
+// Expects relative_error(a, b) <= tol; more context can be streamed in (<< "...").
+#define EXPECT_REL_NEAR(a, b, tol) \
+  EXPECT_LE(::mt::testing::relative_error((a), (b)), (tol)) << #a " vs " #b ": "
