@@ -7,24 +7,21 @@
 #include <optional>
 
 #include "runtime/cpu/loops.h"
+#include "runtime/kernels/matmul_layout.h"
 
 namespace mt::runtime::cpu {
 namespace {
 
-// How a strided [rows, cols] matrix maps onto a row-major BLAS operand.
+// A MatrixLayout in OpenBLAS's terms.
 struct BlasOperand {
   CBLAS_TRANSPOSE trans;
   int64_t ld;
 };
 
-// NoTrans when rows are contiguous runs, Trans when columns are (a transposed view); nullopt for
-// other layouts (broadcast, sliced with steps, negative strides), which the caller copies.
 std::optional<BlasOperand> blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
-  if ((cols == 1 || cs == 1) && (rows == 1 || rs >= std::max<int64_t>(1, cols)))
-    return BlasOperand{CblasNoTrans, rows == 1 ? std::max<int64_t>(1, cols) : rs};
-  if ((rows == 1 || rs == 1) && (cols == 1 || cs >= std::max<int64_t>(1, rows)))
-    return BlasOperand{CblasTrans, cols == 1 ? std::max<int64_t>(1, rows) : cs};
-  return std::nullopt;
+  const std::optional<MatrixLayout> l = matrix_layout(rows, cols, rs, cs);
+  if (!l) return std::nullopt;
+  return BlasOperand{l->trans ? CblasTrans : CblasNoTrans, l->ld};
 }
 
 // `t` unchanged when BLAS can read its matrices in place, else a contiguous copy.
@@ -53,18 +50,6 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const flo
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const double* a, int lda,
           const double* b, int ldb, double* c, int ldc) {
   cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
-}
-
-// True when a's batch dims (strides `a_bs`, broadcast to `batch`) and its M rows form one run of
-// rows with stride `ld`: the whole batch is then a single [nb*M, K] operand.
-bool batch_folds_into_rows(const Shape& batch, const Shape& a_bs, int64_t M, int64_t ld) {
-  int64_t expect = ld * M;
-  for (int64_t d = int64_t(batch.size()) - 1; d >= 0; --d) {
-    if (batch[d] == 1) continue;
-    if (a_bs[d] != expect) return false;
-    expect *= batch[d];
-  }
-  return true;
 }
 
 template <class T>

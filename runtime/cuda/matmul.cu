@@ -11,34 +11,22 @@
 
 #include "runtime/cuda/loops.cuh"
 #include "runtime/kernels/matmul.h"
+#include "runtime/kernels/matmul_layout.h"
 
 namespace mt::runtime::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
-// A strided [rows, cols] row-major matrix as a BLAS operand: trans = false when rows are
-// contiguous runs (leading dimension = row stride), true for a transposed view.
-struct Operand {
-  bool trans;
-  int64_t ld;
-};
-
-std::optional<Operand> layout_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
-  if ((cols == 1 || cs == 1) && (rows == 1 || rs >= std::max<int64_t>(1, cols)))
-    return Operand{false, rows == 1 ? std::max<int64_t>(1, cols) : rs};
-  if ((rows == 1 || rs == 1) && (cols == 1 || cs >= std::max<int64_t>(1, rows)))
-    return Operand{true, cols == 1 ? std::max<int64_t>(1, rows) : cs};
-  return std::nullopt;
-}
+using Operand = MatrixLayout;
 
 Tensor blas_ready(const Tensor& t, Operand* op) {
-  if (auto l = layout_of(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1))) {
+  if (auto l = matrix_layout(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1))) {
     *op = *l;
     return t;
   }
   Tensor c = t.contiguous();
-  *op = *layout_of(c.size(-2), c.size(-1), c.stride(-2), c.stride(-1));
+  *op = *matrix_layout(c.size(-2), c.size(-1), c.stride(-2), c.stride(-1));
   return c;
 }
 
@@ -50,11 +38,16 @@ struct Types {
 
 Types types_of(DType t) {
   switch (t) {
-    case DType::F32: return {CUDA_R_32F, CUBLAS_COMPUTE_32F, CUDA_R_32F};
-    case DType::F64: return {CUDA_R_64F, CUBLAS_COMPUTE_64F, CUDA_R_64F};
-    case DType::BF16: return {CUDA_R_16BF, CUBLAS_COMPUTE_32F, CUDA_R_32F};
-    case DType::F16: return {CUDA_R_16F, CUBLAS_COMPUTE_32F, CUDA_R_32F};
-    default: MT_FAIL("matmul: expected floating operands, got ", dtype_name(t));
+    case DType::F32:
+      return {CUDA_R_32F, CUBLAS_COMPUTE_32F, CUDA_R_32F};
+    case DType::F64:
+      return {CUDA_R_64F, CUBLAS_COMPUTE_64F, CUDA_R_64F};
+    case DType::BF16:
+      return {CUDA_R_16BF, CUBLAS_COMPUTE_32F, CUDA_R_32F};
+    case DType::F16:
+      return {CUDA_R_16F, CUBLAS_COMPUTE_32F, CUDA_R_32F};
+    default:
+      MT_FAIL("matmul: expected floating operands, got ", dtype_name(t));
   }
 }
 
@@ -91,8 +84,8 @@ void set_batch(cublasLtMatrixLayout_t l, int64_t batch, int64_t stride) {
   const int count = int(batch);
   MT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
                                                    sizeof(count)));
-  MT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
-      l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  MT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                   &stride, sizeof(stride)));
 }
 
 Plan make_plan(const Gemm& g) {
@@ -120,15 +113,14 @@ Plan make_plan(const Gemm& g) {
   const uint32_t align = uint32_t(g.align);
   MT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+  for (auto attr :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     MT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  MT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), p.op, p.a, p.b, p.c, p.c,
-                                                 pref, 1, &result, &found));
+  MT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), p.op, p.a, p.b, p.c, p.c, pref,
+                                                 1, &result, &found));
   cublasLtMatmulPreferenceDestroy(pref);
   MT_CHECK(found > 0, "matmul: cuBLASLt has no algorithm for [", g.m, " x ", g.k, "] @ [", g.k,
            " x ", g.n, "] (", dtype_name(g.dtype), ", batch ", g.batch, ")");
@@ -151,8 +143,8 @@ void run_gemm(const Gemm& g, const void* a, const void* b, void* c) {
   const float one_f = 1.0f, zero_f = 0.0f;
   const bool f64 = g.dtype == DType::F64;
   MT_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), p.op, f64 ? (const void*)&one_d : &one_f, a,
-                                 p.a, b, p.b, f64 ? (const void*)&zero_d : &zero_f, c, p.c, c,
-                                 p.c, &p.algo, workspace(kWorkspaceBytes), kWorkspaceBytes,
+                                 p.a, b, p.b, f64 ? (const void*)&zero_d : &zero_f, c, p.c, c, p.c,
+                                 &p.algo, workspace(kWorkspaceBytes), kWorkspaceBytes,
                                  current_stream()));
 }
 
@@ -161,18 +153,6 @@ int alignment(const void* p) {
   int a = 16;
   while (a > 1 && v % uintptr_t(a) != 0) a /= 2;
   return a;
-}
-
-// True when the batch dims (strides `bs`, broadcast to `batch`) and the M rows form one run of
-// rows with stride `ld`.
-bool batch_folds_into_rows(const Shape& batch, const Shape& bs, int64_t M, int64_t ld) {
-  int64_t expect = ld * M;
-  for (int64_t d = int64_t(batch.size()) - 1; d >= 0; --d) {
-    if (batch[d] == 1) continue;
-    if (bs[d] != expect) return false;
-    expect *= batch[d];
-  }
-  return true;
 }
 
 // The one stride that walks a flattened batch, if there is one (0 for a broadcast operand).
@@ -245,8 +225,8 @@ void cuda_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
       ob += idx * b_bs[d];
     }
     Gemm gi = g;
-    gi.align = std::min({alignment(pa + oa * es), alignment(pb + ob * es),
-                         alignment(pc + i * M * N * es)});
+    gi.align = std::min(
+        {alignment(pa + oa * es), alignment(pb + ob * es), alignment(pc + i * M * N * es)});
     run_gemm(gi, pb + ob * es, pa + oa * es, pc + i * M * N * es);
   }
 }
