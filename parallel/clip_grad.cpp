@@ -46,9 +46,11 @@ double total_grad_norm(const std::vector<DistributedParam>& params, double norm_
   for (size_t k = 0; k < keys.size(); ++k) {
     double partial = runtime::optim::local_norm_pow(members[k], norm_type);
     for (ProcessGroup* g : keys[k]) {
+      // On the parameters' device: the group communicates tensors of that device (NCCL: CUDA).
       Tensor buf = runtime::scalar_tensor(partial, runtime::TensorOptions{}.with_dtype(
                                                        runtime::DType::F64))
-                       .reshape({1});
+                       .reshape({1})
+                       .to(members[k].front().device());
       g->all_reduce(buf, inf ? ReduceOp::Max : ReduceOp::Sum, "clip_grad_norm");
       partial = buf.item<double>();
     }

@@ -23,6 +23,7 @@
 #include "models/registry.h"
 #include "parallel/clip_grad.h"
 #include "parallel/comm/mpi_process_group.h"
+#include "parallel/comm/nccl_process_group.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/mesh/device_mesh.h"
 #include "runtime/core/allocator.h"
@@ -186,9 +187,9 @@ runtime::Device resolve_training_device(const std::string& name, const std::stri
            runtime::cuda_backend_built() ? "this machine has no usable CUDA device"
                                          : "this build has no CUDA backend (nvcc was not found)",
            "; use \"cpu\" or \"auto\"");
-  MT_CHECK(world_size == 1, "train: training on CUDA with ", world_size,
-           " ranks needs the NCCL process group, which the trainer does not use yet; run one "
-           "process per job on the GPU, or training.device = \"cpu\"");
+  MT_CHECK(world_size == 1 || parallel::nccl_available(), "train: training on CUDA with ",
+           world_size, " ranks needs NCCL, which this build lacks; run one process, or ",
+           "training.device = \"cpu\"");
   const runtime::Device device = runtime::Device::cuda(local_rank() % gpus);
   runtime::set_current_device(device);
   return device;
@@ -312,12 +313,18 @@ runtime::DType dtype_from_config(const std::string& name) {
 }  // namespace
 
 void Trainer::setup_parallelism() {
-  if (world_size() == 1) return;  // one rank: nothing to shard (and so no mixed precision)
+  const bool mixed_precision = config_.training.mixed_precision_param != "float32";
+  if (world_size() == 1 && !mixed_precision) return;  // nothing to shard or cast
+  device_world_ = device_.is_cpu()
+                      ? world_
+                      : std::shared_ptr<parallel::ProcessGroup>(
+                            parallel::make_nccl_process_group(world_));
   const config::WorldLayout layout = config::validate_for_world(config_, world_size());
   dp_mesh_ = layout.dp_replicate > 1
-                 ? parallel::DeviceMesh::create(world_, {layout.dp_replicate, layout.dp_shard},
+                 ? parallel::DeviceMesh::create(device_world_,
+                                                {layout.dp_replicate, layout.dp_shard},
                                                 {"dp_replicate", "dp_shard"})
-                 : parallel::DeviceMesh::create(world_, {layout.dp_shard}, {"dp_shard"});
+                 : parallel::DeviceMesh::create(device_world_, {layout.dp_shard}, {"dp_shard"});
   MT_CHECK(spec_->parallelize != nullptr, "train: model ", spec_->name,
            " cannot be parallelized (no parallelize hook)");
   const auto& p = config_.parallelism;
@@ -476,13 +483,11 @@ TrainResult Trainer::train() {
       << " threads\n"
       << std::flush;
   if (dp_mesh_) {
-    out << "parallelism: " << world_size() << " ranks, FSDP over " << dp_mesh_->describe()
+    out << "parallelism: " << world_size() << " rank" << (world_size() > 1 ? "s" : "")
+        << ", FSDP over " << dp_mesh_->describe()
         << "; parameters computed in " << tc.mixed_precision_param << ", gradients reduced in "
         << tc.mixed_precision_reduce << ", float32 master weights; reshard after forward: "
         << config_.parallelism.fsdp_reshard_after_forward << "\n";
-  } else if (tc.mixed_precision_param != "float32") {
-    out << "note: training.mixed_precision_param = " << tc.mixed_precision_param
-        << " is applied by FSDP, on more than one rank; one rank trains in float32\n";
   }
 
   TrainResult result;

@@ -149,9 +149,15 @@ class Trainer {
 
   config::JobConfig config_;
   TrainerOptions options_;
+  // Every rank of the job, over MPI (host-side values: logged losses, errors, checkpoints).
   std::shared_ptr<parallel::ProcessGroup> world_;
   runtime::Device device_;  // where the model trains ([training] device, resolved)
-  std::shared_ptr<parallel::DeviceMesh> dp_mesh_;  // null on one rank (no FSDP)
+  // The same ranks over the training device's backend (NCCL on CUDA, else world_): the meshes
+  // FSDP communicates on are split from it.
+  std::shared_ptr<parallel::ProcessGroup> device_world_;
+  // Null on one rank in float32 (nothing to shard); one rank with a 16-bit mixed_precision_param
+  // gets a 1-rank mesh, so FSDP's mixed precision (16-bit compute, f32 master weights) applies.
+  std::shared_ptr<parallel::DeviceMesh> dp_mesh_;
   std::unique_ptr<data::BpeTokenizer> tokenizer_;
   std::filesystem::path token_file_;
   std::unique_ptr<data::Loader> loader_;

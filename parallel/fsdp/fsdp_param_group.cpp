@@ -22,7 +22,16 @@ FSDPParamGroup::FSDPParamGroup(std::string module_fqn,
            "mesh, got ", mesh_->describe());
   if (mesh_->ndim() == 2 && mesh_->size(0) > 1) replicate_group_ = &mesh_->group(0);
   compute_dtype_ = params_.front()->compute_dtype();
+  device_ = params_.front()->sharded().device();
+  MT_CHECK(device_.type == shard_group_->device_type(), "fully_shard on '", module_fqn_,
+           "': parameters on ", device_, " but the mesh's groups communicate ",
+           runtime::device_type_name(shard_group_->device_type()), " tensors (", shard_group_->name(),
+           "); move the model to the mesh's device first, or build the mesh over a process "
+           "group of the parameters' device (NCCL for CUDA)");
   for (const auto& p : params_) {
+    MT_CHECK(p->sharded().device() == device_, "fully_shard on '", module_fqn_,
+             "': parameters of one group must be on one device, but '", p->fqn(), "' is on ",
+             p->sharded().device(), " and '", params_.front()->fqn(), "' on ", device_);
     MT_CHECK(p->compute_dtype() == compute_dtype_, "fully_shard on '", module_fqn_,
              "': parameters of one group must compute in one dtype, but '", p->fqn(), "' is ",
              p->compute_dtype(), " and '", params_.front()->fqn(), "' is ", compute_dtype_,
@@ -45,7 +54,7 @@ void FSDPParamGroup::unshard(bool async) {
   if (state_ != State::Sharded) return;
   runtime::NoGradGuard no_grad;
   const int64_t n = shard_group_->size();
-  auto opts = runtime::TensorOptions{}.with_dtype(compute_dtype_);
+  const auto opts = runtime::TensorOptions{}.with_dtype(compute_dtype_).with_device(device_);
   all_gather_in_ = runtime::empty({shard_numel_}, opts);
   all_gather_out_ = runtime::empty({n * shard_numel_}, opts);
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -95,7 +104,7 @@ bool FSDPParamGroup::start_reduce_scatter() {
   }
   if (!any) return false;
   const int64_t n = shard_group_->size();
-  auto opts = runtime::TensorOptions{}.with_dtype(reduce_dtype_);
+  const auto opts = runtime::TensorOptions{}.with_dtype(reduce_dtype_).with_device(device_);
   reduce_in_ = runtime::zeros({n * shard_numel_}, opts);
   reduce_out_ = runtime::empty({shard_numel_}, opts);
   for (size_t i = 0; i < params_.size(); ++i) {

@@ -66,6 +66,7 @@ class FSDPParamGroup {
   ProcessGroup* shard_group_;
   ProcessGroup* replicate_group_ = nullptr;  // HSDP only
   runtime::DType compute_dtype_, reduce_dtype_;
+  runtime::Device device_;  // where the shards, the flat buffers and the collectives live
   double gradient_divide_factor_;
 
   State state_ = State::Sharded;

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One device-machine call that checks the CUDA build end to end: every GPU test (label gpu),
+# then the debug model trained 40 steps on the CPU and on the GPU from the same seed, with the
+# two loss columns side by side. Built here, bundled with
+#   ../shared/tools/device-bundle .device build/train/train build/tests/*_gpu_test
+# and the test data copied to .device/data (tinyshakespeare.txt, gpt2/tokenizer.json); there:
+#   source .device/device-env.sh && bash bench/gpu_check.sh [RESULT_DIR]
+# Logs go to RESULT_DIR (default out/gpu_check); the last lines printed are the summary.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-out/gpu_check}
+mkdir -p "$dir"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+summary=()
+for t in .device/bin/*_gpu_test; do
+  name=$(basename "$t")
+  timeout "${TEST_TIMEOUT:-180}" "$t" >"$dir/$name.log" 2>&1
+  rc=$?
+  summary+=("$name rc=$rc $(grep -E '^\[  (PASSED|FAILED|  SKIPPED)' "$dir/$name.log" | tr '\n' ' ')")
+done
+data=.device/data
+common=(--config configs/debug_model.toml --training.steps="${STEPS:-40}" --metrics.log_freq=1
+        --validation.enable=false --metrics.plot=false
+        --training.dataset_path=$data/tinyshakespeare.txt --model.tokenizer_path=$data/gpt2/tokenizer.json)
+for dev in cpu cuda; do
+  timeout 300 .device/bin/train "${common[@]}" --training.device=$dev --job.dump_folder="$dir/train_$dev" \
+    >"$dir/train_$dev.log" 2>&1
+  summary+=("train $dev rc=$?")
+done
+echo "---- losses (cpu | cuda)"
+paste <(grep -oE 'loss[ =:]+[0-9.]+' "$dir/train_cpu.log" | head -40) \
+      <(grep -oE 'loss[ =:]+[0-9.]+' "$dir/train_cuda.log" | head -40) | awk 'NR%5==1'
+tail -3 "$dir/train_cuda.log"
+echo "---- summary"
+printf '%s\n' "${summary[@]}"
