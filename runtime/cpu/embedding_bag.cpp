@@ -1,0 +1,219 @@
+// CPU kernels of the table-batched embedding family: the forward is one OpenMP loop over the
+// F * B (feature, sample) bags, each summing its rows into an L1-resident accumulator while the
+// rows a few ids ahead are prefetched (random row reads are latency bound otherwise); the backward
+// groups each table's (id, value position) pairs by a stable sort on id and sums every run in
+// position order (no atomics), tables in parallel.
+#include "runtime/kernels/embedding_bag.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <numeric>
+
+#include "runtime/cpu/loops.h"
+
+namespace mt::runtime::cpu {
+namespace {
+
+constexpr int64_t kPrefetchDistance = 8;  // ids ahead
+
+template <class T>
+struct TableView {
+  std::vector<const T*> data;
+  std::vector<int64_t> rows, dims;
+  explicit TableView(const std::vector<Tensor>& tables) {
+    for (const Tensor& t : tables) {
+      data.push_back(t.data<T>());
+      rows.push_back(t.size(0));
+      dims.push_back(t.size(1));
+    }
+  }
+};
+
+inline void prefetch_row(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 0);
+}
+
+template <class T>
+int64_t forward_impl(const std::vector<Tensor>& tables, const Tensor& values,
+                     const Tensor& offsets, const Tensor& weights, const TbePlan& plan,
+                     Tensor& out) {
+  using C = compute_t<T>;
+  const TableView<T> tv(tables);
+  const int64_t F = int64_t(plan.feature_table.size()), B = plan.batch_size;
+  const int64_t* v = values.data<int64_t>();
+  const int64_t* o = offsets.data<int64_t>();
+  const C* w = weights.defined() ? weights.data<C>() : nullptr;
+  T* po = out.data<T>();
+  const int64_t nbags = F * B;
+  int64_t max_dim = 1;
+  for (int64_t d : tv.dims) max_dim = std::max(max_dim, d);
+  std::atomic<int64_t> bad{INT64_MAX};
+  auto note_bad = [&](int64_t i) {
+    int64_t cur = bad.load();
+    while (i < cur && !bad.compare_exchange_weak(cur, i)) {
+    }
+  };
+  const int64_t n = values.numel();
+  const int64_t work_per_bag = std::max<int64_t>(1, (n / std::max<int64_t>(nbags, 1)) * max_dim);
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / work_per_bag);
+  parallel_for(nbags, grain, [&](int64_t begin, int64_t end) {
+    std::vector<C> acc(static_cast<size_t>(max_dim));
+    C* a = acc.data();
+    for (int64_t bag = begin; bag < end; ++bag) {
+      const int64_t f = bag / B, b = bag % B, t = plan.feature_table[f];
+      const int64_t D = tv.dims[t], V = tv.rows[t];
+      const T* tab = tv.data[t];
+      const int64_t s = o[bag], e = o[bag + 1];
+      const int64_t row_bytes = D * int64_t(sizeof(T));
+      for (int64_t i = s; i < std::min(e, s + kPrefetchDistance); ++i)
+        if (v[i] >= 0 && v[i] < V) prefetch_row(tab + v[i] * D, row_bytes);
+      if (plan.pooled) {
+        std::fill(a, a + D, C(0));
+        for (int64_t i = s; i < e; ++i) {
+          const int64_t ahead = i + kPrefetchDistance;
+          if (ahead < e && v[ahead] >= 0 && v[ahead] < V) prefetch_row(tab + v[ahead] * D, row_bytes);
+          const int64_t id = v[i];
+          if (id < 0 || id >= V) [[unlikely]] {
+            note_bad(i);
+            continue;
+          }
+          const T* r = tab + id * D;
+          if (w) {
+            const C wi = w[i];
+            for (int64_t j = 0; j < D; ++j) a[j] += wi * C(r[j]);
+          } else {
+            for (int64_t j = 0; j < D; ++j) a[j] += C(r[j]);
+          }
+        }
+        T* dst = po + b * plan.out_width + plan.feature_out[f];
+        if (plan.feature_mean[f] && e > s) {
+          const C len = C(e - s);
+          for (int64_t j = 0; j < D; ++j) dst[j] = T(a[j] / len);
+        } else {
+          for (int64_t j = 0; j < D; ++j) dst[j] = T(a[j]);
+        }
+      } else {
+        T* dst = po + plan.feature_out[f] + (s - o[f * B]) * D;
+        for (int64_t i = s; i < e; ++i, dst += D) {
+          const int64_t ahead = i + kPrefetchDistance;
+          if (ahead < e && v[ahead] >= 0 && v[ahead] < V) prefetch_row(tab + v[ahead] * D, row_bytes);
+          const int64_t id = v[i];
+          if (id < 0 || id >= V) [[unlikely]] {
+            note_bad(i);
+            continue;
+          }
+          std::memcpy(dst, tab + id * D, size_t(row_bytes));
+        }
+      }
+    }
+  });
+  const int64_t first_bad = bad.load();
+  return first_bad == INT64_MAX ? -1 : first_bad;
+}
+
+template <class T>
+std::vector<RowSparseGrad> backward_impl(const std::vector<Tensor>& tables, const Tensor& values,
+                                         const Tensor& offsets, const Tensor& weights,
+                                         const TbePlan& plan, const Tensor& grad_out) {
+  using C = compute_t<T>;
+  const TableView<T> tv(tables);
+  const int64_t F = int64_t(plan.feature_table.size()), B = plan.batch_size;
+  const int64_t num_tables = int64_t(tables.size());
+  const int64_t* v = values.data<int64_t>();
+  const int64_t* o = offsets.data<int64_t>();
+  const C* w = weights.defined() ? weights.data<C>() : nullptr;
+  const T* pg = grad_out.data<T>();
+
+  struct Entry {
+    int64_t id;
+    int64_t src;  // element offset of the gradient row in grad_out
+    C scale;
+  };
+  std::vector<RowSparseGrad> result(static_cast<size_t>(num_tables));
+  std::vector<uint8_t> used(size_t(num_tables), 0);
+#pragma omp parallel for schedule(dynamic, 1) if (num_tables > 1 && !omp_in_parallel())
+  for (int64_t t = 0; t < num_tables; ++t) {
+    const int64_t D = tv.dims[t];
+    std::vector<Entry> entries;
+    for (int64_t f = 0; f < F; ++f) {
+      if (plan.feature_table[f] != t) continue;
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t bag = f * B + b, s = o[bag], e = o[bag + 1];
+        const C mean_scale = plan.feature_mean[f] && e > s ? C(1) / C(e - s) : C(1);
+        for (int64_t i = s; i < e; ++i) {
+          const int64_t src = plan.pooled ? b * plan.out_width + plan.feature_out[f]
+                                          : plan.feature_out[f] + (i - o[f * B]) * D;
+          entries.push_back({v[i], src, (w ? w[i] : C(1)) * mean_scale});
+        }
+      }
+    }
+    if (entries.empty()) continue;
+    std::stable_sort(entries.begin(), entries.end(),
+                     [](const Entry& a, const Entry& b) { return a.id < b.id; });
+    int64_t unique = 0;
+    for (size_t k = 0; k < entries.size(); ++k)
+      if (k == 0 || entries[k].id != entries[k - 1].id) ++unique;
+    RowSparseGrad g;
+    g.table = t;
+    g.num_rows = tv.rows[t];
+    g.rows = Tensor::empty({unique}, TensorOptions{}.with_dtype(DType::I64));
+    g.values = Tensor::empty({unique, D}, tables[t].options());
+    int64_t* pr = g.rows.data<int64_t>();
+    T* pv = g.values.data<T>();
+    std::vector<C> acc(static_cast<size_t>(D));
+    int64_t u = -1;
+    for (size_t k = 0; k < entries.size(); ++k) {
+      const Entry& en = entries[k];
+      if (k == 0 || en.id != entries[k - 1].id) {
+        if (u >= 0)
+          for (int64_t j = 0; j < D; ++j) pv[u * D + j] = T(acc[j]);
+        ++u;
+        pr[u] = en.id;
+        std::fill(acc.begin(), acc.end(), C(0));
+      }
+      const T* src = pg + en.src;
+      if (en.scale == C(1)) {
+        for (int64_t j = 0; j < D; ++j) acc[j] += C(src[j]);
+      } else {
+        for (int64_t j = 0; j < D; ++j) acc[j] += en.scale * C(src[j]);
+      }
+    }
+    for (int64_t j = 0; j < D; ++j) pv[u * D + j] = T(acc[j]);
+    result[t] = std::move(g);
+    used[t] = 1;
+  }
+  std::vector<RowSparseGrad> out;
+  for (int64_t t = 0; t < num_tables; ++t)
+    if (used[t]) out.push_back(std::move(result[t]));
+  return out;
+}
+
+int64_t cpu_tbe_forward(const std::vector<Tensor>& tables, const Tensor& values,
+                        const Tensor& offsets, const Tensor& weights, const TbePlan& plan,
+                        Tensor& out) {
+  int64_t r = -1;
+  dispatch_floating(out.dtype(), "embedding_bags_batched", [&](auto tag) {
+    r = forward_impl<decltype(tag)>(tables, values, offsets, weights, plan, out);
+  });
+  return r;
+}
+
+std::vector<RowSparseGrad> cpu_tbe_backward(const std::vector<Tensor>& tables,
+                                            const Tensor& values, const Tensor& offsets,
+                                            const Tensor& weights, const TbePlan& plan,
+                                            const Tensor& grad_out) {
+  std::vector<RowSparseGrad> r;
+  dispatch_floating(grad_out.dtype(), "embedding_bags_batched_backward", [&](auto tag) {
+    r = backward_impl<decltype(tag)>(tables, values, offsets, weights, plan, grad_out);
+  });
+  return r;
+}
+
+}  // namespace
+
+MT_REGISTER_KERNEL(tbe_forward_kernel, DeviceType::CPU, cpu_tbe_forward);
+MT_REGISTER_KERNEL(tbe_backward_kernel, DeviceType::CPU, cpu_tbe_backward);
+
+}  // namespace mt::runtime::cpu
