@@ -12,40 +12,81 @@ namespace mt::parallel {
 using runtime::NoGradGuard;
 
 FSDPParam::FSDPParam(std::string fqn, Tensor* slot, const Tensor& full,
-                     std::shared_ptr<DeviceMesh> mesh, int64_t shard_dim,
-                     runtime::DType compute_dtype)
-    : fqn_(std::move(fqn)), slot_(slot) {
+                     std::shared_ptr<DeviceMesh> mesh, int64_t mesh_dim,
+                     runtime::DType compute_dtype, int64_t tensor_dim, const OuterSharding* outer)
+    : fqn_(std::move(fqn)), slot_(slot), tensor_dim_(tensor_dim) {
   MT_CHECK(full.dim() >= 1, "fully_shard: parameter '", fqn_,
-           "' is 0-D; FSDP shards parameters along dim 0");
+           "' is 0-D; FSDP shards parameters along a dimension");
+  MT_CHECK(tensor_dim_ >= 0 && tensor_dim_ < full.dim(), "fully_shard: parameter '", fqn_,
+           "' has ", full.dim(), " dims, so it cannot be sharded along dim ", tensor_dim_);
   MT_CHECK(full.is_floating_point(), "fully_shard: parameter '", fqn_, "' has dtype ", full.dtype(),
            "; FSDP shards floating-point parameters only");
   NoGradGuard no_grad;
-  rows_ = full.size(0);
-  row_numel_ = 1;
-  for (int64_t d = 1; d < full.dim(); ++d) row_numel_ *= full.size(d);
-  num_shards_ = mesh->size(shard_dim);
-  const ChunkRange chunk = chunk_range(rows_, num_shards_, mesh->coordinate(shard_dim));
+  size_ = full.size(tensor_dim_);
+  num_shards_ = mesh->size(mesh_dim);
+  const ChunkRange chunk = chunk_range(size_, num_shards_, mesh->coordinate(mesh_dim));
+  padded_shape_ = full.shape();
+  padded_shape_[size_t(tensor_dim_)] = chunk.padded_length;
+  padded_shard_numel_ = runtime::numel_of(padded_shape_);
 
-  runtime::Shape padded_shape = full.shape();
-  padded_shape[0] = chunk.padded_length;
-  padded_shard_ = runtime::zeros(padded_shape, full.options());
-  if (chunk.length > 0) {
-    padded_shard_.narrow(0, 0, chunk.length).copy_(full.narrow(0, chunk.offset, chunk.length));
-  }
-  sharded_ = padded_shard_.narrow(0, 0, chunk.length).detach();
+  // A copy, so the whole parameter's memory goes once the slot holds the shard.
+  const Tensor piece = full.narrow(tensor_dim_, chunk.offset, chunk.length);
+  sharded_ = runtime::empty(piece.shape(), full.options().with_requires_grad(false));
+  sharded_.copy_(piece);
   sharded_.set_requires_grad(full.requires_grad());
   sharded_.set_name(fqn_);
 
-  std::vector<Placement> placements(size_t(mesh->ndim()), Replicate{});
-  placements[size_t(shard_dim)] = Shard{0};
-  runtime::Shape offset(size_t(full.dim()), 0);
-  offset[0] = chunk.offset;
-  dtensor_ = DTensor{sharded_, std::move(mesh), std::move(placements), full.shape(), offset};
+  if (outer == nullptr) {
+    std::vector<Placement> placements(size_t(mesh->ndim()), Replicate{});
+    placements[size_t(mesh_dim)] = Shard{tensor_dim_};
+    runtime::Shape offset(size_t(full.dim()), 0);
+    offset[size_t(tensor_dim_)] = chunk.offset;
+    dtensor_ = DTensor{sharded_, std::move(mesh), std::move(placements), full.shape(), offset};
+  } else {
+    dtensor_ = nested_dtensor(full, *mesh, mesh_dim, *outer);
+  }
 
   unsharded_ = runtime::empty(full.shape(), full.options().with_dtype(compute_dtype));
   unsharded_.storage()->release_memory();
   unsharded_.set_requires_grad(full.requires_grad());
   unsharded_.set_name(fqn_);
+}
+
+DTensor FSDPParam::nested_dtensor(const Tensor& full, const DeviceMesh& mesh, int64_t mesh_dim,
+                                  const OuterSharding& outer) const {
+  const DeviceMesh& big = *outer.mesh;
+  MT_CHECK(outer.placements.size() == size_t(big.ndim()), "fully_shard: '", fqn_,
+           "': the outer sharding has ", outer.placements.size(), " placements for ",
+           big.describe());
+  const std::string& dim_name = mesh.dim_names()[size_t(mesh_dim)];
+  MT_CHECK(big.has_dim(dim_name) && big.size(dim_name) == mesh.size(mesh_dim) &&
+               big.coordinate(dim_name) == mesh.coordinate(mesh_dim),
+           "fully_shard: '", fqn_, "': FSDP's mesh ", mesh.describe(), " is not a sub-mesh of ",
+           "the outer sharding's ", big.describe());
+  const int64_t k = big.dim_index(dim_name);
+  MT_CHECK(std::holds_alternative<Replicate>(outer.placements[size_t(k)]), "fully_shard: '",
+           fqn_, "': the outer sharding already places mesh dim '", dim_name, "' (",
+           placement_name(outer.placements[size_t(k)]), "); FSDP shards that one");
+  runtime::Shape global = full.shape();
+  std::vector<Placement> placements = outer.placements;
+  for (int64_t j = 0; j < big.ndim(); ++j) {
+    if (const auto* s = std::get_if<Shard>(&placements[size_t(j)])) {
+      MT_CHECK(s->dim >= 0 && s->dim < full.dim(), "fully_shard: '", fqn_, "': outer ",
+               placement_name(*s), " of a ", full.dim(), "-D parameter");
+      global[size_t(s->dim)] *= big.size(j);
+    }
+  }
+  placements[size_t(k)] = Shard{tensor_dim_};
+  const LocalPiece piece = local_piece(global, big, placements);
+  MT_CHECK(piece.shape == sharded_.shape(), "fully_shard: '", fqn_, "': the outer placements ",
+           "put a piece of shape ", piece.shape, " on this rank but FSDP holds ", sharded_.shape(),
+           " (outer shards must split their dims evenly and come before FSDP's mesh dims)");
+  return DTensor{sharded_, outer.mesh, std::move(placements), std::move(global), piece.offset};
+}
+
+Tensor FSDPParam::padded_view(const Tensor& flat, int64_t start, int64_t valid) const {
+  return flat.narrow(0, start, padded_shard_numel_).view(padded_shape_).narrow(tensor_dim_, 0,
+                                                                               valid);
 }
 
 void FSDPParam::free_unsharded() const {
@@ -55,43 +96,39 @@ void FSDPParam::free_unsharded() const {
 
 void FSDPParam::copy_in(const Tensor& flat) const {
   NoGradGuard no_grad;
-  flat.narrow(0, 0, padded_shard_numel()).view(padded_shard_.shape()).copy_(padded_shard_);
+  padded_view(flat, 0, sharded_.size(tensor_dim_)).copy_(sharded_);
 }
 
 void FSDPParam::copy_out(const Tensor& gathered, int64_t rank_stride, int64_t offset) const {
   MT_CHECK(gathered.dtype() == unsharded_.dtype() && gathered.is_contiguous(),
            "FSDPParam::copy_out: '", fqn_, "' expected a contiguous ", unsharded_.dtype(),
            " buffer");
-  const int64_t padded_rows = chunk_range(rows_, num_shards_, 0).padded_length;
-  const Tensor dst = unsharded_.reshape({-1});
   for (int64_t r = 0; r < num_shards_; ++r) {
-    const int64_t valid = chunk_range(rows_, num_shards_, r).length;
-    if (valid == 0) continue;
+    const ChunkRange chunk = chunk_range(size_, num_shards_, r);
+    if (chunk.length == 0) continue;
     // The copy kernel itself, not Tensor::copy_: the same parameter values again, so tensors
     // saved for backward must not see a new version.
-    runtime::copy_kernel(dst.device(),
-                         gathered.narrow(0, r * rank_stride + offset, valid * row_numel_),
-                         dst.narrow(0, r * padded_rows * row_numel_, valid * row_numel_));
+    const Tensor dst = unsharded_.narrow(tensor_dim_, chunk.offset, chunk.length);
+    runtime::copy_kernel(dst.device(), padded_view(gathered, r * rank_stride + offset, chunk.length),
+                         dst);
   }
 }
 
 void FSDPParam::copy_grad_in(const Tensor& grad, const Tensor& flat, int64_t rank_stride,
                              int64_t offset) const {
   NoGradGuard no_grad;
-  const Tensor g = grad.reshape({-1});
-  const int64_t padded_rows = chunk_range(rows_, num_shards_, 0).padded_length;
   for (int64_t r = 0; r < num_shards_; ++r) {
-    const int64_t valid = chunk_range(rows_, num_shards_, r).length;
-    if (valid == 0) continue;
-    flat.narrow(0, r * rank_stride + offset, valid * row_numel_)
-        .copy_(g.narrow(0, r * padded_rows * row_numel_, valid * row_numel_));
+    const ChunkRange chunk = chunk_range(size_, num_shards_, r);
+    if (chunk.length == 0) continue;
+    padded_view(flat, r * rank_stride + offset, chunk.length)
+        .copy_(grad.narrow(tensor_dim_, chunk.offset, chunk.length));
   }
 }
 
 void FSDPParam::accumulate_sharded_grad(const Tensor& reduced, int64_t offset) const {
   NoGradGuard no_grad;
-  Tensor g = reduced.narrow(0, offset, sharded_.numel()).view(sharded_.shape());
-  if (g.dtype() != sharded_.dtype()) g = g.to(sharded_.dtype());
+  Tensor g = padded_view(reduced, offset, sharded_.size(tensor_dim_));
+  g = g.dtype() != sharded_.dtype() ? g.to(sharded_.dtype()) : g.contiguous();
   const Tensor existing = sharded_.grad();
   if (existing.defined()) {
     runtime::add_(existing, g);

@@ -1,9 +1,15 @@
-// FSDPParam: one parameter under FSDP — its dim-0 shard on this rank (the master copy the
-// optimizer sees), and the unsharded tensor the module computes with between all-gathers.
+// FSDPParam: one parameter under FSDP — its shard on this rank along one tensor dim (the master
+// copy the optimizer sees), and the unsharded tensor the module computes with between all-gathers.
 //
-// - `padded_shard` holds ceil(rows / n) rows (zeros past the parameter's end) so every rank
-//   contributes equal-sized pieces to the group's flat all-gather buffer; `sharded` is the leaf
-//   parameter over its valid rows (possibly 0 rows), with the DTensor that describes it.
+// - The shard is chunk_range(size(dim), n, rank) of the tensor dim `dim` (0 by default; routed
+//   experts use 1 when there are fewer experts than ranks to shard them over). Every rank puts
+//   ceil(size / n) slices into the group's flat buffers (`padded_shape`) so the pieces are equal;
+//   `sharded` is a contiguous leaf of the valid slices only (possibly none), with the DTensor that
+//   describes it.
+// - With an OuterSharding (expert parallelism) `full` is itself this rank's piece of a larger
+//   tensor, sharded over other dims of a larger mesh: the DTensor is placed on that mesh, with
+//   FSDP's Shard nested after the outer placements (mesh-dimension order), so checkpoints and
+//   gradient clipping see global coordinates and every mesh dimension the parameter spans.
 // - `unsharded` is a leaf of the full shape in the compute dtype whose storage is released while
 //   resharded: autograd keeps referring to the same tensor across the forward and backward
 //   all-gathers. Copies into it bypass the version counter, as the data is the same parameter.
@@ -12,30 +18,39 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "parallel/mesh/dtensor.h"
 #include "runtime/core/tensor.h"
 
 namespace mt::parallel {
 
+// A parameter already sharded before FSDP (expert parallelism): the mesh its DTensor lives on
+// (FSDP's mesh is a sub-mesh of it, matched by dimension names) and its placements there, with
+// Replicate on the dims FSDP shards. Outer Shard placements must divide their tensor dim evenly.
+struct OuterSharding {
+  std::shared_ptr<DeviceMesh> mesh;
+  std::vector<Placement> placements;
+};
+
 class FSDPParam {
  public:
-  // Shards `full` (this rank's copy of the whole parameter) over mesh dim `shard_dim`;
-  // placements: Shard(0) on that dim, Replicate on the others.
+  // Shards `full` (this rank's copy of the parameter) over mesh dim `mesh_dim` along tensor dim
+  // `tensor_dim`; placements: Shard(tensor_dim) on that mesh dim, Replicate on the others (and
+  // the outer placements, when given).
   FSDPParam(std::string fqn, Tensor* slot, const Tensor& full, std::shared_ptr<DeviceMesh> mesh,
-            int64_t shard_dim, runtime::DType compute_dtype);
+            int64_t mesh_dim, runtime::DType compute_dtype, int64_t tensor_dim = 0,
+            const OuterSharding* outer = nullptr);
 
   const std::string& fqn() const { return fqn_; }
   Tensor* slot() const { return slot_; }
   const Tensor& sharded() const { return sharded_; }
   const Tensor& unsharded() const { return unsharded_; }
-  const Tensor& padded_shard() const { return padded_shard_; }
   const DTensor& dtensor() const { return dtensor_; }
   runtime::DType compute_dtype() const { return unsharded_.dtype(); }
 
-  int64_t padded_shard_numel() const { return padded_shard_.numel(); }  // per-rank flat size
-  int64_t row_numel() const { return row_numel_; }
-  int64_t rows() const { return rows_; }
+  int64_t padded_shard_numel() const { return padded_shard_numel_; }  // per-rank flat size
+  int64_t tensor_dim() const { return tensor_dim_; }
 
   void use_sharded() const { *slot_ = sharded_; }
   void use_unsharded() const { *slot_ = unsharded_; }
@@ -45,13 +60,14 @@ class FSDPParam {
   void free_unsharded() const;
   bool is_unsharded_allocated() const { return unsharded_.storage()->has_memory(); }
 
-  // Writes this rank's shard, cast to `flat`'s dtype, into flat[0, padded_shard_numel()).
+  // Writes this rank's shard, cast to `flat`'s dtype, into flat[0, padded_shard_numel()) laid
+  // out as the padded shard (padding slices left as they are: nothing reads them back).
   void copy_in(const Tensor& flat) const;
   // Fills `unsharded` from the all-gather output: rank r's piece starts at r * rank_stride +
   // offset elements of `gathered` (compute dtype, contiguous).
   void copy_out(const Tensor& gathered, int64_t rank_stride, int64_t offset) const;
   // Writes the unsharded gradient, cast to `flat`'s dtype, into the reduce-scatter input: rank r's
-  // rows at r * rank_stride + offset (padding left as is).
+  // slices at r * rank_stride + offset (padding left as is).
   void copy_grad_in(const Tensor& grad, const Tensor& flat, int64_t rank_stride,
                     int64_t offset) const;
   // Adds (or sets) this rank's reduced gradient: `reduced` elements [offset, offset + valid).
@@ -60,8 +76,14 @@ class FSDPParam {
  private:
   std::string fqn_;
   Tensor* slot_;
-  int64_t rows_ = 0, row_numel_ = 1, num_shards_ = 1;
-  Tensor padded_shard_, sharded_, unsharded_;
+  DTensor nested_dtensor(const Tensor& full, const DeviceMesh& mesh, int64_t mesh_dim,
+                         const OuterSharding& outer) const;
+  // The `valid` leading slices of the padded shard laid out in flat[start, + padded numel).
+  Tensor padded_view(const Tensor& flat, int64_t start, int64_t valid) const;
+
+  int64_t tensor_dim_ = 0, size_ = 0, num_shards_ = 1, padded_shard_numel_ = 0;
+  runtime::Shape padded_shape_;
+  Tensor sharded_, unsharded_;
   DTensor dtensor_;
 };
 

@@ -216,8 +216,9 @@ std::shared_ptr<FSDPModule> fully_shard(Module& module, std::shared_ptr<DeviceMe
     }
     if (find_fsdp_param(states, t) != nullptr) continue;  // a descendant's group owns it
     const runtime::DType compute = options.mp_policy.param_dtype.value_or(t.dtype());
-    params.push_back(std::make_unique<FSDPParam>(slots[i].fqn, slots[i].slot, t, mesh,
-                                                 mesh->ndim() - 1, compute));
+    params.push_back(std::make_unique<FSDPParam>(
+        slots[i].fqn, slots[i].slot, t, mesh, mesh->ndim() - 1, compute, options.shard_dim,
+        options.outer ? &*options.outer : nullptr));
     params.back()->use_sharded();
   }
   std::unique_ptr<FSDPParamGroup> group;

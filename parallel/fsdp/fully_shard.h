@@ -7,8 +7,9 @@
 //
 // What happens
 // - Every parameter of `module` not already managed by a fully_shard call on a descendant (so:
-//   call it bottom-up) is sharded on dim 0 over the mesh's last dimension (uneven sizes padded;
-//   see FSDPParam). Module slots then hold the sharded leaves: parameters(), optimizers, clipping
+//   call it bottom-up) is sharded on dim 0 (options.shard_dim) over the mesh's last dimension
+//   (uneven sizes padded; see FSDPParam). Meshes may differ per module: routed experts on the
+//   expert mesh's efsdp dimension, the rest on the data-parallel mesh (options.outer). Module slots then hold the sharded leaves: parameters(), optimizers, clipping
 //   and checkpointing see shards, described by sharded_parameters()/dtensor_of().
 // - Before the module's forward, its group is all-gathered with one collective (prefetched one
 //   group ahead, in the order of the previous forward) and the slots point at the unsharded
@@ -31,6 +32,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,12 @@ struct FullyShardOptions {
   MixedPrecisionPolicy mp_policy;
   double gradient_divide_factor = 0;  // 0: the mesh size (mean)
   bool prefetch = true;               // all-gather the next group while this one computes
+  // The tensor dim the parameters are sharded along (routed experts [E, ...] use 1 when E is
+  // smaller than the ranks that shard them).
+  int64_t shard_dim = 0;
+  // Parameters already sharded by expert parallelism: their DTensors are placed on this larger
+  // mesh (`mesh` must be a sub-mesh of it), FSDP's Shard nested after the outer placements.
+  std::optional<OuterSharding> outer;
 };
 
 class FSDPState;
