@@ -1,0 +1,217 @@
+// GPU kernel table: the CUDA backend's kernels at Llama 3 1B training shapes (batch 4 x seq 2048,
+// dim 2048, hidden 8192, 32 query / 8 kv heads of 64, vocab 128,256), each against the ceiling
+// that bounds it, both measured in the same run: device-to-device copy bandwidth (bytes read +
+// written) for the memory-bound kernels, a large bf16 matmul's TFLOP/s for the compute-bound
+// ones. Prints one row per kernel: median time, achieved TB/s or TFLOP/s, and % of the ceiling.
+// Bytes are the fewest the kernel must move (each input read once, each output written once);
+// FLOPs are the usual 2 m n k (attention: 4 B H T^2 D, halved for causal; backward 2.5x).
+//
+//   ./build/bench/gpu_kernels_bench [--reps N]      (on the GPU machine: .device/bin/...)
+//
+// Runs through the runtime's public ops (what training calls), synchronising the device once
+// per timed batch of repetitions. Without a CUDA device it says so and exits 0.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/autograd/engine.h"
+#include "runtime/core/device_runtime.h"
+#include "runtime/core/grad_mode.h"
+#include "runtime/ops/attention.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/embedding.h"
+#include "runtime/ops/factory.h"
+#include "runtime/ops/loss.h"
+#include "runtime/ops/matmul.h"
+#include "runtime/ops/reduce.h"
+#include "runtime/ops/rms_norm.h"
+#include "runtime/ops/rope.h"
+#include "runtime/ops/swiglu.h"
+#include "runtime/optim/adamw.h"
+
+namespace mt::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int g_reps = 20;
+
+// Median seconds per call of fn over g_reps timed calls (after 3 warm-ups), one device sync per
+// call so each sample is the call's own time.
+double time_it(Device device, const std::function<void()>& fn) {
+  for (int i = 0; i < 3; ++i) fn();
+  synchronize(device);
+  std::vector<double> samples;
+  for (int i = 0; i < g_reps; ++i) {
+    const auto t0 = Clock::now();
+    fn();
+    synchronize(device);
+    samples.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
+Tensor rnd(const Shape& shape, DType dtype, Device device, const char* name) {
+  return randn(shape, RandomKey(7, name)).to(dtype).to(device);
+}
+
+// Uniform integer ids in [0, n) on `device`.
+Tensor random_ids(int64_t count, int64_t n, Device device, const char* name) {
+  return mul(rand({count}, RandomKey(8, name)), double(n)).to(DType::I64).to(device);
+}
+
+struct Row {
+  std::string kernel, shape;
+  double seconds, amount;  // amount: bytes (memory-bound) or FLOPs (compute-bound)
+  bool flops;
+};
+
+void print(const std::vector<Row>& rows, double tb_per_s, double tflop_per_s) {
+  std::printf("\n%-34s %-30s %10s %12s %8s\n", "kernel", "shape", "time (us)", "achieved",
+              "% ceil");
+  for (const Row& r : rows) {
+    const double rate = r.amount / r.seconds / 1e12;
+    const double ceiling = r.flops ? tflop_per_s : tb_per_s;
+    std::printf("%-34s %-30s %10.1f %8.2f %s %7.1f%%\n", r.kernel.c_str(), r.shape.c_str(),
+                r.seconds * 1e6, rate, r.flops ? "TF/s" : "TB/s", 100.0 * rate / ceiling);
+  }
+  std::printf("\nceilings measured in this run: copy %.2f TB/s (read + write), bf16 matmul %.1f "
+              "TFLOP/s\n", tb_per_s, tflop_per_s);
+}
+
+int run() {
+  if (cuda_device_count() == 0) {
+    std::printf("gpu_kernels_bench: no CUDA device (%s); nothing to measure\n",
+                cuda_backend_built() ? "none visible" : "this build has no CUDA backend");
+    return 0;
+  }
+  const Device dev = Device::cuda(0);
+  std::printf("%s, %d repetitions per kernel (median)\n", device_description(dev).c_str(), g_reps);
+  const DType bf16 = DType::BF16, f32 = DType::F32;
+  const int64_t B = 4, T = 2048, N = B * T, D = 2048, H = 8192, V = 128256, Hq = 32, Hkv = 8,
+                hd = 64;
+  std::vector<Row> rows;
+
+  // Ceilings.
+  const int64_t copy_elems = int64_t(1) << 28;  // 1 GiB of f32
+  Tensor src = rnd({copy_elems}, f32, dev, "copy_src"), dst = empty({copy_elems}, src.options());
+  const double copy_s = time_it(dev, [&] { dst.copy_(src); });
+  const double tb_per_s = 2.0 * 4 * double(copy_elems) / copy_s / 1e12;
+  src = dst = Tensor();
+  const int64_t M = 8192;
+  Tensor a = rnd({M, M}, bf16, dev, "a"), b = rnd({M, M}, bf16, dev, "b");
+  const double mm_s = time_it(dev, [&] { matmul(a, b); });
+  const double tflop_per_s = 2.0 * double(M) * M * M / mm_s / 1e12;
+  rows.push_back({"matmul bf16 (ceiling)", "8192^3", mm_s, 2.0 * M * M * M, true});
+  a = b = Tensor();
+
+  NoGradGuard no_grad_outer;
+  // Matmuls of the block.
+  {
+    Tensor x = rnd({N, D}, bf16, dev, "x"), w1 = rnd({H, D}, bf16, dev, "w1");
+    Tensor wo = rnd({D, D}, bf16, dev, "wo"), wkv = rnd({Hkv * hd, D}, bf16, dev, "wkv");
+    Tensor h = rnd({N, H}, bf16, dev, "h"), w2 = rnd({D, H}, bf16, dev, "w2");
+    rows.push_back({"linear x@w1^T (ffn up)", "8192x2048 -> 8192", time_it(dev, [&] { linear(x, w1); }),
+                    2.0 * N * D * H, true});
+    rows.push_back({"linear h@w2^T (ffn down)", "8192x8192 -> 2048", time_it(dev, [&] { linear(h, w2); }),
+                    2.0 * N * H * D, true});
+    rows.push_back({"linear x@wo^T (attn out)", "8192x2048 -> 2048", time_it(dev, [&] { linear(x, wo); }),
+                    2.0 * N * D * D, true});
+    rows.push_back({"linear x@wk^T (kv proj)", "8192x2048 -> 512", time_it(dev, [&] { linear(x, wkv); }),
+                    2.0 * N * D * Hkv * hd, true});
+  }
+  // Memory-bound fused kernels, bf16 activations.
+  {
+    Tensor x = rnd({N, D}, bf16, dev, "x"), w = rnd({D}, bf16, dev, "w");
+    rows.push_back({"rms_norm fwd", "8192x2048 bf16", time_it(dev, [&] { rms_norm(x, w); }),
+                    2.0 * 2 * N * D, false});
+    Tensor g = rnd({N, H}, bf16, dev, "g"), u = rnd({N, H}, bf16, dev, "u");
+    rows.push_back({"swiglu fwd", "8192x8192 bf16", time_it(dev, [&] { swiglu(g, u); }),
+                    3.0 * 2 * N * H, false});
+    const RopeTables tables = rope_frequencies(hd, T);
+    const Tensor cos = tables.cos.to(dev), sin = tables.sin.to(dev);
+    Tensor q = rnd({B, T, Hq, hd}, bf16, dev, "q");
+    rows.push_back({"rope fwd (q)", "4x2048x32x64 bf16", time_it(dev, [&] { apply_rope(q, cos, sin); }),
+                    2.0 * 2 * q.numel(), false});
+    Tensor ids = random_ids(N, V, dev, "ids");
+    Tensor table = rnd({V, D}, bf16, dev, "table");
+    rows.push_back({"embedding fwd", "8192 rows of 128256x2048", time_it(dev, [&] { embedding(table, ids); }),
+                    2.0 * 2 * N * D, false});
+  }
+  // Forward + backward pairs (autograd on).
+  {
+    GradMode::set_enabled(true);
+    Tensor x = rnd({N, D}, bf16, dev, "x").set_requires_grad(true);
+    Tensor w = rnd({D}, bf16, dev, "w").set_requires_grad(true);
+    Tensor dy = rnd({N, D}, bf16, dev, "dy");
+    rows.push_back({"rms_norm fwd+bwd", "8192x2048 bf16", time_it(dev, [&] {
+                      autograd::backward({rms_norm(x, w)}, {dy});
+                    }),
+                    (2.0 + 3.0) * 2 * N * D, false});
+    Tensor logits = rnd({N, V}, f32, dev, "logits").set_requires_grad(true);
+    Tensor targets = random_ids(N, V, dev, "targets");
+    rows.push_back({"cross_entropy fwd+bwd", "8192x128256 f32", time_it(dev, [&] {
+                      autograd::backward({cross_entropy(logits, targets)});
+                    }),
+                    3.0 * 4 * N * V, false});
+    logits = Tensor();
+    Tensor q = rnd({B, Hq, T, hd}, bf16, dev, "q").set_requires_grad(true);
+    Tensor k = rnd({B, Hkv, T, hd}, bf16, dev, "k").set_requires_grad(true);
+    Tensor v = rnd({B, Hkv, T, hd}, bf16, dev, "v").set_requires_grad(true);
+    const double attn_flops = 4.0 * B * Hq * double(T) * T * hd / 2;  // causal
+    {
+      NoGradGuard no_grad;
+      rows.push_back({"attention fwd (cuDNN, causal GQA)", "4x32x2048x64 bf16",
+                      time_it(dev, [&] { scaled_dot_product_attention(q, k, v, true); }),
+                      attn_flops, true});
+    }
+    Tensor dout = rnd({B, Hq, T, hd}, bf16, dev, "dout");
+    rows.push_back({"attention fwd+bwd", "4x32x2048x64 bf16", time_it(dev, [&] {
+                      autograd::backward({scaled_dot_product_attention(q, k, v, true)}, {dout});
+                    }),
+                    3.5 * attn_flops, true});
+    GradMode::set_enabled(false);
+  }
+  // AdamW over ~1.24B f32 parameters in 16 tensors: reads param, grad, m, v; writes param, m, v.
+  {
+    std::vector<Tensor> params;
+    const int64_t per = int64_t(1) << 26;
+    for (int i = 0; i < 16; ++i) {
+      Tensor p = rnd({per}, f32, dev, "p");
+      p.set_requires_grad(true);
+      p.set_grad(rnd({per}, f32, dev, "grad"));
+      params.push_back(p);
+    }
+    optim::AdamW opt(params, {.lr = 1e-4});
+    rows.push_back({"AdamW step (16 x 64M f32)", "1.07e9 params", time_it(dev, [&] { opt.step(); }),
+                    7.0 * 4 * 16 * double(per), false});
+  }
+  print(rows, tb_per_s, tflop_per_s);
+  return 0;
+}
+
+}  // namespace
+}  // namespace mt::runtime
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+      mt::runtime::g_reps = std::max(1, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: %s [--reps N]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    return mt::runtime::run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpu_kernels_bench: %s\n", e.what());
+    return 1;
+  }
+}
