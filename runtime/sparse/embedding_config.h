@@ -1,0 +1,67 @@
+// Table configurations of the embedding collections (TorchRec's EmbeddingBagConfig /
+// EmbeddingConfig), the fused optimizer settings of a table, and how a table's gradient is
+// handled (GradientMode).
+//
+// A table may be a shard of a global table (TableShard): a row range and/or a column range of the
+// global [num_embeddings, embedding_dim] table. The local weight is then [rows, cols], initialised
+// with exactly the values the unsharded table holds there (the draw is keyed by (seed, FQN) over
+// the global shape), ids given to it must already be local rows, and its optimizer state is
+// indexed by local row (global row = row_offset + local row). Row-wise optimizer state of a
+// column shard averages over the shard's columns only (as TorchRec's column-wise sharding does).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "runtime/kernels/embedding_optim.h"
+#include "runtime/ops/embedding_bag.h"
+
+namespace mt::runtime::sparse {
+
+// FBGEMM's optimizer names: EXACT_SGD, EXACT_ROWWISE_ADAGRAD, ADAM, PARTIAL_ROWWISE_ADAM.
+using EmbOptimType = RowOptimizer;
+const char* optimizer_name(EmbOptimType type);
+// Parses "sgd" / "exact_sgd", "rowwise_adagrad" / "exact_rowwise_adagrad", "adam",
+// "partial_rowwise_adam" (case-insensitive); throws naming the accepted values.
+EmbOptimType parse_optimizer(const std::string& name);
+
+struct EmbeddingOptimizerConfig {
+  EmbOptimType type = EmbOptimType::RowwiseAdagrad;
+  double lr = 0.01;
+  double eps = 1e-8;
+  double beta1 = 0.9, beta2 = 0.999;  // Adam, PartialRowwiseAdam
+  double weight_decay = 0.0;          // L2 for SGD/Adagrad, decoupled for the Adams
+};
+
+// How backward treats the tables of a collection.
+enum class GradientMode {
+  Fused,      // the optimizer updates the touched rows inside backward; no gradient is kept
+  RowSparse,  // backward keeps a row-sparse gradient per table (stepped / clipped later)
+  Dense,      // weights require grad and get dense [rows, dim] .grad through autograd
+};
+
+// The part of a global table a module holds (defaults: all of it).
+struct TableShard {
+  int64_t row_offset = 0, num_rows = -1;  // -1: up to the end
+  int64_t col_offset = 0, num_cols = -1;
+};
+
+struct EmbeddingBagConfig {
+  std::string name;
+  int64_t num_embeddings = 0;  // global rows
+  int64_t embedding_dim = 0;   // global columns
+  std::vector<std::string> feature_names;
+  PoolingMode pooling = PoolingMode::Sum;
+  EmbeddingOptimizerConfig optimizer;
+  // Init: uniform(weight_init_min, weight_init_max); NaN means -+sqrt(1 / num_embeddings).
+  double weight_init_min = std::numeric_limits<double>::quiet_NaN();
+  double weight_init_max = std::numeric_limits<double>::quiet_NaN();
+  TableShard shard;
+};
+
+// Unpooled tables (EmbeddingCollection): the same fields; pooling is unused.
+using EmbeddingConfig = EmbeddingBagConfig;
+
+}  // namespace mt::runtime::sparse

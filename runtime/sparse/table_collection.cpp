@@ -1,0 +1,113 @@
+#include "runtime/sparse/table_collection.h"
+
+#include <cmath>
+#include <set>
+
+#include "runtime/ops/factory.h"
+#include "runtime/sparse/row_sparse_grad.h"
+
+namespace mt::runtime::sparse {
+
+namespace {
+
+EmbeddingBagConfig resolved(EmbeddingBagConfig c, const char* where) {
+  MT_CHECK(!c.name.empty() && c.name.find('.') == std::string::npos, where,
+           ": table names must be non-empty and contain no '.', got '", c.name, "'");
+  MT_CHECK(c.num_embeddings > 0 && c.embedding_dim > 0, where, ": table '", c.name,
+           "' needs positive num_embeddings and embedding_dim, got ", c.num_embeddings, " x ",
+           c.embedding_dim);
+  MT_CHECK(!c.feature_names.empty(), where, ": table '", c.name, "' has no feature_names");
+  TableShard& s = c.shard;
+  if (s.num_rows < 0) s.num_rows = c.num_embeddings - s.row_offset;
+  if (s.num_cols < 0) s.num_cols = c.embedding_dim - s.col_offset;
+  MT_CHECK(s.row_offset >= 0 && s.num_rows >= 0 && s.row_offset + s.num_rows <= c.num_embeddings &&
+               s.col_offset >= 0 && s.num_cols > 0 && s.col_offset + s.num_cols <= c.embedding_dim,
+           where, ": table '", c.name, "': shard rows [", s.row_offset, ", +", s.num_rows,
+           ") cols [", s.col_offset, ", +", s.num_cols, ") do not fit the table [",
+           c.num_embeddings, ", ", c.embedding_dim, "]");
+  return c;
+}
+
+}  // namespace
+
+EmbeddingTable::EmbeddingTable(std::string type_name, const EmbeddingBagConfig& config,
+                               DType dtype, bool requires_grad)
+    : Module(std::move(type_name)),
+      config_(config),
+      rows_(config.shard.num_rows),
+      cols_(config.shard.num_cols) {
+  MT_CHECK(is_floating(dtype), this->type_name(), ": expected a floating dtype, got ", dtype);
+  weight = empty({rows_, cols_}, TensorOptions{}.with_dtype(dtype));
+  register_parameter("weight", weight, requires_grad);
+  reset_parameters(nn::InitContext{});
+}
+
+void EmbeddingTable::reset_parameters(const nn::InitContext& ctx) {
+  const double bound = std::sqrt(1.0 / double(config_.num_embeddings));
+  const double lo = std::isnan(config_.weight_init_min) ? -bound : config_.weight_init_min;
+  const double hi = std::isnan(config_.weight_init_max) ? bound : config_.weight_init_max;
+  nn::init_uniform_(weight, ctx.key("weight"), lo, hi,
+                    {config_.num_embeddings, config_.embedding_dim},
+                    {config_.shard.row_offset, config_.shard.col_offset});
+}
+
+TableCollection::TableCollection(std::string type_name, const std::string& container,
+                                 const char* table_type, std::vector<EmbeddingBagConfig> configs,
+                                 CollectionOptions options)
+    : Module(type_name), options_(options), container_(container) {
+  auto holder = register_module(container, std::make_shared<nn::Module>("ModuleDict"));
+  std::set<std::string> names, features;
+  for (size_t t = 0; t < configs.size(); ++t) {
+    EmbeddingBagConfig c = resolved(configs[t], type_name.c_str());
+    MT_CHECK(names.insert(c.name).second, type_name, ": two tables are named '", c.name, "'");
+    for (const std::string& f : c.feature_names) {
+      MT_CHECK(features.insert(f).second, type_name, ": feature '", f,
+               "' is listed by more than one table (or twice)");
+      layout_.feature_names.push_back(f);
+      layout_.feature_table.push_back(int64_t(t));
+      layout_.feature_pooling.push_back(c.pooling);
+    }
+    auto table = holder->register_module(
+        c.name, std::make_shared<EmbeddingTable>(table_type, c, options.dtype,
+                                                 options.gradient_mode == GradientMode::Dense));
+    tables_.push_back(table);
+    configs_.push_back(c);
+    optimizer_.add_table(c.optimizer, table->local_rows(), table->local_cols(), options.dtype,
+                         weight_fqn(t));
+  }
+}
+
+std::vector<Tensor> TableCollection::weights() const {
+  std::vector<Tensor> out;
+  for (const auto& t : tables_) out.push_back(t->weight);
+  return out;
+}
+
+std::string TableCollection::weight_fqn(size_t table) const {
+  return container_ + "." + configs_.at(table).name + ".weight";
+}
+
+void TableCollection::apply_sparse_grads() {
+  optimizer_.step(weights(), sparse_grads_);
+  sparse_grads_.clear();
+}
+
+KeyedJaggedTensor TableCollection::arrange(const KeyedJaggedTensor& features) const {
+  features.validate();
+  KeyedJaggedTensor kjt =
+      features.keys() == layout_.feature_names ? features : features.select_keys(layout_.feature_names);
+  for (size_t f = 0; f < layout_.feature_names.size(); ++f) {
+    const int64_t t = layout_.feature_table[f];
+    kjt.validate_ids(layout_.feature_names[f], tables_[t]->local_rows(), configs_[t].name);
+  }
+  return kjt;
+}
+
+TableGradSink TableCollection::make_sink() {
+  if (options_.gradient_mode == GradientMode::Dense || !is_training()) return nullptr;
+  if (options_.gradient_mode == GradientMode::Fused)
+    return [this](std::vector<RowSparseGrad>& grads) { optimizer_.step(weights(), grads); };
+  return [this](std::vector<RowSparseGrad>& grads) { accumulate(sparse_grads_, grads); };
+}
+
+}  // namespace mt::runtime::sparse
