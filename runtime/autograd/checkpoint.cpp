@@ -6,6 +6,28 @@
 
 namespace mt::runtime::autograd {
 
+namespace {
+
+thread_local CheckpointPhase current_phase = CheckpointPhase::None;
+
+// Sets the phase for a scope; a Forward inside a Recompute stays Recompute.
+class PhaseGuard {
+ public:
+  explicit PhaseGuard(CheckpointPhase phase) : prev_(current_phase) {
+    current_phase = prev_ == CheckpointPhase::Recompute ? prev_ : phase;
+  }
+  ~PhaseGuard() { current_phase = prev_; }
+  PhaseGuard(const PhaseGuard&) = delete;
+  PhaseGuard& operator=(const PhaseGuard&) = delete;
+
+ private:
+  CheckpointPhase prev_;
+};
+
+}  // namespace
+
+CheckpointPhase checkpoint_phase() { return current_phase; }
+
 std::vector<Tensor> checkpoint_multi(const CheckpointMultiFn& fn,
                                      const std::vector<Tensor>& inputs) {
   MT_CHECK(fn != nullptr, "checkpoint: empty function");
@@ -14,6 +36,7 @@ std::vector<Tensor> checkpoint_multi(const CheckpointMultiFn& fn,
   std::vector<Tensor> outputs;
   {
     NoGradGuard no_grad;
+    PhaseGuard phase(CheckpointPhase::Forward);
     outputs = fn(inputs);
   }
   // Fresh handles (sharing storage) so that recording never touches a tensor fn returned as is
@@ -50,6 +73,7 @@ std::vector<Tensor> checkpoint_multi(const CheckpointMultiFn& fn,
            std::vector<Tensor> recomputed;
            {
              EnableGradGuard grad_on;
+             PhaseGuard phase(CheckpointPhase::Recompute);
              recomputed = fn(detached);
            }
            MT_CHECK(recomputed.size() == args.grads.size(), "checkpoint: the recompute returned ",

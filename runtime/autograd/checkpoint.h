@@ -29,6 +29,13 @@ using CheckpointFn = std::function<Tensor(const std::vector<Tensor>& inputs)>;
 using CheckpointMultiFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs)>;
 
 Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs);
+
+// Where the calling thread stands relative to checkpointed regions: outside them (None), in a
+// region's first run during forward (Forward, under no_grad), or in its re-run during backward
+// (Recompute; a region nested in a re-run region reports Recompute too). Modules that update
+// their own state in forward (e.g. MoE token counts) use it to do so once per training forward.
+enum class CheckpointPhase { None, Forward, Recompute };
+CheckpointPhase checkpoint_phase();
 // As checkpoint(), for a region with several (floating) outputs.
 std::vector<Tensor> checkpoint_multi(const CheckpointMultiFn& fn,
                                      const std::vector<Tensor>& inputs);
