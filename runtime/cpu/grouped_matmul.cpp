@@ -71,8 +71,8 @@ void grouped_mm_blas(const Tensor& x, const Tensor& w, const std::vector<int64_t
     const int64_t rows = counts[size_t(g)];
     if (rows == 0) return;
     const int64_t o = offsets[size_t(g)];
-    gemm(CblasNoTrans, transpose_w ? CblasTrans : CblasNoTrans, blas_int(rows), m, k, px + o * K,
-         k, pw + g * M * K, transpose_w ? k : m, po + o * M, m);
+    gemm(CblasNoTrans, transpose_w ? CblasTrans : CblasNoTrans, blas_int(rows), m, k, px + o * K, k,
+         pw + g * M * K, transpose_w ? k : m, po + o * M, m);
   });
 }
 

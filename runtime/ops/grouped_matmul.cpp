@@ -62,21 +62,21 @@ Tensor grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& 
   grouped_mm_kernel(x.device(), xc, wc, counts, transpose_w, out);
 
   if (autograd::any_requires_grad({x, w})) {
-    autograd::record(
-        "grouped_mm", {x, w}, {out},
-        [sx = autograd::SavedTensor(xc), sw = autograd::SavedTensor(wc), counts,
-         transpose_w](const autograd::BackwardArgs& args) -> std::vector<Tensor> {
-          const Tensor& xs = sx.get();
-          const Tensor& ws = sw.get();
-          const Tensor dy = args.grad(0).to(xs.dtype()).contiguous();
-          Tensor dx, dw;
-          // y_g = x_g W_g^T: dx_g = dy_g W_g, dW_g = dy_g^T x_g.
-          // y_g = x_g W_g:   dx_g = dy_g W_g^T, dW_g = x_g^T dy_g.
-          if (args.needs(0)) dx = grouped_mm(dy, ws, counts, !transpose_w);
-          if (args.needs(1)) dw = transpose_w ? grouped_mm_tn(dy, xs, counts)
-                                              : grouped_mm_tn(xs, dy, counts);
-          return {dx, dw};
-        });
+    autograd::record("grouped_mm", {x, w}, {out},
+                     [sx = autograd::SavedTensor(xc), sw = autograd::SavedTensor(wc), counts,
+                      transpose_w](const autograd::BackwardArgs& args) -> std::vector<Tensor> {
+                       const Tensor& xs = sx.get();
+                       const Tensor& ws = sw.get();
+                       const Tensor dy = args.grad(0).to(xs.dtype()).contiguous();
+                       Tensor dx, dw;
+                       // y_g = x_g W_g^T: dx_g = dy_g W_g, dW_g = dy_g^T x_g.
+                       // y_g = x_g W_g:   dx_g = dy_g W_g^T, dW_g = x_g^T dy_g.
+                       if (args.needs(0)) dx = grouped_mm(dy, ws, counts, !transpose_w);
+                       if (args.needs(1))
+                         dw = transpose_w ? grouped_mm_tn(dy, xs, counts)
+                                          : grouped_mm_tn(xs, dy, counts);
+                       return {dx, dw};
+                     });
   }
   return out;
 }
@@ -87,8 +87,10 @@ Tensor grouped_mm(const Tensor& x, const Tensor& w, const Tensor& counts, bool t
            "grouped_mm: expected counts as a 1-D i64 or i32 tensor, got ",
            counts.defined() ? counts.shape() : Shape{}, " ",
            counts.defined() ? dtype_name(counts.dtype()) : "undefined");
-  MT_CHECK(counts.device().is_cpu(), "grouped_mm: counts must be on the CPU (the group sizes "
-           "shape the computation), got a tensor on ", counts.device());
+  MT_CHECK(counts.device().is_cpu(),
+           "grouped_mm: counts must be on the CPU (the group sizes "
+           "shape the computation), got a tensor on ",
+           counts.device());
   return grouped_mm(x, w, counts.to_vector<int64_t>(), transpose_w);
 }
 

@@ -42,19 +42,18 @@ TEST(GroupedMm, MatchesPerGroupLoopBothLayouts) {
   const std::vector<int64_t> counts{3, 0, 5, 1, 0, 4};
   Tensor x = randn64({13, 7}, 1, false);
   Tensor w_mk = randn64({6, 5, 7}, 2, false);  // [G, M, K]
-  EXPECT_TRUE(all_close(grouped_mm(x, w_mk, counts), loop_reference(x, w_mk, counts, true),
-                        1e-13, 1e-12));
+  EXPECT_TRUE(
+      all_close(grouped_mm(x, w_mk, counts), loop_reference(x, w_mk, counts, true), 1e-13, 1e-12));
   Tensor w_km = randn64({6, 7, 5}, 3, false);  // [G, K, M]
-  EXPECT_TRUE(all_close(grouped_mm(x, w_km, counts, false),
-                        loop_reference(x, w_km, counts, false), 1e-13, 1e-12));
+  EXPECT_TRUE(all_close(grouped_mm(x, w_km, counts, false), loop_reference(x, w_km, counts, false),
+                        1e-13, 1e-12));
 }
 
 TEST(GroupedMm, F32AndBf16MatchLoop) {
   const std::vector<int64_t> counts{20, 0, 7, 37};
   Tensor x = randn_as({64, 24}, DType::F32, 4);
   Tensor w = randn_as({4, 16, 24}, DType::F32, 5);
-  EXPECT_TRUE(all_close(grouped_mm(x, w, counts), loop_reference(x, w, counts, true), 1e-5,
-                        1e-5));
+  EXPECT_TRUE(all_close(grouped_mm(x, w, counts), loop_reference(x, w, counts, true), 1e-5, 1e-5));
   Tensor xb = x.to(DType::BF16), wb = w.to(DType::BF16);
   Tensor yb = grouped_mm(xb, wb, counts);
   EXPECT_EQ(yb.dtype(), DType::BF16);
@@ -73,8 +72,7 @@ TEST(GroupedMm, ManySmallGroupsAndOneLargeGroup) {
   for (int64_t c : counts) n += c;
   Tensor x = randn_as({n, 32}, DType::F32, 6);
   Tensor w = randn_as({41, 24, 32}, DType::F32, 7);
-  EXPECT_TRUE(all_close(grouped_mm(x, w, counts), loop_reference(x, w, counts, true), 1e-5,
-                        1e-5));
+  EXPECT_TRUE(all_close(grouped_mm(x, w, counts), loop_reference(x, w, counts, true), 1e-5, 1e-5));
 }
 
 TEST(GroupedMm, GradcheckF64BothLayouts) {
@@ -102,8 +100,8 @@ TEST(GroupedMm, EmptyGroupsGetZeroWeightGradient) {
   EXPECT_TRUE(all_close(dw.select(0, 0), zeros({2, 3}, dw.options()), 0, 0));
   EXPECT_TRUE(all_close(dw.select(0, 2), zeros({2, 3}, dw.options()), 0, 0));
   // Group 1: dW = dy^T x with dy = ones.
-  EXPECT_TRUE(all_close(dw.select(0, 1), matmul(ones({4, 2}, x.options()), x.detach(), true),
-                        1e-13, 1e-12));
+  EXPECT_TRUE(all_close(dw.select(0, 1), matmul(ones({4, 2}, x.options()), x.detach(), true), 1e-13,
+                        1e-12));
 }
 
 TEST(GroupedMm, NoRowsAtAllAndZeroK) {
@@ -113,8 +111,8 @@ TEST(GroupedMm, NoRowsAtAllAndZeroK) {
   EXPECT_EQ(y.shape(), (Shape{0, 4}));
   Tensor xk = zeros({3, 0}, TensorOptions{}.with_dtype(DType::F64));
   Tensor wk = zeros({2, 4, 0}, TensorOptions{}.with_dtype(DType::F64));
-  EXPECT_TRUE(all_close(grouped_mm(xk, wk, std::vector<int64_t>{1, 2}),
-                        zeros({3, 4}, xk.options()), 0, 0));
+  EXPECT_TRUE(
+      all_close(grouped_mm(xk, wk, std::vector<int64_t>{1, 2}), zeros({3, 4}, xk.options()), 0, 0));
 }
 
 TEST(GroupedMm, TnIsPerGroupTransposedProduct) {
@@ -122,11 +120,11 @@ TEST(GroupedMm, TnIsPerGroupTransposedProduct) {
   Tensor a = randn64({5, 4}, 13, false), b = randn64({5, 3}, 14, false);
   Tensor out = grouped_mm_tn(a, b, counts);
   ASSERT_EQ(out.shape(), (Shape{3, 4, 3}));
-  EXPECT_TRUE(all_close(out.select(0, 0), matmul(a.narrow(0, 0, 2), b.narrow(0, 0, 2), true),
-                        1e-13, 1e-12));
+  EXPECT_TRUE(all_close(out.select(0, 0), matmul(a.narrow(0, 0, 2), b.narrow(0, 0, 2), true), 1e-13,
+                        1e-12));
   EXPECT_TRUE(all_close(out.select(0, 1), zeros({4, 3}, a.options()), 0, 0));
-  EXPECT_TRUE(all_close(out.select(0, 2), matmul(a.narrow(0, 2, 3), b.narrow(0, 2, 3), true),
-                        1e-13, 1e-12));
+  EXPECT_TRUE(all_close(out.select(0, 2), matmul(a.narrow(0, 2, 3), b.narrow(0, 2, 3), true), 1e-13,
+                        1e-12));
 }
 
 TEST(GroupedMm, CountsAsTensor) {
@@ -137,19 +135,24 @@ TEST(GroupedMm, CountsAsTensor) {
 
 TEST(GroupedMm, ErrorsNameTheProblem) {
   Tensor x = randn64({5, 4}, 17, false), w = randn64({2, 3, 4}, 18, false);
-  EXPECT_NE(error_of([&] { grouped_mm(x, w, std::vector<int64_t>{3, 3}); })
-                .find("sum to 6 but the input has 5 rows"),
+  EXPECT_NE(error_of([&] {
+              grouped_mm(x, w, std::vector<int64_t>{3, 3});
+            }).find("sum to 6 but the input has 5 rows"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { grouped_mm(x, w, std::vector<int64_t>{5}); })
-                .find("expected 2 group counts"),
+  EXPECT_NE(
+      error_of([&] { grouped_mm(x, w, std::vector<int64_t>{5}); }).find("expected 2 group counts"),
+      std::string::npos);
+  EXPECT_NE(error_of([&] {
+              grouped_mm(x, w, std::vector<int64_t>{6, -1});
+            }).find("negative row count -1"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { grouped_mm(x, w, std::vector<int64_t>{6, -1}); })
-                .find("negative row count -1"),
+  EXPECT_NE(error_of([&] {
+              grouped_mm(x, randn64({2, 3, 5}, 19, false), {3, 2});
+            }).find("has 4 columns"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { grouped_mm(x, randn64({2, 3, 5}, 19, false), {3, 2}); })
-                .find("has 4 columns"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { grouped_mm(x, w.to(DType::F32), {3, 2}); }).find("one floating dtype"),
+  EXPECT_NE(error_of([&] {
+              grouped_mm(x, w.to(DType::F32), {3, 2});
+            }).find("one floating dtype"),
             std::string::npos);
 }
 
