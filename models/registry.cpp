@@ -4,6 +4,8 @@
 
 #include "models/llama/model_args.h"
 #include "models/llama/spec.h"
+#include "models/moe/model_args.h"
+#include "models/moe/spec.h"
 #include "runtime/core/error.h"
 
 namespace mt::models {
@@ -19,6 +21,7 @@ struct Entry {
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> table{
       {"llama3", &llama::flavor_names, &llama::make_model_spec},
+      {"deepseek_v3", &moe::flavor_names, &moe::make_model_spec},
   };
   return table;
 }

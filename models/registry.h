@@ -7,13 +7,15 @@
 //   auto model = spec.build({.seed = 42, .activation_checkpoint = "full"});
 //   Tensor loss = spec.loss(*model, tokens, targets);
 //
-// Registered: "llama3" (models/llama) with flavors debugmodel, 1B, 3B, 8B, 70B, 405B.
+// Registered: "llama3" (models/llama) with flavors debugmodel, 1B, 3B, 8B, 70B, 405B;
+// "deepseek_v3" (models/moe, MoE) with flavors moe_debug, 16B, 671B.
 // Unknown names or flavors throw mt::Error listing the valid ones.
 #pragma once
 
 #include <any>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +60,11 @@ struct ModelSpec {
   // Applies FSDP (and, later, expert parallelism / sharded embeddings) to a built model
   // (torchtitan's parallelize_fn); build the optimizer after it.
   std::function<void(runtime::nn::Module& model, const ParallelContext& context)> parallelize;
+  // Optional: after each optimizer step (MoE load balancing). all_reduce_sum sums a tensor over
+  // the data-parallel ranks. Returns metrics to log (name -> value).
+  std::function<std::map<std::string, double>(runtime::nn::Module&,
+                                              const std::function<void(Tensor&)>& all_reduce_sum)>
+      after_optimizer_step;
 };
 
 std::vector<std::string> model_names();

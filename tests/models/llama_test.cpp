@@ -337,15 +337,16 @@ TEST(Registry, BuildsLlamaAndComputesLoss) {
 }
 
 TEST(Registry, UnknownNamesAndFlavorsListTheValidOnes) {
-  EXPECT_EQ(model_names(), std::vector<std::string>{"llama3"});
+  EXPECT_EQ(model_names(), (std::vector<std::string>{"llama3", "deepseek_v3"}));
   EXPECT_EQ(model_flavors("llama3"),
             (std::vector<std::string>{"debugmodel", "1B", "3B", "8B", "70B", "405B"}));
   try {
     get_model_spec("gpt5", "debugmodel");
     FAIL() << "expected an error";
   } catch (const mt::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown model name 'gpt5'; valid names: llama3"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("unknown model name 'gpt5'; valid names: llama3, deepseek_v3"),
+        std::string::npos)
         << e.what();
   }
   try {

@@ -1,0 +1,130 @@
+#include "models/moe/model.h"
+
+#include <cmath>
+
+#include "runtime/core/error.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/rope.h"
+
+namespace mt::models::moe {
+
+using runtime::DType;
+
+namespace {
+
+constexpr double kInitStd = 0.02;
+
+// The llama arguments its Attention reads (dim, heads, kv heads).
+llama::ModelArgs attention_args(const ModelArgs& a) {
+  llama::ModelArgs la;
+  la.dim = a.dim;
+  la.n_layers = a.n_layers;
+  la.n_heads = a.n_heads;
+  la.n_kv_heads = a.n_kv_heads;
+  la.vocab_size = a.vocab_size;
+  la.norm_eps = a.norm_eps;
+  la.rope_theta = a.rope_theta;
+  la.rope_scaling = std::nullopt;
+  la.max_seq_len = a.max_seq_len;
+  return la;
+}
+
+}  // namespace
+
+TransformerBlock::TransformerBlock(int64_t layer_id_, const ModelArgs& args, TensorOptions options)
+    : nn::Module("TransformerBlock"), layer_id(layer_id_) {
+  const double out_std = kInitStd / std::sqrt(2.0 * double(layer_id + 1));
+  attention = register_module(
+      "attention", std::make_shared<llama::Attention>(attention_args(args), out_std, options));
+  if (args.is_moe_layer(layer_id)) {
+    moe = register_module("moe", std::make_shared<MoE>(args, out_std, options));
+  } else {
+    feed_forward = register_module("feed_forward", std::make_shared<llama::FeedForward>(
+                                                       args.dim, args.inter_dim, out_std, options));
+  }
+  attention_norm = register_module("attention_norm",
+                                   std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
+  ffn_norm =
+      register_module("ffn_norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
+}
+
+std::vector<Tensor> TransformerBlock::forward(const Tensor& x, const Tensor& cos,
+                                              const Tensor& sin) {
+  return call_multi({x, cos, sin}, [this](const std::vector<Tensor>& in) {
+    const Tensor h = runtime::add(in[0], (*attention)((*attention_norm)(in[0]), in[1], in[2]));
+    if (!moe) return std::vector<Tensor>{runtime::add(h, (*feed_forward)((*ffn_norm)(h)))};
+    std::vector<Tensor> out = moe->forward((*ffn_norm)(h));
+    out[0] = runtime::add(h, out[0]);
+    return out;
+  });
+}
+
+Transformer::Transformer(const ModelArgs& args, uint64_t seed, TensorOptions options)
+    : nn::Module("Transformer"), args_(args) {
+  args.validate();
+  MT_CHECK(runtime::is_floating(options.dtype),
+           "moe Transformer: expected a floating parameter dtype, got ", options.dtype);
+  options.requires_grad = false;
+  runtime::RopeTables rope =
+      runtime::rope_frequencies(args.head_dim(), args.max_seq_len, args.rope_theta, std::nullopt);
+  const DType table_dtype = options.dtype == DType::F64 ? DType::F64 : DType::F32;
+  rope_cos = rope.cos.to(table_dtype).to(options.device);
+  rope_sin = rope.sin.to(table_dtype).to(options.device);
+  register_buffer("rope_cos", rope_cos, /*persistent=*/false);
+  register_buffer("rope_sin", rope_sin, /*persistent=*/false);
+
+  tok_embeddings = register_module(
+      "tok_embeddings", std::make_shared<llama::InitEmbedding>(args.vocab_size, args.dim, options));
+  layers = register_module("layers", std::make_shared<nn::ModuleList>());
+  for (int64_t i = 0; i < args.n_layers; ++i) {
+    blocks.push_back(layers->push_back(std::make_shared<TransformerBlock>(i, args, options)));
+  }
+  norm = register_module("norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
+  const double out_std = 1.0 / std::sqrt(double(args.dim));
+  output = register_module("output",
+                           std::make_shared<llama::InitLinear>(args.dim, args.vocab_size, out_std,
+                                                               -3 * out_std, 3 * out_std, options));
+  init_weights(seed);
+}
+
+Transformer::Output Transformer::forward_with_aux(const Tensor& tokens) {
+  MT_CHECK(tokens.defined() && tokens.dim() == 2 &&
+               (tokens.dtype() == DType::I64 || tokens.dtype() == DType::I32),
+           "moe Transformer: expected tokens [B, T] of i64 or i32, got ",
+           tokens.defined() ? tokens.shape() : runtime::Shape{}, " ",
+           tokens.defined() ? runtime::dtype_name(tokens.dtype()) : "undefined");
+  MT_CHECK(tokens.size(1) >= 1 && tokens.size(1) <= args_.max_seq_len,
+           "moe Transformer: sequence length ", tokens.size(1),
+           " outside [1, max_seq_len = ", args_.max_seq_len, "] (tokens of shape ", tokens.shape(),
+           ")");
+  std::vector<Tensor> out = call_multi({tokens}, [this](const std::vector<Tensor>& in) {
+    Tensor h = (*tok_embeddings)(in[0]);
+    Tensor aux;
+    for (const auto& block : blocks) {
+      std::vector<Tensor> o = block->forward(h, rope_cos, rope_sin);
+      h = o[0];
+      if (o.size() > 1) aux = aux.defined() ? runtime::add(aux, o[1]) : o[1];
+    }
+    Tensor logits = (*output)((*norm)(h));
+    const DType dt = logits.dtype();
+    if (dt == DType::BF16 || dt == DType::F16) logits = logits.to(DType::F32);
+    return aux.defined() ? std::vector<Tensor>{logits, aux} : std::vector<Tensor>{logits};
+  });
+  return Output{out[0], out.size() > 1 ? out[1] : Tensor()};
+}
+
+void Transformer::set_activation_checkpoint_mode(llama::ActivationCheckpointMode mode) {
+  for (const auto& block : blocks) {
+    block->set_activation_checkpointing(mode == llama::ActivationCheckpointMode::Full);
+  }
+}
+
+std::vector<std::shared_ptr<MoE>> Transformer::moe_layers() const {
+  std::vector<std::shared_ptr<MoE>> out;
+  for (const auto& block : blocks) {
+    if (block->moe) out.push_back(block->moe);
+  }
+  return out;
+}
+
+}  // namespace mt::models::moe

@@ -1,0 +1,91 @@
+// The MoE transformer (DeepSeek-V3 / torchtitan deepseek_v3 layout, with Llama's attention):
+//   tokens [B, T] -> tok_embeddings -> n_layers x TransformerBlock -> norm -> output -> logits
+//   TransformerBlock i: h = x + attention(attention_norm(x))
+//                       out = h + feed_forward(ffn_norm(h))   for i < n_dense_layers
+//                       out = h + moe(ffn_norm(h))            otherwise (models/moe/moe.h)
+// Attention, FeedForward, the init-aware Linear/Embedding are models/llama's (grouped-query
+// attention, not DeepSeek's MLA; see models/moe/model_args.h). RoPE: plain, interleaved pairs as
+// llama, theta = rope_theta, tables as non-persistent buffers (rope_cos, rope_sin).
+//
+// Parameter FQNs (torchtitan's): tok_embeddings.weight, layers.<i>.attention.{wq,wk,wv,wo}.weight,
+// layers.<i>.{attention_norm,ffn_norm}.weight, layers.<i>.feed_forward.{w1,w2,w3}.weight (dense
+// blocks), layers.<i>.moe.router.gate.weight, layers.<i>.moe.experts.{w1,w2,w3},
+// layers.<i>.moe.shared_experts.{w1,w2,w3}.weight (MoE blocks), norm.weight, output.weight.
+// Buffers: layers.<i>.moe.expert_bias (persistent), layers.<i>.moe.tokens_per_expert (not).
+//
+// Initialisation (torchtitan deepseek_v3), each parameter keyed by (seed, FQN):
+//   tok_embeddings   normal(0, 1)
+//   wq, wk, wv, w1 (dense, shared and routed experts)      trunc_normal(0, 0.02, [-2, 2])
+//   wo, w2, w3 (all kinds), router gate                     trunc_normal(0, s, [-2, 2]),
+//                                                           s = 0.02 / sqrt(2 (layer_id + 1))
+//   output           trunc_normal(0, dim^-0.5, [-3 dim^-0.5, 3 dim^-0.5])
+//   norms ones, expert_bias zeros
+//
+// Logits come back in the parameters' dtype, except 16-bit parameters, whose logits are f32.
+// Activation checkpointing ("full") checkpoints every block; MoE token counts are still taken once
+// per forward (see moe.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "models/llama/model.h"
+#include "models/moe/model_args.h"
+#include "models/moe/moe.h"
+#include "runtime/nn/embedding.h"
+#include "runtime/nn/module.h"
+#include "runtime/nn/rms_norm.h"
+
+namespace mt::models::moe {
+
+class TransformerBlock : public nn::Module {
+ public:
+  TransformerBlock(int64_t layer_id, const ModelArgs& args, TensorOptions options);
+  // x [B, T, dim] -> {out} or, for a MoE block with an auxiliary loss, {out, aux_loss (0-dim)}.
+  std::vector<Tensor> forward(const Tensor& x, const Tensor& cos, const Tensor& sin);
+  Tensor operator()(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+    return forward(x, cos, sin)[0];
+  }
+
+  std::shared_ptr<llama::Attention> attention;
+  std::shared_ptr<llama::FeedForward> feed_forward;  // dense blocks; null in MoE blocks
+  std::shared_ptr<MoE> moe;                          // MoE blocks; null in dense blocks
+  std::shared_ptr<nn::RMSNorm> attention_norm, ffn_norm;
+  int64_t layer_id;
+};
+
+class Transformer : public nn::Module {
+ public:
+  // Builds and initialises with init_weights(seed). options.dtype: the parameters' dtype.
+  explicit Transformer(const ModelArgs& args, uint64_t seed = 0, TensorOptions options = {});
+
+  struct Output {
+    Tensor logits;    // [B, T, V]
+    Tensor aux_loss;  // 0-dim sum of the MoE blocks' auxiliary losses; undefined when off
+  };
+  // tokens [B, T] (i64 or i32, values in [0, vocab_size), T <= max_seq_len).
+  Output forward_with_aux(const Tensor& tokens);
+  // The logits alone.
+  Tensor operator()(const Tensor& tokens) { return forward_with_aux(tokens).logits; }
+
+  // Full: every TransformerBlock runs under activation checkpointing.
+  void set_activation_checkpoint_mode(llama::ActivationCheckpointMode mode);
+
+  // The MoE layers, in block order.
+  std::vector<std::shared_ptr<MoE>> moe_layers() const;
+
+  const ModelArgs& args() const { return args_; }
+
+  std::shared_ptr<llama::InitEmbedding> tok_embeddings;
+  std::shared_ptr<nn::ModuleList> layers;
+  std::vector<std::shared_ptr<TransformerBlock>> blocks;  // the same modules as `layers`, typed
+  std::shared_ptr<nn::RMSNorm> norm;
+  std::shared_ptr<llama::InitLinear> output;
+  Tensor rope_cos, rope_sin;  // non-persistent buffers
+
+ private:
+  ModelArgs args_;
+};
+
+}  // namespace mt::models::moe
