@@ -647,6 +647,18 @@ TEST(MoeModel, SumLossAddsTokenWeightedAuxOnlyWhenTraining) {
               1e-6 * ce);
 }
 
+TEST(MoeModel, Bf16ParametersGiveF32LogitsCloseToF32) {
+  ModelArgs args = tiny_args();
+  Transformer f32(args, 37), bf16(args, 37, TensorOptions{}.with_dtype(DType::BF16));
+  Tensor tokens = random_tokens(2, 8, args.vocab_size, 38);
+  runtime::NoGradGuard no_grad;
+  Tensor a = f32(tokens), b = bf16(tokens);
+  EXPECT_EQ(b.dtype(), DType::F32);
+  EXPECT_EQ(bf16.blocks[1]->moe->expert_bias.dtype(), DType::F32);
+  // Same routing unless a bf16 rounding flips a near tie; the logits stay close either way.
+  EXPECT_TRUE(all_close(b, a, 0.05, 0.05));
+}
+
 TEST(MoeFlavors, SizesCloseToPublished) {
   // Published (MLA attention): DeepSeek-V2-Lite 15.7B total / 2.4B active, DeepSeek-V3 671B /
   // 37B. GQA's 4 dim^2 attention parameters differ from MLA's (+3M/layer for 16B, +18M/layer for
