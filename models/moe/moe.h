@@ -24,10 +24,10 @@
 //
 // Auxiliary loss (aux_loss_alpha > 0): DeepSeek-V3's sequence-wise balance loss, per sequence b
 //   f_i = E / (k T) * #{t : expert i among token t's chosen experts}    (no gradient)
-//   P_i = mean_t s'_{t,i},  s' = scores / sum_j scores_j  (the softmax scores as they are)
+//   P_i = mean_t s'_{t,i},  s' = scores / sum_j scores_j  (a no-op for softmax scores)
 //   L = alpha * mean_b sum_i f_i P_i
-// returned as forward()'s second output (0-dim, f32) so that the model's loss adds it; the
-// chosen experts are the ones actually routed to (bias included).
+// returned as forward()'s second output (0-dim, f32; f64 for f64 parameters) so that the
+// model's loss adds it; the chosen experts are the ones actually routed to (bias included).
 #pragma once
 
 #include <cstdint>
