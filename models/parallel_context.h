@@ -13,6 +13,13 @@ struct ParallelContext {
   // The data-parallel mesh FSDP shards over: 1-D (dp_shard) or 2-D (dp_replicate, dp_shard) for
   // HSDP. Null: no data parallelism (the model stays as built).
   std::shared_ptr<parallel::DeviceMesh> dp_mesh;
+  // Expert parallelism (parallelism.expert_parallel_degree > 1): the expert mesh
+  // (dp_replicate, ep, efsdp) over the same ranks, efsdp = dp_shard / ep (torchtitan's layout,
+  // with ep outside efsdp so a rank's experts are a contiguous block of the global [E, ...]
+  // weights and FSDP's shard nests inside it). Routed experts are split over `ep` and sharded by
+  // FSDP over (dp_replicate, efsdp); everything else stays on dp_mesh. Null: no expert parallelism
+  // (experts are sharded on dp_mesh like the rest).
+  std::shared_ptr<parallel::DeviceMesh> expert_mesh;
   // Free each block's gathered parameters after its forward (all-gather again for backward).
   bool reshard_after_forward = true;
   // The same for the root group (embeddings, final norm, output): it runs first in backward, so

@@ -19,6 +19,7 @@
 #include "models/llama/generate.h"
 #include "models/llama/model.h"
 #include "models/llama/model_args.h"
+#include "models/moe/model_args.h"
 #include "models/parallel_context.h"
 #include "models/registry.h"
 #include "parallel/clip_grad.h"
@@ -200,6 +201,9 @@ models::ModelSpec model_spec_for(const config::JobConfig& job, std::optional<int
   if (auto* args = std::any_cast<models::llama::ModelArgs>(spec.args.get())) {
     if (vocab_size) args->vocab_size = *vocab_size;
     args->max_seq_len = job.training.seq_len;
+  } else if (auto* moe_args = std::any_cast<models::moe::ModelArgs>(spec.args.get())) {
+    if (vocab_size) moe_args->vocab_size = *vocab_size;
+    moe_args->max_seq_len = job.training.seq_len;
   }
   return spec;
 }
@@ -330,6 +334,12 @@ void Trainer::setup_parallelism() {
   const auto& p = config_.parallelism;
   models::ParallelContext ctx;
   ctx.dp_mesh = dp_mesh_;
+  if (layout.ep > 1) {  // ep borrows ranks from dp_shard: efsdp = dp_shard / ep (validated)
+    expert_mesh_ = parallel::DeviceMesh::create(
+        device_world_, {layout.dp_replicate, layout.ep, layout.dp_shard / layout.ep},
+        {"dp_replicate", "ep", "efsdp"});
+    ctx.expert_mesh = expert_mesh_;
+  }
   ctx.reshard_after_forward = p.fsdp_reshard_after_forward != "never";
   ctx.reshard_root_after_forward = p.fsdp_reshard_after_forward == "always";
   ctx.mp_policy.param_dtype = dtype_from_config(config_.training.mixed_precision_param);
@@ -396,6 +406,14 @@ double Trainer::train_step() {
                                               config_.training.max_norm);
   optimizer_->step();
   scheduler_->step();
+  if (spec_->after_optimizer_step) {  // e.g. MoE load balancing, with counts summed over ranks
+    last_model_metrics_ = spec_->after_optimizer_step(*model_, [this](Tensor& t) {
+      if (world_size() == 1) return;
+      Tensor host = t.device().is_cpu() ? t : t.to(runtime::Device::cpu());
+      world_->all_reduce(host, parallel::ReduceOp::Sum, "train.model_counts");
+      if (!t.device().is_cpu()) t.copy_(host);
+    });
+  }
   return sum_over_ranks(loss_sum, "train.loss") / valid;
 }
 
@@ -528,6 +546,7 @@ TrainResult Trainer::train() {
     eta.record(dt);
     result.losses.push_back(loss);
     result.grad_norms.push_back(last_grad_norm_);
+    result.model_metrics.push_back(last_model_metrics_);
     result.steps_done = step;
     tokens_seen += tokens_per_step * world_size();
 
@@ -545,6 +564,7 @@ TrainResult Trainer::train() {
       m.data_wait_fraction = window_wait / std::max(window_seconds, 1e-9);
       m.elapsed_sec = seconds_since(t_start);
       m.eta_sec = eta.eta(step);
+      m.model_metrics = last_model_metrics_;
       out << format_step_line(m, width) << "\n" << std::flush;
       if (jsonl) jsonl->write(m);
       window_seconds = window_wait = 0.0;
@@ -595,7 +615,9 @@ TrainResult Trainer::train() {
   if (options_.write_files) out << "; metrics and loss.svg in " << dump.string();
   out << "\n" << std::flush;
 
-  if (!result.stopped_by_signal && options_.sample_tokens > 0) {
+  // Sampling is llama's incremental decoding (models/llama/generate.h); other models skip it.
+  const bool can_sample = dynamic_cast<models::llama::Transformer*>(model_.get()) != nullptr;
+  if (!result.stopped_by_signal && options_.sample_tokens > 0 && can_sample) {
     result.sample = generate_sample(options_.sample_prompt, options_.sample_tokens);
     out << "sample (temperature 0.8, top-k 40):\n"
         << options_.sample_prompt << result.sample << "\n"

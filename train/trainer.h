@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -95,6 +96,8 @@ struct TrainerOptions {
 struct TrainResult {
   std::vector<double> losses;                          // per optimizer step, in order
   std::vector<double> grad_norms;                      // per step, before clipping
+  // Per step: the model's own metrics (after_optimizer_step, e.g. moe_load_imbalance).
+  std::vector<std::map<std::string, double>> model_metrics;
   std::vector<std::pair<int64_t, double>> val_losses;  // (step, validation loss)
   int64_t first_step = 1;  // the step losses[0] belongs to (> 1 when resumed from a checkpoint)
   int64_t steps_done = 0;  // the last step done
@@ -158,6 +161,10 @@ class Trainer {
   // Null on one rank in float32 (nothing to shard); one rank with a 16-bit mixed_precision_param
   // gets a 1-rank mesh, so FSDP's mixed precision (16-bit compute, f32 master weights) applies.
   std::shared_ptr<parallel::DeviceMesh> dp_mesh_;
+  // (dp_replicate, ep, efsdp) when parallelism.expert_parallel_degree > 1, else null.
+  std::shared_ptr<parallel::DeviceMesh> expert_mesh_;
+  // What the model's after_optimizer_step hook returned last (e.g. MoE load imbalance).
+  std::map<std::string, double> last_model_metrics_;
   std::unique_ptr<data::BpeTokenizer> tokenizer_;
   std::filesystem::path token_file_;
   std::unique_ptr<data::Loader> loader_;

@@ -12,6 +12,8 @@ void parallelize(runtime::nn::Module& model, const ParallelContext& context) {
   auto* llama = dynamic_cast<Transformer*>(&model);
   MT_CHECK(llama != nullptr, "llama parallelize: expected a llama Transformer, got ",
            model.type_name());
+  MT_CHECK(context.expert_mesh == nullptr, "llama has no routed experts: "
+           "parallelism.expert_parallel_degree must be 1 for it");
   parallel::FullyShardOptions options;
   options.reshard_after_forward = context.reshard_after_forward;
   options.mp_policy = context.mp_policy;

@@ -4,6 +4,7 @@
 
 #include "models/moe/load_balancing.h"
 #include "models/moe/model.h"
+#include "models/moe/parallelize.h"
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/elementwise.h"
@@ -61,6 +62,7 @@ ModelSpec make_model_spec(const std::string& flavor) {
   };
   spec.num_params = [args]() { return count_parameters(args()).total; };
   spec.flops_per_token = [args](int64_t seq_len) { return flops_per_token(args(), seq_len); };
+  spec.parallelize = &parallelize;
   spec.after_optimizer_step = [](runtime::nn::Module& model,
                                  const std::function<void(Tensor&)>& all_reduce_sum) {
     return update_expert_bias(as_moe(model), all_reduce_sum);

@@ -6,8 +6,8 @@
 // so that the trainer's sum / (valid tokens of the step) adds the token-weighted mean of the
 // micro-batches' auxiliary losses. Evaluation (no_grad) reports the cross-entropy alone.
 // after_optimizer_step: update_expert_bias (models/moe/load_balancing.h).
-// parallelize: null for now (the trainer refuses multi-rank runs of this model with a clear
-// message); the expert-parallel FSDP hook is to live in models/moe/parallelize.cpp.
+// parallelize: FSDP on the data-parallel mesh, routed experts split over ep and sharded on the
+// expert mesh (models/moe/parallelize.h).
 #pragma once
 
 #include <string>

@@ -136,6 +136,7 @@ JsonObject to_json(const StepMetrics& m) {
       .add("data_wait_fraction", m.data_wait_fraction)
       .add("elapsed_sec", m.elapsed_sec)
       .add("eta_sec", m.eta_sec);
+  for (const auto& [name, value] : m.model_metrics) o.add(name, value);
   return o;
 }
 

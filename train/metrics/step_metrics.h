@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -30,6 +31,8 @@ struct StepMetrics {
   double data_wait_fraction = 0.0;  // share of the step's wall time spent waiting for data
   double elapsed_sec = 0.0;         // since the start of training
   std::optional<double> eta_sec;    // nullopt while the estimator warms up
+  // The model's own metrics (e.g. moe_load_imbalance), logged after the others by name.
+  std::map<std::string, double> model_metrics;
 };
 
 // The human-readable line (no trailing newline).
