@@ -15,7 +15,7 @@
 namespace mt::runtime::cpu {
 namespace {
 
-constexpr int64_t kPrefetchDistance = 8;  // ids ahead
+constexpr int64_t kPrefetchDistance = 16;  // values ahead
 
 template <class T>
 struct TableView {
@@ -61,19 +61,28 @@ int64_t forward_impl(const std::vector<Tensor>& tables, const Tensor& values,
   parallel_for(nbags, grain, [&](int64_t begin, int64_t end) {
     std::vector<C> acc(static_cast<size_t>(max_dim));
     C* a = acc.data();
+    // Look-ahead cursor over this chunk's values (contiguous: bags are in value order): the row
+    // of the value kPrefetchDistance positions ahead is prefetched, across bag and table
+    // boundaries, so the row fetches of consecutive bags overlap.
+    const int64_t v_end = o[end];
+    int64_t pf_i = o[begin], pf_bag = begin;
+    auto prefetch_upto = [&](int64_t upto) {
+      for (upto = std::min(upto, v_end); pf_i < upto; ++pf_i) {
+        while (pf_i >= o[pf_bag + 1]) ++pf_bag;
+        const int64_t t = plan.feature_table[pf_bag / B], id = v[pf_i];
+        if (id >= 0 && id < tv.rows[t])
+          prefetch_row(tv.data[t] + id * tv.dims[t], tv.dims[t] * int64_t(sizeof(T)));
+      }
+    };
     for (int64_t bag = begin; bag < end; ++bag) {
       const int64_t f = bag / B, b = bag % B, t = plan.feature_table[f];
       const int64_t D = tv.dims[t], V = tv.rows[t];
       const T* tab = tv.data[t];
       const int64_t s = o[bag], e = o[bag + 1];
-      const int64_t row_bytes = D * int64_t(sizeof(T));
-      for (int64_t i = s; i < std::min(e, s + kPrefetchDistance); ++i)
-        if (v[i] >= 0 && v[i] < V) prefetch_row(tab + v[i] * D, row_bytes);
       if (plan.pooled) {
         std::fill(a, a + D, C(0));
         for (int64_t i = s; i < e; ++i) {
-          const int64_t ahead = i + kPrefetchDistance;
-          if (ahead < e && v[ahead] >= 0 && v[ahead] < V) prefetch_row(tab + v[ahead] * D, row_bytes);
+          prefetch_upto(i + kPrefetchDistance + 1);
           const int64_t id = v[i];
           if (id < 0 || id >= V) [[unlikely]] {
             note_bad(i);
@@ -97,14 +106,13 @@ int64_t forward_impl(const std::vector<Tensor>& tables, const Tensor& values,
       } else {
         T* dst = po + plan.feature_out[f] + (s - o[f * B]) * D;
         for (int64_t i = s; i < e; ++i, dst += D) {
-          const int64_t ahead = i + kPrefetchDistance;
-          if (ahead < e && v[ahead] >= 0 && v[ahead] < V) prefetch_row(tab + v[ahead] * D, row_bytes);
+          prefetch_upto(i + kPrefetchDistance + 1);
           const int64_t id = v[i];
           if (id < 0 || id >= V) [[unlikely]] {
             note_bad(i);
             continue;
           }
-          std::memcpy(dst, tab + id * D, size_t(row_bytes));
+          std::memcpy(dst, tab + id * D, size_t(D) * sizeof(T));
         }
       }
     }
