@@ -240,6 +240,21 @@ TEST(EmbeddingBagsBatched, BitwiseIndependentOfThreadCount) {
   EXPECT_EQ(run(1), run(4));
 }
 
+// bf16 tables accumulate in f32 and round once: the f32 lookup of the same (rounded) values,
+// rounded to bf16.
+TEST(EmbeddingBagsBatched, Bf16TablesAccumulateInF32) {
+  const Tables s = make_setup(DType::BF16);
+  std::vector<Tensor> f32;
+  for (const Tensor& t : s.tables) f32.push_back(t.to(DType::F32));
+  const Batch b = random_batch(s.feature_rows, 5, 6, 13);
+  const Tensor out = embedding_bags_batched(s.tables, ids_of(b), offsets_of(b), b.B, s.layout,
+                                            weights_of(b));
+  EXPECT_EQ(out.dtype(), DType::BF16);
+  const Tensor expected =
+      embedding_bags_batched(f32, ids_of(b), offsets_of(b), b.B, s.layout, weights_of(b));
+  EXPECT_TRUE(all_close(out, expected.to(DType::BF16), 0, 0));
+}
+
 TEST(EmbeddingBagsBatched, Errors) {
   const Tables s = make_setup(DType::F32);
   Batch b;
