@@ -2,6 +2,7 @@
 #include "train/checkpointer.h"
 
 #include <map>
+#include <set>
 
 #include "checkpoint/index.h"
 #include "checkpoint/manager.h"
@@ -44,6 +45,18 @@ std::map<std::string, Placement> placements_of(runtime::nn::Module& model) {
     } else {
       out[p.fqn] = {p.param.shape(), runtime::Shape(size_t(p.param.dim()), 0)};
     }
+  }
+  return out;
+}
+
+// The model's persistent buffers (state_dict() minus the parameters; e.g. the MoE routing bias):
+// the same on every rank, saved whole.
+std::vector<std::pair<std::string, Tensor>> persistent_buffers(runtime::nn::Module& model) {
+  std::set<std::string> params;
+  for (const auto& [fqn, t] : model.named_parameters()) params.insert(fqn);
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [fqn, t] : model.state_dict()) {
+    if (!params.contains(fqn)) out.emplace_back(fqn, t);
   }
   return out;
 }
@@ -128,6 +141,9 @@ CheckpointState TrainCheckpointer::state(int64_t step, int64_t tokens_seen,
     if (model_only && runtime::is_floating(t.dtype())) t = t.to(stored);
     s.tensors.push_back(placed(kModel + p.fqn, t, p.fqn, placements));
   }
+  for (const auto& [fqn, t] : persistent_buffers(model_)) {
+    s.tensors.push_back(checkpoint::whole(kModel + fqn, t.detach()));
+  }
   s.values["step"] = step;
   s.values["tokens_seen"] = tokens_seen;
   s.values["seed"] = config_.training.seed;
@@ -150,6 +166,9 @@ CheckpointState TrainCheckpointer::load_template(bool model_only) const {
   const auto placements = placements_of(model_);
   for (const parallel::DistributedParam& p : parallel::distributed_parameters(model_)) {
     s.tensors.push_back(placed(kModel + p.fqn, p.param.detach(), p.fqn, placements));
+  }
+  for (const auto& [fqn, t] : persistent_buffers(model_)) {
+    s.tensors.push_back(checkpoint::whole(kModel + fqn, t.detach()));
   }
   s.per_rank_group = kLoaderGroup;
   if (model_only) return s;

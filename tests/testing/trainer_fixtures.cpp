@@ -6,6 +6,7 @@
 #include "data/tokenizer/bpe_tokenizer.h"
 #include "data/tokenizer/bpe_trainer.h"
 #include "models/llama/model_args.h"
+#include "models/moe/model_args.h"
 
 namespace mt::testing {
 
@@ -26,6 +27,12 @@ void shrink_llama(std::any& model_args) {
   a.n_heads = 4;
   a.n_kv_heads = 2;
   a.multiple_of = 32;
+}
+
+void shrink_moe(std::any& model_args) {
+  auto& a = std::any_cast<models::moe::ModelArgs&>(model_args);
+  a.n_layers = 3;
+  a.moe_inter_dim = 32;
 }
 
 }  // namespace mt::testing

@@ -1,5 +1,5 @@
 // Pieces the trainer tests share: a small tokenizer trained on a corpus, and a Llama shrunk so
-// that a training step takes milliseconds.
+// (or a MoE) shrunk so that a training step takes milliseconds.
 #pragma once
 
 #include <any>
@@ -12,5 +12,8 @@ void save_small_tokenizer(const std::filesystem::path& corpus, const std::filesy
 
 // TrainerOptions::edit_model_args for llama3: dim 64, 2 layers, 4 heads (2 KV heads).
 void shrink_llama(std::any& model_args);
+// TrainerOptions::edit_model_args for deepseek_v3 moe_debug: 3 blocks (the first dense), 8
+// experts of hidden 32, top 2, one shared expert.
+void shrink_moe(std::any& model_args);
 
 }  // namespace mt::testing

@@ -15,6 +15,7 @@
 #include "parallel/mesh/device_mesh.h"
 #include "runtime/core/error.h"
 #include "runtime/ops/factory.h"
+#include "tests/testing/mpi_fixtures.h"
 #include "tests/testing/shared_data.h"
 #include "tests/testing/trainer_fixtures.h"
 #include "train/config/load.h"
@@ -31,27 +32,12 @@ std::shared_ptr<ProcessGroup> world() {
   return pg;
 }
 
-// A folder every rank of the job shares (named after rank 0's pid), made empty by rank 0.
 fs::path shared_dir(const std::string& name) {
-  runtime::Tensor pid = runtime::from_vector<int64_t>({int64_t(getpid())}, {1}, {runtime::DType::I64});
-  world()->broadcast(pid, 0, "pid");
-  const fs::path dir = fs::temp_directory_path() /
-                       ("mt_trainer_mpi_" + std::to_string(pid.item<int64_t>()) + "_" + name);
-  if (world()->rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  world()->barrier("shared_dir");
-  return dir;
+  return testing::shared_dir(*world(), "mt_trainer_mpi", name);
 }
 
 fs::path small_tokenizer(const fs::path& corpus) {
-  static const fs::path dir = [&] {
-    const fs::path d = shared_dir("tokenizer");
-    if (world()->rank() == 0) testing::save_small_tokenizer(corpus, d);
-    world()->barrier("tokenizer");
-    return d;
-  }();
+  static const fs::path dir = testing::shared_small_tokenizer(*world(), "mt_trainer_mpi", corpus);
   return dir;
 }
 

@@ -1,0 +1,23 @@
+// Pieces the multi-rank trainer tests share: a folder every rank sees, and the small tokenizer
+// trained once (by rank 0) into it.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "parallel/comm/process_group.h"
+
+namespace mt::testing {
+
+// A temporary folder every rank of `world` shares (named after rank 0's pid, `prefix` and
+// `name`), made empty by rank 0 before anyone uses it (collective).
+std::filesystem::path shared_dir(parallel::ProcessGroup& world, const std::string& prefix,
+                                 const std::string& name);
+
+// save_small_tokenizer (trainer_fixtures.h) run by rank 0 into shared_dir(world, prefix,
+// "tokenizer") (collective); the folder.
+std::filesystem::path shared_small_tokenizer(parallel::ProcessGroup& world,
+                                             const std::string& prefix,
+                                             const std::filesystem::path& corpus);
+
+}  // namespace mt::testing

@@ -1,0 +1,143 @@
+// MoE training with expert parallelism on real ranks (mpirun -np 2 and -np 4): the `train` loop
+// with ep = 2 and ep = 4 (FSDP on the rest) against one process with the same global batch, and
+// checkpoints saved at ep = 4 resumed at ep = 2 and ep = 1.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/comm/mpi_process_group.h"
+#include "runtime/ops/factory.h"
+#include "tests/testing/mpi_fixtures.h"
+#include "tests/testing/shared_data.h"
+#include "tests/testing/trainer_fixtures.h"
+#include "train/config/load.h"
+#include "train/trainer.h"
+
+namespace mt::train {
+namespace {
+
+namespace fs = std::filesystem;
+using parallel::ProcessGroup;
+
+std::shared_ptr<ProcessGroup> world() {
+  static std::shared_ptr<ProcessGroup> pg(parallel::MpiProcessGroup::world());
+  return pg;
+}
+
+fs::path shared_dir(const std::string& name) {
+  return testing::shared_dir(*world(), "mt_moe_trainer_mpi", name);
+}
+
+fs::path small_tokenizer(const fs::path& corpus) {
+  static const fs::path dir = testing::shared_small_tokenizer(*world(), "mt_moe_trainer_mpi", corpus);
+  return dir;
+}
+
+config::JobConfig job(const fs::path& corpus, const fs::path& dump, int64_t local_batch,
+                      std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {
+      "--model.name=deepseek_v3",
+      "--model.flavor=moe_debug",
+      "--job.dump_folder=" + dump.string(),
+      "--model.tokenizer_path=" + small_tokenizer(corpus).string(),
+      "--training.dataset_path=" + corpus.string(),
+      "--training.local_batch_size=" + std::to_string(local_batch),
+      "--training.global_batch_size=8",
+      "--training.seq_len=32",
+      "--training.steps=10",
+      "--training.seed=5",
+      "--training.max_norm=0.5",
+      "--training.mixed_precision_param=float32",
+      "--optimizer.lr=1e-2",
+      "--lr_scheduler.warmup_steps=1",
+      "--validation.enable=false",
+  };
+  args.insert(args.end(), extra.begin(), extra.end());
+  return config::load_config(fs::path(), args);
+}
+
+TrainResult run(const config::JobConfig& cfg, std::shared_ptr<ProcessGroup> group) {
+  TrainerOptions options;
+  options.edit_model_args = testing::shrink_moe;
+  options.quiet = true;
+  options.handle_signals = false;
+  options.write_files = false;
+  options.sample_tokens = 0;
+  options.world = std::move(group);
+  return Trainer(cfg, options).train();
+}
+
+// One process (a group of this rank alone), 8 sequences per step.
+const TrainResult& reference(const fs::path& corpus) {
+  static const TrainResult r = [&] {
+    std::shared_ptr<ProcessGroup> self = world()->split(world()->rank(), 0);
+    return run(job(corpus, shared_dir("reference") / std::to_string(world()->rank()), 8), self);
+  }();
+  return r;
+}
+
+// Losses, total grad norms (both meshes) and the load imbalance (counts summed over ranks).
+void expect_same_run(const TrainResult& got, const TrainResult& want, size_t from = 0) {
+  ASSERT_EQ(got.losses.size() + from, want.losses.size());
+  for (size_t i = 0; i < got.losses.size(); ++i) {
+    const size_t w = i + from;
+    EXPECT_NEAR(got.losses[i], want.losses[w], 2e-5 * want.losses[w]) << "step " << w + 1;
+    EXPECT_NEAR(got.grad_norms[i], want.grad_norms[w], 2e-5 * want.grad_norms[w])
+        << "step " << w + 1;
+    ASSERT_TRUE(want.model_metrics[w].count("moe_load_imbalance")) << "step " << w + 1;
+    EXPECT_NEAR(got.model_metrics[i].at("moe_load_imbalance"),
+                want.model_metrics[w].at("moe_load_imbalance"), 1e-9)
+        << "step " << w + 1;
+  }
+}
+
+TEST(MoeTrainerMpi, ExpertParallelMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t w = world()->size();
+  const TrainResult& want = reference(corpus);
+  EXPECT_LT(want.losses.back(), want.losses.front() - 0.5);  // it trains
+  for (int64_t ep = 2; ep <= w; ep *= 2) {  // np 2: ep 2; np 4: ep 2 (efsdp 2) and ep 4
+    SCOPED_TRACE(::testing::Message() << "ep = " << ep << " on " << w << " ranks");
+    const std::vector<std::string> extra = {"--parallelism.expert_parallel_degree=" +
+                                            std::to_string(ep)};
+    expect_same_run(run(job(corpus, shared_dir("ep" + std::to_string(ep)), 8 / w, extra), world()),
+                    want);
+  }
+}
+
+TEST(MoeTrainerMpi, CheckpointAtEp4ResumesAtEp2AndEp1) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  if (world()->size() != 4) GTEST_SKIP() << "saves on 4 ranks with ep = 4";
+  const fs::path dump = shared_dir("reshard");
+  const std::vector<std::string> ckpt = {"--checkpoint.enable=true", "--checkpoint.interval=5"};
+  std::vector<std::string> saved = ckpt;
+  saved.push_back("--parallelism.expert_parallel_degree=4");
+  const TrainResult straight = run(job(corpus, dump, 2, saved), world());
+  std::vector<std::string> resume = ckpt;
+  resume.push_back("--checkpoint.load_step=5");
+  // ep = 2 on 2 ranks (experts split in two, no efsdp), ep = 2 on 4 ranks (efsdp = 2), and one
+  // process (ep = 1): the same steps 6..10.
+  struct Layout {
+    int ranks;
+    int64_t ep;
+  };
+  for (const Layout l : {Layout{2, 2}, Layout{4, 2}, Layout{1, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "resumed on " << l.ranks << " ranks, ep " << l.ep);
+    const bool member = world()->rank() < l.ranks;
+    std::shared_ptr<ProcessGroup> sub = world()->split(member ? 0 : 1, world()->rank());
+    if (!member) continue;
+    std::vector<std::string> args = resume;
+    args.push_back("--parallelism.expert_parallel_degree=" + std::to_string(l.ep));
+    const TrainResult resumed = run(job(corpus, dump, 8 / l.ranks, args), sub);
+    ASSERT_EQ(resumed.first_step, 6);
+    expect_same_run(resumed, straight, 5);
+  }
+  world()->barrier("reshard.end");
+}
+
+}  // namespace
+}  // namespace mt::train
