@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <any>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "models/moe/model_args.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/ops/factory.h"
 #include "tests/testing/mpi_fixtures.h"
@@ -60,9 +62,13 @@ config::JobConfig job(const fs::path& corpus, const fs::path& dump, int64_t loca
   return config::load_config(fs::path(), args);
 }
 
-TrainResult run(const config::JobConfig& cfg, std::shared_ptr<ProcessGroup> group) {
+TrainResult run(const config::JobConfig& cfg, std::shared_ptr<ProcessGroup> group,
+               int64_t num_experts = 8) {
   TrainerOptions options;
-  options.edit_model_args = testing::shrink_moe;
+  options.edit_model_args = [num_experts](std::any& args) {
+    testing::shrink_moe(args);
+    std::any_cast<models::moe::ModelArgs&>(args).n_routed_experts = num_experts;
+  };
   options.quiet = true;
   options.handle_signals = false;
   options.write_files = false;
@@ -107,6 +113,19 @@ TEST(MoeTrainerMpi, ExpertParallelMatchesOneProcess) {
     expect_same_run(run(job(corpus, shared_dir("ep" + std::to_string(ep)), 8 / w, extra), world()),
                     want);
   }
+}
+
+// 2 experts, ep = 2 and efsdp = 2: one expert per ep rank, fewer than the efsdp ranks that shard
+// it, so FSDP shards each expert along dim 1.
+TEST(MoeTrainerMpi, FewerExpertsThanShardingRanksShardExpertsOnDim1) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  if (world()->size() != 4) GTEST_SKIP() << "needs ep = 2 x efsdp = 2";
+  std::shared_ptr<ProcessGroup> self = world()->split(world()->rank(), 0);
+  const TrainResult want =
+      run(job(corpus, shared_dir("dim1_ref") / std::to_string(world()->rank()), 8), self, 2);
+  expect_same_run(run(job(corpus, shared_dir("dim1"), 2, {"--parallelism.expert_parallel_degree=2"}),
+                      world(), 2),
+                  want);
 }
 
 TEST(MoeTrainerMpi, CheckpointAtEp4ResumesAtEp2AndEp1) {
