@@ -171,6 +171,38 @@ int64_t peak_bytes(bool checkpointing) {
   return memory_stats(Device::cpu()).peak_bytes_in_use - base;
 }
 
+TEST(ActivationCheckpoint, PhaseSaysForwardThenRecompute) {
+  using autograd::CheckpointPhase;
+  std::vector<CheckpointPhase> outer_seen, inner_seen;
+  auto inner = [&](const std::vector<Tensor>& in) {
+    inner_seen.push_back(autograd::checkpoint_phase());
+    return mul(in[0], in[0]);
+  };
+  auto outer = [&](const std::vector<Tensor>& in) {
+    outer_seen.push_back(autograd::checkpoint_phase());
+    return autograd::checkpoint(inner, {tanh(in[0])});
+  };
+  EXPECT_EQ(autograd::checkpoint_phase(), CheckpointPhase::None);
+  Tensor x = randn64({3}, 7);
+  Tensor y = autograd::checkpoint(outer, {x});
+  EXPECT_EQ(outer_seen, std::vector<CheckpointPhase>{CheckpointPhase::Forward});
+  EXPECT_EQ(inner_seen, std::vector<CheckpointPhase>{CheckpointPhase::Forward});
+  sum(y).backward();
+  // The outer recompute runs the inner region's forward (still a recompute), then the inner
+  // region recomputes itself.
+  EXPECT_EQ(outer_seen,
+            (std::vector<CheckpointPhase>{CheckpointPhase::Forward, CheckpointPhase::Recompute}));
+  EXPECT_EQ(inner_seen,
+            (std::vector<CheckpointPhase>{CheckpointPhase::Forward, CheckpointPhase::Recompute,
+                                          CheckpointPhase::Recompute}));
+  EXPECT_EQ(autograd::checkpoint_phase(), CheckpointPhase::None);
+  // Under no_grad the region just runs: no phase.
+  NoGradGuard no_grad;
+  outer_seen.clear();
+  autograd::checkpoint(outer, {x});
+  EXPECT_EQ(outer_seen, std::vector<CheckpointPhase>{CheckpointPhase::None});
+}
+
 TEST(ActivationCheckpoint, LowersPeakMemory) {
   const int64_t plain = peak_bytes(false);
   const int64_t ac = peak_bytes(true);
