@@ -145,7 +145,8 @@ ShardingPlan plan_sharding(const std::vector<EmbeddingBagConfig>& tables, const 
     std::string tried;
     for (size_t k = 0; k < prefs.size() && !chosen; ++k) {
       const ST type = prefs[k];
-      tried += (tried.empty() ? "" : ", ") + std::string(sharding_type_name(type));
+      if (!tried.empty()) tried += ", ";
+      tried += sharding_type_name(type);
       std::vector<ParameterSharding> candidates;
       switch (type) {
         case ST::DataParallel:

@@ -52,7 +52,10 @@ std::vector<ShardMetadata> row_blocks(const EmbeddingBagConfig& t, const std::ve
 
 std::string join_ranks(const std::vector<int>& ranks) {
   std::string s;
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i) s += ",";
+    s += std::to_string(ranks[i]);
+  }
   return s;
 }
 
@@ -145,7 +148,10 @@ const ParameterSharding& ShardingPlan::at(const std::string& table) const {
   auto it = tables.find(table);
   if (it == tables.end()) {
     std::string names;
-    for (const auto& [n, p] : tables) names += (names.empty() ? "" : ", ") + n;
+    for (const auto& [n, p] : tables) {
+      if (!names.empty()) names += ", ";
+      names += n;
+    }
     MT_FAIL("sharding plan: no entry for table '", table, "' (planned: ", names, ")");
   }
   return it->second;
@@ -284,9 +290,13 @@ std::string ShardingPlan::describe(const std::vector<EmbeddingBagConfig>& config
     }
     r.cells[3] = shards.str();
     std::string bytes;
-    for (const auto& [rank, b] : per_rank)
-      bytes += (bytes.empty() ? "" : ", ") + std::string("r") + std::to_string(rank) + ": " +
-               format_bytes(b);
+    for (const auto& [rank, b] : per_rank) {
+      if (!bytes.empty()) bytes += ", ";
+      bytes += 'r';
+      bytes += std::to_string(rank);
+      bytes += ": ";
+      bytes += format_bytes(b);
+    }
     r.cells[4] = bytes;
     r.cells[5] = p.reason;
     rows.push_back(r);
