@@ -1,7 +1,7 @@
 // CPU kernels of the fused optimizer updates (runtime/kernels/optim.h).
 #include "runtime/kernels/optim.h"
+#include "runtime/kernels/optim_update.h"
 
-#include <cmath>
 #include <type_traits>
 
 #include "runtime/cpu/loops.h"
@@ -27,20 +27,11 @@ void cpu_adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_a
     const P* g = grad.data<P>();
     S* m = exp_avg.data<S>();
     S* v = exp_avg_sq.data<S>();
-    const S decay = S(1.0 - lr * weight_decay);
-    const S w1 = S(1.0 - beta1), b2 = S(beta2), w2 = S(1.0 - beta2);
-    const S step_size = S(lr / (1.0 - std::pow(beta1, double(step))));
-    const S bc2_sqrt = S(std::sqrt(1.0 - std::pow(beta2, double(step))));
-    const S e = S(eps);
+    const auto c = AdamWCoefficients<S>::make(lr, beta1, beta2, eps, weight_decay, step);
     parallel_for(param.numel(), kOptimGrain, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        const S gi = S(g[i]);
-        S pi = S(p[i]) * decay;
-        const S mi = m[i] + w1 * (gi - m[i]);
-        const S vi = b2 * v[i] + w2 * gi * gi;
-        pi -= step_size * mi / (std::sqrt(vi) / bc2_sqrt + e);
-        m[i] = mi;
-        v[i] = vi;
+        S pi = S(p[i]);
+        adamw_update(S(g[i]), pi, m[i], v[i], c);
         p[i] = P(pi);
       }
     });
@@ -64,18 +55,11 @@ void cpu_sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentu
     P* p = param.data<P>();
     const P* g = grad.data<P>();
     S* buf = use_momentum ? momentum_buffer.data<S>() : nullptr;
-    const S wd = S(weight_decay), mom = S(momentum), damp = S(1.0 - dampening), step = S(lr);
+    const auto c =
+        SgdCoefficients<S>::make(lr, momentum, dampening, weight_decay, nesterov, first_step);
     parallel_for(param.numel(), kOptimGrain, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        const S pi = S(p[i]);
-        S d = S(g[i]);
-        if (wd != S(0)) d += wd * pi;
-        if (buf != nullptr) {
-          const S b = first_step ? d : mom * buf[i] + damp * d;
-          buf[i] = b;
-          d = nesterov ? d + mom * b : b;
-        }
-        p[i] = P(pi - step * d);
+        p[i] = P(sgd_update(S(g[i]), S(p[i]), buf != nullptr ? buf + i : nullptr, c));
       }
     });
   });

@@ -1,9 +1,8 @@
 // CUDA kernels of the fused optimizer updates (runtime/kernels/optim.h): one pass per parameter,
-// one thread per element, the same arithmetic as the CPU kernels (state in f32, or f64).
-#include <cmath>
-
+// one thread per element, the CPU kernels' arithmetic (runtime/kernels/optim_update.h).
 #include "runtime/cuda/loops.cuh"
 #include "runtime/kernels/optim.h"
+#include "runtime/kernels/optim_update.h"
 
 namespace mt::runtime::cuda {
 namespace {
@@ -20,19 +19,10 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
     const P* g = ptr<P>(grad);
     S* m = ptr<S>(exp_avg);
     S* v = ptr<S>(exp_avg_sq);
-    const S decay = S(1.0 - lr * weight_decay);
-    const S w1 = S(1.0 - beta1), b2 = S(beta2), w2 = S(1.0 - beta2);
-    const S step_size = S(lr / (1.0 - std::pow(beta1, double(step))));
-    const S bc2_sqrt = S(std::sqrt(1.0 - std::pow(beta2, double(step))));
-    const S e = S(eps);
+    const auto c = AdamWCoefficients<S>::make(lr, beta1, beta2, eps, weight_decay, step);
     launch_linear(param.numel(), [=] __device__(int64_t i) {
-      const S gi = S(g[i]);
-      S pi = S(p[i]) * decay;
-      const S mi = m[i] + w1 * (gi - m[i]);
-      const S vi = b2 * v[i] + w2 * gi * gi;
-      pi -= step_size * mi / (sqrt(vi) / bc2_sqrt + e);
-      m[i] = mi;
-      v[i] = vi;
+      S pi = S(p[i]);
+      adamw_update(S(g[i]), pi, m[i], v[i], c);
       p[i] = P(pi);
     });
   });
@@ -55,17 +45,10 @@ void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_bu
     P* p = ptr<P>(param);
     const P* g = ptr<P>(grad);
     S* buf = use_momentum ? ptr<S>(momentum_buffer) : nullptr;
-    const S wd = S(weight_decay), mom = S(momentum), damp = S(1.0 - dampening), lr_s = S(lr);
+    const auto c =
+        SgdCoefficients<S>::make(lr, momentum, dampening, weight_decay, nesterov, first_step);
     launch_linear(param.numel(), [=] __device__(int64_t i) {
-      const S pi = S(p[i]);
-      S d = S(g[i]);
-      if (wd != S(0)) d += wd * pi;
-      if (buf != nullptr) {
-        const S b = first_step ? d : mom * buf[i] + damp * d;
-        buf[i] = b;
-        d = nesterov ? d + mom * b : b;
-      }
-      p[i] = P(pi - lr_s * d);
+      p[i] = P(sgd_update(S(g[i]), S(p[i]), buf != nullptr ? buf + i : nullptr, c));
     });
   });
 }
