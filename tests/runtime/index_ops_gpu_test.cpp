@@ -10,7 +10,7 @@
 #include "runtime/ops/embedding.h"
 #include "runtime/ops/index.h"
 #include "runtime/ops/sort.h"
-#include "tests/runtime/gpu_compare.h"
+#include "tests/testing/gpu_compare.h"
 #include "tests/testing/errors.h"
 
 namespace mt::runtime::gpu_test {

@@ -10,7 +10,7 @@
 
 #include "runtime/ops/dropout.h"
 #include "runtime/ops/softmax.h"
-#include "tests/runtime/gpu_compare.h"
+#include "tests/testing/gpu_compare.h"
 #include "tests/testing/errors.h"
 
 namespace mt::runtime::gpu_test {

@@ -13,15 +13,19 @@ namespace mt::testing {
 double relative_error(const runtime::Tensor& a, const runtime::Tensor& b);
 
 inline runtime::Tensor on_cuda(const runtime::Tensor& t) { return t.to(runtime::Device::cuda()); }
+inline runtime::Tensor on_cpu(const runtime::Tensor& t) { return t.to(runtime::Device::cpu()); }
+
+// Why a GPU test skips here (no device, or a build without the CUDA backend).
+inline const char* cuda_skip_reason() {
+  return ::mt::runtime::cuda_backend_built() ? "no CUDA device on this machine"
+                                             : "this build has no CUDA backend (nvcc was not found)";
+}
 
 }  // namespace mt::testing
 
-#define MT_REQUIRE_CUDA()                                                            \
-  do {                                                                               \
-    if (!::mt::runtime::cuda_is_available())                                         \
-      GTEST_SKIP() << (::mt::runtime::cuda_backend_built()                           \
-                           ? "no CUDA device on this machine"                        \
-                           : "this build has no CUDA backend (nvcc was not found)"); \
+#define MT_REQUIRE_CUDA()                                                             \
+  do {                                                                                \
+    if (!::mt::runtime::cuda_is_available()) GTEST_SKIP() << ::mt::testing::cuda_skip_reason(); \
   } while (0)
 
 // Expects relative_error(a, b) <= tol; more context can be streamed in (<< "...").

@@ -1,4 +1,4 @@
-// Helpers of the *_gpu_test files: run one function of tensors on the CPU and on CUDA copies of
+// Helpers of the *_gpu_test files (on top of tests/testing/gpu.h): run one function of tensors on the CPU and on CUDA copies of
 // the same inputs, and compare outputs (and gradients through autograd) with the CPU backend.
 #pragma once
 
@@ -15,6 +15,7 @@
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
 #include "runtime/ops/reduce.h"
+#include "tests/testing/gpu.h"
 #include "tests/testing/tensor_testing.h"
 
 namespace mt::runtime::gpu_test {
@@ -24,7 +25,7 @@ using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 class GpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+    if (!cuda_is_available()) GTEST_SKIP() << testing::cuda_skip_reason();
   }
 };
 
@@ -35,8 +36,8 @@ inline std::string str(const Shape& s) {
   return os.str();
 }
 
-inline Tensor on_cuda(const Tensor& t) { return t.to(Device::cuda()); }
-inline Tensor on_cpu(const Tensor& t) { return t.to(Device::cpu()); }
+using testing::on_cpu;
+using testing::on_cuda;
 
 inline std::vector<Tensor> to_device(const std::vector<Tensor>& in, Device d, bool grad) {
   std::vector<Tensor> out;
