@@ -395,12 +395,13 @@ double Trainer::train_step() {
   const double valid = sum_over_ranks(double(local_valid), "train.valid_tokens");
   MT_CHECK(valid > 0, "train: a step's batches hold no valid label");
   optimizer_->zero_grad();
-  double loss_sum = 0.0;
+  // The micro-batches' loss sums stay on the device; the host reads them once, after backward.
+  Tensor loss_sum;
   for (const data::Batch& b : batches) {
     const Tensor sum =
         spec_->loss(*model_, b.inputs.to(device_), b.labels.to(device_), runtime::Reduction::Sum);
     (sum * (1.0 / valid)).backward();
-    loss_sum += sum.item<double>();
+    loss_sum = loss_sum.defined() ? runtime::add(loss_sum, sum.detach()) : sum.detach();
   }
   last_grad_norm_ = parallel::clip_grad_norm_(parallel::distributed_parameters(*model_),
                                               config_.training.max_norm);
@@ -414,7 +415,7 @@ double Trainer::train_step() {
       if (!t.device().is_cpu()) t.copy_(host);
     });
   }
-  return sum_over_ranks(loss_sum, "train.loss") / valid;
+  return sum_over_ranks(loss_sum.item<double>(), "train.loss") / valid;
 }
 
 std::optional<double> Trainer::validation_loss(int64_t max_batches) const {
