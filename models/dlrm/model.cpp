@@ -1,0 +1,70 @@
+#include "models/dlrm/model.h"
+
+#include "runtime/core/error.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/join.h"
+
+namespace mt::models::dlrm {
+
+namespace rt = mt::runtime;
+
+Mlp::Mlp(int64_t in_features, const std::vector<int64_t>& widths, bool relu_last)
+    : Module("Mlp"), relu_last_(relu_last) {
+  int64_t in = in_features;
+  for (size_t i = 0; i < widths.size(); ++i) {
+    layers_.push_back(register_module(std::to_string(i),
+                                      std::make_shared<rt::nn::Linear>(in, widths[i], true)));
+    in = widths[i];
+  }
+}
+
+Tensor Mlp::operator()(const Tensor& x) {
+  Tensor h = x;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    h = (*layers_[i])(h);
+    if (relu_last_ || i + 1 < layers_.size()) h = rt::relu(h);
+  }
+  return h;
+}
+
+Dlrm::Dlrm(ModelArgs args) : Module("Dlrm"), args_(std::move(args)) {
+  args_.validate();
+  bottom_mlp = register_module("bottom_mlp",
+                               std::make_shared<Mlp>(args_.num_dense, args_.bottom_mlp, true));
+  sparse_arch_ = register_module(
+      "sparse_arch", std::make_shared<rt::sparse::EmbeddingBagCollection>(
+                         args_.table_configs(),
+                         rt::sparse::CollectionOptions{.gradient_mode = args_.gradient_mode}));
+  const int64_t inter = args_.interaction_dim();
+  if (args_.interaction == InteractionType::Dcn) {
+    cross_net = register_module(
+        "cross_net", std::make_shared<CrossNet>(inter, args_.dcn_num_layers, args_.dcn_low_rank));
+  }
+  top_mlp = register_module("top_mlp", std::make_shared<Mlp>(inter, args_.top_mlp, false));
+}
+
+Tensor Dlrm::operator()(const Tensor& dense, const rt::sparse::KeyedJaggedTensor& sparse) {
+  MT_CHECK(dense.dim() == 2 && dense.size(1) == args_.num_dense, "Dlrm: dense features must be [B, ",
+           args_.num_dense, "], got shape ", dense.shape());
+  MT_CHECK(sparse.stride() == dense.size(0), "Dlrm: the sparse features hold ", sparse.stride(),
+           " samples but the dense features ", dense.size(0));
+  const Tensor x = (*bottom_mlp)(dense);                  // [B, d]
+  const rt::sparse::KeyedTensor emb = (*sparse_arch_)(sparse);  // [B, F * d]
+  Tensor features;
+  if (args_.interaction == InteractionType::Dot) {
+    features = dot_interaction(x, emb.values, args_.num_features());
+  } else {
+    features = (*cross_net)(rt::cat({x, emb.values}, 1));
+  }
+  return (*top_mlp)(features).reshape({dense.size(0)});
+}
+
+std::vector<std::pair<std::string, Tensor>> Dlrm::dense_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [name, t] : named_parameters()) {
+    if (name.rfind("sparse_arch.", 0) != 0) out.emplace_back(name, t);
+  }
+  return out;
+}
+
+}  // namespace mt::models::dlrm
