@@ -44,6 +44,13 @@
 //   all-reduced (sum), then the touched rows step on every replica alike. Fine for the small
 //   tables the planner replicates; a big replicated table would move its full size every step.
 //
+// Loss convention: each rank backpropagates the loss of its own samples and the tables get the
+// gradient of the SUM of the ranks' losses (every type alike, data_parallel too: its all-reduce
+// sums), i.e. exactly the single-process run over the global batch. A training loop whose dense
+// gradients are averaged over ranks (FSDP's reduce-scatter mean) should scale the loss it
+// backpropagates, or the tables' learning rates, by 1 / world to match (TorchRec leaves the same
+// choice to the user: its data_parallel tables average through DDP, its sharded ones sum).
+//
 // Gradient modes (CollectionOptions::gradient_mode):
 //   Fused      the rows touched by the batch are updated inside backward by the tables' fused row
 //              optimizers (runtime/sparse/fused_optimizer.h), one optimizer per sharding group;
