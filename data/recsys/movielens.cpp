@@ -1,6 +1,7 @@
 #include "data/recsys/movielens.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <limits>

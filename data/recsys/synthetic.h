@@ -14,8 +14,8 @@
 //               scramble_ids, so hot ids are spread over the table.
 //   label       Bernoulli(sigmoid(z)), z = bias + sum_d a_d dense_d + sum_f mean over the bag's
 //               ids of h_f(id), with a_d ~ N(0, 1), h_f(id) ~ N(0, signal^2) (hidden, keyed by
-//               (seed, table, id)); `bias` sets the positive share (about 0.25 for -1.0 at the
-//               defaults, Criteo's is ~0.26).
+//               (seed, table, id)), the sparse sum scaled by 1 / sqrt(F / 4); `bias` sets the
+//               positive share (0.36 measured at the defaults; lower it for Criteo's ~0.26).
 // Batches: step s, rank r of w take samples s*B*w + b*w + r (b = 0..B-1), as the other loaders;
 // state() is the global sample position.
 #pragma once

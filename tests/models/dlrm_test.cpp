@@ -220,6 +220,14 @@ TEST(DlrmModelTest, InitKeyedBySeedAndFqnAndGradients) {
     EXPECT_TRUE(r.ok) << interaction_name(type) << ": " << r.message;
     const Tensor logits = a(dense.detach(), kjt);
     EXPECT_EQ(logits.shape(), (rt::Shape{3}));
+    // An empty batch gives no logits.
+    const auto empty = rt::sparse::KeyedJaggedTensor::from_lengths(
+        {"f0", "f1"}, std::vector<int64_t>{}, std::vector<int64_t>{}, {}, 0);
+    EXPECT_EQ(a(rt::zeros({0, 3}, {DType::F64}), empty).shape(), (rt::Shape{0}));
+    // Mismatched batch sizes are named.
+    EXPECT_NE(testing::error_of([&] { a(rt::zeros({2, 3}, {DType::F64}), kjt); })
+                  .find("hold 3 samples but the dense features 2"),
+              std::string::npos);
   }
 }
 
