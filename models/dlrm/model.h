@@ -53,6 +53,7 @@ class Dlrm : public runtime::nn::Module {
   const ModelArgs& args() const { return args_; }
   runtime::sparse::EmbeddingBagCollection& sparse_arch() { return *sparse_arch_; }
   // Every parameter but the embedding tables (what a dense optimizer / FSDP handles), by FQN.
+  // In GradientMode::Dense the tables need a dense optimizer too: use named_parameters().
   std::vector<std::pair<std::string, Tensor>> dense_parameters() const;
 
   std::shared_ptr<Mlp> bottom_mlp, top_mlp;
