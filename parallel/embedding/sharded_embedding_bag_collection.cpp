@@ -816,19 +816,15 @@ runtime::nn::StateDict ShardedEmbeddingBagCollection::optimizer_state_dict() con
 }
 
 void ShardedEmbeddingBagCollection::load_optimizer_state_dict(const runtime::nn::StateDict& state) {
-  // Each group's optimizer takes the keys of its own shards.
-  std::vector<runtime::nn::StateDict> parts(groups_.size());
+  // Each group's optimizer takes the keys of its own shards (and checks them all itself).
+  std::vector<runtime::nn::StateDict> own(groups_.size()), parts(groups_.size());
+  for (size_t k = 0; k < groups_.size(); ++k) own[k] = groups_[k]->optimizer.state_dict();
   for (const auto& [key, value] : state) {
-    bool placed = false;
-    for (size_t k = 0; k < groups_.size() && !placed; ++k) {
-      const runtime::nn::StateDict mine = groups_[k]->optimizer.state_dict();
-      if (mine.contains(key)) {
-        parts[k].insert(key, value);
-        placed = true;
-      }
-    }
-    MT_CHECK(placed, "ShardedEmbeddingBagCollection: optimizer state key '", key,
-             "' is not one of this rank's shards");
+    size_t k = 0;
+    while (k < groups_.size() && !own[k].contains(key)) ++k;
+    MT_CHECK(k < groups_.size(), "ShardedEmbeddingBagCollection: optimizer state key '", key,
+             "' is not one of this rank's shards (rank ", group_->rank(), ")");
+    parts[k].insert(key, value);
   }
   for (size_t k = 0; k < groups_.size(); ++k)
     if (groups_[k]->optimizer.num_tables() > 0) groups_[k]->optimizer.load_state_dict(parts[k]);
