@@ -1,6 +1,7 @@
-// CPU kernels of the table-batched embedding family: the forward is one OpenMP loop over the
-// F * B (feature, sample) bags, each summing its rows into an L1-resident accumulator while the
-// rows a few ids ahead are prefetched (random row reads are latency bound otherwise); the backward
+// CPU kernels of the table-batched embedding family: the forward is one OpenMP loop (dynamic
+// chunks) over the F * B (feature, sample) bags, each summing its rows into an L1-resident
+// accumulator while the rows of the values a few positions ahead are prefetched (random row reads
+// are latency bound otherwise); the backward
 // groups each table's (id, value position) pairs by a stable sort on id and sums every run in
 // position order (no atomics), tables in parallel.
 #include "runtime/kernels/embedding_bag.h"
@@ -58,20 +59,31 @@ int64_t forward_impl(const std::vector<Tensor>& tables, const Tensor& values,
   const int64_t n = values.numel();
   const int64_t work_per_bag = std::max<int64_t>(1, (n / std::max<int64_t>(nbags, 1)) * max_dim);
   const int64_t grain = std::max<int64_t>(1, kParallelGrain / work_per_bag);
-  parallel_for(nbags, grain, [&](int64_t begin, int64_t end) {
+  auto run_bags = [&](int64_t begin, int64_t end) {
     std::vector<C> acc(static_cast<size_t>(max_dim));
     C* a = acc.data();
     // Look-ahead cursor over this chunk's values (contiguous: bags are in value order): the row
     // of the value kPrefetchDistance positions ahead is prefetched, across bag and table
     // boundaries, so the row fetches of consecutive bags overlap.
+    // The cursor's feature (and so table) advances at multiples of B bags: no division per value.
     const int64_t v_end = o[end];
-    int64_t pf_i = o[begin], pf_bag = begin;
+    int64_t pf_i = o[begin], pf_bag = begin, pf_f = begin / B, pf_f_end = (pf_f + 1) * B;
+    const T* pf_tab = tv.data[plan.feature_table[pf_f]];
+    int64_t pf_rows = tv.rows[plan.feature_table[pf_f]], pf_dim = tv.dims[plan.feature_table[pf_f]];
     auto prefetch_upto = [&](int64_t upto) {
       for (upto = std::min(upto, v_end); pf_i < upto; ++pf_i) {
-        while (pf_i >= o[pf_bag + 1]) ++pf_bag;
-        const int64_t t = plan.feature_table[pf_bag / B], id = v[pf_i];
-        if (id >= 0 && id < tv.rows[t])
-          prefetch_row(tv.data[t] + id * tv.dims[t], tv.dims[t] * int64_t(sizeof(T)));
+        while (pf_i >= o[pf_bag + 1]) {
+          if (++pf_bag == pf_f_end) {
+            ++pf_f;
+            pf_f_end += B;
+            const int64_t t = plan.feature_table[pf_f];
+            pf_tab = tv.data[t];
+            pf_rows = tv.rows[t];
+            pf_dim = tv.dims[t];
+          }
+        }
+        const int64_t id = v[pf_i];
+        if (id >= 0 && id < pf_rows) prefetch_row(pf_tab + id * pf_dim, pf_dim * int64_t(sizeof(T)));
       }
     };
     for (int64_t bag = begin; bag < end; ++bag) {
@@ -88,12 +100,13 @@ int64_t forward_impl(const std::vector<Tensor>& tables, const Tensor& values,
             note_bad(i);
             continue;
           }
-          const T* r = tab + id * D;
+          const T* __restrict r = tab + id * D;
+          C* __restrict acc_row = a;
           if (w) {
             const C wi = w[i];
-            for (int64_t j = 0; j < D; ++j) a[j] += wi * C(r[j]);
+            for (int64_t j = 0; j < D; ++j) acc_row[j] += wi * C(r[j]);
           } else {
-            for (int64_t j = 0; j < D; ++j) a[j] += C(r[j]);
+            for (int64_t j = 0; j < D; ++j) acc_row[j] += C(r[j]);
           }
         }
         T* dst = po + b * plan.out_width + plan.feature_out[f];
@@ -116,7 +129,19 @@ int64_t forward_impl(const std::vector<Tensor>& tables, const Tensor& values,
         }
       }
     }
-  });
+  };
+  // Dynamic chunks of bags: tables differ in size and cache behaviour, so equal static halves
+  // leave a thread idle. Each bag is still computed by one thread in a fixed order.
+  const int64_t chunk = std::max<int64_t>(grain, 256);
+  const int64_t num_chunks = (nbags + chunk - 1) / chunk;
+  if (nbags == 0) {
+    // nothing to look up
+  } else if (num_chunks <= 1 || omp_get_max_threads() == 1 || omp_in_parallel()) {
+    run_bags(0, nbags);
+  } else {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t c = 0; c < num_chunks; ++c) run_bags(c * chunk, std::min(nbags, (c + 1) * chunk));
+  }
   const int64_t first_bad = bad.load();
   return first_bad == INT64_MAX ? -1 : first_bad;
 }
