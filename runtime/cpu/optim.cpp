@@ -65,9 +65,19 @@ void cpu_sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentu
   });
 }
 
+// One pass per tensor: on the CPU a launch costs nothing, so the multi-tensor form is a loop.
+void cpu_adamw_multi_tensor_step(const std::vector<AdamWOperands>& tensors, double lr,
+                                 double beta1, double beta2, double eps, double weight_decay) {
+  for (const AdamWOperands& t : tensors) {
+    cpu_adamw_step(t.param, t.grad, t.exp_avg, t.exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
+                   t.step);
+  }
+}
+
 }  // namespace
 
 MT_REGISTER_KERNEL(adamw_step_kernel, DeviceType::CPU, cpu_adamw_step);
+MT_REGISTER_KERNEL(adamw_multi_tensor_kernel, DeviceType::CPU, cpu_adamw_multi_tensor_step);
 MT_REGISTER_KERNEL(sgd_step_kernel, DeviceType::CPU, cpu_sgd_step);
 
 }  // namespace mt::runtime::cpu

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <vector>
 
 #include "runtime/core/dispatch.h"
 #include "runtime/core/tensor.h"
@@ -25,6 +26,17 @@ inline constinit KernelTable<void(const Tensor& param, const Tensor& grad, const
                                   const Tensor& exp_avg_sq, double lr, double beta1, double beta2,
                                   double eps, double weight_decay, int64_t step)>
     adamw_step_kernel{"adamw_step"};
+
+// AdamW over several parameters of one device and dtype, each with its own state and step count,
+// in as few launches as the backend can (CUDA: one per kMaxTensorsPerLaunch parameters; the CPU
+// runs adamw_step_kernel's arithmetic on each). The same results as adamw_step_kernel per tensor.
+struct AdamWOperands {
+  Tensor param, grad, exp_avg, exp_avg_sq;
+  int64_t step = 0;
+};
+inline constinit KernelTable<void(const std::vector<AdamWOperands>& tensors, double lr,
+                                  double beta1, double beta2, double eps, double weight_decay)>
+    adamw_multi_tensor_kernel{"adamw_multi_tensor_step"};
 
 // SGD (torch.optim.SGD semantics):
 //   d = g + weight_decay * p

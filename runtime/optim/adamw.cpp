@@ -52,4 +52,24 @@ void AdamW::update(const ParamGroup& group, const Tensor& param, const Tensor& g
                     group.beta1, group.beta2, group.eps, group.weight_decay, state.step);
 }
 
+void AdamW::update_group(const ParamGroup& group, std::vector<UpdateItem>& items) {
+  // One multi-tensor call per (device, dtype) run of parameters, in the group's order.
+  std::vector<AdamWOperands> batch;
+  auto flush = [&] {
+    if (batch.empty()) return;
+    adamw_multi_tensor_kernel(batch.front().param.device(), batch, group.lr, group.beta1,
+                              group.beta2, group.eps, group.weight_decay);
+    batch.clear();
+  };
+  for (const UpdateItem& item : items) {
+    if (!batch.empty() && (batch.front().param.device() != item.param.device() ||
+                           batch.front().param.dtype() != item.param.dtype())) {
+      flush();
+    }
+    batch.push_back({item.param, item.grad, item.state->tensors[0], item.state->tensors[1],
+                     item.state->step});
+  }
+  flush();
+}
+
 }  // namespace mt::runtime::optim

@@ -33,6 +33,8 @@ class AdamW : public Optimizer {
  protected:
   void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
               ParamState& state) override;
+  // Every parameter of the group through adamw_multi_tensor_kernel (one CUDA launch per 48).
+  void update_group(const ParamGroup& group, std::vector<UpdateItem>& items) override;
   std::vector<std::pair<std::string, double*>> hyperparams(ParamGroup& group) const override;
   void validate(const ParamGroup& group, size_t index) const override;
 };

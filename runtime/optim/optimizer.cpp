@@ -115,6 +115,8 @@ void Optimizer::step() {
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
+    std::vector<UpdateItem> items;
+    std::vector<size_t> indices;  // of items' parameters in the group
     for (size_t i = 0; i < group.params.size(); ++i) {
       const Tensor& p = group.params[i];
       Tensor grad = p.grad();
@@ -123,7 +125,6 @@ void Optimizer::step() {
                " for parameter '", param_key(g, i), "' of shape ", p.shape());
       MT_CHECK(grad.device() == p.device(), name_, ": gradient on ", grad.device(),
                " for parameter '", param_key(g, i), "' on ", p.device());
-      grad = grad.to(p.dtype()).contiguous();
       ParamState& st = state_[g][i];
       if (!st.initialized) {
         st.tensors = init_state(group, p);
@@ -131,17 +132,25 @@ void Optimizer::step() {
         st.initialized = true;
       }
       st.step += 1;
-      if (p.is_contiguous()) {
-        update(group, p, grad, st);
+      items.push_back({p.is_contiguous() ? p : p.contiguous(), grad.to(p.dtype()).contiguous(), &st});
+      indices.push_back(i);
+    }
+    if (items.empty()) continue;
+    update_group(group, items);
+    for (size_t k = 0; k < items.size(); ++k) {
+      const Tensor& p = group.params[indices[k]];
+      if (items[k].param.same(p)) {
         p.bump_version();
       } else {
-        const Tensor work = p.contiguous();
-        update(group, work, grad, st);
-        p.copy_(work);
+        p.copy_(items[k].param);  // a non-contiguous parameter updated through a copy
       }
-      for (const Tensor& s : st.tensors) s.bump_version();
+      for (const Tensor& s : items[k].state->tensors) s.bump_version();
     }
   }
+}
+
+void Optimizer::update_group(const ParamGroup& group, std::vector<UpdateItem>& items) {
+  for (UpdateItem& item : items) update(group, item.param, item.grad, *item.state);
 }
 
 void Optimizer::zero_grad(bool set_to_none) {

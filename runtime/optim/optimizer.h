@@ -2,7 +2,8 @@
 //
 // Parameters come in groups, each with its own hyper-parameters. step() updates, in place and
 // under no_grad, every parameter that has a gradient (the others are skipped and get no state),
-// with one fused kernel per parameter (runtime/kernels/optim.h), and bumps the parameters'
+// with fused kernels (runtime/kernels/optim.h: one per parameter, or one per group of parameters
+// sharing a device and dtype where the optimizer has a multi-tensor kernel, as AdamW), and bumps the parameters'
 // versions. State is created lazily at a parameter's first update: step count plus f32 tensors
 // (f64 for f64 parameters) shaped like the parameter.
 //
@@ -86,6 +87,14 @@ class Optimizer {
   // param's dtype.
   virtual void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
                       ParamState& state) = 0;
+  // One parameter's update as step() hands it over (contiguous param, grad in its dtype).
+  struct UpdateItem {
+    Tensor param, grad;
+    ParamState* state;
+  };
+  // Updates every item of one group; the default calls update() on each. Optimizers with a
+  // multi-tensor kernel override it to update many parameters per launch.
+  virtual void update_group(const ParamGroup& group, std::vector<UpdateItem>& items);
   // The group's hyper-parameters saved in state_dict() (pointers into `group`).
   virtual std::vector<std::pair<std::string, double*>> hyperparams(ParamGroup& group) const;
   // Throws naming the optimizer and the bad value.
