@@ -8,9 +8,11 @@
 // as Criteo's heavy-tailed ids, where hot rows come from the caches), batch --batch. Throughput is
 // "GB/s of rows read": ids looked up * dim * 4 bytes / time (the bytes a lookup must fetch).
 // Memory bandwidth: a streaming OpenMP read (sum) of a buffer much larger than the caches, and a
-// memcpy (counting read + write bytes). Best of --iters interleaved rounds each. Tables are madvise(MADV_HUGEPAGE)'d before first touch
-// unless --no-hugepages (random row reads otherwise miss the TLB on most lookups).
+// memcpy (counting read + write bytes). Best of --iters interleaved rounds each. Tables are
+// madvise(MADV_HUGEPAGE)'d before first touch unless --no-hugepages (random row reads otherwise
+// miss the TLB on most lookups).
 //   OMP_NUM_THREADS=2 ./build/bench/embedding_bag_bench [--batch 4096] [--dim 64] [--pool 30]
+#include <omp.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -22,8 +24,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <omp.h>
 
 #include "runtime/ops/embedding.h"
 #include "runtime/ops/embedding_bag.h"
@@ -52,15 +52,24 @@ Args parse(int argc, char** argv) {
       }
       return std::atof(argv[++i]);
     };
-    if (k == "--tables") a.tables = int64_t(next());
-    else if (k == "--batch") a.batch = int64_t(next());
-    else if (k == "--dim") a.dim = int64_t(next());
-    else if (k == "--pool") a.pool = int64_t(next());
-    else if (k == "--iters") a.iters = int64_t(next());
-    else if (k == "--rows-min") a.rows_min = next();
-    else if (k == "--rows-max") a.rows_max = next();
-    else if (k == "--no-hugepages") a.hugepages = false;
-    else if (k == "--power-law") a.power_law = true;
+    if (k == "--tables")
+      a.tables = int64_t(next());
+    else if (k == "--batch")
+      a.batch = int64_t(next());
+    else if (k == "--dim")
+      a.dim = int64_t(next());
+    else if (k == "--pool")
+      a.pool = int64_t(next());
+    else if (k == "--iters")
+      a.iters = int64_t(next());
+    else if (k == "--rows-min")
+      a.rows_min = next();
+    else if (k == "--rows-max")
+      a.rows_max = next();
+    else if (k == "--no-hugepages")
+      a.hugepages = false;
+    else if (k == "--power-law")
+      a.power_law = true;
     else {
       std::fprintf(stderr, "unknown argument %s\n", k.c_str());
       std::exit(2);
@@ -171,7 +180,8 @@ int run(int argc, char** argv) {
   // One feature per table; ids key by key, sample by sample.
   TableBatchLayout layout;
   std::vector<int64_t> values, offsets{0};
-  std::vector<std::vector<int64_t>> ids_per(static_cast<size_t>(T)), bag_per(static_cast<size_t>(T));
+  std::vector<std::vector<int64_t>> ids_per(static_cast<size_t>(T)),
+      bag_per(static_cast<size_t>(T));
   std::uniform_int_distribution<int64_t> len_dist(a.pool / 2, a.pool + a.pool / 2);
   for (int64_t t = 0; t < T; ++t) {
     layout.feature_table.push_back(t);
@@ -183,8 +193,8 @@ int run(int argc, char** argv) {
         if (a.power_law) {  // p(rank) ~ 1 / rank, hot rows scattered over the table
           const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
           const int64_t rows = tables[t].size(0);
-          const int64_t rank = std::min<int64_t>(
-              rows - 1, int64_t(std::exp(u * std::log(double(rows) + 1.0))) - 1);
+          const int64_t rank =
+              std::min<int64_t>(rows - 1, int64_t(std::exp(u * std::log(double(rows) + 1.0))) - 1);
           id = int64_t((uint64_t(rank) * 2654435761ull) % uint64_t(rows));
         }
         values.push_back(id);
@@ -238,16 +248,20 @@ int run(int argc, char** argv) {
   for (size_t i = 0; i < x.size(); ++i) max_diff = std::max(max_diff, std::abs(x[i] - y[i]));
 
   const double read_bytes = double(n_buf) * 8, copy_bytes = double(n_buf) * 16;
-  std::printf("embedding_bag_bench: %lld tables, rows %.0f..%.0f (%.2f GB of f32 tables%s), %s ids, dim %lld,"
-              " batch %lld, pooling factor %lld (ids looked up: %zu, %.1f MB of rows), %d threads\n",
-              (long long)T, a.rows_min, a.rows_max, double(total_rows) * D * 4 / 1e9,
-              a.hugepages ? ", THP madvised" : "", a.power_law ? "power-law" : "uniform", (long long)D, (long long)B,
-              (long long)a.pool, values.size(), row_bytes / 1e6, omp_get_max_threads());
-  std::printf("max |batched - loop| = %.3g; best of %lld interleaved rounds; GB/s by wall time and"
-              " by CPU time (process CPU seconds / threads)\n\n",
-              max_diff, (long long)a.iters);
-  std::printf("| what | wall ms | GB/s (wall) | of stream read | CPU ms | GB/s (CPU) | of stream read"
-              " | speed-up vs loop (wall / CPU) |\n");
+  std::printf(
+      "embedding_bag_bench: %lld tables, rows %.0f..%.0f (%.2f GB of f32 tables%s), %s ids, dim "
+      "%lld,"
+      " batch %lld, pooling factor %lld (ids looked up: %zu, %.1f MB of rows), %d threads\n",
+      (long long)T, a.rows_min, a.rows_max, double(total_rows) * D * 4 / 1e9,
+      a.hugepages ? ", THP madvised" : "", a.power_law ? "power-law" : "uniform", (long long)D,
+      (long long)B, (long long)a.pool, values.size(), row_bytes / 1e6, omp_get_max_threads());
+  std::printf(
+      "max |batched - loop| = %.3g; best of %lld interleaved rounds; GB/s by wall time and"
+      " by CPU time (process CPU seconds / threads)\n\n",
+      max_diff, (long long)a.iters);
+  std::printf(
+      "| what | wall ms | GB/s (wall) | of stream read | CPU ms | GB/s (CPU) | of stream read"
+      " | speed-up vs loop (wall / CPU) |\n");
   std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   auto row = [&](const char* what, const Timing& t, double bytes, bool vs_loop) {
     const double gw = bytes / t.wall / 1e9, gc = bytes / t.cpu / 1e9;

@@ -37,9 +37,8 @@ inline void prefetch_row(const void* p, int64_t bytes) {
 }
 
 template <class T>
-int64_t forward_impl(const std::vector<Tensor>& tables, const Tensor& values,
-                     const Tensor& offsets, const Tensor& weights, const TbePlan& plan,
-                     Tensor& out) {
+int64_t forward_impl(const std::vector<Tensor>& tables, const Tensor& values, const Tensor& offsets,
+                     const Tensor& weights, const TbePlan& plan, Tensor& out) {
   using C = compute_t<T>;
   const TableView<T> tv(tables);
   const int64_t F = int64_t(plan.feature_table.size()), B = plan.batch_size;
@@ -83,7 +82,8 @@ int64_t forward_impl(const std::vector<Tensor>& tables, const Tensor& values,
           }
         }
         const int64_t id = v[pf_i];
-        if (id >= 0 && id < pf_rows) prefetch_row(pf_tab + id * pf_dim, pf_dim * int64_t(sizeof(T)));
+        if (id >= 0 && id < pf_rows)
+          prefetch_row(pf_tab + id * pf_dim, pf_dim * int64_t(sizeof(T)));
       }
     };
     for (int64_t bag = begin; bag < end; ++bag) {
@@ -233,10 +233,9 @@ int64_t cpu_tbe_forward(const std::vector<Tensor>& tables, const Tensor& values,
   return r;
 }
 
-std::vector<RowSparseGrad> cpu_tbe_backward(const std::vector<Tensor>& tables,
-                                            const Tensor& values, const Tensor& offsets,
-                                            const Tensor& weights, const TbePlan& plan,
-                                            const Tensor& grad_out) {
+std::vector<RowSparseGrad> cpu_tbe_backward(const std::vector<Tensor>& tables, const Tensor& values,
+                                            const Tensor& offsets, const Tensor& weights,
+                                            const TbePlan& plan, const Tensor& grad_out) {
   std::vector<RowSparseGrad> r;
   dispatch_floating(grad_out.dtype(), "embedding_bags_batched_backward", [&](auto tag) {
     r = backward_impl<decltype(tag)>(tables, values, offsets, weights, plan, grad_out);

@@ -1,9 +1,10 @@
 // CPU kernel of the fused embedding-row optimizers: OpenMP over the touched rows, each row read
 // and written once (state included), arithmetic in the state dtype (f32, f64 for f64 tables).
+#include "runtime/kernels/embedding_optim.h"
+
 #include <cmath>
 
 #include "runtime/cpu/loops.h"
-#include "runtime/kernels/embedding_optim.h"
 
 namespace mt::runtime::cpu {
 namespace {

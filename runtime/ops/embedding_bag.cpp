@@ -37,8 +37,8 @@ Prepared prepare(const char* op, const std::vector<Tensor>& tables, const Tensor
   Prepared p;
   const int64_t F = int64_t(layout.feature_table.size());
   MT_CHECK(batch_size >= 0, op, ": negative batch size ", batch_size);
-  MT_CHECK(layout.feature_pooling.empty() || int64_t(layout.feature_pooling.size()) == F, op,
-           ": ", layout.feature_pooling.size(), " pooling modes for ", F, " features");
+  MT_CHECK(layout.feature_pooling.empty() || int64_t(layout.feature_pooling.size()) == F, op, ": ",
+           layout.feature_pooling.size(), " pooling modes for ", F, " features");
   MT_CHECK(layout.feature_names.empty() || int64_t(layout.feature_names.size()) == F, op, ": ",
            layout.feature_names.size(), " feature names for ", F, " features");
   DType dtype = DType::F32;
@@ -80,8 +80,8 @@ Prepared prepare(const char* op, const std::vector<Tensor>& tables, const Tensor
   for (int64_t i = 0; i < F * batch_size; ++i)
     MT_CHECK(o[i + 1] >= o[i], op, ": offsets decrease at feature ",
              feature_label(layout, i / batch_size), ", sample ", i % batch_size);
-  MT_CHECK(o[F * batch_size] == N, op, ": offsets end at ", o[F * batch_size], " but there are ",
-           N, " values");
+  MT_CHECK(o[F * batch_size] == N, op, ": offsets end at ", o[F * batch_size], " but there are ", N,
+           " values");
   if (per_sample_weights.defined()) {
     MT_CHECK(pooled, op, ": per-sample weights apply to pooled lookups only");
     MT_CHECK(per_sample_weights.is_floating_point() && per_sample_weights.numel() == N, op,
@@ -119,13 +119,12 @@ Prepared prepare(const char* op, const std::vector<Tensor>& tables, const Tensor
 Tensor run(const char* op, const std::vector<Tensor>& tables, const Tensor& values,
            const Tensor& offsets, int64_t batch_size, const TableBatchLayout& layout,
            const Tensor& per_sample_weights, const TableGradSink& sink, bool pooled) {
-  Prepared p =
-      prepare(op, tables, values, offsets, batch_size, layout, per_sample_weights, pooled);
+  Prepared p = prepare(op, tables, values, offsets, batch_size, layout, per_sample_weights, pooled);
   const DType dtype = p.tables.empty() ? DType::F32 : p.tables[0].dtype();
   Tensor out = pooled ? empty({batch_size, p.plan.out_width}, TensorOptions{}.with_dtype(dtype))
                       : empty({p.plan.out_width}, TensorOptions{}.with_dtype(dtype));
-  const int64_t bad = tbe_forward_kernel(Device::cpu(), p.tables, p.values, p.offsets, p.weights,
-                                         p.plan, out);
+  const int64_t bad =
+      tbe_forward_kernel(Device::cpu(), p.tables, p.values, p.offsets, p.weights, p.plan, out);
   if (bad >= 0) {
     const int64_t* o = p.offsets.data<int64_t>();
     const int64_t n_bags = int64_t(layout.feature_table.size()) * batch_size;

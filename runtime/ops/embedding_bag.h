@@ -56,9 +56,9 @@ struct TableBatchLayout {
 
 // The gradient of one table restricted to the rows a batch touched.
 struct RowSparseGrad {
-  int64_t table = -1;  // index into the tables of the lookup
-  Tensor rows;         // i64 [U], strictly increasing
-  Tensor values;       // [U, dim], the table's dtype
+  int64_t table = -1;    // index into the tables of the lookup
+  Tensor rows;           // i64 [U], strictly increasing
+  Tensor values;         // [U, dim], the table's dtype
   int64_t num_rows = 0;  // the table's row count (for densifying)
   // The dense [num_rows, dim] gradient (zeros outside `rows`).
   Tensor to_dense() const;

@@ -21,8 +21,7 @@ struct EmbeddingCollectionOutput {
 
 class EmbeddingCollection : public TableCollection {
  public:
-  explicit EmbeddingCollection(std::vector<EmbeddingConfig> tables,
-                               CollectionOptions options = {});
+  explicit EmbeddingCollection(std::vector<EmbeddingConfig> tables, CollectionOptions options = {});
   EmbeddingCollectionOutput operator()(const KeyedJaggedTensor& features);
 };
 

@@ -11,10 +11,14 @@ namespace mt::runtime::sparse {
 
 const char* optimizer_name(EmbOptimType type) {
   switch (type) {
-    case EmbOptimType::SGD: return "EXACT_SGD";
-    case EmbOptimType::RowwiseAdagrad: return "EXACT_ROWWISE_ADAGRAD";
-    case EmbOptimType::Adam: return "ADAM";
-    case EmbOptimType::PartialRowwiseAdam: return "PARTIAL_ROWWISE_ADAM";
+    case EmbOptimType::SGD:
+      return "EXACT_SGD";
+    case EmbOptimType::RowwiseAdagrad:
+      return "EXACT_ROWWISE_ADAGRAD";
+    case EmbOptimType::Adam:
+      return "ADAM";
+    case EmbOptimType::PartialRowwiseAdam:
+      return "PARTIAL_ROWWISE_ADAM";
   }
   return "?";
 }
@@ -36,18 +40,22 @@ void FusedEmbeddingOptimizer::add_table(const EmbeddingOptimizerConfig& config, 
            ", ", dim, "]");
   MT_CHECK(config.lr >= 0 && config.eps >= 0 && config.weight_decay >= 0 && config.beta1 >= 0 &&
                config.beta1 < 1 && config.beta2 >= 0 && config.beta2 < 1,
-           "FusedEmbeddingOptimizer: table '", key, "': invalid settings (lr ", config.lr,
-           ", eps ", config.eps, ", betas ", config.beta1, "/", config.beta2, ", weight_decay ",
+           "FusedEmbeddingOptimizer: table '", key, "': invalid settings (lr ", config.lr, ", eps ",
+           config.eps, ", betas ", config.beta1, "/", config.beta2, ", weight_decay ",
            config.weight_decay, ")");
   Table t;
   t.config = config;
   t.rows = rows;
   t.dim = dim;
   t.key = std::move(key);
-  const TensorOptions so = TensorOptions{}.with_dtype(dtype == DType::F64 ? DType::F64 : DType::F32);
+  const TensorOptions so =
+      TensorOptions{}.with_dtype(dtype == DType::F64 ? DType::F64 : DType::F32);
   switch (config.type) {
-    case EmbOptimType::SGD: break;
-    case EmbOptimType::RowwiseAdagrad: t.momentum1 = zeros({rows, 1}, so); break;
+    case EmbOptimType::SGD:
+      break;
+    case EmbOptimType::RowwiseAdagrad:
+      t.momentum1 = zeros({rows, 1}, so);
+      break;
     case EmbOptimType::Adam:
       t.momentum1 = zeros({rows, dim}, so);
       t.momentum2 = zeros({rows, dim}, so);
@@ -68,8 +76,7 @@ void FusedEmbeddingOptimizer::step(const std::vector<Tensor>& weights,
   for (Table& t : tables_) ++t.step;
   for (const RowSparseGrad& g : grads) {
     MT_CHECK(g.table >= 0 && g.table < int64_t(tables_.size()),
-             "FusedEmbeddingOptimizer::step: gradient for table ", g.table, " of ",
-             tables_.size());
+             "FusedEmbeddingOptimizer::step: gradient for table ", g.table, " of ", tables_.size());
     Table& t = tables_[g.table];
     const Tensor& w = weights[g.table];
     MT_CHECK(w.is_contiguous() && w.dim() == 2 && w.size(0) == t.rows && w.size(1) == t.dim,

@@ -42,8 +42,8 @@ KeyedJaggedTensor KeyedJaggedTensor::from_offsets(std::vector<std::string> keys,
              " lengths (offsets.numel() - 1) are not a multiple of the ", K, " keys");
     stride = (n_off - 1) / K;
   }
-  MT_CHECK(n_off - 1 == K * stride, "KeyedJaggedTensor: expected ", K * stride + 1,
-           " offsets for ", K, " keys and stride ", stride, ", got ", n_off);
+  MT_CHECK(n_off - 1 == K * stride, "KeyedJaggedTensor: expected ", K * stride + 1, " offsets for ",
+           K, " keys and stride ", stride, ", got ", n_off);
   kjt.keys_ = std::move(keys);
   kjt.stride_ = stride;
   const int64_t* o = kjt.offsets_.data<int64_t>();
@@ -134,8 +134,8 @@ void KeyedJaggedTensor::validate() const {
   const int64_t* o = offsets_.data<int64_t>();
   MT_CHECK(o[0] == 0, "KeyedJaggedTensor: offsets must start at 0, got ", o[0]);
   for (int64_t i = 0; i < K * B; ++i) {
-    MT_CHECK(l[i] >= 0, "KeyedJaggedTensor: negative length ", l[i], " for key '",
-             keys_[i / B], "', sample ", i % B);
+    MT_CHECK(l[i] >= 0, "KeyedJaggedTensor: negative length ", l[i], " for key '", keys_[i / B],
+             "', sample ", i % B);
     MT_CHECK(o[i + 1] >= o[i], "KeyedJaggedTensor: offsets decrease at key '", keys_[i / B],
              "', sample ", i % B, " (", o[i], " -> ", o[i + 1], ")");
   }
@@ -168,8 +168,7 @@ KeyedJaggedTensor KeyedJaggedTensor::permute(const std::vector<int64_t>& indices
   std::vector<int64_t> values, lengths;
   std::vector<float> weights;
   for (int64_t k : indices) {
-    MT_CHECK(k >= 0 && k < K, "KeyedJaggedTensor::permute: key index ", k, " outside [0, ", K,
-             ")");
+    MT_CHECK(k >= 0 && k < K, "KeyedJaggedTensor::permute: key index ", k, " outside [0, ", K, ")");
     keys.push_back(keys_[k]);
     values.insert(values.end(), v + o[k * B], v + o[(k + 1) * B]);
     if (w) weights.insert(weights.end(), w + o[k * B], w + o[(k + 1) * B]);
@@ -196,8 +195,8 @@ std::vector<KeyedJaggedTensor> KeyedJaggedTensor::split(
     MT_CHECK(s >= 0, "KeyedJaggedTensor::split: negative segment size ", s);
     total += s;
   }
-  MT_CHECK(total == num_keys(), "KeyedJaggedTensor::split: segments ", segments, " sum to ",
-           total, " but there are ", num_keys(), " keys");
+  MT_CHECK(total == num_keys(), "KeyedJaggedTensor::split: segments ", segments, " sum to ", total,
+           " but there are ", num_keys(), " keys");
   std::vector<KeyedJaggedTensor> out;
   int64_t start = 0;
   for (int64_t s : segments) {

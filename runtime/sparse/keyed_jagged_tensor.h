@@ -76,8 +76,7 @@ class KeyedJaggedTensor {
   // at 0 or decrease, lengths that do not sum to values().numel(), a weights size mismatch.
   void validate() const;
   // Throws when an id of `key` is outside [0, num_rows) (naming key, sample, id and table).
-  void validate_ids(const std::string& key, int64_t num_rows,
-                    const std::string& table = "") const;
+  void validate_ids(const std::string& key, int64_t num_rows, const std::string& table = "") const;
 
   // Splits by consecutive key groups of the given sizes (summing to K): TorchRec's split().
   std::vector<KeyedJaggedTensor> split(const std::vector<int64_t>& segments) const;

@@ -17,7 +17,7 @@ struct KeyedTensor {
   std::vector<int64_t> length_per_key;  // the dim of each key
   Tensor values;                        // [B, sum(length_per_key)]
 
-  std::vector<int64_t> offset_per_key() const;  // [K + 1]
+  std::vector<int64_t> offset_per_key() const;      // [K + 1]
   int64_t key_index(const std::string& key) const;  // throws naming the keys present
   Tensor operator[](const std::string& key) const;  // [B, dim] view
   Tensor key_values(int64_t k) const;

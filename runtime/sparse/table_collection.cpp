@@ -30,8 +30,8 @@ EmbeddingBagConfig resolved(EmbeddingBagConfig c, const char* where) {
 
 }  // namespace
 
-EmbeddingTable::EmbeddingTable(std::string type_name, const EmbeddingBagConfig& config,
-                               DType dtype, bool requires_grad)
+EmbeddingTable::EmbeddingTable(std::string type_name, const EmbeddingBagConfig& config, DType dtype,
+                               bool requires_grad)
     : Module(std::move(type_name)),
       config_(config),
       rows_(config.shard.num_rows),
@@ -94,8 +94,9 @@ void TableCollection::apply_sparse_grads() {
 
 KeyedJaggedTensor TableCollection::arrange(const KeyedJaggedTensor& features) const {
   features.validate();
-  KeyedJaggedTensor kjt =
-      features.keys() == layout_.feature_names ? features : features.select_keys(layout_.feature_names);
+  KeyedJaggedTensor kjt = features.keys() == layout_.feature_names
+                              ? features
+                              : features.select_keys(layout_.feature_names);
   for (size_t f = 0; f < layout_.feature_names.size(); ++f) {
     const int64_t t = layout_.feature_table[f];
     kjt.validate_ids(layout_.feature_names[f], tables_[t]->local_rows(), configs_[t].name);

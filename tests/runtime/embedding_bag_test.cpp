@@ -188,12 +188,11 @@ TEST(EmbeddingBagsBatched, RowSparseGradientEqualsReferenceGradient) {
   const Tensor upstream = randn_as({7, 13}, DType::F64, 99);
   std::vector<RowSparseGrad> got;
   int calls = 0;
-  const Tensor out = embedding_bags_batched(
-      s.tables, ids_of(b), offsets_of(b), b.B, s.layout, weights_of(b),
-      [&](std::vector<RowSparseGrad>& g) {
-        got = g;
-        ++calls;
-      });
+  const Tensor out = embedding_bags_batched(s.tables, ids_of(b), offsets_of(b), b.B, s.layout,
+                                            weights_of(b), [&](std::vector<RowSparseGrad>& g) {
+                                              got = g;
+                                              ++calls;
+                                            });
   ASSERT_TRUE(out.requires_grad());
   sum(mul(out, upstream)).backward();
   EXPECT_EQ(calls, 1);
@@ -247,8 +246,8 @@ TEST(EmbeddingBagsBatched, Bf16TablesAccumulateInF32) {
   std::vector<Tensor> f32;
   for (const Tensor& t : s.tables) f32.push_back(t.to(DType::F32));
   const Batch b = random_batch(s.feature_rows, 5, 6, 13);
-  const Tensor out = embedding_bags_batched(s.tables, ids_of(b), offsets_of(b), b.B, s.layout,
-                                            weights_of(b));
+  const Tensor out =
+      embedding_bags_batched(s.tables, ids_of(b), offsets_of(b), b.B, s.layout, weights_of(b));
   EXPECT_EQ(out.dtype(), DType::BF16);
   const Tensor expected =
       embedding_bags_batched(f32, ids_of(b), offsets_of(b), b.B, s.layout, weights_of(b));

@@ -3,6 +3,8 @@
 // partial row-wise Adam) against references written with plain ops over several steps with
 // duplicate ids (rows no id touched keep their values and state); the row-sparse mode (same
 // updates at apply time, gradient accumulation, norm for clipping) and the dense mode.
+#include "runtime/sparse/embedding_collection.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,7 +17,6 @@
 #include "runtime/ops/join.h"
 #include "runtime/ops/reduce.h"
 #include "runtime/sparse/embedding_bag_collection.h"
-#include "runtime/sparse/embedding_collection.h"
 #include "runtime/sparse/row_sparse_grad.h"
 #include "tests/testing/errors.h"
 #include "tests/testing/tensor_testing.h"
@@ -125,8 +126,8 @@ void ref_update(RefTable& t, const Tensor& g, const Tensor& mask,
       const Tensor m2n = add(mul(t.m2, c.beta2), mul(g2, 1 - c.beta2));
       t.m1 = add(t.m1, mul(mask, sub(m1n, t.m1)));
       t.m2 = add(t.m2, mul(mask, sub(m2n, t.m2)));
-      const Tensor upd = add(div(div(t.m1, bc1), add(sqrt(div(t.m2, bc2)), c.eps)),
-                             mul(t.w, c.weight_decay));
+      const Tensor upd =
+          add(div(div(t.m1, bc1), add(sqrt(div(t.m2, bc2)), c.eps)), mul(t.w, c.weight_decay));
       t.w = sub(t.w, mul(mul(upd, mask), c.lr));
       break;
     }
@@ -220,12 +221,11 @@ TEST(FusedEmbeddingOptimizer, StateDictRoundTripAndErrors) {
   EmbeddingBagCollection ebc(configs(opt_of(EmbOptimType::PartialRowwiseAdam, 0.0)), o);
   sum(ebc(batch(0)).values).backward();
   const nn::StateDict sd = ebc.optimizer_state_dict();
-  EXPECT_EQ(sd.keys(), (std::vector<std::string>{
-                           "embedding_bags.t_a.weight.momentum1",
-                           "embedding_bags.t_a.weight.momentum2", "embedding_bags.t_a.weight.step",
-                           "embedding_bags.t_b.weight.momentum1",
-                           "embedding_bags.t_b.weight.momentum2",
-                           "embedding_bags.t_b.weight.step"}));
+  EXPECT_EQ(sd.keys(),
+            (std::vector<std::string>{
+                "embedding_bags.t_a.weight.momentum1", "embedding_bags.t_a.weight.momentum2",
+                "embedding_bags.t_a.weight.step", "embedding_bags.t_b.weight.momentum1",
+                "embedding_bags.t_b.weight.momentum2", "embedding_bags.t_b.weight.step"}));
   EXPECT_EQ(sd.at("embedding_bags.t_b.weight.momentum2").shape(), (Shape{5, 1}));
   EmbeddingBagCollection other(configs(opt_of(EmbOptimType::PartialRowwiseAdam, 0.0)), o);
   other.load_optimizer_state_dict(sd);
@@ -270,16 +270,16 @@ TEST(RowSparseMode, AccumulatesAndGivesTheClipNorm) {
   ebc.apply_sparse_grads();
   EXPECT_TRUE(ebc.sparse_grads().empty());
   // SGD lr 0.1 with the halved accumulated gradient.
-  EXPECT_TRUE(all_close(ebc.weights()[1],
-                        sub(before, mul(dense.weights()[1].grad(), 0.5 * 0.1)), 1e-12, 1e-12));
+  EXPECT_TRUE(all_close(ebc.weights()[1], sub(before, mul(dense.weights()[1].grad(), 0.5 * 0.1)),
+                        1e-12, 1e-12));
 }
 
 TEST(EmbeddingBagCollection, NamesInitShardsAndOutputs) {
   EmbeddingBagCollection ebc(configs({}));
   ebc.init_weights(3);
   const nn::StateDict sd = ebc.state_dict();
-  EXPECT_EQ(sd.keys(), (std::vector<std::string>{"embedding_bags.t_a.weight",
-                                                 "embedding_bags.t_b.weight"}));
+  EXPECT_EQ(sd.keys(),
+            (std::vector<std::string>{"embedding_bags.t_a.weight", "embedding_bags.t_b.weight"}));
   for (int t = 0; t < 2; ++t) {
     const double bound = std::sqrt(1.0 / (t == 0 ? 6 : 5));
     for (double v : ebc.weights()[t].to_vector<double>()) {
@@ -322,8 +322,9 @@ TEST(EmbeddingBagCollection, WeightedPooling) {
     EXPECT_NEAR(ob[j], wb[16 + j], 1e-6);
     EXPECT_NEAR(ob[4 + j], 3.0 * wb[8 + j], 1e-6);
   }
-  EXPECT_NE(error_of([&] { ebc(batch(0)); }).find("is_weighted is set but the input has no weights"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { ebc(batch(0)); }).find("is_weighted is set but the input has no weights"),
+      std::string::npos);
 }
 
 TEST(EmbeddingBagCollection, Errors) {
@@ -338,8 +339,9 @@ TEST(EmbeddingBagCollection, Errors) {
             std::string::npos);
   std::vector<EmbeddingBagConfig> dup = configs({});
   dup[1].feature_names.push_back("a");
-  EXPECT_NE(error_of([&] { EmbeddingBagCollection x(dup); })
-                .find("feature 'a' is listed by more than one table"),
+  EXPECT_NE(error_of([&] {
+              EmbeddingBagCollection x(dup);
+            }).find("feature 'a' is listed by more than one table"),
             std::string::npos);
   std::vector<EmbeddingBagConfig> bad_shard = configs({});
   bad_shard[0].shard.row_offset = 5;

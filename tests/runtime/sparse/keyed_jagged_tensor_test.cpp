@@ -38,8 +38,8 @@ TEST(KeyedJaggedTensor, LayoutAndKeyViews) {
 TEST(KeyedJaggedTensor, FromOffsetsMatchesFromLengths) {
   const KeyedJaggedTensor a = sample();
   const KeyedJaggedTensor b = KeyedJaggedTensor::from_offsets(
-      {"a", "b"}, a.values(), from_vector<int64_t>({0, 2, 2, 3, 4, 7, 7}, {7},
-                                                   TensorOptions{}.with_dtype(DType::I32)));
+      {"a", "b"}, a.values(),
+      from_vector<int64_t>({0, 2, 2, 3, 4, 7, 7}, {7}, TensorOptions{}.with_dtype(DType::I32)));
   b.validate();
   EXPECT_EQ(b.lengths().to_vector<int64_t>(), a.lengths().to_vector<int64_t>());
   EXPECT_FALSE(b.has_weights());
@@ -58,13 +58,15 @@ TEST(KeyedJaggedTensor, ValidationErrors) {
               KeyedJaggedTensor::from_lengths({"a"}, {1, 2}, {1, 1}, {0.5f}).validate();
             }).find("1 weights for 2 values"),
             std::string::npos);
-  EXPECT_NE(error_of([] { KeyedJaggedTensor::from_lengths({"a", "b"}, {1, 2}, {1, 1, 0}); })
-                .find("not a multiple of the 2 keys"),
+  EXPECT_NE(error_of([] {
+              KeyedJaggedTensor::from_lengths({"a", "b"}, {1, 2}, {1, 1, 0});
+            }).find("not a multiple of the 2 keys"),
             std::string::npos);
   const KeyedJaggedTensor kjt = sample();
   kjt.validate_ids("a", 4, "t_a");
-  EXPECT_NE(error_of([&] { kjt.validate_ids("b", 7, "t_b"); })
-                .find("id 7 of key 'b', sample 1 is outside [0, 7) of table 't_b'"),
+  EXPECT_NE(error_of([&] {
+              kjt.validate_ids("b", 7, "t_b");
+            }).find("id 7 of key 'b', sample 1 is outside [0, 7) of table 't_b'"),
             std::string::npos);
   const KeyedJaggedTensor neg = KeyedJaggedTensor::from_lengths({"a"}, {-3}, {1});
   EXPECT_NE(error_of([&] { neg.validate_ids("a", 10); }).find("id -3"), std::string::npos);
@@ -103,9 +105,10 @@ TEST(KeyedJaggedTensor, SplitAndPermute) {
   EXPECT_EQ(p.values().to_vector<int64_t>(), (std::vector<int64_t>{5, 6, 1, 2, 5, 6}));
   EXPECT_EQ(p.lengths().to_vector<int64_t>(), (std::vector<int64_t>{0, 2, 2, 0, 0, 2}));
   EXPECT_EQ(p.weights().to_vector<float>(), (std::vector<float>{5, 6, 1, 2, 5, 6}));
-  EXPECT_EQ(kjt.select_keys({"b"}).values().to_vector<int64_t>(),
-            (std::vector<int64_t>{3, 4}));
-  EXPECT_NE(error_of([&] { kjt.split({1, 1}); }).find("sum to 2 but there are 3 keys"),
+  EXPECT_EQ(kjt.select_keys({"b"}).values().to_vector<int64_t>(), (std::vector<int64_t>{3, 4}));
+  EXPECT_NE(error_of([&] {
+              kjt.split({1, 1});
+            }).find("sum to 2 but there are 3 keys"),
             std::string::npos);
   EXPECT_NE(error_of([&] { kjt.permute({3}); }).find("key index 3 outside [0, 3)"),
             std::string::npos);
