@@ -6,32 +6,15 @@
 // exactly one GEMM, so results do not depend on the thread count.
 #include "runtime/kernels/grouped_matmul.h"
 
-#include <cblas.h>
 #include <omp.h>
 
-#include <climits>
+#include "runtime/cpu/blas.h"
 
 namespace mt::runtime::cpu {
 namespace {
 
 // OpenBLAS 0.3's single-thread bound for GEMM (SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD).
 constexpr double kSmallGemm = 65536.0 * 4.0;
-
-int blas_int(int64_t v) {
-  MT_CHECK(v <= INT_MAX, "grouped_mm: dimension ", v,
-           " is too large for this BLAS (32-bit integers)");
-  return int(v);
-}
-
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float* a, int lda,
-          const float* b, int ldb, float* c, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
-}
-
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const double* a, int lda,
-          const double* b, int ldb, double* c, int ldc) {
-  cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
-}
 
 // Runs job(g) for every group: small ones on OpenMP threads, the others in order.
 template <class Job>
@@ -65,14 +48,14 @@ void grouped_mm_blas(const Tensor& x, const Tensor& w, const std::vector<int64_t
   const T* px = x.data<T>();
   const T* pw = w.data<T>();
   T* po = out.data<T>();
-  const int m = blas_int(M), k = blas_int(K);
-  blas_int(x.size(0));  // checked here: no exception may leave the OpenMP region
+  const int m = blas_int(M, "grouped_mm"), k = blas_int(K, "grouped_mm");
+  blas_int(x.size(0), "grouped_mm");  // checked here: no exception may leave the OpenMP region
   for_each_group(counts, double(M) * double(K), [&](int64_t g) {
     const int64_t rows = counts[size_t(g)];
     if (rows == 0) return;
     const int64_t o = offsets[size_t(g)];
-    gemm(CblasNoTrans, transpose_w ? CblasTrans : CblasNoTrans, blas_int(rows), m, k, px + o * K, k,
-         pw + g * M * K, transpose_w ? k : m, po + o * M, m);
+    gemm(CblasNoTrans, transpose_w ? CblasTrans : CblasNoTrans, blas_int(rows, "grouped_mm"), m, k,
+         px + o * K, k, pw + g * M * K, transpose_w ? k : m, po + o * M, m);
   });
 }
 
@@ -86,8 +69,8 @@ void grouped_mm_tn_blas(const Tensor& a, const Tensor& b, const std::vector<int6
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
   T* po = out.data<T>();
-  const int p = blas_int(P), q = blas_int(Q);
-  blas_int(a.size(0));
+  const int p = blas_int(P, "grouped_mm"), q = blas_int(Q, "grouped_mm");
+  blas_int(a.size(0), "grouped_mm");
   for_each_group(counts, double(P) * double(Q), [&](int64_t g) {
     const int64_t rows = counts[size_t(g)];
     T* dst = po + g * P * Q;
@@ -96,7 +79,8 @@ void grouped_mm_tn_blas(const Tensor& a, const Tensor& b, const std::vector<int6
       return;
     }
     const int64_t o = offsets[size_t(g)];
-    gemm(CblasTrans, CblasNoTrans, p, q, blas_int(rows), pa + o * P, p, pb + o * Q, q, dst, q);
+    gemm(CblasTrans, CblasNoTrans, p, q, blas_int(rows, "grouped_mm"), pa + o * P, p, pb + o * Q, q,
+         dst, q);
   });
 }
 

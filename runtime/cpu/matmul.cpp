@@ -1,11 +1,9 @@
 // CPU matmul: OpenBLAS sgemm/dgemm on the operands' own strides; bf16/f16 through f32.
 #include "runtime/kernels/matmul.h"
 
-#include <cblas.h>
-
-#include <climits>
 #include <optional>
 
+#include "runtime/cpu/blas.h"
 #include "runtime/cpu/loops.h"
 #include "runtime/kernels/matmul_layout.h"
 
@@ -36,22 +34,6 @@ Tensor blas_ready(const Tensor& t, BlasOperand* layout) {
   return c;
 }
 
-int blas_int(int64_t v) {
-  MT_CHECK(v <= INT_MAX, "matmul: dimension or leading dimension ", v,
-           " is too large for this BLAS (32-bit integers)");
-  return int(v);
-}
-
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float* a, int lda,
-          const float* b, int ldb, float* c, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
-}
-
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const double* a, int lda,
-          const double* b, int ldb, double* c, int ldc) {
-  cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
-}
-
 template <class T>
 void matmul_blas(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
   const int64_t M = out.size(-2), N = out.size(-1), K = a_in.size(-1);
@@ -72,18 +54,19 @@ void matmul_blas(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
   const T* pb = b.data<T>();
   T* pc = out.data<T>();
   const int64_t nb = numel_of(batch);
-  const int n = blas_int(N), k = blas_int(K), lda = blas_int(la.ld), ldb = blas_int(lb.ld);
+  const int n = blas_int(N, "matmul"), k = blas_int(K, "matmul"), lda = blas_int(la.ld, "matmul"),
+            ldb = blas_int(lb.ld, "matmul");
 
   bool b_shared = true;
   for (int64_t s : b_bs) b_shared &= s == 0;
   if (nb == 1 || (b_shared && la.trans == CblasNoTrans && nb * M <= INT_MAX &&
                   batch_folds_into_rows(batch, a_bs, M, la.ld))) {
     // One GEMM: a single matrix, or x[B.., M, K] @ W[K, N] with the batch folded into rows.
-    gemm(la.trans, lb.trans, blas_int(nb * M), n, k, pa, lda, pb, ldb, pc, n);
+    gemm(la.trans, lb.trans, blas_int(nb * M, "matmul"), n, k, pa, lda, pb, ldb, pc, n);
     return;
   }
   // One GEMM per batch; OpenBLAS threads each call itself.
-  const int m = blas_int(M);
+  const int m = blas_int(M, "matmul");
   for (int64_t i = 0; i < nb; ++i) {
     int64_t oa = 0, ob = 0, rem = i;
     for (int64_t d = int64_t(batch.size()) - 1; d >= 0; --d) {
