@@ -167,16 +167,19 @@ Transformer::Transformer(const ModelArgs& args, uint64_t seed, TensorOptions opt
   init_weights(seed);
 }
 
-void Transformer::check_tokens(const Tensor& tokens) const {
+void check_token_batch(const Tensor& tokens, int64_t max_seq_len, const char* model) {
   MT_CHECK(tokens.defined() && tokens.dim() == 2 &&
                (tokens.dtype() == DType::I64 || tokens.dtype() == DType::I32),
-           "llama Transformer: expected tokens [B, T] of i64 or i32, got ",
+           model, ": expected tokens [B, T] of i64 or i32, got ",
            tokens.defined() ? tokens.shape() : runtime::Shape{}, " ",
            tokens.defined() ? runtime::dtype_name(tokens.dtype()) : "undefined");
-  MT_CHECK(tokens.size(1) >= 1 && tokens.size(1) <= args_.max_seq_len,
-           "llama Transformer: sequence length ", tokens.size(1),
-           " outside [1, max_seq_len = ", args_.max_seq_len, "] (tokens of shape ", tokens.shape(),
-           ")");
+  MT_CHECK(tokens.size(1) >= 1 && tokens.size(1) <= max_seq_len, model, ": sequence length ",
+           tokens.size(1), " outside [1, max_seq_len = ", max_seq_len, "] (tokens of shape ",
+           tokens.shape(), ")");
+}
+
+void Transformer::check_tokens(const Tensor& tokens) const {
+  check_token_batch(tokens, args_.max_seq_len, "llama Transformer");
 }
 
 Tensor Transformer::logits_from_hidden(const Tensor& h) {

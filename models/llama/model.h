@@ -114,6 +114,10 @@ class TransformerBlock : public nn::Module {
   int64_t layer_id;
 };
 
+// Checks a decoder's input: tokens [B, T] of i64 or i32 with 1 <= T <= max_seq_len; `model`
+// names the model in the message ("llama Transformer"). Shared by the decoders in models/.
+void check_token_batch(const Tensor& tokens, int64_t max_seq_len, const char* model);
+
 enum class ActivationCheckpointMode { None, Full };
 // "none" | "full"; anything else throws naming the valid modes.
 ActivationCheckpointMode parse_activation_checkpoint_mode(const std::string& mode);

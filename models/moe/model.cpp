@@ -88,15 +88,7 @@ Transformer::Transformer(const ModelArgs& args, uint64_t seed, TensorOptions opt
 }
 
 Transformer::Output Transformer::forward_with_aux(const Tensor& tokens) {
-  MT_CHECK(tokens.defined() && tokens.dim() == 2 &&
-               (tokens.dtype() == DType::I64 || tokens.dtype() == DType::I32),
-           "moe Transformer: expected tokens [B, T] of i64 or i32, got ",
-           tokens.defined() ? tokens.shape() : runtime::Shape{}, " ",
-           tokens.defined() ? runtime::dtype_name(tokens.dtype()) : "undefined");
-  MT_CHECK(tokens.size(1) >= 1 && tokens.size(1) <= args_.max_seq_len,
-           "moe Transformer: sequence length ", tokens.size(1),
-           " outside [1, max_seq_len = ", args_.max_seq_len, "] (tokens of shape ", tokens.shape(),
-           ")");
+  llama::check_token_batch(tokens, args_.max_seq_len, "moe Transformer");
   std::vector<Tensor> out = call_multi({tokens}, [this](const std::vector<Tensor>& in) {
     Tensor h = (*tok_embeddings)(in[0]);
     Tensor aux;
