@@ -3,6 +3,7 @@
 #include <cmath>
 #include <set>
 
+#include "runtime/core/grad_mode.h"
 #include "runtime/ops/factory.h"
 #include "runtime/sparse/row_sparse_grad.h"
 
@@ -42,13 +43,40 @@ EmbeddingTable::EmbeddingTable(std::string type_name, const EmbeddingBagConfig& 
   reset_parameters(nn::InitContext{});
 }
 
+namespace {
+std::pair<double, double> init_bounds(const EmbeddingBagConfig& c) {
+  const double bound = std::sqrt(1.0 / double(c.num_embeddings));
+  return {std::isnan(c.weight_init_min) ? -bound : c.weight_init_min,
+          std::isnan(c.weight_init_max) ? bound : c.weight_init_max};
+}
+}  // namespace
+
 void EmbeddingTable::reset_parameters(const nn::InitContext& ctx) {
-  const double bound = std::sqrt(1.0 / double(config_.num_embeddings));
-  const double lo = std::isnan(config_.weight_init_min) ? -bound : config_.weight_init_min;
-  const double hi = std::isnan(config_.weight_init_max) ? bound : config_.weight_init_max;
+  init_ = ctx;
+  const auto [lo, hi] = init_bounds(config_);
   nn::init_uniform_(weight, ctx.key("weight"), lo, hi,
                     {config_.num_embeddings, config_.embedding_dim},
                     {config_.shard.row_offset, config_.shard.col_offset});
+}
+
+std::vector<int64_t> EmbeddingTable::reset_rows(const std::vector<int64_t>& global_rows,
+                                                int64_t step) {
+  const auto [lo, hi] = init_bounds(config_);
+  const RandomKey key = init_.key("weight.reset").with_offset(uint64_t(step));
+  NoGradGuard no_grad;
+  std::vector<int64_t> local;
+  for (int64_t row : global_rows) {
+    MT_CHECK(row >= 0 && row < config_.num_embeddings, "EmbeddingTable '", config_.name,
+             "': reset_rows: row ", row, " is outside the table's ", config_.num_embeddings,
+             " rows");
+    const int64_t r = row - config_.shard.row_offset;
+    if (r < 0 || r >= rows_) continue;
+    nn::init_uniform_(weight.narrow(0, r, 1), key, lo, hi,
+                      {config_.num_embeddings, config_.embedding_dim},
+                      {row, config_.shard.col_offset});
+    local.push_back(r);
+  }
+  return local;
 }
 
 TableCollection::TableCollection(std::string type_name, const std::string& container,
@@ -90,6 +118,15 @@ std::string TableCollection::weight_fqn(size_t table) const {
 void TableCollection::apply_sparse_grads() {
   optimizer_.step(weights(), sparse_grads_);
   sparse_grads_.clear();
+}
+
+void TableCollection::reset_rows(const std::string& table_name,
+                                 const std::vector<int64_t>& global_rows, int64_t step) {
+  size_t t = 0;
+  while (t < configs_.size() && configs_[t].name != table_name) ++t;
+  MT_CHECK(t < configs_.size(), type_name(), ": reset_rows: no table named '", table_name, "'");
+  for (int64_t r : tables_[t]->reset_rows(global_rows, step))
+    for (const auto& [name, state] : optimizer_.table_state(t)) state.narrow(0, r, 1).zero_();
 }
 
 KeyedJaggedTensor TableCollection::arrange(const KeyedJaggedTensor& features) const {

@@ -48,6 +48,10 @@ class EmbeddingTable : public nn::Module {
   EmbeddingTable(std::string type_name, const EmbeddingBagConfig& config, DType dtype,
                  bool requires_grad);
   void reset_parameters(const nn::InitContext& ctx) override;
+  // Redraws the rows of `global_rows` that this shard holds (all its columns) from the init
+  // distribution, keyed by (the last init's seed and FQN, "reset", step) over the global shape:
+  // the same values for any sharding. Returns the local rows it reset (no_grad; bumps versions).
+  std::vector<int64_t> reset_rows(const std::vector<int64_t>& global_rows, int64_t step);
   const EmbeddingBagConfig& config() const { return config_; }
   int64_t local_rows() const { return rows_; }
   int64_t local_cols() const { return cols_; }
@@ -56,6 +60,7 @@ class EmbeddingTable : public nn::Module {
  private:
   EmbeddingBagConfig config_;
   int64_t rows_, cols_;
+  nn::InitContext init_;  // of the last reset_parameters
 };
 
 class TableCollection : public nn::Module {
@@ -84,6 +89,12 @@ class TableCollection : public nn::Module {
   // One optimizer step with the kept gradients (a step even when none are kept), then drops them.
   void apply_sparse_grads();
   void zero_sparse_grads() { sparse_grads_.clear(); }
+
+  // Managed-collision evictions (managed_collision.h): re-initialises `global_rows` of table
+  // `table_name` (EmbeddingTable::reset_rows, keyed by the init_weights seed, the FQN, the row
+  // and `step`) and zeroes their fused optimizer state (the step count is left alone).
+  void reset_rows(const std::string& table_name, const std::vector<int64_t>& global_rows,
+                  int64_t step);
 
   // Validates `features` and returns the KJT of exactly feature_names(), in that order.
   KeyedJaggedTensor arrange(const KeyedJaggedTensor& features) const;
