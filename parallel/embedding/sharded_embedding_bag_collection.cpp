@@ -809,6 +809,22 @@ std::vector<LocalShard> ShardedEmbeddingBagCollection::local_shards() const {
   return out;
 }
 
+void ShardedEmbeddingBagCollection::reset_rows(const std::string& table_name,
+                                               const std::vector<int64_t>& global_rows,
+                                               int64_t step) {
+  size_t t = 0;
+  while (t < configs_.size() && configs_[t].name != table_name) ++t;
+  MT_CHECK(t < configs_.size(), "ShardedEmbeddingBagCollection: reset_rows: no table named '",
+           table_name, "'");
+  for (const auto& g : groups_)
+    for (size_t j = 0; j < g->table_cfg.size(); ++j) {
+      if (g->table_cfg[j] != t || !g->module[j]) continue;
+      const std::vector<int64_t> local = g->module[j]->reset_rows(global_rows, step);
+      for (const auto& [name, state] : g->optimizer.table_state(size_t(g->opt_index[j])))
+        for (int64_t r : local) state.narrow(0, r, 1).zero_();
+    }
+}
+
 runtime::nn::StateDict ShardedEmbeddingBagCollection::optimizer_state_dict() const {
   runtime::nn::StateDict out;
   for (const auto& g : groups_) out.merge(g->optimizer.state_dict());

@@ -125,6 +125,13 @@ class ShardedEmbeddingBagCollection : public runtime::nn::Module {
 
   // The fused row optimizers' state of this rank's shards, keyed "<weight fqn>.momentum1",
   // ".momentum2", ".step" (local rows of the shard; see local_shards() for its global place).
+  // Managed-collision evictions (runtime/sparse/managed_collision.h): every rank re-initialises
+  // the rows of `global_rows` it holds (all their columns; replicas alike) exactly as the
+  // unsharded EmbeddingBagCollection::reset_rows does, and zeroes their fused optimizer state.
+  // Not collective: give every rank the same rows (e.g. all-gathered evictions).
+  void reset_rows(const std::string& table_name, const std::vector<int64_t>& global_rows,
+                  int64_t step);
+
   runtime::nn::StateDict optimizer_state_dict() const;
   void load_optimizer_state_dict(const runtime::nn::StateDict& state);
   void set_lr(double lr);
