@@ -18,9 +18,7 @@ Tensor i64_tensor(const std::vector<int64_t>& v) {
   return t;
 }
 
-Tensor i64_empty(int64_t n) {
-  return Tensor::empty({n}, TensorOptions{}.with_dtype(DType::I64));
-}
+Tensor i64_empty(int64_t n) { return Tensor::empty({n}, TensorOptions{}.with_dtype(DType::I64)); }
 
 int64_t sum(const std::vector<int64_t>& v, size_t begin, size_t end) {
   int64_t s = 0;
@@ -92,9 +90,8 @@ McCollectionResult ShardedManagedCollisionCollection::remap(const KeyedJaggedTen
   for (size_t f = 0; f < F; ++f) {
     key_of[f] = kjt.key_index(features_[f]);
     for (int64_t i = offs[size_t(key_of[f])]; i < offs[size_t(key_of[f]) + 1]; ++i)
-      MT_CHECK(values[size_t(i)] >= 0, "ShardedManagedCollisionCollection: feature '",
-               features_[f], "' has a negative raw id ", values[size_t(i)], " (rank ",
-               group_->rank(), ")");
+      MT_CHECK(values[size_t(i)] >= 0, "ShardedManagedCollisionCollection: feature '", features_[f],
+               "' has a negative raw id ", values[size_t(i)], " (rank ", group_->rank(), ")");
   }
 
   // ---- 1. counts per (owner, feature); ids grouped by owner, then feature

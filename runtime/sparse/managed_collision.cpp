@@ -83,6 +83,7 @@ ManagedCollisionTable::ManagedCollisionTable(ManagedCollisionConfig config, int6
   row_meta_.assign(size_t(n), 0);
   in_batch_.assign(size_t(n), 0);
   order_.resize(size_t(bucket_end_ - bucket_begin_));
+  stale_.assign(order_.size(), 0);
   for (int64_t b = bucket_begin_; b < bucket_end_; ++b) rebuild_bucket(b);
 }
 
@@ -107,6 +108,7 @@ std::pair<int64_t, int64_t> ManagedCollisionTable::order_key(int64_t row) const 
 void ManagedCollisionTable::rebuild_bucket(int64_t bucket) {
   auto& order = order_[size_t(bucket - bucket_begin_)];
   order.clear();
+  stale_[size_t(bucket - bucket_begin_)] = 0;
   for (int64_t row = bucket_row_begin(bucket); row < bucket_row_begin(bucket + 1); ++row) {
     const int64_t id = row_id_[size_t(slot(row))];
     if (id >= 0) {
@@ -114,8 +116,7 @@ void ManagedCollisionTable::rebuild_bucket(int64_t bucket) {
                " holds id ", id, " of bucket ", bucket_of(id), ", not of the row's bucket ", bucket,
                " (state saved with another seed or num_buckets?)");
       auto it = row_of_.find(id);
-      MT_CHECK(it == row_of_.end() || it->second == row ||
-                   row_id_[size_t(slot(it->second))] != id,
+      MT_CHECK(it == row_of_.end() || it->second == row || row_id_[size_t(slot(it->second))] != id,
                "managed collision table '", config_.name, "': id ", id, " is held by rows ",
                it->second, " and ", row);
       row_of_[id] = row;
@@ -131,11 +132,16 @@ McRemapResult ManagedCollisionTable::remap(const std::vector<int64_t>& ids, bool
 
 McRemapResult ManagedCollisionTable::remap(const std::vector<int64_t>& ids,
                                            const std::vector<uint8_t>& insert, int64_t step) {
-  MT_CHECK(insert.size() == ids.size(), "managed collision table '", config_.name, "': ",
-           insert.size(), " insert flags for ", ids.size(), " ids");
+  MT_CHECK(insert.size() == ids.size(), "managed collision table '", config_.name,
+           "': ", insert.size(), " insert flags for ", ids.size(), " ids");
   const size_t n = ids.size();
   McRemapResult res;
   res.rows.assign(n, -1);
+  for (size_t b = 0; b < stale_.size(); ++b)
+    MT_CHECK(!stale_[b], "managed collision table '", config_.name, "': bucket ",
+             bucket_begin_ + int64_t(b), " (rows [", bucket_row_begin(bucket_begin_ + int64_t(b)),
+             ", ", bucket_row_begin(bucket_begin_ + int64_t(b) + 1),
+             ")) was only partly loaded by load_rows; load the rest of its rows first");
   std::vector<int64_t> buckets(n);
   for (size_t i = 0; i < n; ++i) {
     MT_CHECK(ids[i] >= 0, "managed collision table '", config_.name,
@@ -231,9 +237,9 @@ void ManagedCollisionTable::load_rows(int64_t row_offset, const Tensor& row_ids,
   const int64_t n = int64_t(ids.size());
   MT_CHECK(int64_t(meta.size()) == n, "managed collision table '", config_.name, "': ", n,
            " row_ids but ", meta.size(), " row_meta values");
-  MT_CHECK(row_offset >= 0 && row_offset + n <= config_.num_embeddings,
-           "managed collision table '", config_.name, "': rows [", row_offset, ", ",
-           row_offset + n, ") do not fit the table's ", config_.num_embeddings, " rows");
+  MT_CHECK(row_offset >= 0 && row_offset + n <= config_.num_embeddings, "managed collision table '",
+           config_.name, "': rows [", row_offset, ", ", row_offset + n, ") do not fit the table's ",
+           config_.num_embeddings, " rows");
   const int64_t lo = std::max(row_offset, row_begin()), hi = std::min(row_offset + n, row_end());
   for (int64_t row = lo; row < hi; ++row) {
     const size_t s = size_t(slot(row));
@@ -245,9 +251,13 @@ void ManagedCollisionTable::load_rows(int64_t row_offset, const Tensor& row_ids,
     row_id_[s] = id;
     row_meta_[s] = id < 0 ? 0 : m;
   }
-  for (int64_t b = bucket_begin_; b < bucket_end_; ++b)
-    if (bucket_row_begin(b) >= row_offset && bucket_row_begin(b + 1) <= row_offset + n)
+  for (int64_t b = bucket_begin_; b < bucket_end_; ++b) {
+    const int64_t b0 = bucket_row_begin(b), b1 = bucket_row_begin(b + 1);
+    if (b0 >= row_offset && b1 <= row_offset + n)
       rebuild_bucket(b);
+    else if (b0 < row_offset + n && b1 > row_offset)
+      stale_[size_t(b - bucket_begin_)] = 1;  // partly loaded
+  }
 }
 
 void ManagedCollisionTable::load_state(const std::vector<McStatePiece>& pieces) {
@@ -256,8 +266,7 @@ void ManagedCollisionTable::load_state(const std::vector<McStatePiece>& pieces) 
   for (const McStatePiece& p : pieces) {
     if (p.name != ids_name) continue;
     MT_CHECK(p.global_rows == config_.num_embeddings, "managed collision table '", config_.name,
-             "': saved state has ", p.global_rows, " rows, the table has ",
-             config_.num_embeddings);
+             "': saved state has ", p.global_rows, " rows, the table has ", config_.num_embeddings);
     const McStatePiece* meta = nullptr;
     for (const McStatePiece& q : pieces)
       if (q.name == meta_name && q.row_offset == p.row_offset) meta = &q;

@@ -19,7 +19,8 @@
 //      and ids inserted earlier in it) are never evicted by it: when every row of the bucket is
 //      used by the batch, the new id is dropped (stats().overflow counts its occurrences);
 //   3. lookup-only occurrences (insert = false) of ids unknown before the call take the row an
-//      inserting occurrence gave the id in phase 2, if any; otherwise they are dropped (misses).
+//      inserting occurrence gave the id in phase 2, if any (counted neither as hits nor as
+//      misses); otherwise they are dropped (misses).
 // Dropped occurrences map to row -1; the KJT level removes them from their bags (lengths shrink,
 // weights follow). Every occurrence that maps to a row "uses" it: LRU sets its last-used step to
 // `step`, LFU adds one to its count (a new id starts with its occurrences in the batch).
@@ -31,7 +32,10 @@
 // only (the sharded case); state() gives its rows, load_rows() takes any row range: the rows
 // inside the owned range are copied, and every owned bucket lying fully inside the given range
 // is rebuilt (its id -> row map and eviction order), checking that each id belongs to the bucket
-// (a different seed or num_buckets is refused with a message) and appears once.
+// (a different seed or num_buckets is refused with a message) and appears once. An owned bucket
+// the range covers only partly stays unusable (remap refuses, naming it) until the rest of its
+// rows is loaded; load_state(pieces) loads every piece, checks that the owned rows are covered
+// and rebuilds every owned bucket.
 //
 // ManagedCollisionCollection is the KJT-level module: tables by name, features -> table, a
 // lookup-only switch per feature. Its remap(kjt, step) returns the KJT with rows instead of raw
@@ -61,8 +65,8 @@ struct ManagedCollisionConfig {
   std::string name;            // the embedding table it feeds
   int64_t num_embeddings = 0;  // rows ("zch size")
   EvictionPolicy eviction = EvictionPolicy::LRU;
-  int64_t num_buckets = 0;  // 0: min(num_embeddings, 64); at most num_embeddings
-  uint64_t seed = 0;        // of the bucket hash
+  int64_t num_buckets = 0;                 // 0: min(num_embeddings, 64); at most num_embeddings
+  uint64_t seed = 0;                       // of the bucket hash
   std::vector<std::string> feature_names;  // KJT level only
 };
 
@@ -145,6 +149,7 @@ class ManagedCollisionTable {
   // (free rows first, then by meta, then by row).
   std::vector<std::set<std::pair<int64_t, int64_t>>> order_;
   std::vector<uint8_t> in_batch_;  // per owned row, only during remap
+  std::vector<uint8_t> stale_;     // per owned bucket: partly loaded by load_rows
   McStats stats_;
 };
 
@@ -154,8 +159,8 @@ struct McTableEvictions {
 };
 
 struct McCollectionResult {
-  KeyedJaggedTensor features;              // rows instead of ids
-  std::vector<McTableEvictions> evicted;   // one per table, config order
+  KeyedJaggedTensor features;             // rows instead of ids
+  std::vector<McTableEvictions> evicted;  // one per table, config order
 };
 
 // The KJT with values replaced by new_values (aligned with kjt.values()); entries whose keep

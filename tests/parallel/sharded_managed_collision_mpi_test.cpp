@@ -113,9 +113,9 @@ std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> samples(
   std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> out;
   for (int64_t k = 0; k < kjt.num_keys(); ++k) {
     const int64_t b0 = k * kjt.stride() + s0;
-    out.emplace_back(std::vector<int64_t>(len.begin() + b0, len.begin() + b0 + B),
-                     std::vector<int64_t>(val.begin() + off[size_t(b0)],
-                                          val.begin() + off[size_t(b0 + B)]));
+    out.emplace_back(
+        std::vector<int64_t>(len.begin() + b0, len.begin() + b0 + B),
+        std::vector<int64_t>(val.begin() + off[size_t(b0)], val.begin() + off[size_t(b0 + B)]));
   }
   return out;
 }
@@ -181,7 +181,8 @@ std::vector<McStatePiece> gathered_state(ShardedManagedCollisionCollection& mc) 
   return out;
 }
 
-void expect_same_state(const std::vector<McStatePiece>& gathered, const ManagedCollisionCollection& ref) {
+void expect_same_state(const std::vector<McStatePiece>& gathered,
+                       const ManagedCollisionCollection& ref) {
   for (const McStatePiece& want : ref.state()) {
     std::vector<int64_t> got(size_t(want.global_rows), -7);
     for (const McStatePiece& p : gathered) {
@@ -303,9 +304,10 @@ TEST(ShardedManagedCollision, ResetRowsMatchesUnsharded) {
     const std::string key = s.fqn + ".momentum1";
     if (!ustate.contains(key)) continue;  // SGD: no state
     const std::vector<double> ma = sstate.at(key).contiguous().to_vector<double>();
-    const std::vector<double> mb =
-        ustate.at(key).narrow(0, s.placement.row_offset, s.placement.num_rows).contiguous()
-            .to_vector<double>();
+    const std::vector<double> mb = ustate.at(key)
+                                       .narrow(0, s.placement.row_offset, s.placement.num_rows)
+                                       .contiguous()
+                                       .to_vector<double>();
     ASSERT_EQ(ma.size(), mb.size());
     for (size_t i = 0; i < ma.size(); ++i) EXPECT_NEAR(ma[i], mb[i], 1e-12) << key << " " << i;
   }

@@ -3,6 +3,8 @@
 // misses, duplicates in a batch, a bucket overflowing within one batch, state round trips and
 // rebuilds from row ranges; and EmbeddingBagCollection::reset_rows (rows redrawn, optimizer
 // state zeroed, other rows untouched).
+#include "runtime/sparse/managed_collision.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,7 +16,6 @@
 #include "runtime/ops/factory.h"
 #include "runtime/ops/reduce.h"
 #include "runtime/sparse/embedding_bag_collection.h"
-#include "runtime/sparse/managed_collision.h"
 
 namespace mt::runtime::sparse {
 namespace {
@@ -37,7 +38,7 @@ TEST(ManagedCollision, LruEvictionOrder) {
   EXPECT_TRUE(r.evicted.empty());
   EXPECT_EQ(t.remap({30}, true, 1).rows, (Rows{2}));
   EXPECT_EQ(t.remap({10}, true, 2).rows, (Rows{0}));  // kept; last used: 0@2, 20@0, 30@1
-  r = t.remap({40}, true, 3);                          // evicts 20 (least recent)
+  r = t.remap({40}, true, 3);                         // evicts 20 (least recent)
   EXPECT_EQ(r.rows, (Rows{1}));
   EXPECT_EQ(r.evicted, (Rows{1}));
   EXPECT_EQ(t.find(20), -1);
@@ -183,6 +184,22 @@ TEST(ManagedCollision, StateRoundTripAndRangeRebuild) {
         EXPECT_EQ(e.find(id), a.find(id)) << "id " << id;
       }
     }
+    // A range splitting a bucket (rows [12, 27): bucket 2 is [10, 15)) leaves it unusable.
+    ManagedCollisionTable split(c);
+    split.load_rows(12, cut[2].local, cut[3].local);
+    const std::vector<int64_t> saved_ids = saved[0].local.to_vector<int64_t>();
+    for (int64_t row = 15; row < 25; ++row)  // buckets 3 and 4 are rebuilt
+      if (saved_ids[size_t(row)] >= 0) {
+        EXPECT_EQ(split.find(saved_ids[size_t(row)]), row);
+      }
+    try {
+      split.remap({1}, true, 0);
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("bucket 2 (rows [10, 15)) was only partly loaded"),
+                std::string::npos)
+          << err.what();
+    }
     for (int step = 8; step < 16; ++step) {
       const std::vector<int64_t> ids = batch();
       const McRemapResult ra = a.remap(ids, true, step);
@@ -244,8 +261,7 @@ TEST(ManagedCollision, CollectionRemapsKjt) {
   EXPECT_EQ(r.features.keys(), kjt.keys());
   EXPECT_EQ(r.features.values().to_vector<int64_t>(), (Rows{0, 0, 1, -1, 0, 0, 1}));
   EXPECT_EQ(r.features.lengths().to_vector<int64_t>(), (Rows{1, 2, 1, 0, 0, 1, 2, 0}));
-  EXPECT_EQ(r.features.weights().to_vector<float>(),
-            (std::vector<float>{1, 2, 3, 5, 7, 8, 9}));
+  EXPECT_EQ(r.features.weights().to_vector<float>(), (std::vector<float>{1, 2, 3, 5, 7, 8, 9}));
   ASSERT_EQ(r.evicted.size(), 2u);
   EXPECT_EQ(r.evicted[0].table, "t_user");
   const McStats s = mc.stats();
