@@ -24,7 +24,8 @@
 // Dropped occurrences map to row -1; the KJT level removes them from their bags (lengths shrink,
 // weights follow). Every occurrence that maps to a row "uses" it: LRU sets its last-used step to
 // `step`, LFU adds one to its count (a new id starts with its occurrences in the batch).
-// Evicted rows are returned sorted ascending, each once; the caller resets them.
+// Evicted rows are returned sorted ascending, each once; the caller resets them. Raw ids must be
+// non-negative (-1 marks a free row in the state); a negative id is refused with a message.
 //
 // State for checkpoints, in GLOBAL rows and independent of the world size: per table two i64
 // arrays of num_embeddings elements: row_ids (the raw id a row holds, -1 when free) and row_meta
