@@ -6,7 +6,6 @@
 
 #include "checkpoint/index.h"
 #include "checkpoint/manager.h"
-#include "data/dataset/loader.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/core/error.h"
@@ -108,13 +107,15 @@ TrainCheckpointer::TrainCheckpointer(const config::JobConfig& config,
                                      std::shared_ptr<parallel::ProcessGroup> world,
                                      runtime::nn::Module& model,
                                      runtime::optim::Optimizer& optimizer,
-                                     runtime::optim::LRScheduler& scheduler, data::Loader& loader)
+                                     runtime::optim::LRScheduler& scheduler,
+                                     CheckpointedData data, CheckpointExtension extension)
     : config_(config),
       world_(std::move(world)),
       model_(model),
       optimizer_(optimizer),
       scheduler_(scheduler),
-      loader_(loader) {
+      data_(std::move(data)),
+      extension_(std::move(extension)) {
   const auto& c = config_.checkpoint;
   MT_CHECK(c.async_mode == "disabled" || c.async_mode == "async",
            "[checkpoint] async_mode: expected \"disabled\" or \"async\", got \"", c.async_mode,
@@ -131,12 +132,17 @@ TrainCheckpointer::TrainCheckpointer(const config::JobConfig& config,
 
 TrainCheckpointer::~TrainCheckpointer() = default;
 
+bool TrainCheckpointer::owned_by_extension(const std::string& fqn) const {
+  return extension_.owns_parameter && extension_.owns_parameter(fqn);
+}
+
 CheckpointState TrainCheckpointer::state(int64_t step, int64_t tokens_seen,
                                          bool model_only) const {
   CheckpointState s;
   const auto placements = placements_of(model_);
   const DType stored = model_only ? export_dtype(config_.checkpoint.export_dtype) : DType::F32;
   for (const parallel::DistributedParam& p : parallel::distributed_parameters(model_)) {
+    if (owned_by_extension(p.fqn)) continue;
     Tensor t = p.param.detach();
     if (model_only && runtime::is_floating(t.dtype())) t = t.to(stored);
     s.tensors.push_back(placed(kModel + p.fqn, t, p.fqn, placements));
@@ -149,6 +155,7 @@ CheckpointState TrainCheckpointer::state(int64_t step, int64_t tokens_seen,
   s.values["seed"] = config_.training.seed;
   s.values["config"] = config::render_toml(config_);
   s.values["model_only"] = int64_t(model_only ? 1 : 0);
+  if (extension_.add_pieces) extension_.add_pieces(s, model_only);
   if (model_only) return s;
   for (const auto& [key, t] : optimizer_.state_dict()) {
     s.tensors.push_back(placed(kOptimizer + key, t, param_of_state_key(key, optimizer_), placements));
@@ -157,7 +164,7 @@ CheckpointState TrainCheckpointer::state(int64_t step, int64_t tokens_seen,
     s.tensors.push_back(checkpoint::whole(kScheduler + key, t));
   }
   s.per_rank_group = kLoaderGroup;
-  for (const auto& [key, v] : loader_.state().to_map()) s.per_rank_values[key] = v;
+  for (const auto& [key, v] : data_.state()) s.per_rank_values[key] = v;
   return s;
 }
 
@@ -165,12 +172,14 @@ CheckpointState TrainCheckpointer::load_template(bool model_only) const {
   CheckpointState s;
   const auto placements = placements_of(model_);
   for (const parallel::DistributedParam& p : parallel::distributed_parameters(model_)) {
+    if (owned_by_extension(p.fqn)) continue;
     s.tensors.push_back(placed(kModel + p.fqn, p.param.detach(), p.fqn, placements));
   }
   for (const auto& [fqn, t] : persistent_buffers(model_)) {
     s.tensors.push_back(checkpoint::whole(kModel + fqn, t.detach()));
   }
   s.per_rank_group = kLoaderGroup;
+  if (extension_.add_load_pieces) extension_.add_load_pieces(s, model_only);
   if (model_only) return s;
   // Optimizer state for every parameter (a fresh optimizer has none yet), hyper-parameters.
   const auto& groups = optimizer_.param_groups();
@@ -237,6 +246,7 @@ ResumePoint TrainCheckpointer::resume(std::ostream& log) {
     report = checkpoint::load_checkpoint(dir, dest, *world_, options);
   }
   point.source = dir.string();
+  if (extension_.apply_loaded) extension_.apply_loaded(dest, weights_only);
   if (weights_only) {
     log << "checkpoint: loaded the model weights of " << dir.string()
         << " (optimizer, schedule and data start fresh)\n";
@@ -260,7 +270,7 @@ ResumePoint TrainCheckpointer::resume(std::ostream& log) {
              ": data loader value ", key, " is not an integer");
     loader_state[key] = std::get<int64_t>(v);
   }
-  loader_.load_state(data::LoaderState::from_map(loader_state));
+  data_.load_state(loader_state);
   point.step = int_value(report.values, "step", dir);
   point.tokens_seen = int_value(report.values, "tokens_seen", dir);
   log << "checkpoint: resumed from " << dir.string() << " at step " << point.step << "\n";

@@ -5,8 +5,11 @@
 //   optimizer.state.<fqn>.<name>        optimizer state (exp_avg, ...), sharded like its parameter
 //   optimizer.state.<fqn>.step, optimizer.param_groups.<g>.<hyper>, lr_scheduler.last_step
 //                                       replicated scalars (written once)
-// Values (/state in the index): step, tokens_seen, seed, config (the resolved TOML), and
-// dataloader/rank_<r>/<key> for every data-parallel rank (data::LoaderState).
+//   <extension pieces>                  state the model keeps outside its FSDP parameters (sharded
+//                                       embedding tables and their row optimizers), placed by the
+//                                       CheckpointExtension in global coordinates
+// Values (/state in the index): step, tokens_seen (samples for recsys models), seed, config (the
+// resolved TOML), and dataloader/rank_<r>/<key> for every data-parallel rank (the data state).
 //
 // Resuming ([checkpoint] enable): the checkpoint at load_step (-1 = the latest complete one) in
 // <dump_folder>/<folder> is loaded in full; with no checkpoint there, initial_load_path (a
@@ -18,6 +21,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -29,9 +34,6 @@ namespace mt::checkpoint {
 class CheckpointManager;
 struct CheckpointState;
 }  // namespace mt::checkpoint
-namespace mt::data {
-class Loader;
-}
 namespace mt::parallel {
 class ProcessGroup;
 }
@@ -45,6 +47,25 @@ class LRScheduler;
 
 namespace mt::train {
 
+// The data pipeline's resumable state: integers by key, global (the same on every rank, for any
+// world size), e.g. data::LoaderState::to_map().
+struct CheckpointedData {
+  std::function<std::map<std::string, int64_t>()> state;
+  std::function<void(const std::map<std::string, int64_t>&)> load_state;
+};
+
+// What a model keeps outside its FSDP parameters (e.g. sharded embedding tables, whose shards are
+// plain parameters of the module but sit at row/column offsets of the global table): the
+// checkpointer leaves the parameters it owns out of the model pieces, asks it for its pieces
+// (names under "model." / "optimizer." in global coordinates) when saving and for pieces of this
+// rank's layout to load into, then hands the loaded pieces back.
+struct CheckpointExtension {
+  std::function<bool(const std::string& param_fqn)> owns_parameter;
+  std::function<void(checkpoint::CheckpointState& state, bool model_only)> add_pieces;
+  std::function<void(checkpoint::CheckpointState& dest, bool model_only)> add_load_pieces;
+  std::function<void(const checkpoint::CheckpointState& loaded, bool model_only)> apply_loaded;
+};
+
 struct ResumePoint {
   int64_t step = 0;  // steps already done (0 = fresh)
   int64_t tokens_seen = 0;
@@ -55,7 +76,8 @@ class TrainCheckpointer {
  public:
   TrainCheckpointer(const config::JobConfig& config, std::shared_ptr<parallel::ProcessGroup> world,
                     runtime::nn::Module& model, runtime::optim::Optimizer& optimizer,
-                    runtime::optim::LRScheduler& scheduler, data::Loader& loader);
+                    runtime::optim::LRScheduler& scheduler, CheckpointedData data,
+                    CheckpointExtension extension = {});
   ~TrainCheckpointer();
 
   // Collective. Loads what the config asks for (see above).
@@ -68,13 +90,15 @@ class TrainCheckpointer {
  private:
   checkpoint::CheckpointState state(int64_t step, int64_t tokens_seen, bool model_only) const;
   checkpoint::CheckpointState load_template(bool model_only) const;
+  bool owned_by_extension(const std::string& param_fqn) const;
 
   const config::JobConfig& config_;
   std::shared_ptr<parallel::ProcessGroup> world_;
   runtime::nn::Module& model_;
   runtime::optim::Optimizer& optimizer_;
   runtime::optim::LRScheduler& scheduler_;
-  data::Loader& loader_;
+  CheckpointedData data_;
+  CheckpointExtension extension_;
   std::unique_ptr<checkpoint::CheckpointManager> manager_;
 };
 

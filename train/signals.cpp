@@ -69,6 +69,11 @@ StopRequest::~StopRequest() {
 
 bool StopRequest::stop_requested() const { return g_stop.load(std::memory_order_acquire); }
 int StopRequest::signal_number() const { return g_signal.load(std::memory_order_relaxed); }
+
+const char* StopRequest::cause() const {
+  const int sig = signal_number();
+  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a stop request";
+}
 void StopRequest::request_stop() { g_stop.store(true, std::memory_order_release); }
 void StopRequest::clear() {
   g_stop.store(false);

@@ -22,6 +22,8 @@ class StopRequest {
   bool stop_requested() const;
   // The signal that asked to stop (SIGINT, SIGTERM), or 0 (also after request_stop()).
   int signal_number() const;
+  // "SIGINT", "SIGTERM" or "a stop request", for the log.
+  const char* cause() const;
   // Asks to stop without a signal (e.g. another rank asked) / forgets a request.
   void request_stop();
   void clear();

@@ -33,18 +33,16 @@
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
-#include "runtime/optim/adamw.h"
 #include "runtime/optim/clip_grad.h"
 #include "runtime/optim/lr_scheduler.h"
-#include "runtime/optim/sgd.h"
 #include "train/checkpointer.h"
 #include "train/config/render.h"
 #include "train/config/validate.h"
+#include "train/optimizer_setup.h"
 #include "train/metrics/eta.h"
 #include "train/metrics/jsonl_writer.h"
 #include "train/metrics/peak_flops.h"
 #include "train/metrics/step_metrics.h"
-#include "train/metrics/svg_plot.h"
 #include "train/signals.h"
 
 namespace mt::train {
@@ -273,26 +271,16 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   setup_parallelism();
 
   // Optimizer and schedule.
-  const auto& oc = config_.optimizer;
-  if (oc.name == "SGD") {
-    runtime::optim::SGDOptions so;
-    so.lr = oc.lr;
-    so.weight_decay = oc.weight_decay;
-    optimizer_ = std::make_unique<runtime::optim::SGD>(model_->named_parameters(), so);
-  } else {
-    runtime::optim::AdamWOptions ao{oc.lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay};
-    optimizer_ = std::make_unique<runtime::optim::AdamW>(model_->named_parameters(), ao);
-  }
-  const auto& lc = config_.lr_scheduler;
-  runtime::optim::WarmupStableDecay wsd;
-  wsd.warmup_steps = lc.warmup_steps;
-  wsd.decay_ratio = lc.decay_ratio;
-  wsd.decay_type = runtime::optim::decay_type_from_name(lc.decay_type);
-  wsd.lr_min = lc.min_lr_factor;
-  scheduler_ = std::make_unique<runtime::optim::LRScheduler>(*optimizer_, tc.steps, wsd);
+  optimizer_ = make_optimizer(config_.optimizer, model_->named_parameters());
+  scheduler_ = make_lr_scheduler(config_.lr_scheduler, *optimizer_, tc.steps);
   if (config_.checkpoint.enable || !config_.checkpoint.initial_load_path.empty()) {
+    CheckpointedData data{
+        [this] { return loader_->state().to_map(); },
+        [this](const std::map<std::string, int64_t>& s) {
+          loader_->load_state(data::LoaderState::from_map(s));
+        }};
     checkpointer_ = std::make_unique<TrainCheckpointer>(config_, world_, *model_, *optimizer_,
-                                                        *scheduler_, *loader_);
+                                                        *scheduler_, std::move(data));
   }
 }
 
@@ -580,12 +568,7 @@ TrainResult Trainer::train() {
       checkpointer_->after_step(step, tokens_seen, step == tc.steps, stop_here, out);
     if (stop_here) {
       result.stopped_by_signal = true;
-      const int sig = stop ? stop->signal_number() : 0;
-      out << "stopped by "
-          << (sig == 2    ? "SIGINT"
-              : sig == 15 ? "SIGTERM"
-                          : "a stop request")
-          << " at the end of step " << step << " of " << tc.steps << "\n"
+      out << "stopped by " << (stop ? stop->cause() : "a stop request") << " at the end of step " << step << " of " << tc.steps << "\n"
           << std::flush;
       break;
     }
@@ -593,27 +576,9 @@ TrainResult Trainer::train() {
   if (checkpointer_) checkpointer_->finish();
   result.seconds = seconds_since(t_start);
 
-  if (options_.write_files && config_.metrics.plot && !result.losses.empty()) {
-    std::vector<PlotSeries> series(1);
-    series[0].name = "loss";
-    for (size_t i = 0; i < result.losses.size(); ++i)
-      series[0].points.emplace_back(double(result.first_step + int64_t(i)), result.losses[i]);
-    if (!result.val_losses.empty()) {
-      PlotSeries val{"val_loss", {}};
-      for (const auto& [s, v] : result.val_losses) val.points.emplace_back(double(s), v);
-      series.push_back(std::move(val));
-    }
-    PlotOptions po;
-    po.title = config_.job.description + ": loss";
-    write_svg_line_chart((dump / "loss.svg").string(), series, po);
-  }
-  out << "trained " << result.losses.size() << " steps";
-  if (result.first_step > 1) out << " (" << result.first_step << " to " << result.steps_done << ")";
-  out << " in " << format_duration(result.seconds);
-  if (!result.losses.empty())
-    out << ": loss " << std::fixed << std::setprecision(4) << result.losses.front() << " -> "
-        << result.losses.back() << std::defaultfloat;
-  if (options_.write_files) out << "; metrics and loss.svg in " << dump.string();
+  if (options_.write_files && config_.metrics.plot)
+    plot_losses(result, dump / "loss.svg", config_.job.description + ": loss");
+  log_summary(result, options_.write_files ? dump : fs::path(), out);
   out << "\n" << std::flush;
 
   // Sampling is llama's incremental decoding (models/llama/generate.h); other models skip it.

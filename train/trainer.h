@@ -51,6 +51,7 @@
 
 #include "runtime/core/device.h"
 #include "train/config/job_config.h"
+#include "train/train_result.h"
 
 namespace mt::data {
 class BpeTokenizer;
@@ -93,18 +94,6 @@ struct TrainerOptions {
   std::shared_ptr<parallel::ProcessGroup> world = nullptr;
 };
 
-struct TrainResult {
-  std::vector<double> losses;                          // per optimizer step, in order
-  std::vector<double> grad_norms;                      // per step, before clipping
-  // Per step: the model's own metrics (after_optimizer_step, e.g. moe_load_imbalance).
-  std::vector<std::map<std::string, double>> model_metrics;
-  std::vector<std::pair<int64_t, double>> val_losses;  // (step, validation loss)
-  int64_t first_step = 1;  // the step losses[0] belongs to (> 1 when resumed from a checkpoint)
-  int64_t steps_done = 0;  // the last step done
-  bool stopped_by_signal = false;
-  std::string sample;  // the generated text (prompt not included); empty if none
-  double seconds = 0.0;
-};
 
 // The registry's spec for the job's model, with the tokenizer's vocab (when given) and
 // training.seq_len applied: what the Trainer builds.

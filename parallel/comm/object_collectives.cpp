@@ -31,4 +31,17 @@ std::vector<std::string> all_gather_strings(ProcessGroup& group, const std::stri
   return out;
 }
 
+std::vector<double> all_gather_values(ProcessGroup& group, const std::vector<double>& mine,
+                                      const std::string& name) {
+  const std::string bytes(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(double));
+  std::vector<double> out;
+  for (const std::string& theirs : all_gather_strings(group, bytes, name)) {
+    const size_t n = theirs.size() / sizeof(double);
+    const size_t at = out.size();
+    out.resize(at + n);
+    std::memcpy(out.data() + at, theirs.data(), n * sizeof(double));
+  }
+  return out;
+}
+
 }  // namespace mt::parallel

@@ -128,7 +128,7 @@ TEST_F(ConfigTest, SchemaIsComplete) {
   }
   for (const char* s :
        {"job", "model", "optimizer", "lr_scheduler", "training", "parallelism", "checkpoint",
-        "activation_checkpoint", "metrics", "profiling", "validation", "comm"}) {
+        "activation_checkpoint", "metrics", "profiling", "validation", "embedding", "comm"}) {
     EXPECT_TRUE(sections.count(s)) << s;
   }
   EXPECT_GE(keys.size(), 50u);

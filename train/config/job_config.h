@@ -35,6 +35,7 @@ struct JobConfig {
   MetricsConfig metrics;
   ProfilingConfig profiling;
   ValidationConfig validation;
+  EmbeddingTablesConfig embedding;
   CommConfig comm;
 
   // Origins of the values that were set, keyed by "section.key". Not part of the value:

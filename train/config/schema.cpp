@@ -75,6 +75,7 @@ std::vector<SectionSpec> build_schema() {
   using F = ProfilingConfig;
   using V = ValidationConfig;
   using N = CommConfig;
+  using E = EmbeddingTablesConfig;
   std::vector<SectionSpec> s;
   s.push_back(section<J>(
       "job", &JobConfig::job, "The run as a whole.",
@@ -213,6 +214,31 @@ std::vector<SectionSpec> build_schema() {
           {"enable", &V::enable, "Compute the validation loss during training"},
           {"freq", &V::freq, "Validate every this many steps (> 0 when enabled)"},
           {"steps", &V::steps, "Batches per validation; -1 = the whole split", positive_or(-1)},
+      }));
+  s.push_back(section<E>(
+      "embedding", &JobConfig::embedding,
+      "Embedding tables of recommendation models (model.name = \"dlrm\"): their row "
+      "optimizer, applied inside backward (fused) or as a row-sparse step, and their sharding.",
+      {
+          {"optimizer", &E::optimizer, "Row optimizer of the tables (FBGEMM's names)",
+           one_of({"sgd", "rowwise_adagrad", "adam", "partial_rowwise_adam"})},
+          {"lr", &E::lr, "Learning rate of the tables (constant; the schedule is for dense "
+           "parameters)", positive()},
+          {"eps", &E::eps, "Epsilon of Adagrad / Adam", non_negative()},
+          {"weight_decay", &E::weight_decay, "Weight decay of the tables", non_negative()},
+          {"beta1", &E::beta1, "Adam first-moment decay", in_half_open(0, 1)},
+          {"beta2", &E::beta2, "Adam second-moment decay", in_half_open(0, 1)},
+          {"gradient_mode", &E::gradient_mode,
+           "fused: rows updated in backward, tables left out of clipping (as TorchRec); "
+           "row_sparse: row-sparse gradients, clipped with the dense ones, then stepped",
+           one_of({"fused", "row_sparse"})},
+          {"sharding", &E::sharding,
+           "auto: the planner picks per table; or one sharding type for every table",
+           one_of({"auto", "data_parallel", "table_wise", "row_wise", "column_wise",
+                   "table_row_wise"})},
+          {"memory_budget_mb", &E::memory_budget_mb,
+           "Per-rank memory the planner may give to tables and their optimizer state (MiB)",
+           positive()},
       }));
   s.push_back(section<N>(
       "comm", &JobConfig::comm, "Collective communication.",

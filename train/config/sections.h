@@ -111,6 +111,19 @@ struct ValidationConfig {  // [validation]
   bool operator==(const ValidationConfig&) const = default;
 };
 
+struct EmbeddingTablesConfig {  // [embedding]: embedding tables of recommendation models (dlrm)
+  std::string optimizer = "rowwise_adagrad";
+  double lr = 0.05;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  std::string gradient_mode = "fused";
+  std::string sharding = "auto";
+  int64_t memory_budget_mb = 1024;
+  bool operator==(const EmbeddingTablesConfig&) const = default;
+};
+
 struct CommConfig {  // [comm]
   int64_t timeout_seconds = 300;
   bool operator==(const CommConfig&) const = default;

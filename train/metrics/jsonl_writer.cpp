@@ -129,7 +129,7 @@ JsonObject to_json(const StepMetrics& m) {
       .add("loss", m.loss)
       .add("grad_norm", m.grad_norm)
       .add("lr", m.lr)
-      .add("tokens_per_sec", m.tokens_per_sec)
+      .add(m.rate_in_samples ? "samples_per_sec" : "tokens_per_sec", m.tokens_per_sec)
       .add("mfu", m.mfu)
       .add("mem_in_use_bytes", m.mem_in_use_bytes)
       .add("mem_peak_bytes", m.mem_peak_bytes)

@@ -73,7 +73,7 @@ std::string format_step_line(const StepMetrics& m, int step_width) {
   const std::string tps = std::isfinite(m.tokens_per_sec)
                               ? format_thousands(int64_t(std::llround(m.tokens_per_sec)))
                               : nonfinite(m.tokens_per_sec);
-  line += "  tok/s " + pad_left(tps, 9);
+  line += (m.rate_in_samples ? "  samples/s " : "  tok/s ") + pad_left(tps, 9);
   line += "  mfu " + pad_left(m.mfu ? (std::isfinite(*m.mfu) ? fmt("%.1f%%", *m.mfu * 100.0)
                                                              : nonfinite(*m.mfu))
                                     : "n/a",

@@ -24,7 +24,8 @@ struct StepMetrics {
   double loss = 0.0;
   double grad_norm = 0.0;
   double lr = 0.0;
-  double tokens_per_sec = 0.0;
+  double tokens_per_sec = 0.0;  // the throughput: tokens/s, or samples/s for recsys models
+  bool rate_in_samples = false;  // the throughput counts samples ("samples/s", samples_per_sec)
   std::optional<double> mfu;  // fraction in [0, 1]; nullopt when the device peak is unknown
   std::optional<int64_t> mem_in_use_bytes;
   std::optional<int64_t> mem_peak_bytes;
