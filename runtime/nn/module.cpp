@@ -4,6 +4,7 @@
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "runtime/autograd/checkpoint.h"
 #include "runtime/autograd/engine.h"
@@ -61,6 +62,19 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> module) 
   MT_CHECK(module != nullptr, type_name_, ": submodule '", name, "' is null");
   MT_CHECK(module.get() != this, type_name_, ": a module cannot be its own child");
   children_.emplace_back(name, std::move(module));
+}
+
+std::shared_ptr<Module> Module::replace_module(const std::string& name,
+                                               std::shared_ptr<Module> module) {
+  MT_CHECK(module != nullptr, type_name_, ": replacement for submodule '", name, "' is null");
+  MT_CHECK(module.get() != this, type_name_, ": a module cannot be its own child");
+  for (auto& [child_name, child] : children_) {
+    if (child_name == name) {
+      std::swap(child, module);
+      return module;
+    }
+  }
+  MT_FAIL(type_name_, ": cannot replace submodule '", name, "': there is no such child");
 }
 
 // ---- traversal -----------------------------------------------------------------------------

@@ -90,6 +90,10 @@ class Module {
     add_child(name, module);
     return module;
   }
+  // Swaps the registered child `name` for `module` (same place in the registration order, so
+  // FQNs are kept) and returns the old one; throws naming `name` when there is no such child.
+  // Hooks registered on the old module stay with it.
+  std::shared_ptr<Module> replace_module(const std::string& name, std::shared_ptr<Module> module);
 
   // ---- traversal (registration order; a module's own tensors before its children's) --------
   // A tensor held by several slots (tied weights) is listed once, under its first FQN.
