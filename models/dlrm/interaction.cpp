@@ -62,12 +62,15 @@ CrossNet::CrossNet(int64_t dim, int64_t num_layers, int64_t low_rank)
 Tensor CrossNet::operator()(const Tensor& x0) {
   MT_CHECK(x0.dim() == 2 && x0.size(1) == dim_, "CrossNet: expected input [B, ", dim_,
            "], got shape ", x0.shape());
-  Tensor x = x0;
-  for (const auto& layer : layers_) {
-    const Tensor wx = layer->w ? (*layer->w)(x) : (*layer->u)((*layer->v)(x));
-    x = rt::add(rt::mul(x0, wx), x);
-  }
-  return x;
+  return call({x0}, [this](const std::vector<Tensor>& in) {
+    const Tensor& base = in[0];
+    Tensor x = base;
+    for (const auto& layer : layers_) {
+      const Tensor wx = layer->w ? (*layer->w)(x) : (*layer->u)((*layer->v)(x));
+      x = rt::add(rt::mul(base, wx), x);
+    }
+    return x;
+  });
 }
 
 }  // namespace mt::models::dlrm

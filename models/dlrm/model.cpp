@@ -19,12 +19,14 @@ Mlp::Mlp(int64_t in_features, const std::vector<int64_t>& widths, bool relu_last
 }
 
 Tensor Mlp::operator()(const Tensor& x) {
-  Tensor h = x;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    h = (*layers_[i])(h);
-    if (relu_last_ || i + 1 < layers_.size()) h = rt::relu(h);
-  }
-  return h;
+  return call({x}, [this](const std::vector<Tensor>& in) {
+    Tensor h = in[0];
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      h = (*layers_[i])(h);
+      if (relu_last_ || i + 1 < layers_.size()) h = rt::relu(h);
+    }
+    return h;
+  });
 }
 
 Dlrm::Dlrm(ModelArgs args) : Module("Dlrm"), args_(std::move(args)) {
@@ -32,9 +34,11 @@ Dlrm::Dlrm(ModelArgs args) : Module("Dlrm"), args_(std::move(args)) {
   bottom_mlp = register_module("bottom_mlp",
                                std::make_shared<Mlp>(args_.num_dense, args_.bottom_mlp, true));
   sparse_arch_ = register_module(
-      "sparse_arch", std::make_shared<rt::sparse::EmbeddingBagCollection>(
-                         args_.table_configs(),
-                         rt::sparse::CollectionOptions{.gradient_mode = args_.gradient_mode}));
+      "sparse_arch",
+      std::static_pointer_cast<SparseArch>(std::make_shared<EmbeddingBagSparseArch>(
+          std::make_shared<rt::sparse::EmbeddingBagCollection>(
+              args_.table_configs(),
+              rt::sparse::CollectionOptions{.gradient_mode = args_.gradient_mode}))));
   const int64_t inter = args_.interaction_dim();
   if (args_.interaction == InteractionType::Dcn) {
     cross_net = register_module(
@@ -57,6 +61,22 @@ Tensor Dlrm::operator()(const Tensor& dense, const rt::sparse::KeyedJaggedTensor
     features = (*cross_net)(rt::cat({x, emb.values}, 1));
   }
   return (*top_mlp)(features).reshape({dense.size(0)});
+}
+
+void Dlrm::set_sparse_arch(std::shared_ptr<SparseArch> arch) {
+  MT_CHECK(arch != nullptr, "Dlrm::set_sparse_arch: the sparse arch is null");
+  // A rank may hold no shard of some tables: the names present must be the model's.
+  for (const auto& [name, t] : arch->named_parameters()) {
+    bool known = false;
+    for (const auto& table : args_.table_configs()) {
+      known = known || name == "embedding_bags." + table.name + ".weight";
+    }
+    MT_CHECK(known, "Dlrm::set_sparse_arch: parameter '", name,
+             "' is not one of the model's tables (expected embedding_bags.t_<feature>.weight)");
+  }
+  arch->train(is_training());
+  sparse_arch_ = arch;
+  replace_module("sparse_arch", std::move(arch));
 }
 
 std::vector<std::pair<std::string, Tensor>> Dlrm::dense_parameters() const {

@@ -11,6 +11,10 @@
 // With GradientMode::Fused (the default), backward updates the touched table rows with the
 // tables' optimizer (row-wise Adagrad unless configured) and the table weights are not among the
 // parameters a dense optimizer should step: use dense_parameters() for that.
+// The tables sit behind a SparseArch (models/dlrm/sparse_arch.h): the unsharded collection by
+// default; parallelize_dlrm (models/dlrm/parallelize.h) swaps in sharded tables with
+// set_sparse_arch, keeping the FQNs. The Mlp and CrossNet forwards run through Module::call, so
+// hooks (FSDP's) fire around them.
 //
 //   auto model = std::make_shared<Dlrm>(flavor_args("movielens_small"));
 //   model->init_weights(42);
@@ -25,6 +29,7 @@
 
 #include "models/dlrm/interaction.h"
 #include "models/dlrm/model_args.h"
+#include "models/dlrm/sparse_arch.h"
 #include "runtime/nn/linear.h"
 #include "runtime/nn/module.h"
 #include "runtime/sparse/embedding_bag_collection.h"
@@ -51,7 +56,10 @@ class Dlrm : public runtime::nn::Module {
   Tensor operator()(const Tensor& dense, const runtime::sparse::KeyedJaggedTensor& sparse);
 
   const ModelArgs& args() const { return args_; }
-  runtime::sparse::EmbeddingBagCollection& sparse_arch() { return *sparse_arch_; }
+  SparseArch& sparse_arch() const { return *sparse_arch_; }
+  // Replaces the tables (child "sparse_arch", FQNs kept). Its tables must be the model's
+  // (args().table_configs()' names); the new arch is put in this model's train/eval mode.
+  void set_sparse_arch(std::shared_ptr<SparseArch> arch);
   // Every parameter but the embedding tables (what a dense optimizer / FSDP handles), by FQN.
   // In GradientMode::Dense the tables need a dense optimizer too: use named_parameters().
   std::vector<std::pair<std::string, Tensor>> dense_parameters() const;
@@ -61,7 +69,7 @@ class Dlrm : public runtime::nn::Module {
 
  private:
   ModelArgs args_;
-  std::shared_ptr<runtime::sparse::EmbeddingBagCollection> sparse_arch_;
+  std::shared_ptr<SparseArch> sparse_arch_;
 };
 
 }  // namespace mt::models::dlrm
