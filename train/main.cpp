@@ -1,4 +1,5 @@
-// train: trains a model from a TOML job config (see train/trainer.h for what a run does).
+// train: trains a model from a TOML job config (see train/trainer.h for what a run does; for
+// model.name = "dlrm", train/recsys_trainer.h).
 //
 //   train --config configs/fortunes_debug.toml [--section.key=value ...] [--print-config] [--describe-model] [--help]
 //
@@ -11,6 +12,7 @@
 
 #include "runtime/core/error.h"
 #include "train/config/load.h"
+#include "train/recsys_trainer.h"
 #include "train/trainer.h"
 
 namespace {
@@ -48,8 +50,13 @@ int main(int argc, char** argv) {
       std::cout << mt::train::describe_model(job);
       return 0;
     }
-    mt::train::Trainer trainer(job);
-    trainer.train();
+    if (mt::train::is_recsys_model(job.model.name)) {
+      mt::train::RecsysTrainer trainer(job);
+      trainer.train();
+    } else {
+      mt::train::Trainer trainer(job);
+      trainer.train();
+    }
   } catch (const mt::Error& e) {
     std::cerr << rank_prefix() << "error: " << e.what() << "\n";
     return 1;

@@ -1,0 +1,324 @@
+// RecsysTrainer (see recsys_trainer.h).
+#include "train/recsys_trainer.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iomanip>
+#include <iostream>
+
+#include "data/recsys/dataset.h"
+#include "models/dlrm/metrics.h"
+#include "models/dlrm/model.h"
+#include "models/dlrm/parallelize.h"
+#include "parallel/comm/mpi_process_group.h"
+#include "parallel/comm/object_collectives.h"
+#include "parallel/mesh/device_mesh.h"
+#include "runtime/core/allocator.h"
+#include "runtime/core/error.h"
+#include "runtime/core/grad_mode.h"
+#include "runtime/ops/factory.h"
+#include "runtime/optim/lr_scheduler.h"
+#include "runtime/optim/optimizer.h"
+#include "train/checkpointer.h"
+#include "train/config/render.h"
+#include "train/config/validate.h"
+#include "train/metrics/eta.h"
+#include "train/metrics/jsonl_writer.h"
+#include "train/metrics/step_metrics.h"
+#include "train/optimizer_setup.h"
+#include "train/signals.h"
+
+namespace mt::train {
+
+namespace fs = std::filesystem;
+namespace dlrm = models::dlrm;
+using runtime::Tensor;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double sum_over(parallel::ProcessGroup& group, double value, const char* name) {
+  if (group.size() == 1) return value;
+  Tensor t = runtime::from_vector<double>({value}, {1}, {runtime::DType::F64});
+  group.all_reduce(t, parallel::ReduceOp::Sum, name);
+  return t.item<double>();
+}
+
+// The flavor's args with the dataset's tables and the [embedding] settings.
+dlrm::ModelArgs model_args_for(const config::JobConfig& c, const data::recsys::RecsysDataset& d) {
+  dlrm::ModelArgs args = dlrm::flavor_args(c.model.flavor);
+  const auto names = d.sparse_feature_names();
+  const auto sizes = d.table_sizes();
+  MT_CHECK(names.size() == args.features.size(), "train: model.flavor ", c.model.flavor, " has ",
+           args.features.size(), " sparse features but training.dataset ", c.training.dataset,
+           " has ", names.size());
+  for (size_t f = 0; f < names.size(); ++f) {
+    MT_CHECK(names[f] == args.features[f].name, "train: sparse feature ", f, " of model.flavor ",
+             c.model.flavor, " is '", args.features[f].name, "' but training.dataset ",
+             c.training.dataset, " gives '", names[f], "'");
+    args.features[f].num_embeddings = sizes[f];
+  }
+  MT_CHECK(d.num_dense() == args.num_dense, "train: model.flavor ", c.model.flavor, " takes ",
+           args.num_dense, " dense features but training.dataset ", c.training.dataset, " has ",
+           d.num_dense());
+  const auto& e = c.embedding;
+  args.table_optimizer.type = runtime::sparse::parse_optimizer(e.optimizer);
+  args.table_optimizer.lr = e.lr;
+  args.table_optimizer.eps = e.eps;
+  args.table_optimizer.weight_decay = e.weight_decay;
+  args.table_optimizer.beta1 = e.beta1;
+  args.table_optimizer.beta2 = e.beta2;
+  args.gradient_mode = e.gradient_mode == "row_sparse" ? runtime::sparse::GradientMode::RowSparse
+                                                       : runtime::sparse::GradientMode::Fused;
+  return args;
+}
+
+void check_recsys_config(const config::JobConfig& c) {
+  MT_CHECK(c.training.mixed_precision_param == "float32", "train: model.name = \"dlrm\" trains in ",
+           "float32; set training.mixed_precision_param = \"float32\" (it is \"",
+           c.training.mixed_precision_param, "\", ", c.where("training.mixed_precision_param"), ")");
+  MT_CHECK(c.training.global_batch_size == -1, "train: model.name = \"dlrm\" takes no gradient ",
+           "accumulation; leave training.global_batch_size at -1 (",
+           c.where("training.global_batch_size"), ")");
+  MT_CHECK(c.parallelism.expert_parallel_degree == 1 &&
+               c.parallelism.data_parallel_replicate_degree == 1,
+           "train: model.name = \"dlrm\" shards its tables over every rank and FSDP-shards the "
+           "dense layers over all of them; parallelism.expert_parallel_degree and "
+           "data_parallel_replicate_degree must be 1");
+}
+
+}  // namespace
+
+bool is_recsys_model(const std::string& model_name) { return model_name == "dlrm"; }
+
+RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
+    : config_(std::move(config)), options_(std::move(options)) {
+  const auto& tc = config_.training;
+  check_recsys_config(config_);
+  parallel::set_collective_timeout(std::chrono::seconds(config_.comm.timeout_seconds));
+  world_ = options_.world
+               ? options_.world
+               : std::shared_ptr<parallel::ProcessGroup>(parallel::MpiProcessGroup::world());
+  if (rank() != 0) options_.write_files = false;
+  config::validate_for_world(config_, world_size());
+  const runtime::Device device =
+      resolve_training_device(tc.device, config_.where("training.device"), world_size());
+  MT_CHECK(device.is_cpu(), "train: model.name = \"dlrm\" trains on the CPU only (its embedding ",
+           "kernels have no CUDA version yet); set training.device = \"cpu\"");
+  if (options_.write_files) config::write_config(config_, fs::path(config_.job.dump_folder) / "config.toml");
+
+  data::recsys::RecsysDatasetOptions dopt;
+  dopt.local_batch_size = tc.local_batch_size;
+  dopt.seed = uint64_t(tc.seed);
+  dopt.rank = rank();
+  dopt.world_size = world_size();
+  if (tc.dataset == "synthetic_criteo") {
+    const dlrm::ModelArgs flavor = dlrm::flavor_args(config_.model.flavor);
+    dopt.num_dense = flavor.num_dense;
+    for (const auto& f : flavor.features) dopt.table_sizes.push_back(f.num_embeddings);
+  }
+  data_ = data::recsys::make_recsys_dataset(tc.dataset, tc.dataset_path, dopt);
+
+  std::any args = model_args_for(config_, *data_);
+  if (options_.edit_model_args) options_.edit_model_args(args);
+  model_ = std::make_shared<dlrm::Dlrm>(std::any_cast<dlrm::ModelArgs>(args));
+  model_->init_weights(uint64_t(tc.seed));
+
+  // Tables sharded over every rank (one rank: all of them table-wise on it, the same code path,
+  // so checkpoints reshard between any world sizes); FSDP for the dense layers on > 1 rank.
+  dlrm::DlrmParallelOptions popt;
+  popt.group = world_;
+  if (world_size() > 1) {
+    dp_mesh_ = parallel::DeviceMesh::create(world_, {world_size()}, {"dp_shard"});
+    popt.dp_mesh = dp_mesh_;
+    popt.reshard_after_forward = config_.parallelism.fsdp_reshard_after_forward != "never";
+  }
+  popt.planner.memory_budget_bytes = config_.embedding.memory_budget_mb << 20;
+  popt.planner.batch_size_per_rank = tc.local_batch_size;
+  if (config_.embedding.sharding != "auto" && world_size() > 1) {  // one rank holds all anyway
+    const parallel::ShardingType type = parallel::parse_sharding_type(config_.embedding.sharding);
+    for (const auto& t : model_->args().table_configs())
+      popt.planner.constraints[t.name].type = type;
+  }
+  const parallel::ShardingPlan plan = dlrm::parallelize_dlrm(*model_, popt);
+  plan_text_ = plan.describe(model_->args().table_configs());
+
+  optimizer_ = make_optimizer(config_.optimizer, model_->dense_parameters());
+  scheduler_ = make_lr_scheduler(config_.lr_scheduler, *optimizer_, tc.steps);
+  // Not yet: checkpoints of the sharded tables (train/embedding_checkpoint.h, in progress).
+  MT_CHECK(!config_.checkpoint.enable && config_.checkpoint.initial_load_path.empty(),
+           "train: checkpoints of model.name = \"dlrm\" runs are not implemented yet; set "
+           "checkpoint.enable = false");
+}
+
+RecsysTrainer::~RecsysTrainer() = default;
+
+parallel::ShardedEmbeddingBagCollection& RecsysTrainer::tables() const {
+  return dynamic_cast<dlrm::ShardedSparseArch&>(model_->sparse_arch()).collection();
+}
+
+int64_t RecsysTrainer::rank() const { return world_->rank(); }
+int64_t RecsysTrainer::world_size() const { return world_->size(); }
+
+std::ostream& RecsysTrainer::log() const {
+  if (options_.quiet || rank() != 0) return null_log_;
+  return options_.log ? *options_.log : std::cout;
+}
+
+double RecsysTrainer::train_step() {
+  const data::recsys::RecsysBatch batch = data_->next();
+  const int64_t global = world_size() * config_.training.local_batch_size;
+  optimizer_->zero_grad();
+  const Tensor logits = (*model_)(batch.dense, batch.sparse);
+  const Tensor loss = dlrm::data_parallel_bce_loss(logits, batch.labels, global);
+  loss.backward();
+  last_grad_norm_ = dlrm::clip_dlrm_grad_norm_(*model_, config_.training.max_norm);
+  optimizer_->step();
+  if (model_->args().gradient_mode == runtime::sparse::GradientMode::RowSparse)
+    tables().apply_sparse_grads();  // fused tables were stepped inside backward
+  scheduler_->step();
+  return sum_over(*world_, loss.item<double>(), "train.loss");
+}
+
+HeldOutMetrics RecsysTrainer::evaluate(int64_t max_batches) const {
+  const int64_t available = data_->num_test_batches();
+  const int64_t n = max_batches < 0 ? available : std::min(available, max_batches);
+  runtime::NoGradGuard no_grad;
+  model_->eval();
+  std::vector<double> scores, labels;
+  for (int64_t k = 0; k < n; ++k) {
+    const data::recsys::RecsysBatch b = data_->test_batch(k);
+    const auto s = (*model_)(b.dense, b.sparse).to_vector<double>();
+    const auto l = b.labels.to_vector<double>();
+    scores.insert(scores.end(), s.begin(), s.end());
+    labels.insert(labels.end(), l.begin(), l.end());
+  }
+  model_->train();
+  // Every rank's scores to every rank (uneven counts): the AUC needs them all.
+  const std::vector<double> all_scores = parallel::all_gather_values(*world_, scores, "eval.scores");
+  const std::vector<double> all_labels = parallel::all_gather_values(*world_, labels, "eval.labels");
+  HeldOutMetrics m;
+  m.samples = int64_t(all_scores.size());
+  MT_CHECK(m.samples > 0, "train: the held-out split of ", config_.training.dataset, " is empty");
+  const Tensor st = runtime::from_vector<double>(all_scores, {m.samples}, {runtime::DType::F64});
+  const Tensor lt = runtime::from_vector<double>(all_labels, {m.samples}, {runtime::DType::F64});
+  m.loss = dlrm::bce_with_logits(st, lt).item<double>();
+  m.auc = dlrm::roc_auc(all_scores, all_labels);
+  return m;
+}
+
+TrainResult RecsysTrainer::train() {
+  const auto& tc = config_.training;
+  const fs::path dump(config_.job.dump_folder);
+  std::ostream& out = log();
+  std::unique_ptr<StopRequest> stop;
+  if (options_.handle_signals) stop = std::make_unique<StopRequest>();
+  std::unique_ptr<JsonlWriter> jsonl;
+  if (options_.write_files && config_.metrics.save_jsonl) {
+    fs::create_directories(dump);
+    jsonl = std::make_unique<JsonlWriter>((dump / "metrics.jsonl").string());
+  }
+  int64_t dense_params = 0, table_params = 0;
+  for (const auto& [name, p] : model_->dense_parameters()) dense_params += p.numel();
+  for (const auto& t : model_->args().table_configs())
+    table_params += t.num_embeddings * t.embedding_dim;
+  const int64_t samples_per_step = tc.local_batch_size * world_size();
+  const bool fused = config_.embedding.gradient_mode == "fused";
+  out << "job: " << config_.job.description << " -> " << dump.string() << "\n"
+      << "model: dlrm " << config_.model.flavor << ", " << dense_params << " dense + "
+      << table_params << " table parameters (" << model_->args().num_features() << " tables)\n"
+      << "data: " << data_->describe() << "\n"
+      << "steps: " << tc.steps << " of " << tc.local_batch_size << " samples per rank ("
+      << samples_per_step << " per step on " << world_size() << " rank"
+      << (world_size() > 1 ? "s" : "") << "); dense " << config_.optimizer.name << " lr "
+      << config_.optimizer.lr << "; tables " << config_.embedding.optimizer << " lr "
+      << config_.embedding.lr << ", "
+      << (fused ? "fused into backward (not clipped)" : "row-sparse gradients (clipped)")
+      << "; seed " << tc.seed << "; " << omp_get_max_threads() << " threads\n"
+      << "tables sharded over " << world_size() << " rank" << (world_size() > 1 ? "s" : "")
+      << (dp_mesh_ ? ", dense layers FSDP over " + dp_mesh_->describe() : std::string()) << ":\n"
+      << plan_text_ << std::flush;
+
+  TrainResult result;
+  EtaEstimator eta(tc.steps);
+  const int width = step_width_for(tc.steps);
+  const auto t_start = Clock::now();
+  double window_seconds = 0.0;
+  int64_t window_steps = 0;
+  auto run_validation = [&](int64_t step) {
+    const HeldOutMetrics m = evaluate(config_.validation.steps);
+    result.val_losses.emplace_back(step, m.loss);
+    result.val_aucs.emplace_back(step, m.auc);
+    out << "validate step " << std::setw(width) << step << "  val_loss " << std::fixed
+        << std::setprecision(4) << m.loss << "  auc " << m.auc << "  (" << m.samples
+        << " held-out samples)\n"
+        << std::defaultfloat << std::flush;
+    if (jsonl) jsonl->write(JsonObject().add("step", step).add("val_loss", m.loss).add("auc", m.auc));
+  };
+
+  const ResumePoint resumed = checkpointer_ ? checkpointer_->resume(out) : ResumePoint{};
+  int64_t samples_seen = resumed.tokens_seen;
+  result.first_step = resumed.step + 1;
+  for (int64_t step = resumed.step + 1; step <= tc.steps; ++step) {
+    const auto t0 = Clock::now();
+    const double lr = optimizer_->lr();
+    const double loss = train_step();
+    const double dt = seconds_since(t0);
+    window_seconds += dt;
+    ++window_steps;
+    eta.record(dt);
+    result.losses.push_back(loss);
+    result.grad_norms.push_back(last_grad_norm_);
+    result.steps_done = step;
+    samples_seen += samples_per_step;
+    if (step == 1 || step % config_.metrics.log_freq == 0 || step == tc.steps) {
+      StepMetrics m;
+      m.step = step;
+      m.loss = loss;
+      m.grad_norm = last_grad_norm_;
+      m.lr = lr;
+      m.rate_in_samples = true;
+      m.tokens_per_sec = double(window_steps * samples_per_step) / std::max(window_seconds, 1e-9);
+      const runtime::MemoryStats mem = runtime::memory_stats(runtime::Device::cpu());
+      m.mem_in_use_bytes = mem.bytes_in_use;
+      m.mem_peak_bytes = mem.peak_bytes_in_use;
+      m.elapsed_sec = seconds_since(t_start);
+      m.eta_sec = eta.eta(step);
+      out << format_step_line(m, width) << "\n" << std::flush;
+      if (jsonl) jsonl->write(m);
+      window_seconds = 0.0;
+      window_steps = 0;
+    }
+    if (config_.validation.enable && (step % config_.validation.freq == 0 || step == tc.steps))
+      run_validation(step);
+    const bool stop_here =
+        sum_over(*world_, stop && stop->stop_requested() ? 1.0 : 0.0, "train.stop") > 0;
+    if (checkpointer_)
+      checkpointer_->after_step(step, samples_seen, step == tc.steps, stop_here, out);
+    if (stop_here) {
+      result.stopped_by_signal = true;
+      out << "stopped by " << (stop ? stop->cause() : "a stop request") << " at the end of step "
+          << step << " of " << tc.steps << "\n"
+          << std::flush;
+      break;
+    }
+  }
+  if (checkpointer_) checkpointer_->finish();
+  result.seconds = seconds_since(t_start);
+  if (options_.write_files && config_.metrics.plot)
+    plot_losses(result, dump / "loss.svg", config_.job.description + ": loss");
+  log_summary(result, options_.write_files ? dump : fs::path(), out);
+  if (!result.val_aucs.empty())
+    out << "; held-out AUC " << std::fixed << std::setprecision(4) << result.val_aucs.back().second
+        << std::defaultfloat;
+  out << "\n" << std::flush;
+  return result;
+}
+
+}  // namespace mt::train

@@ -1,0 +1,102 @@
+// RecsysTrainer: the `train` binary's loop for recommendation models (model.name = "dlrm"), as
+// Trainer is for language models: batches of dense features, sparse features (a
+// KeyedJaggedTensor) and a binary label instead of token windows.
+//
+//   JobConfig config = config::load_config("configs/dlrm_movielens.toml", {});
+//   RecsysTrainer trainer(config);
+//   TrainResult result = trainer.train();   // losses, grad norms, held-out loss and AUC
+//
+// The config, by section:
+//   [model]       name = "dlrm", flavor (models/dlrm/model_args.h: movielens_small, criteo_small);
+//                 the dataset's table sizes replace the flavor's (the feature names must match).
+//   [training]    dataset ("movielens" or "synthetic_criteo", data/recsys/dataset.h),
+//                 dataset_path (the ml-100k folder), local_batch_size (samples per rank), steps,
+//                 seed (weights, data order), max_norm. device must resolve to the CPU, and
+//                 mixed_precision_param must be float32 (tables and MLPs train in float32);
+//                 seq_len, tokenizer_path and activation checkpointing do not apply.
+//   [optimizer], [lr_scheduler]   the dense parameters (MLPs, cross net).
+//   [embedding]   the tables: row optimizer and its constant lr, gradient mode, sharding.
+//   [validation]  every freq steps: mean BCE and ROC AUC over the held-out split (steps = -1: all
+//                 of it; the AUC is over every rank's scores, the same for any world size).
+//   [checkpoint]  as for language models; tables and their row-optimizer state are saved in
+//                 global row coordinates, so a run saved on N ranks resumes on M with another plan.
+//   [metrics]     the step line (samples/s instead of tok/s), metrics.jsonl, loss.svg.
+// Ranks: every rank is a data-parallel rank reading its own rows of each global batch. On more
+// than one rank the tables are sharded by a plan (the planner under [embedding] memory_budget_mb,
+// or one sharding type for all; printed) and the dense layers are FSDP-sharded over all ranks
+// (models/dlrm/parallelize.h). Each rank backpropagates its samples' BCE sum / global batch, so N
+// ranks train like one process over the global batch (same losses to float tolerance).
+// Fused tables are updated inside backward and are not clipped (logged at start); row_sparse
+// tables are clipped with the dense parameters, then stepped.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <ostream>
+
+#include "train/config/job_config.h"
+#include "train/train_result.h"
+#include "train/trainer.h"
+
+namespace mt::data::recsys {
+class RecsysDataset;
+}
+namespace mt::models::dlrm {
+class Dlrm;
+}
+namespace mt::parallel {
+class ShardedEmbeddingBagCollection;
+}
+
+namespace mt::train {
+
+// Whether `model_name` is trained by RecsysTrainer (else by Trainer).
+bool is_recsys_model(const std::string& model_name);
+
+struct HeldOutMetrics {
+  double loss = 0.0;  // mean BCE over the held-out samples
+  double auc = 0.0;   // ROC AUC over them
+  int64_t samples = 0;
+};
+
+class RecsysTrainer {
+ public:
+  // TrainerOptions: log, quiet, handle_signals, write_files, world and edit_model_args (gets a
+  // models::dlrm::ModelArgs) apply; the sampling options do not.
+  explicit RecsysTrainer(config::JobConfig config, TrainerOptions options = {});
+  ~RecsysTrainer();
+  RecsysTrainer(const RecsysTrainer&) = delete;
+  RecsysTrainer& operator=(const RecsysTrainer&) = delete;
+
+  TrainResult train();  // training.steps optimizer steps (or until a stop signal)
+
+  // Collective. Loss and AUC over `max_batches` held-out global batches (-1: all of them).
+  HeldOutMetrics evaluate(int64_t max_batches) const;
+
+  const config::JobConfig& config() const { return config_; }
+  int64_t rank() const;
+  int64_t world_size() const;
+  models::dlrm::Dlrm& model() const { return *model_; }
+
+ private:
+  std::ostream& log() const;
+  double train_step();  // returns the global mean loss, sets last_grad_norm_
+  parallel::ShardedEmbeddingBagCollection& tables() const;
+
+  config::JobConfig config_;
+  TrainerOptions options_;
+  std::shared_ptr<parallel::ProcessGroup> world_;
+  std::unique_ptr<data::recsys::RecsysDataset> data_;
+  std::shared_ptr<models::dlrm::Dlrm> model_;
+  std::shared_ptr<parallel::DeviceMesh> dp_mesh_;  // null on one rank
+  std::string plan_text_;                          // the sharding plan, printed (multi-rank)
+  std::unique_ptr<runtime::optim::Optimizer> optimizer_;
+  std::unique_ptr<runtime::optim::LRScheduler> scheduler_;
+  std::unique_ptr<TrainCheckpointer> checkpointer_;
+  double last_grad_norm_ = 0.0;
+  mutable std::ostream null_log_{nullptr};
+};
+
+}  // namespace mt::train
