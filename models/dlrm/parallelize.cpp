@@ -39,7 +39,8 @@ par::ShardingPlan parallelize_dlrm(Dlrm& model, const DlrmParallelOptions& optio
            model.sparse_arch().type_name(), ", not the unsharded EmbeddingBagSparseArch "
            "(parallelize a model once)");
   const rt::sparse::EmbeddingBagCollection& unsharded = plain->collection();
-  const std::vector<rt::sparse::EmbeddingBagConfig>& tables = unsharded.table_configs();
+  // Copies: the unsharded collection is dropped by set_sparse_arch below.
+  const std::vector<rt::sparse::EmbeddingBagConfig> tables = unsharded.table_configs();
   const std::vector<Tensor> full = unsharded.weights();
   const rt::DType dtype = full.empty() ? rt::DType::F32 : full.front().dtype();
 
