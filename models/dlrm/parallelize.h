@@ -3,8 +3,10 @@
 // parallel::plan_sharding under a per-rank memory budget and per-table constraints), and the dense
 // parts (bottom MLP, DCN cross net, top MLP) are wrapped by FSDP (fully_shard) on the dp mesh.
 //
-//   DlrmParallelOptions opts{.group = world, .dp_mesh = dp};
-//   opts.planner.memory_budget_bytes = 64 << 20;
+//   DlrmParallelOptions opts;
+//   opts.group = world;                                    // the tables' ranks
+//   opts.dp_mesh = DeviceMesh::create(world, {world->size()}, {"dp_shard"});
+//   opts.planner.memory_budget_bytes = 64 << 20;           // or opts.plan = a given plan
 //   opts.planner.constraints["t_user_id"] = {.type = ShardingType::RowWise};
 //   ShardingPlan plan = parallelize_dlrm(*model, opts);   // collective
 //   Tensor loss = data_parallel_bce_loss(logits, labels, global_batch_size(*world, B));
