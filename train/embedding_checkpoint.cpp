@@ -1,0 +1,287 @@
+// Checkpoint pieces of a ShardedEmbeddingBagCollection (see embedding_checkpoint.h).
+#include "train/embedding_checkpoint.h"
+
+#include <map>
+#include <sstream>
+
+#include "runtime/core/error.h"
+#include "runtime/core/grad_mode.h"
+#include "runtime/ops/factory.h"
+#include "runtime/ops/matmul.h"
+
+namespace mt::train {
+
+using checkpoint::CheckpointState;
+using checkpoint::TensorPiece;
+using parallel::LocalShard;
+using parallel::ParameterSharding;
+using parallel::ShardingType;
+using runtime::DType;
+using runtime::Shape;
+using runtime::Tensor;
+using runtime::sparse::EmbOptimType;
+
+namespace {
+
+struct Field {
+  std::string name;
+  bool row_wise;  // [rows, 1] (else [rows, cols])
+};
+
+// The fused optimizer's state fields of a table (fused_optimizer.h).
+std::vector<Field> fields_of(EmbOptimType type) {
+  switch (type) {
+    case EmbOptimType::SGD:
+      return {};
+    case EmbOptimType::RowwiseAdagrad:
+      return {{"momentum1", true}};
+    case EmbOptimType::Adam:
+      return {{"momentum1", false}, {"momentum2", false}};
+    case EmbOptimType::PartialRowwiseAdam:
+      return {{"momentum1", false}, {"momentum2", true}};
+  }
+  MT_FAIL("embedding checkpoint: unknown optimizer type ", int(type));
+}
+
+std::string weight_fqn(const std::string& table) { return "embedding_bags." + table + ".weight"; }
+
+// Column bounds of a column_wise table's shards, in column order: "0,c1,...,dim".
+std::vector<int64_t> column_bounds(const ParameterSharding& p) {
+  std::map<int64_t, int64_t> cols;  // offset -> width
+  for (const auto& s : p.shards) cols[s.col_offset] = s.num_cols;
+  std::vector<int64_t> out;
+  for (const auto& [offset, width] : cols) {
+    if (out.empty()) out.push_back(offset);
+    out.push_back(offset + width);
+  }
+  return out;
+}
+
+// The column shard index (in column order) of the shard starting at `col_offset`.
+int64_t column_index(const std::vector<int64_t>& bounds, int64_t col_offset) {
+  for (size_t k = 0; k + 1 < bounds.size(); ++k)
+    if (bounds[k] == col_offset) return int64_t(k);
+  MT_FAIL("embedding checkpoint: no column shard starts at column ", col_offset);
+}
+
+std::string join(const std::vector<int64_t>& v) {
+  std::ostringstream s;
+  for (size_t i = 0; i < v.size(); ++i) s << (i ? "," : "") << v[i];
+  return s.str();
+}
+
+std::vector<int64_t> parse_bounds(const std::string& text, const std::string& key) {
+  std::vector<int64_t> out;
+  std::stringstream s(text);
+  std::string part;
+  while (std::getline(s, part, ',')) {
+    try {
+      out.push_back(std::stoll(part));
+    } catch (const std::exception&) {
+      MT_FAIL("embedding checkpoint: value ", key, " = \"", text,
+              "\" is not a comma-separated list of columns");
+    }
+  }
+  return out;
+}
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << "]";
+  return o.str();
+}
+
+const parallel::EmbeddingBagConfig& config_of(const parallel::ShardedEmbeddingBagCollection& ebc,
+                                              const std::string& table) {
+  for (const auto& c : ebc.table_configs())
+    if (c.name == table) return c;
+  MT_FAIL("embedding checkpoint: no config for table '", table, "'");
+}
+
+const LocalShard* shard_of(const std::vector<LocalShard>& shards, const std::string& table) {
+  for (const LocalShard& s : shards)
+    if (s.table == table) return &s;
+  return nullptr;
+}
+
+}  // namespace
+
+void add_embedding_pieces(const parallel::ShardedEmbeddingBagCollection& ebc,
+                          const std::string& model_prefix, const std::string& optimizer_prefix,
+                          CheckpointState& state) {
+  const runtime::nn::StateDict opt = ebc.optimizer_state_dict();
+  for (const LocalShard& s : ebc.local_shards()) {
+    const Shape global{s.global_shape[0], s.global_shape[1]};
+    const Shape offset{s.placement.row_offset, s.placement.col_offset};
+    const int64_t rows = s.placement.num_rows;
+    state.tensors.push_back({model_prefix + s.fqn, s.weight.detach(), global, offset});
+    const ParameterSharding& p = ebc.plan().at(s.table);
+    const std::string base = optimizer_prefix + "state." + s.fqn + ".";
+    for (const Field& f : fields_of(config_of(ebc, s.table).optimizer.type)) {
+      const Tensor t = opt.at(s.fqn + "." + f.name);
+      if (!f.row_wise) {
+        state.tensors.push_back({base + f.name, t, global, offset});
+      } else if (s.type == ShardingType::ColumnWise) {
+        const std::vector<int64_t> bounds = column_bounds(p);
+        const int64_t k = column_index(bounds, s.placement.col_offset);
+        state.tensors.push_back(
+            {base + f.name, t, {global[0], int64_t(bounds.size()) - 1}, {0, k}});
+      } else {
+        state.tensors.push_back({base + f.name, t.view({rows}), {global[0]}, {offset[0]}});
+      }
+    }
+    state.tensors.push_back(checkpoint::whole(base + "step", opt.at(s.fqn + ".step")));
+  }
+  // The column splits, known to every rank (rank 0 writes the values, holder or not).
+  for (const auto& c : ebc.table_configs()) {
+    const ParameterSharding& p = ebc.plan().at(c.name);
+    if (p.type != ShardingType::ColumnWise) continue;
+    state.values[optimizer_prefix + "state." + weight_fqn(c.name) + ".column_bounds"] =
+        join(column_bounds(p));
+  }
+}
+
+EmbeddingLoadPlan embedding_load_template(const parallel::ShardedEmbeddingBagCollection& ebc,
+                                          const checkpoint::Index& saved,
+                                          const std::string& model_prefix,
+                                          const std::string& optimizer_prefix,
+                                          CheckpointState& dest,
+                                          const EmbeddingLoadOptions& options) {
+  std::map<std::string, Shape> saved_shape;  // fqn -> global shape
+  for (const auto& c : saved.chunks) saved_shape.emplace(c.meta.fqn, c.meta.global_shape);
+  const std::vector<LocalShard> shards = ebc.local_shards();
+  const runtime::TensorOptions fopts = runtime::TensorOptions{}.with_dtype(ebc.options().dtype);
+  EmbeddingLoadPlan plan;
+  using Kind = EmbeddingLoadPlan::Kind;
+
+  for (const auto& c : ebc.table_configs()) {
+    const std::string fqn = weight_fqn(c.name);
+    const std::string wname = model_prefix + fqn;
+    const Shape global{c.num_embeddings, c.embedding_dim};
+    if (auto it = saved_shape.find(wname); it != saved_shape.end()) {
+      MT_CHECK(it->second == global, "embedding table '", c.name, "': the checkpoint holds ", wname,
+               " as ", shape_str(it->second),
+               " (num_embeddings x embedding_dim), this model's table is ", shape_str(global));
+    }
+    const ParameterSharding& p = ebc.plan().at(c.name);
+    const LocalShard* s = shard_of(shards, c.name);
+    const int64_t rows = s ? s->placement.num_rows : 0;
+    const int64_t cols = s ? s->placement.num_cols : 0;
+    const Shape offset = s ? Shape{s->placement.row_offset, s->placement.col_offset} : Shape{0, 0};
+    auto add = [&](Kind kind, const std::string& name, const std::string& key, Tensor local,
+                   Shape gshape, Shape goffset, std::vector<int64_t> bounds = {}) {
+      dest.tensors.push_back({name, std::move(local), std::move(gshape), std::move(goffset)});
+      if (s) plan.items.push_back({kind, c.name, name, key, rows, std::move(bounds)});
+    };
+
+    add(Kind::Weight, wname, "", runtime::zeros({rows, s ? cols : c.embedding_dim}, fopts), global,
+        offset);
+    const std::string base = optimizer_prefix + "state." + fqn + ".";
+    for (const Field& f : fields_of(c.optimizer.type)) {
+      const std::string name = base + f.name;
+      const std::string key = fqn + "." + f.name;
+      if (!f.row_wise) {
+        add(Kind::Element, name, key, runtime::zeros({rows, s ? cols : c.embedding_dim}, fopts),
+            global, offset);
+        continue;
+      }
+      const bool column = p.type == ShardingType::ColumnWise;
+      const std::vector<int64_t> bounds = column ? column_bounds(p) : std::vector<int64_t>{};
+      auto it = saved_shape.find(name);
+      const Shape mine_saved =
+          column ? Shape{c.num_embeddings, int64_t(bounds.size()) - 1} : Shape{c.num_embeddings};
+      const Shape stored = it == saved_shape.end() ? mine_saved : it->second;
+      if (stored.size() == 1) {
+        MT_CHECK(stored[0] == c.num_embeddings, "embedding table '", c.name, "': ", name,
+                 " is saved as ", shape_str(stored), ", expected [", c.num_embeddings, "]");
+        MT_CHECK(!column || options.approximate_row_state, "embedding table '", c.name, "': ", name,
+                 " was saved for whole rows ", shape_str(stored),
+                 ", but this plan splits the table into ", bounds.size() - 1,
+                 " column shards (columns ", join(bounds),
+                 ") whose row-wise state is per shard and unknown; set "
+                 "EmbeddingLoadOptions::approximate_row_state to start each shard from the whole "
+                 "row's value, or exclude the optimizer state");
+        add(Kind::Row, name, key, runtime::zeros({rows}, fopts), stored, {offset[0]});
+        continue;
+      }
+      MT_CHECK(stored.size() == 2 && stored[0] == c.num_embeddings, "embedding table '", c.name,
+               "': ", name, " is saved as ", shape_str(stored), ", expected [", c.num_embeddings,
+               "] or [", c.num_embeddings, ", column shards]");
+      const std::string bounds_key = base + "column_bounds";
+      auto bv = saved.values.find(bounds_key);
+      MT_CHECK(bv != saved.values.end() && std::holds_alternative<std::string>(bv->second),
+               "embedding table '", c.name, "': ", name, " is saved per column shard ",
+               shape_str(stored), " but the checkpoint has no string value ", bounds_key);
+      const std::vector<int64_t> saved_bounds =
+          parse_bounds(std::get<std::string>(bv->second), bounds_key);
+      MT_CHECK(int64_t(saved_bounds.size()) == stored[1] + 1 && saved_bounds.front() == 0 &&
+                   saved_bounds.back() == c.embedding_dim,
+               "embedding table '", c.name, "': ", bounds_key, " = ", join(saved_bounds),
+               " does not split ", c.embedding_dim, " columns into ", stored[1], " shards");
+      if (column && bounds == saved_bounds) {
+        const int64_t k = s ? column_index(bounds, s->placement.col_offset) : 0;
+        add(Kind::Row, name, key, runtime::zeros({rows, s ? 1 : 0}, fopts), stored, {0, k});
+        continue;
+      }
+      MT_CHECK(!column || options.approximate_row_state, "embedding table '", c.name, "': ", name,
+               " was saved per column shard with columns ", join(saved_bounds),
+               ", this plan splits the columns as ", join(bounds),
+               "; row-wise state cannot be resplit exactly (set "
+               "EmbeddingLoadOptions::approximate_row_state to start every shard from the "
+               "width-weighted mean, or use the saved split)");
+      add(Kind::RowFromColumns, name, key, runtime::zeros({rows, s ? stored[1] : 0}, fopts), stored,
+          {offset[0], 0}, saved_bounds);
+    }
+    add(Kind::Step, base + "step", fqn + ".step",
+        runtime::zeros({}, runtime::TensorOptions{}.with_dtype(DType::I64)), {}, {});
+  }
+  return plan;
+}
+
+void apply_loaded_embeddings(parallel::ShardedEmbeddingBagCollection& ebc,
+                             const EmbeddingLoadPlan& plan, const CheckpointState& dest) {
+  std::map<std::string, const Tensor*> loaded;
+  for (const TensorPiece& p : dest.tensors) loaded[p.fqn] = &p.local;
+  const std::vector<LocalShard> shards = ebc.local_shards();
+  runtime::NoGradGuard no_grad;
+  runtime::nn::StateDict state;
+  for (const auto& item : plan.items) {
+    auto it = loaded.find(item.name);
+    MT_CHECK(it != loaded.end(), "apply_loaded_embeddings: ", item.name,
+             " is not in the loaded state (was it built by embedding_load_template?)");
+    const Tensor& t = *it->second;
+    switch (item.kind) {
+      case EmbeddingLoadPlan::Kind::Weight: {
+        const LocalShard* s = shard_of(shards, item.table);
+        MT_CHECK(s != nullptr, "apply_loaded_embeddings: this rank holds no shard of table '",
+                 item.table, "' (the plan changed since embedding_load_template)");
+        s->weight.copy_(t);
+        s->weight.bump_version();
+        break;
+      }
+      case EmbeddingLoadPlan::Kind::Element:
+      case EmbeddingLoadPlan::Kind::Step:
+        state.insert(item.state_key, t);
+        break;
+      case EmbeddingLoadPlan::Kind::Row:
+        state.insert(item.state_key, t.view({item.rows, 1}));
+        break;
+      case EmbeddingLoadPlan::Kind::RowFromColumns: {
+        // sum_k m_k * width_k / dim: the whole row's accumulated mean of squares.
+        const std::vector<int64_t>& b = item.saved_column_bounds;
+        const int64_t K = int64_t(b.size()) - 1;
+        std::vector<double> w(static_cast<size_t>(K));
+        for (int64_t k = 0; k < K; ++k) w[size_t(k)] = double(b[k + 1] - b[k]) / double(b.back());
+        const Tensor weights =
+            runtime::from_vector<double>(w, {K, 1}, runtime::TensorOptions{}.with_dtype(t.dtype()));
+        state.insert(item.state_key, runtime::matmul(t, weights));
+        break;
+      }
+    }
+  }
+  ebc.load_optimizer_state_dict(state);
+}
+
+}  // namespace mt::train
