@@ -133,20 +133,27 @@ ActivationCheckpointMode parse_activation_checkpoint_mode(const std::string& mod
 
 // ---- transformer ---------------------------------------------------------------------------
 
+void register_rope_buffers(nn::Module& model, Tensor& cos, Tensor& sin, int64_t head_dim,
+                           int64_t max_seq_len, double theta,
+                           std::optional<runtime::RopeScaling> scaling,
+                           const runtime::TensorOptions& options) {
+  const runtime::RopeTables rope =
+      runtime::rope_frequencies(head_dim, max_seq_len, theta, std::move(scaling));
+  const DType table_dtype = options.dtype == DType::F64 ? DType::F64 : DType::F32;
+  cos = rope.cos.to(table_dtype).to(options.device);
+  sin = rope.sin.to(table_dtype).to(options.device);
+  model.register_buffer("rope_cos", cos, /*persistent=*/false);
+  model.register_buffer("rope_sin", sin, /*persistent=*/false);
+}
+
 Transformer::Transformer(const ModelArgs& args, uint64_t seed, TensorOptions options)
     : nn::Module("Transformer"), args_(args) {
   args.validate();
   MT_CHECK(runtime::is_floating(options.dtype),
            "llama Transformer: expected a floating parameter dtype, got ", options.dtype);
   options.requires_grad = false;
-  // RoPE tables (f32, or the parameters' dtype when wider) as non-persistent buffers.
-  runtime::RopeTables rope = runtime::rope_frequencies(args.head_dim(), args.max_seq_len,
-                                                       args.rope_theta, args.rope_scaling);
-  const DType table_dtype = options.dtype == DType::F64 ? DType::F64 : DType::F32;
-  rope_cos = rope.cos.to(table_dtype).to(options.device);
-  rope_sin = rope.sin.to(table_dtype).to(options.device);
-  register_buffer("rope_cos", rope_cos, /*persistent=*/false);
-  register_buffer("rope_sin", rope_sin, /*persistent=*/false);
+  register_rope_buffers(*this, rope_cos, rope_sin, args.head_dim(), args.max_seq_len,
+                        args.rope_theta, args.rope_scaling, options);
 
   tok_embeddings = register_module(
       "tok_embeddings", std::make_shared<InitEmbedding>(args.vocab_size, args.dim, options));

@@ -54,6 +54,14 @@
 
 namespace mt::models::llama {
 
+// The RoPE tables of a decoder (f32, or the parameters' dtype when wider) on options.device,
+// registered on `model` as the non-persistent buffers "rope_cos" and "rope_sin" (left out of
+// checkpoints). Used by llama and the MoE decoder (models/moe).
+void register_rope_buffers(runtime::nn::Module& model, runtime::Tensor& cos, runtime::Tensor& sin,
+                           int64_t head_dim, int64_t max_seq_len, double theta,
+                           std::optional<runtime::RopeScaling> scaling,
+                           const runtime::TensorOptions& options);
+
 using runtime::Tensor;
 using runtime::TensorOptions;
 namespace nn = runtime::nn;

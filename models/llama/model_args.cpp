@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "models/flavor_table.h"
 #include "runtime/core/error.h"
 
 namespace mt::models::llama {
@@ -35,10 +36,7 @@ void ModelArgs::validate() const {
 
 namespace {
 
-struct Flavor {
-  const char* name;
-  ModelArgs args;
-};
+using Flavor = models::Flavor<ModelArgs>;
 
 ModelArgs make(int64_t dim, int64_t layers, int64_t heads, int64_t kv_heads,
                std::optional<double> ffn_mult, int64_t multiple_of, bool tied, double rope_factor) {
@@ -73,20 +71,9 @@ const std::vector<Flavor>& flavors() {
 
 }  // namespace
 
-std::vector<std::string> flavor_names() {
-  std::vector<std::string> out;
-  for (const auto& f : flavors()) out.emplace_back(f.name);
-  return out;
-}
+std::vector<std::string> flavor_names() { return flavor_names_of(flavors()); }
 
-ModelArgs flavor_args(const std::string& flavor) {
-  std::string valid;
-  for (const auto& f : flavors()) {
-    if (flavor == f.name) return f.args;
-    valid += (valid.empty() ? "" : ", ") + std::string(f.name);
-  }
-  MT_FAIL("llama: unknown flavor '", flavor, "'; valid flavors: ", valid);
-}
+ModelArgs flavor_args(const std::string& flavor) { return find_flavor(flavors(), flavor, "llama"); }
 
 ParamCounts count_parameters(const ModelArgs& a) {
   a.validate();

@@ -65,13 +65,8 @@ Transformer::Transformer(const ModelArgs& args, uint64_t seed, TensorOptions opt
   MT_CHECK(runtime::is_floating(options.dtype),
            "moe Transformer: expected a floating parameter dtype, got ", options.dtype);
   options.requires_grad = false;
-  runtime::RopeTables rope =
-      runtime::rope_frequencies(args.head_dim(), args.max_seq_len, args.rope_theta, std::nullopt);
-  const DType table_dtype = options.dtype == DType::F64 ? DType::F64 : DType::F32;
-  rope_cos = rope.cos.to(table_dtype).to(options.device);
-  rope_sin = rope.sin.to(table_dtype).to(options.device);
-  register_buffer("rope_cos", rope_cos, /*persistent=*/false);
-  register_buffer("rope_sin", rope_sin, /*persistent=*/false);
+  llama::register_rope_buffers(*this, rope_cos, rope_sin, args.head_dim(), args.max_seq_len,
+                               args.rope_theta, std::nullopt, options);
 
   tok_embeddings = register_module(
       "tok_embeddings", std::make_shared<llama::InitEmbedding>(args.vocab_size, args.dim, options));

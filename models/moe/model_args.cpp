@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "models/flavor_table.h"
 #include "runtime/core/error.h"
 
 namespace mt::models::moe {
@@ -45,10 +46,7 @@ void ModelArgs::validate() const {
 
 namespace {
 
-struct Flavor {
-  const char* name;
-  ModelArgs args;
-};
+using Flavor = models::Flavor<ModelArgs>;
 
 const std::vector<Flavor>& flavors() {
   static const std::vector<Flavor> table = [] {
@@ -101,19 +99,10 @@ const std::vector<Flavor>& flavors() {
 
 }  // namespace
 
-std::vector<std::string> flavor_names() {
-  std::vector<std::string> out;
-  for (const auto& f : flavors()) out.emplace_back(f.name);
-  return out;
-}
+std::vector<std::string> flavor_names() { return flavor_names_of(flavors()); }
 
 ModelArgs flavor_args(const std::string& flavor) {
-  std::string valid;
-  for (const auto& f : flavors()) {
-    if (flavor == f.name) return f.args;
-    valid += (valid.empty() ? "" : ", ") + std::string(f.name);
-  }
-  MT_FAIL("deepseek_v3: unknown flavor '", flavor, "'; valid flavors: ", valid);
+  return find_flavor(flavors(), flavor, "deepseek_v3");
 }
 
 ParamCounts count_parameters(const ModelArgs& a) {
