@@ -82,7 +82,8 @@ dlrm::ModelArgs model_args_for(const config::JobConfig& c, const data::recsys::R
 void check_recsys_config(const config::JobConfig& c) {
   MT_CHECK(c.training.mixed_precision_param == "float32", "train: model.name = \"dlrm\" trains in ",
            "float32; set training.mixed_precision_param = \"float32\" (it is \"",
-           c.training.mixed_precision_param, "\", ", c.where("training.mixed_precision_param"), ")");
+           c.training.mixed_precision_param, "\", ", c.where("training.mixed_precision_param"),
+           ")");
   MT_CHECK(c.training.global_batch_size == -1, "train: model.name = \"dlrm\" takes no gradient ",
            "accumulation; leave training.global_batch_size at -1 (",
            c.where("training.global_batch_size"), ")");
@@ -111,7 +112,8 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
       resolve_training_device(tc.device, config_.where("training.device"), world_size());
   MT_CHECK(device.is_cpu(), "train: model.name = \"dlrm\" trains on the CPU only (its embedding ",
            "kernels have no CUDA version yet); set training.device = \"cpu\"");
-  if (options_.write_files) config::write_config(config_, fs::path(config_.job.dump_folder) / "config.toml");
+  if (options_.write_files)
+    config::write_config(config_, fs::path(config_.job.dump_folder) / "config.toml");
 
   data::recsys::RecsysDatasetOptions dopt;
   dopt.local_batch_size = tc.local_batch_size;
@@ -201,8 +203,10 @@ HeldOutMetrics RecsysTrainer::evaluate(int64_t max_batches) const {
   }
   model_->train();
   // Every rank's scores to every rank (uneven counts): the AUC needs them all.
-  const std::vector<double> all_scores = parallel::all_gather_values(*world_, scores, "eval.scores");
-  const std::vector<double> all_labels = parallel::all_gather_values(*world_, labels, "eval.labels");
+  const std::vector<double> all_scores =
+      parallel::all_gather_values(*world_, scores, "eval.scores");
+  const std::vector<double> all_labels =
+      parallel::all_gather_values(*world_, labels, "eval.labels");
   HeldOutMetrics m;
   m.samples = int64_t(all_scores.size());
   MT_CHECK(m.samples > 0, "train: the held-out split of ", config_.training.dataset, " is empty");
@@ -259,7 +263,8 @@ TrainResult RecsysTrainer::train() {
         << std::setprecision(4) << m.loss << "  auc " << m.auc << "  (" << m.samples
         << " held-out samples)\n"
         << std::defaultfloat << std::flush;
-    if (jsonl) jsonl->write(JsonObject().add("step", step).add("val_loss", m.loss).add("auc", m.auc));
+    if (jsonl)
+      jsonl->write(JsonObject().add("step", step).add("val_loss", m.loss).add("auc", m.auc));
   };
 
   const ResumePoint resumed = checkpointer_ ? checkpointer_->resume(out) : ResumePoint{};

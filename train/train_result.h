@@ -14,8 +14,8 @@
 namespace mt::train {
 
 struct TrainResult {
-  std::vector<double> losses;                          // per optimizer step, in order
-  std::vector<double> grad_norms;                      // per step, before clipping
+  std::vector<double> losses;      // per optimizer step, in order
+  std::vector<double> grad_norms;  // per step, before clipping
   // Per step: the model's own metrics (after_optimizer_step, e.g. moe_load_imbalance).
   std::vector<std::map<std::string, double>> model_metrics;
   std::vector<std::pair<int64_t, double>> val_losses;  // (step, validation loss)

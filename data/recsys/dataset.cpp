@@ -78,8 +78,7 @@ class SyntheticCriteoDataset final : public RecsysDataset {
     const int64_t w = options_.world_size, global = options_.local_batch_size * w;
     const int64_t end = std::min((k + 1) * global, kSyntheticTestSamples);
     std::vector<int64_t> samples;
-    for (int64_t i = k * global + options_.rank; i < end; i += w)
-      samples.push_back(kTestBase + i);
+    for (int64_t i = k * global + options_.rank; i < end; i += w) samples.push_back(kTestBase + i);
     return gen_.make_batch(samples);
   }
   std::map<std::string, int64_t> state() const override {

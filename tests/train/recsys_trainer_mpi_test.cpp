@@ -81,7 +81,8 @@ TEST_P(RecsysTrainerMpi, ShardedRunTracksOneProcess) {
   if (GetParam() == "auto") extra.push_back("--embedding.gradient_mode=row_sparse");
   if (GetParam() == "column_wise") extra.push_back("--embedding.optimizer=sgd");
   std::shared_ptr<ProcessGroup> self = world()->split(world()->rank(), 0);
-  const TrainResult single = run(job(1, dump / ("single" + std::to_string(world()->rank())), extra), self);
+  const TrainResult single =
+      run(job(1, dump / ("single" + std::to_string(world()->rank())), extra), self);
   const TrainResult sharded = run(job(n, dump / "sharded", extra), world());
   expect_close(sharded, single);
   EXPECT_GT(sharded.val_aucs[0].second, 0.6);  // learning (30 steps; 0.66 with SGD tables)

@@ -2,6 +2,8 @@
 // DLRM configs train to a useful held-out AUC (MovieLens 100K, synthetic Criteo-like data), the
 // row_sparse mode clips the tables with the dense parameters, bad configs get messages naming the
 // key, and the `train` binary dispatches model.name = "dlrm" to this loop.
+#include "train/recsys_trainer.h"
+
 #include <gtest/gtest.h>
 
 #include <any>
@@ -17,7 +19,6 @@
 #include "tests/testing/scratch_dir.h"
 #include "tests/testing/shared_data.h"
 #include "train/config/load.h"
-#include "train/recsys_trainer.h"
 
 namespace mt::train {
 namespace {
@@ -83,8 +84,8 @@ TEST(RecsysTrainer, RowSparseTablesAreInTheClippedNorm) {
     const config::JobConfig c =
         job("dlrm_criteo_synthetic.toml", dir.path(),
             {"--training.steps=5", "--lr_scheduler.warmup_steps=0", "--validation.enable=false",
-             "--embedding.gradient_mode=" + mode,
-             "--embedding.optimizer=sgd", "--training.max_norm=" + std::to_string(max_norm)});
+             "--embedding.gradient_mode=" + mode, "--embedding.optimizer=sgd",
+             "--training.max_norm=" + std::to_string(max_norm)});
     return RecsysTrainer(c, quiet()).train();
   };
   const TrainResult fused = run("fused", 100.0), sparse = run("row_sparse", 100.0);
