@@ -246,7 +246,9 @@ void apply_loaded_embeddings(parallel::ShardedEmbeddingBagCollection& ebc,
   for (const TensorPiece& p : dest.tensors) loaded[p.fqn] = &p.local;
   const std::vector<LocalShard> shards = ebc.local_shards();
   runtime::NoGradGuard no_grad;
-  runtime::nn::StateDict state;
+  // Starts from the current state: fields the plan does not name (a caller dropped their items,
+  // e.g. excluded "optimizer." prefixes) keep their values.
+  runtime::nn::StateDict state = ebc.optimizer_state_dict();
   for (const auto& item : plan.items) {
     auto it = loaded.find(item.name);
     MT_CHECK(it != loaded.end(), "apply_loaded_embeddings: ", item.name,
@@ -263,10 +265,10 @@ void apply_loaded_embeddings(parallel::ShardedEmbeddingBagCollection& ebc,
       }
       case EmbeddingLoadPlan::Kind::Element:
       case EmbeddingLoadPlan::Kind::Step:
-        state.insert(item.state_key, t);
+        state.set(item.state_key, t);
         break;
       case EmbeddingLoadPlan::Kind::Row:
-        state.insert(item.state_key, t.view({item.rows, 1}));
+        state.set(item.state_key, t.view({item.rows, 1}));
         break;
       case EmbeddingLoadPlan::Kind::RowFromColumns: {
         // sum_k m_k * width_k / dim: the whole row's accumulated mean of squares.
@@ -276,7 +278,7 @@ void apply_loaded_embeddings(parallel::ShardedEmbeddingBagCollection& ebc,
         for (int64_t k = 0; k < K; ++k) w[size_t(k)] = double(b[k + 1] - b[k]) / double(b.back());
         const Tensor weights =
             runtime::from_vector<double>(w, {K, 1}, runtime::TensorOptions{}.with_dtype(t.dtype()));
-        state.insert(item.state_key, runtime::matmul(t, weights));
+        state.set(item.state_key, runtime::matmul(t, weights));
         break;
       }
     }

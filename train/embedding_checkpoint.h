@@ -88,7 +88,9 @@ EmbeddingLoadPlan embedding_load_template(const parallel::ShardedEmbeddingBagCol
                                           const EmbeddingLoadOptions& options = {});
 
 // After load_checkpoint filled `dest`: copies the weights into the shards and loads the optimizer
-// state (load_optimizer_state_dict). Not collective.
+// state (load_optimizer_state_dict). Items a caller erased from `plan` (e.g. the optimizer state
+// of a weights-only load) are left as they are: their shards / state keep their current values.
+// Not collective.
 void apply_loaded_embeddings(parallel::ShardedEmbeddingBagCollection& ebc,
                              const EmbeddingLoadPlan& plan,
                              const checkpoint::CheckpointState& dest);

@@ -222,6 +222,16 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+// Runs `f` and turns an exception into a test failure, so that this rank still reaches the
+// world barrier that follows (a sub-group's error must not leave the other ranks waiting).
+void guarded(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "rank " << world()->rank() << ": " << e.what();
+  }
+}
+
 // --- save on 4 (row_wise, table_wise, data_parallel), load on 2 and 1 with other plans ---------
 
 std::vector<EmbeddingBagConfig> mixed_tables() {
@@ -275,19 +285,39 @@ TEST(EmbeddingCheckpoint, SaveOnFourLoadOnTwoAndOneWithOtherPlans) {
   for (int n : {2, 1}) {
     SCOPED_TRACE(std::to_string(n) + " ranks");
     std::shared_ptr<ProcessGroup> sub(world()->split(me < n ? 0 : 1, me));
-    if (me < n) {
-      ShardedEmbeddingBagCollection b(tables, plan_for(tables, n), sub, nullptr, options());
-      b.init_weights(99);  // other values: everything must come from the checkpoint
-      b.train();
-      load_into(b, dir);
-      expect_same(saved, gather(b), "loaded on " + std::to_string(n) + " ranks");
-      for (int s = kSaved; s < kSaved + kMore; ++s) {
-        const double loss = train_step(b, tables, s);
-        const double ref = uninterrupted[size_t(s - kSaved)];
-        EXPECT_NEAR(loss, ref, 1e-10 * (1 + std::abs(ref))) << "step " << s;
-      }
-    }
+    if (me < n)
+      guarded([&] {
+        ShardedEmbeddingBagCollection b(tables, plan_for(tables, n), sub, nullptr, options());
+        b.init_weights(99);  // other values: everything must come from the checkpoint
+        b.train();
+        load_into(b, dir);
+        expect_same(saved, gather(b), "loaded on " + std::to_string(n) + " ranks");
+        for (int s = kSaved; s < kSaved + kMore; ++s) {
+          const double loss = train_step(b, tables, s);
+          const double ref = uninterrupted[size_t(s - kSaved)];
+          EXPECT_NEAR(loss, ref, 1e-10 * (1 + std::abs(ref))) << "step " << s;
+        }
+      });
     world()->barrier("test.next_load");
+  }
+
+  // Weights only (the caller drops the optimizer items and excludes them from loading): the rows
+  // come from the checkpoint, the optimizer state stays fresh.
+  {
+    ShardedEmbeddingBagCollection w(tables, plan_for(tables, 4), world(), nullptr, options());
+    const auto fresh = gather(w);
+    checkpoint::CheckpointState dest;
+    EmbeddingLoadPlan plan = embedding_load_template(
+        w, checkpoint::read_index(dir / checkpoint::kIndexFileName), "model.", "optimizer.", dest);
+    std::erase_if(plan.items, [](const auto& i) { return i.name.starts_with("optimizer."); });
+    checkpoint::LoadOptions lo;
+    lo.exclude = {"optimizer."};
+    checkpoint::load_checkpoint(dir, dest, *world(), lo);
+    apply_loaded_embeddings(w, plan, dest);
+    for (const auto& [key, t] : gather(w)) {
+      const bool weight = key.ends_with(".weight");
+      EXPECT_TRUE(testing::all_close(t, (weight ? saved : fresh).at(key), 0, 0)) << key;
+    }
   }
 
   // A table whose size changed: refused on every rank, naming the table and both shapes.
@@ -325,71 +355,73 @@ TEST(EmbeddingCheckpoint, ColumnWiseRowStateReloadsUnderTheSameSplit) {
   for (int s = 2; s < 4; ++s) uninterrupted.push_back(train_step(a, tables, s));
 
   std::shared_ptr<ProcessGroup> two(world()->split(me < 2 ? 0 : 1, me));
-  if (me < 2) {
-    // The same column split on other ranks: exact, and training continues identically.
-    ShardingPlan p2;
-    p2.world_size = 2;
-    p2.tables["t_col"] = parallel::column_wise_sharding(tables[0], {1, 0});
-    p2.tables["t_rows"] = parallel::table_wise_sharding(tables[1], 0);
-    ShardedEmbeddingBagCollection b(tables, p2, two, nullptr, options());
-    b.init_weights(98);
-    b.train();
-    load_into(b, dir);
-    expect_same(saved, gather(b), "same column split on 2 ranks");
-    for (int s = 2; s < 4; ++s) {
-      const double ref = uninterrupted[size_t(s - 2)];
-      EXPECT_NEAR(train_step(b, tables, s), ref, 1e-10 * (1 + std::abs(ref))) << "step " << s;
-    }
+  if (me < 2)
+    guarded([&] {
+      // The same column split on other ranks: exact, and training continues identically.
+      ShardingPlan p2;
+      p2.world_size = 2;
+      p2.tables["t_col"] = parallel::column_wise_sharding(tables[0], {1, 0});
+      p2.tables["t_rows"] = parallel::table_wise_sharding(tables[1], 0);
+      ShardedEmbeddingBagCollection b(tables, p2, two, nullptr, options());
+      b.init_weights(98);
+      b.train();
+      load_into(b, dir);
+      expect_same(saved, gather(b), "same column split on 2 ranks");
+      for (int s = 2; s < 4; ++s) {
+        const double ref = uninterrupted[size_t(s - 2)];
+        EXPECT_NEAR(train_step(b, tables, s), ref, 1e-10 * (1 + std::abs(ref))) << "step " << s;
+      }
 
-    // Another column split: refused naming both splits; approximated on request.
-    ShardingPlan other = p2;
-    parallel::ParameterSharding& cw = other.tables["t_col"];
-    cw.shards[0].num_cols = 4;
-    cw.shards[1].col_offset = 4;
-    cw.shards[1].num_cols = 2;
-    ShardedEmbeddingBagCollection c(tables, other, two, nullptr, options());
-    const std::string msg = error_of([&] { load_into(c, dir); });
-    EXPECT_NE(msg.find("t_col"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("0,3,6"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("0,4,6"), std::string::npos) << msg;
-    load_into(c, dir, EmbeddingLoadOptions{true});
-    const auto got = gather(c);
-    const Tensor m = saved.at("t_col.momentum1");  // [9, 2], equal widths
-    const Tensor mean = runtime::mul(runtime::add(m.narrow(1, 0, 1), m.narrow(1, 1, 1)), 0.5);
-    EXPECT_TRUE(
-        testing::all_close(got.at("t_col.momentum1"), runtime::cat({mean, mean}, 1), 1e-15, 1e-15));
-    EXPECT_TRUE(testing::all_close(got.at("t_col.weight"), saved.at("t_col.weight"), 0, 0));
+      // Another column split: refused naming both splits; approximated on request.
+      ShardingPlan other = p2;
+      parallel::ParameterSharding& cw = other.tables["t_col"];
+      cw.shards[0].num_cols = 4;
+      cw.shards[1].col_offset = 4;
+      cw.shards[1].num_cols = 2;
+      ShardedEmbeddingBagCollection c(tables, other, two, nullptr, options());
+      const std::string msg = error_of([&] { load_into(c, dir); });
+      EXPECT_NE(msg.find("t_col"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("0,3,6"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("0,4,6"), std::string::npos) << msg;
+      load_into(c, dir, EmbeddingLoadOptions{true});
+      const auto got = gather(c);
+      const Tensor m = saved.at("t_col.momentum1");  // [9, 2], equal widths
+      const Tensor mean = runtime::mul(runtime::add(m.narrow(1, 0, 1), m.narrow(1, 1, 1)), 0.5);
+      EXPECT_TRUE(testing::all_close(got.at("t_col.momentum1"), runtime::cat({mean, mean}, 1),
+                                     1e-15, 1e-15));
+      EXPECT_TRUE(testing::all_close(got.at("t_col.weight"), saved.at("t_col.weight"), 0, 0));
 
-    // Whole-row state ([N], t_rows) into column shards: refused, naming the table.
-    ShardingPlan to_cols = p2;
-    to_cols.tables["t_rows"] = parallel::column_wise_sharding(tables[1], {0, 1});
-    ShardedEmbeddingBagCollection d(tables, to_cols, two, nullptr, options());
-    const std::string msg2 = error_of([&] { load_into(d, dir); });
-    EXPECT_NE(msg2.find("t_rows"), std::string::npos) << msg2;
-    EXPECT_NE(msg2.find("column shards"), std::string::npos) << msg2;
-  }
+      // Whole-row state ([N], t_rows) into column shards: refused, naming the table.
+      ShardingPlan to_cols = p2;
+      to_cols.tables["t_rows"] = parallel::column_wise_sharding(tables[1], {0, 1});
+      ShardedEmbeddingBagCollection d(tables, to_cols, two, nullptr, options());
+      const std::string msg2 = error_of([&] { load_into(d, dir); });
+      EXPECT_NE(msg2.find("t_rows"), std::string::npos) << msg2;
+      EXPECT_NE(msg2.find("column shards"), std::string::npos) << msg2;
+    });
   world()->barrier("test.two");
 
   std::shared_ptr<ProcessGroup> one(world()->split(me == 0 ? 0 : 1, me));
-  if (me == 0) {
-    // No column shards: the row state is the width-weighted mean of the shards' (exact: the
-    // whole row's accumulated mean of squared gradients), weights exact.
-    ShardingPlan p1;
-    p1.world_size = 1;
-    p1.tables["t_col"] = parallel::table_wise_sharding(tables[0], 0);
-    p1.tables["t_rows"] = parallel::table_wise_sharding(tables[1], 0);
-    ShardedEmbeddingBagCollection b(tables, p1, one, nullptr, options());
-    b.init_weights(97);
-    b.train();
-    load_into(b, dir);
-    const auto got = gather(b);
-    const Tensor m = saved.at("t_col.momentum1");
-    const Tensor mean = runtime::mul(runtime::add(m.narrow(1, 0, 1), m.narrow(1, 1, 1)), 0.5);
-    EXPECT_TRUE(testing::all_close(got.at("t_col.momentum1"), mean, 1e-15, 1e-15));
-    for (const std::string key :
-         {"t_col.weight", "t_rows.weight", "t_rows.momentum1", "t_col.step"})
-      EXPECT_TRUE(testing::all_close(got.at(key), saved.at(key), 0, 0)) << key;
-  }
+  if (me == 0)
+    guarded([&] {
+      // No column shards: the row state is the width-weighted mean of the shards' (exact: the
+      // whole row's accumulated mean of squared gradients), weights exact.
+      ShardingPlan p1;
+      p1.world_size = 1;
+      p1.tables["t_col"] = parallel::table_wise_sharding(tables[0], 0);
+      p1.tables["t_rows"] = parallel::table_wise_sharding(tables[1], 0);
+      ShardedEmbeddingBagCollection b(tables, p1, one, nullptr, options());
+      b.init_weights(97);
+      b.train();
+      load_into(b, dir);
+      const auto got = gather(b);
+      const Tensor m = saved.at("t_col.momentum1");
+      const Tensor mean = runtime::mul(runtime::add(m.narrow(1, 0, 1), m.narrow(1, 1, 1)), 0.5);
+      EXPECT_TRUE(testing::all_close(got.at("t_col.momentum1"), mean, 1e-15, 1e-15));
+      for (const std::string key :
+           {"t_col.weight", "t_rows.weight", "t_rows.momentum1", "t_col.step"})
+        EXPECT_TRUE(testing::all_close(got.at(key), saved.at(key), 0, 0)) << key;
+    });
   world()->barrier("test.done");
   if (me == 0) fs::remove_all(dir.parent_path());
 }
