@@ -1,12 +1,12 @@
 // Checkpoints of sharded embedding tables (train/embedding_checkpoint.h) on real ranks (mpirun -np
-// 4 only): a collection trained a few fused steps on 4 ranks (row_wise, table_wise, data_parallel
-// and, in a second test, column_wise tables; row-wise Adagrad, Adam and partial row-wise Adam) is
-// saved, then loaded by 2 ranks and by 1 rank (split from the world) under other plans: every
-// table's rows and optimizer state, gathered, equal the saved ones exactly, and training goes on
-// with the same losses as the uninterrupted 4-rank run over the same global batches. Also: the
-// row-wise state of column shards (exact under the same split, the width-weighted mean without
-// column shards, refused under another split unless approximated) and a table whose
-// num_embeddings changed, refused naming the table and both shapes.
+// 4 only): a collection trained a few fused steps on 4 ranks (row_wise, table_wise, data_parallel,
+// table_row_wise and, in a second test, column_wise tables; row-wise Adagrad, Adam and partial
+// row-wise Adam) is saved, then loaded by 2 ranks and by 1 rank (split from the world) under other
+// plans: every table's rows and optimizer state, gathered, equal the saved ones exactly, and
+// training goes on with the same losses as the uninterrupted 4-rank run over the same global
+// batches. Also: the row-wise state of column shards (exact under the same split, the
+// width-weighted mean without column shards, refused under another split unless approximated) and a
+// table whose num_embeddings changed, refused naming the table and both shapes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,6 +21,7 @@
 #include "checkpoint/index.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "parallel/embedding/sharded_embedding_bag_collection.h"
+#include "parallel/mesh/device_mesh.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
 #include "runtime/ops/join.h"
@@ -232,14 +233,23 @@ void guarded(const std::function<void()>& f) {
   }
 }
 
-// --- save on 4 (row_wise, table_wise, data_parallel), load on 2 and 1 with other plans ---------
+// --- save on 4 (row_wise, table_wise, data_parallel, table_row_wise), load on 2 and 1 with other
+// plans ---------
 
 std::vector<EmbeddingBagConfig> mixed_tables() {
   return {table("t_rows", 23, 4, "a", EmbOptimType::RowwiseAdagrad),
           table("t_tab", 13, 6, "b", EmbOptimType::RowwiseAdagrad, runtime::PoolingMode::Mean),
           table("t_adam", 11, 3, "c", EmbOptimType::Adam),
           table("t_dp", 5, 2, "d", EmbOptimType::RowwiseAdagrad),
-          table("t_part", 3, 5, "e", EmbOptimType::PartialRowwiseAdam)};  // empty row blocks on 4
+          table("t_part", 3, 5, "e", EmbOptimType::PartialRowwiseAdam),  // empty row blocks on 4
+          table("t_twrw", 17, 3, "f", EmbOptimType::RowwiseAdagrad)};
+}
+
+// The (node, local) = (2, 2) mesh of the 4-rank plan's table_row_wise table (collective, once).
+std::shared_ptr<parallel::DeviceMesh> node_mesh() {
+  static std::shared_ptr<parallel::DeviceMesh> mesh =
+      parallel::DeviceMesh::create(world(), {2, 2}, {"node", "local"});
+  return mesh;
 }
 
 ShardingPlan plan_for(const std::vector<EmbeddingBagConfig>& t, int ranks) {
@@ -252,12 +262,15 @@ ShardingPlan plan_for(const std::vector<EmbeddingBagConfig>& t, int ranks) {
     m["t_adam"] = parallel::table_wise_sharding(t[2], 3);
     m["t_dp"] = parallel::data_parallel_sharding(t[3], 4);
     m["t_part"] = parallel::row_wise_sharding(t[4], 4);
+    m["t_twrw"] = parallel::table_row_wise_sharding(t[5], 1, 2);  // rows over ranks 2 and 3
+    p.local_size = 2;
   } else if (ranks == 2) {
     m["t_rows"] = parallel::table_wise_sharding(t[0], 1);
     m["t_tab"] = parallel::row_wise_sharding(t[1], 2);
     m["t_adam"] = parallel::row_wise_sharding(t[2], 2);
     m["t_dp"] = parallel::table_wise_sharding(t[3], 0);
     m["t_part"] = parallel::data_parallel_sharding(t[4], 2);
+    m["t_twrw"] = parallel::row_wise_sharding(t[5], 2);
   } else {
     for (size_t i = 0; i < t.size(); ++i)
       m[t[i].name] = i == 3 ? parallel::data_parallel_sharding(t[i], 1)
@@ -273,7 +286,7 @@ TEST(EmbeddingCheckpoint, SaveOnFourLoadOnTwoAndOneWithOtherPlans) {
   const fs::path dir = testing::shared_dir(*world(), "mt_ebckpt", "mixed") / "step-3";
   constexpr int kSaved = 3, kMore = 3;
 
-  ShardedEmbeddingBagCollection a(tables, plan_for(tables, 4), world(), nullptr, options());
+  ShardedEmbeddingBagCollection a(tables, plan_for(tables, 4), world(), node_mesh(), options());
   a.init_weights(7);
   a.train();
   for (int s = 0; s < kSaved; ++s) train_step(a, tables, s);
@@ -304,7 +317,7 @@ TEST(EmbeddingCheckpoint, SaveOnFourLoadOnTwoAndOneWithOtherPlans) {
   // Weights only (the caller drops the optimizer items and excludes them from loading): the rows
   // come from the checkpoint, the optimizer state stays fresh.
   {
-    ShardedEmbeddingBagCollection w(tables, plan_for(tables, 4), world(), nullptr, options());
+    ShardedEmbeddingBagCollection w(tables, plan_for(tables, 4), world(), node_mesh(), options());
     const auto fresh = gather(w);
     checkpoint::CheckpointState dest;
     EmbeddingLoadPlan plan = embedding_load_template(
@@ -323,7 +336,7 @@ TEST(EmbeddingCheckpoint, SaveOnFourLoadOnTwoAndOneWithOtherPlans) {
   // A table whose size changed: refused on every rank, naming the table and both shapes.
   auto grown = tables;
   grown[0].num_embeddings = 30;
-  ShardedEmbeddingBagCollection c(grown, plan_for(grown, 4), world(), nullptr, options());
+  ShardedEmbeddingBagCollection c(grown, plan_for(grown, 4), world(), node_mesh(), options());
   const std::string msg = error_of([&] { load_into(c, dir); });
   EXPECT_NE(msg.find("t_rows"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[23, 4]"), std::string::npos) << msg;
