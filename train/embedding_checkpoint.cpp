@@ -4,6 +4,7 @@
 #include <map>
 #include <sstream>
 
+#include "checkpoint/distributed_checkpoint.h"
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/factory.h"
@@ -212,8 +213,11 @@ EmbeddingLoadPlan embedding_load_template(const parallel::ShardedEmbeddingBagCol
       const std::string bounds_key = base + "column_bounds";
       auto bv = saved.values.find(bounds_key);
       MT_CHECK(bv != saved.values.end() && std::holds_alternative<std::string>(bv->second),
-               "embedding table '", c.name, "': ", name, " is saved per column shard ",
-               shape_str(stored), " but the checkpoint has no string value ", bounds_key);
+               "embedding table '", c.name, "': ", name, " is saved as ", shape_str(stored),
+               " without a column split (no string value ", bounds_key,
+               "): not the row-wise state of this table's optimizer (",
+               runtime::sparse::optimizer_name(c.optimizer.type),
+               "); was the checkpoint saved with another optimizer?");
       const std::vector<int64_t> saved_bounds =
           parse_bounds(std::get<std::string>(bv->second), bounds_key);
       MT_CHECK(int64_t(saved_bounds.size()) == stored[1] + 1 && saved_bounds.front() == 0 &&
@@ -241,7 +245,8 @@ EmbeddingLoadPlan embedding_load_template(const parallel::ShardedEmbeddingBagCol
 }
 
 void apply_loaded_embeddings(parallel::ShardedEmbeddingBagCollection& ebc,
-                             const EmbeddingLoadPlan& plan, const CheckpointState& dest) {
+                             const EmbeddingLoadPlan& plan, const CheckpointState& dest,
+                             const std::vector<std::string>& exclude) {
   std::map<std::string, const Tensor*> loaded;
   for (const TensorPiece& p : dest.tensors) loaded[p.fqn] = &p.local;
   const std::vector<LocalShard> shards = ebc.local_shards();
@@ -250,6 +255,7 @@ void apply_loaded_embeddings(parallel::ShardedEmbeddingBagCollection& ebc,
   // e.g. excluded "optimizer." prefixes) keep their values.
   runtime::nn::StateDict state = ebc.optimizer_state_dict();
   for (const auto& item : plan.items) {
+    if (checkpoint::is_excluded(item.name, exclude)) continue;
     auto it = loaded.find(item.name);
     MT_CHECK(it != loaded.end(), "apply_loaded_embeddings: ", item.name,
              " is not in the loaded state (was it built by embedding_load_template?)");

@@ -88,11 +88,11 @@ EmbeddingLoadPlan embedding_load_template(const parallel::ShardedEmbeddingBagCol
                                           const EmbeddingLoadOptions& options = {});
 
 // After load_checkpoint filled `dest`: copies the weights into the shards and loads the optimizer
-// state (load_optimizer_state_dict). Items a caller erased from `plan` (e.g. the optimizer state
-// of a weights-only load) are left as they are: their shards / state keep their current values.
-// Not collective.
+// state (load_optimizer_state_dict). Items a caller erased from `plan`, or whose names start
+// with one of `exclude` (pass LoadOptions::exclude, e.g. {"optimizer."} for a weights-only load),
+// are left alone: their shards / state keep their current values. Not collective.
 void apply_loaded_embeddings(parallel::ShardedEmbeddingBagCollection& ebc,
-                             const EmbeddingLoadPlan& plan,
-                             const checkpoint::CheckpointState& dest);
+                             const EmbeddingLoadPlan& plan, const checkpoint::CheckpointState& dest,
+                             const std::vector<std::string>& exclude = {});
 
 }  // namespace mt::train

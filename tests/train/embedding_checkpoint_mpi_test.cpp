@@ -314,19 +314,18 @@ TEST(EmbeddingCheckpoint, SaveOnFourLoadOnTwoAndOneWithOtherPlans) {
     world()->barrier("test.next_load");
   }
 
-  // Weights only (the caller drops the optimizer items and excludes them from loading): the rows
-  // come from the checkpoint, the optimizer state stays fresh.
+  // Weights only (the optimizer state excluded from loading and from applying): the rows come
+  // from the checkpoint, the optimizer state stays fresh.
   {
     ShardedEmbeddingBagCollection w(tables, plan_for(tables, 4), world(), node_mesh(), options());
     const auto fresh = gather(w);
     checkpoint::CheckpointState dest;
     EmbeddingLoadPlan plan = embedding_load_template(
         w, checkpoint::read_index(dir / checkpoint::kIndexFileName), "model.", "optimizer.", dest);
-    std::erase_if(plan.items, [](const auto& i) { return i.name.starts_with("optimizer."); });
     checkpoint::LoadOptions lo;
     lo.exclude = {"optimizer."};
     checkpoint::load_checkpoint(dir, dest, *world(), lo);
-    apply_loaded_embeddings(w, plan, dest);
+    apply_loaded_embeddings(w, plan, dest, lo.exclude);
     for (const auto& [key, t] : gather(w)) {
       const bool weight = key.ends_with(".weight");
       EXPECT_TRUE(testing::all_close(t, (weight ? saved : fresh).at(key), 0, 0)) << key;
@@ -341,6 +340,14 @@ TEST(EmbeddingCheckpoint, SaveOnFourLoadOnTwoAndOneWithOtherPlans) {
   EXPECT_NE(msg.find("t_rows"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[23, 4]"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[30, 4]"), std::string::npos) << msg;
+  // A table whose optimizer changed (Adam's per-element state into row-wise Adagrad): refused.
+  auto other_opt = tables;
+  other_opt[2].optimizer.type = EmbOptimType::RowwiseAdagrad;
+  ShardedEmbeddingBagCollection d(other_opt, plan_for(other_opt, 4), world(), node_mesh(),
+                                  options());
+  const std::string msg2 = error_of([&] { load_into(d, dir); });
+  EXPECT_NE(msg2.find("t_adam"), std::string::npos) << msg2;
+  EXPECT_NE(msg2.find("another optimizer"), std::string::npos) << msg2;
   world()->barrier("test.done");
   if (me == 0) fs::remove_all(dir.parent_path());
 }
