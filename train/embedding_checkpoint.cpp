@@ -292,4 +292,25 @@ void apply_loaded_embeddings(parallel::ShardedEmbeddingBagCollection& ebc,
   ebc.load_optimizer_state_dict(state);
 }
 
+void add_mc_pieces(const std::vector<runtime::sparse::McStatePiece>& pieces,
+                   const std::string& prefix, CheckpointState& state) {
+  for (const auto& p : pieces) {
+    if (p.local.numel() == 0) continue;
+    state.tensors.push_back({prefix + p.name, p.local, {p.global_rows}, {p.row_offset}});
+  }
+}
+
+std::vector<runtime::sparse::McStatePiece> mc_load_pieces(
+    const std::vector<runtime::sparse::McStatePiece>& mine, const std::string& prefix,
+    CheckpointState& dest) {
+  std::vector<runtime::sparse::McStatePiece> out;
+  for (const auto& p : mine) {
+    Tensor buffer =
+        runtime::zeros(p.local.shape(), runtime::TensorOptions{}.with_dtype(DType::I64));
+    dest.tensors.push_back({prefix + p.name, buffer, {p.global_rows}, {p.row_offset}});
+    out.push_back({p.name, buffer, p.global_rows, p.row_offset});
+  }
+  return out;
+}
+
 }  // namespace mt::train

@@ -39,9 +39,11 @@
 // load_checkpoint's strict checks (missing, unexpected, shapes, dtypes) run on every rank; a table
 // whose saved shape differs is refused by embedding_load_template naming it and both shapes.
 //
-// Managed-collision state (runtime/sparse/managed_collision.h) is not handled here: its module
-// offers its own checkpoint-agnostic pieces; a caller appends them to the same CheckpointState
-// (e.g. under "<model_prefix>mc.<table>.") before save / load, next to these.
+// Managed-collision state (runtime/sparse/managed_collision.h, parallel/embedding/
+// sharded_managed_collision.h): its modules give checkpoint-agnostic McStatePiece's (rows of
+// global i64 arrays "<table>.row_ids" / "<table>.row_meta"); add_mc_pieces / mc_load_pieces below
+// turn them into tensors "<prefix><piece name>" [num_embeddings] placed at their row offset, in
+// the same CheckpointState as the tables (e.g. prefix "model.mc."), loadable at any world size.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +53,7 @@
 #include "checkpoint/index.h"
 #include "checkpoint/state.h"
 #include "parallel/embedding/sharded_embedding_bag_collection.h"
+#include "runtime/sparse/managed_collision.h"
 
 namespace mt::train {
 
@@ -94,5 +97,18 @@ EmbeddingLoadPlan embedding_load_template(const parallel::ShardedEmbeddingBagCol
 void apply_loaded_embeddings(parallel::ShardedEmbeddingBagCollection& ebc,
                              const EmbeddingLoadPlan& plan, const checkpoint::CheckpointState& dest,
                              const std::vector<std::string>& exclude = {});
+
+// Managed-collision state pieces (from state()) as checkpoint tensors "<prefix><piece name>";
+// empty pieces (a rank owning no buckets) are left out.
+void add_mc_pieces(const std::vector<runtime::sparse::McStatePiece>& pieces,
+                   const std::string& prefix, checkpoint::CheckpointState& state);
+
+// Loading: appends to `dest` a piece for every piece of `mine` (this rank's current state(): the
+// names and rows it owns; empty ones too, so every rank checks every saved tensor) and returns
+// pieces whose tensors are those buffers: after load_checkpoint they hold the saved rows, ready
+// for load_state(). A saved table of another size is refused by load_checkpoint, naming it.
+std::vector<runtime::sparse::McStatePiece> mc_load_pieces(
+    const std::vector<runtime::sparse::McStatePiece>& mine, const std::string& prefix,
+    checkpoint::CheckpointState& dest);
 
 }  // namespace mt::train

@@ -21,6 +21,7 @@
 #include "checkpoint/index.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "parallel/embedding/sharded_embedding_bag_collection.h"
+#include "parallel/embedding/sharded_managed_collision.h"
 #include "parallel/mesh/device_mesh.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
@@ -442,6 +443,103 @@ TEST(EmbeddingCheckpoint, ColumnWiseRowStateReloadsUnderTheSameSplit) {
            {"t_col.weight", "t_rows.weight", "t_rows.momentum1", "t_col.step"})
         EXPECT_TRUE(testing::all_close(got.at(key), saved.at(key), 0, 0)) << key;
     });
+  world()->barrier("test.done");
+  if (me == 0) fs::remove_all(dir.parent_path());
+}
+
+// --- managed-collision state ---------------------------------------------------------------------
+
+// Samples [lo, hi) of step `step`'s global batch of raw ids (0..299, so tables fill and evict).
+KeyedJaggedTensor raw_ids(int64_t step, int64_t lo, int64_t hi) {
+  std::vector<int64_t> values, lengths;
+  for (uint64_t f = 0; f < 2; ++f)
+    for (int64_t b = lo; b < hi; ++b) {
+      uint64_t s = mix(uint64_t(step) * 7919 + uint64_t(b) * 31 + f);
+      const int64_t len = int64_t(s % 4);
+      lengths.push_back(len);
+      for (int64_t i = 0; i < len; ++i) {
+        s = mix(s);
+        values.push_back(int64_t(s % 300));
+      }
+    }
+  return KeyedJaggedTensor::from_lengths({"u", "v"}, values, lengths, {}, hi - lo);
+}
+
+void remap_step(parallel::ShardedManagedCollisionCollection& mc, int64_t step) {
+  const int64_t per = 3 * kGlobalBatch / mc.group().size();
+  mc.remap(raw_ids(step, per * mc.group().rank(), per * (mc.group().rank() + 1)), step);
+}
+
+// Every piece's whole global array (f64), gathered over the collection's group.
+std::map<std::string, Tensor> gather_mc(const parallel::ShardedManagedCollisionCollection& mc) {
+  std::map<std::string, Tensor> out;
+  for (const auto& p : mc.state()) {
+    Tensor whole = runtime::zeros({p.global_rows}, f64());
+    if (p.local.numel() > 0) whole.narrow(0, p.row_offset, p.local.size(0)).copy_(p.local);
+    mc.group().all_reduce(whole, ReduceOp::Sum, "test.gather_mc");
+    out[p.name] = whole;
+  }
+  return out;
+}
+
+TEST(EmbeddingCheckpoint, ManagedCollisionStateReloadsOnTwoAndOne) {
+  ASSERT_EQ(world()->size(), 4) << "run with mpirun -np 4";
+  const int me = world()->rank();
+  runtime::sparse::ManagedCollisionConfig lru, lfu;
+  lru.name = "users";
+  lru.num_embeddings = 40;
+  lru.num_buckets = 8;
+  lru.seed = 3;
+  lru.feature_names = {"u"};
+  lfu = lru;
+  lfu.name = "items";
+  lfu.num_embeddings = 16;
+  lfu.num_buckets = 4;
+  lfu.eviction = runtime::sparse::EvictionPolicy::LFU;
+  lfu.feature_names = {"v"};
+  const std::vector<runtime::sparse::ManagedCollisionConfig> configs{lru, lfu};
+  const fs::path dir = testing::shared_dir(*world(), "mt_ebckpt", "mc") / "step-3";
+
+  parallel::ShardedManagedCollisionCollection a(configs, world());
+  for (int s = 0; s < 3; ++s) remap_step(a, s);
+  const auto saved = gather_mc(a);
+  checkpoint::CheckpointState state;
+  add_mc_pieces(a.state(), "model.mc.", state);
+  checkpoint::save_checkpoint(dir, state, *world());
+  remap_step(a, 3);
+  const auto after = gather_mc(a);
+  EXPECT_FALSE(testing::all_close(after.at("users.row_ids"), saved.at("users.row_ids"), 0, 0))
+      << "step 3 should change the mapping";
+
+  for (int n : {2, 1}) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    std::shared_ptr<ProcessGroup> sub(world()->split(me < n ? 0 : 1, me));
+    if (me < n)
+      guarded([&] {
+        parallel::ShardedManagedCollisionCollection b(configs, sub);
+        checkpoint::CheckpointState dest;
+        const auto pieces = mc_load_pieces(b.state(), "model.mc.", dest);
+        checkpoint::load_checkpoint(dir, dest, *sub);
+        b.load_state(pieces);
+        const auto got = gather_mc(b);
+        for (const auto& [name, t] : saved)
+          EXPECT_TRUE(testing::all_close(got.at(name), t, 0, 0)) << name;
+        remap_step(b, 3);
+        const auto next = gather_mc(b);
+        for (const auto& [name, t] : after)
+          EXPECT_TRUE(testing::all_close(next.at(name), t, 0, 0)) << "after step 3: " << name;
+      });
+    world()->barrier("test.mc_next");
+  }
+
+  // A table of another size: refused naming it.
+  auto bigger = configs;
+  bigger[0].num_embeddings = 48;
+  parallel::ShardedManagedCollisionCollection c(bigger, world());
+  checkpoint::CheckpointState dest;
+  mc_load_pieces(c.state(), "model.mc.", dest);
+  const std::string msg = error_of([&] { checkpoint::load_checkpoint(dir, dest, *world()); });
+  EXPECT_NE(msg.find("model.mc.users.row_ids"), std::string::npos) << msg;
   world()->barrier("test.done");
   if (me == 0) fs::remove_all(dir.parent_path());
 }
