@@ -7,8 +7,8 @@
 #include "checkpoint/index.h"
 #include "checkpoint/manager.h"
 #include "parallel/fsdp/fully_shard.h"
-#include "runtime/core/grad_mode.h"
 #include "runtime/core/error.h"
+#include "runtime/core/grad_mode.h"
 #include "runtime/nn/module.h"
 #include "runtime/ops/factory.h"
 #include "runtime/optim/lr_scheduler.h"
@@ -107,8 +107,8 @@ TrainCheckpointer::TrainCheckpointer(const config::JobConfig& config,
                                      std::shared_ptr<parallel::ProcessGroup> world,
                                      runtime::nn::Module& model,
                                      runtime::optim::Optimizer& optimizer,
-                                     runtime::optim::LRScheduler& scheduler,
-                                     CheckpointedData data, CheckpointExtension extension)
+                                     runtime::optim::LRScheduler& scheduler, CheckpointedData data,
+                                     CheckpointExtension extension)
     : config_(config),
       world_(std::move(world)),
       model_(model),
@@ -136,8 +136,7 @@ bool TrainCheckpointer::owned_by_extension(const std::string& fqn) const {
   return extension_.owns_parameter && extension_.owns_parameter(fqn);
 }
 
-CheckpointState TrainCheckpointer::state(int64_t step, int64_t tokens_seen,
-                                         bool model_only) const {
+CheckpointState TrainCheckpointer::state(int64_t step, int64_t tokens_seen, bool model_only) const {
   CheckpointState s;
   const auto placements = placements_of(model_);
   const DType stored = model_only ? export_dtype(config_.checkpoint.export_dtype) : DType::F32;
@@ -158,7 +157,8 @@ CheckpointState TrainCheckpointer::state(int64_t step, int64_t tokens_seen,
   if (extension_.add_pieces) extension_.add_pieces(s, model_only);
   if (model_only) return s;
   for (const auto& [key, t] : optimizer_.state_dict()) {
-    s.tensors.push_back(placed(kOptimizer + key, t, param_of_state_key(key, optimizer_), placements));
+    s.tensors.push_back(
+        placed(kOptimizer + key, t, param_of_state_key(key, optimizer_), placements));
   }
   for (const auto& [key, t] : scheduler_.state_dict()) {
     s.tensors.push_back(checkpoint::whole(kScheduler + key, t));
@@ -179,7 +179,6 @@ CheckpointState TrainCheckpointer::load_template(bool model_only) const {
     s.tensors.push_back(checkpoint::whole(kModel + fqn, t.detach()));
   }
   s.per_rank_group = kLoaderGroup;
-  if (extension_.add_load_pieces) extension_.add_load_pieces(s, model_only);
   if (model_only) return s;
   // Optimizer state for every parameter (a fresh optimizer has none yet), hyper-parameters.
   const auto& groups = optimizer_.param_groups();
@@ -188,10 +187,11 @@ CheckpointState TrainCheckpointer::load_template(bool model_only) const {
       const Tensor& param = groups[g].params[i];
       const std::string key = "state." + optimizer_.param_key(g, i);
       const std::string fqn = key.substr(6);
-      s.tensors.push_back(checkpoint::whole(kOptimizer + key + ".step",
-                                            runtime::zeros({}, {DType::I64})));
+      s.tensors.push_back(
+          checkpoint::whole(kOptimizer + key + ".step", runtime::zeros({}, {DType::I64})));
       for (const std::string& name : optimizer_.state_names()) {
-        Tensor buf = runtime::zeros(param.shape(), {runtime::optim::state_dtype_for(param.dtype())});
+        Tensor buf =
+            runtime::zeros(param.shape(), {runtime::optim::state_dtype_for(param.dtype())});
         s.tensors.push_back(placed(kOptimizer + key + "." + name, buf, fqn, placements));
       }
     }
@@ -240,13 +240,17 @@ ResumePoint TrainCheckpointer::resume(std::ostream& log) {
     options.exclude.insert(options.exclude.end(), {kOptimizer, kScheduler});
     options.convert_dtypes = true;
   }
+  if (extension_.add_load_pieces) {
+    extension_.add_load_pieces(checkpoint::read_index(dir / checkpoint::kIndexFileName), dest,
+                               weights_only, options.exclude);
+  }
   checkpoint::LoadReport report;
   {
     runtime::NoGradGuard no_grad;
     report = checkpoint::load_checkpoint(dir, dest, *world_, options);
   }
   point.source = dir.string();
-  if (extension_.apply_loaded) extension_.apply_loaded(dest, weights_only);
+  if (extension_.apply_loaded) extension_.apply_loaded(dest);
   if (weights_only) {
     log << "checkpoint: loaded the model weights of " << dir.string()
         << " (optimizer, schedule and data start fresh)\n";
@@ -285,8 +289,8 @@ void TrainCheckpointer::after_step(int64_t step, int64_t tokens_seen, bool last,
   const bool model_only = last && !stopping && c.model_only;
   manager_->save(step, state(step, tokens_seen, model_only));
   log << "checkpoint: " << (manager_->save_in_flight() ? "saving " : "saved ")
-      << manager_->step_folder(step).string() << (model_only ? " (model only, " + c.export_dtype + ")" : "")
-      << "\n";
+      << manager_->step_folder(step).string()
+      << (model_only ? " (model only, " + c.export_dtype + ")" : "") << "\n";
 }
 
 void TrainCheckpointer::finish() {

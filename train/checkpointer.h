@@ -27,12 +27,14 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "train/config/job_config.h"
 
 namespace mt::checkpoint {
 class CheckpointManager;
 struct CheckpointState;
+struct Index;
 }  // namespace mt::checkpoint
 namespace mt::parallel {
 class ProcessGroup;
@@ -56,14 +58,21 @@ struct CheckpointedData {
 
 // What a model keeps outside its FSDP parameters (e.g. sharded embedding tables, whose shards are
 // plain parameters of the module but sit at row/column offsets of the global table): the
-// checkpointer leaves the parameters it owns out of the model pieces, asks it for its pieces
-// (names under "model." / "optimizer." in global coordinates) when saving and for pieces of this
-// rank's layout to load into, then hands the loaded pieces back.
+// checkpointer leaves the parameters it owns out of the model pieces and lets it add its own.
+//   add_pieces        saving: this rank's pieces (names under "model." for weights; model_only:
+//                     nothing else), in global coordinates
+//   add_load_pieces   loading: the pieces of this rank's layout to read from the checkpoint whose
+//                     index is `saved` (model_only: weights only; none whose name starts with an
+//                     `exclude` prefix)
+//   apply_loaded      loading: the filled pieces back into the model (called after
+//                     add_load_pieces, on every rank)
 struct CheckpointExtension {
   std::function<bool(const std::string& param_fqn)> owns_parameter;
   std::function<void(checkpoint::CheckpointState& state, bool model_only)> add_pieces;
-  std::function<void(checkpoint::CheckpointState& dest, bool model_only)> add_load_pieces;
-  std::function<void(const checkpoint::CheckpointState& loaded, bool model_only)> apply_loaded;
+  std::function<void(const checkpoint::Index& saved, checkpoint::CheckpointState& dest,
+                     bool model_only, const std::vector<std::string>& exclude)>
+      add_load_pieces;
+  std::function<void(const checkpoint::CheckpointState& loaded)> apply_loaded;
 };
 
 struct ResumePoint {
@@ -89,7 +98,7 @@ class TrainCheckpointer {
 
  private:
   checkpoint::CheckpointState state(int64_t step, int64_t tokens_seen, bool model_only) const;
-  checkpoint::CheckpointState load_template(bool model_only) const;
+  checkpoint::CheckpointState load_template(bool model_only) const;  // model + optimizer pieces
   bool owned_by_extension(const std::string& param_fqn) const;
 
   const config::JobConfig& config_;

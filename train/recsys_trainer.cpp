@@ -8,6 +8,7 @@
 #include <iomanip>
 #include <iostream>
 
+#include "checkpoint/distributed_checkpoint.h"
 #include "data/recsys/dataset.h"
 #include "models/dlrm/metrics.h"
 #include "models/dlrm/model.h"
@@ -24,6 +25,7 @@
 #include "train/checkpointer.h"
 #include "train/config/render.h"
 #include "train/config/validate.h"
+#include "train/embedding_checkpoint.h"
 #include "train/metrics/eta.h"
 #include "train/metrics/jsonl_writer.h"
 #include "train/metrics/step_metrics.h"
@@ -77,6 +79,43 @@ dlrm::ModelArgs model_args_for(const config::JobConfig& c, const data::recsys::R
   args.gradient_mode = e.gradient_mode == "row_sparse" ? runtime::sparse::GradientMode::RowSparse
                                                        : runtime::sparse::GradientMode::Fused;
   return args;
+}
+
+// The sharded tables in checkpoints: weights as "model.sparse_arch.embedding_bags.<table>.weight"
+// (the model's FQNs), their row optimizer's state as "table_optimizer.state.<...>"
+// (train/embedding_checkpoint.h: global rows, any plan and world size on load).
+constexpr const char* kTablesPrefix = "sparse_arch.";
+constexpr const char* kTableWeights = "model.sparse_arch.";
+constexpr const char* kTableOptimizer = "table_optimizer.";
+
+CheckpointExtension table_checkpoint_extension(parallel::ShardedEmbeddingBagCollection& tables) {
+  auto plan = std::make_shared<EmbeddingLoadPlan>();
+  CheckpointExtension e;
+  e.owns_parameter = [](const std::string& fqn) { return fqn.starts_with(kTablesPrefix); };
+  e.add_pieces = [&tables](checkpoint::CheckpointState& state, bool model_only) {
+    checkpoint::CheckpointState mine;
+    add_embedding_pieces(tables, kTableWeights, kTableOptimizer, mine);
+    for (checkpoint::TensorPiece& p : mine.tensors)
+      if (!model_only || p.fqn.starts_with(kTableWeights)) state.tensors.push_back(std::move(p));
+    if (!model_only) state.values.insert(mine.values.begin(), mine.values.end());
+  };
+  e.add_load_pieces = [&tables, plan](const checkpoint::Index& saved,
+                                      checkpoint::CheckpointState& dest, bool model_only,
+                                      const std::vector<std::string>& exclude) {
+    checkpoint::CheckpointState wanted;
+    *plan = embedding_load_template(tables, saved, kTableWeights, kTableOptimizer, wanted);
+    auto skipped = [&](const std::string& name) {
+      return checkpoint::is_excluded(name, exclude) ||
+             (model_only && !name.starts_with(kTableWeights));
+    };
+    std::erase_if(plan->items, [&](const EmbeddingLoadPlan::Item& i) { return skipped(i.name); });
+    for (checkpoint::TensorPiece& p : wanted.tensors)
+      if (!skipped(p.fqn)) dest.tensors.push_back(std::move(p));
+  };
+  e.apply_loaded = [&tables, plan](const checkpoint::CheckpointState& loaded) {
+    apply_loaded_embeddings(tables, *plan, loaded);
+  };
+  return e;
 }
 
 void check_recsys_config(const config::JobConfig& c) {
@@ -153,10 +192,14 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
 
   optimizer_ = make_optimizer(config_.optimizer, model_->dense_parameters());
   scheduler_ = make_lr_scheduler(config_.lr_scheduler, *optimizer_, tc.steps);
-  // Not yet: checkpoints of the sharded tables (train/embedding_checkpoint.h, in progress).
-  MT_CHECK(!config_.checkpoint.enable && config_.checkpoint.initial_load_path.empty(),
-           "train: checkpoints of model.name = \"dlrm\" runs are not implemented yet; set "
-           "checkpoint.enable = false");
+  if (config_.checkpoint.enable || !config_.checkpoint.initial_load_path.empty()) {
+    CheckpointedData data{
+        [this] { return data_->state(); },
+        [this](const std::map<std::string, int64_t>& s) { data_->load_state(s); }};
+    checkpointer_ =
+        std::make_unique<TrainCheckpointer>(config_, world_, *model_, *optimizer_, *scheduler_,
+                                            std::move(data), table_checkpoint_extension(tables()));
+  }
 }
 
 RecsysTrainer::~RecsysTrainer() = default;

@@ -18,8 +18,12 @@
 //   [embedding]   the tables: row optimizer and its constant lr, gradient mode, sharding.
 //   [validation]  every freq steps: mean BCE and ROC AUC over the held-out split (steps = -1: all
 //                 of it; the AUC is over every rank's scores, the same for any world size).
-//   [checkpoint]  as for language models; tables and their row-optimizer state are saved in
-//                 global row coordinates, so a run saved on N ranks resumes on M with another plan.
+//   [checkpoint]  as for language models (train/checkpointer.h). The tables are saved in global
+//                 coordinates as model.sparse_arch.embedding_bags.<table>.weight (the unsharded
+//                 model's names) and their row optimizer's state as table_optimizer.state.<...>
+//                 (train/embedding_checkpoint.h), so a run saved on N ranks resumes on M ranks
+//                 with another plan; exclude_from_loading = ["optimizer.", "table_optimizer."]
+//                 restarts both optimizers. The data position is global, too.
 //   [metrics]     the step line (samples/s instead of tok/s), metrics.jsonl, loss.svg.
 // Ranks: every rank is a data-parallel rank reading its own rows of each global batch. On more
 // than one rank the tables are sharded by a plan (the planner under [embedding] memory_budget_mb,

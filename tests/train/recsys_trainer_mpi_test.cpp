@@ -1,7 +1,7 @@
 // The recsys `train` loop on real ranks (mpirun -np 2 and -np 4): DLRM with sharded tables and
 // FSDP dense layers trains like one process over the same global batches (losses, norms and the
 // held-out AUC to float tolerance), for the planner's plan and for every table forced to one
-// sharding type.
+// sharding type; a checkpoint saved on every rank resumes on fewer ranks with other plans.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -97,6 +97,43 @@ INSTANTIATE_TEST_SUITE_P(Plans, RecsysTrainerMpi,
                          ::testing::Values("auto", "table_wise", "row_wise", "column_wise",
                                            "data_parallel"),
                          [](const auto& info) { return info.param; });
+
+// A checkpoint saved by every rank (the planner's plan) resumes on fewer ranks with other plans
+// (every table row_wise on half the ranks, everything on one rank): the same steps 11-20 as the
+// uninterrupted run, since the tables, their row-optimizer state, the dense parameters, AdamW and
+// the data position are all restored in global coordinates.
+TEST(RecsysTrainerMpiCheckpoint, SavedOnAllRanksResumesOnFewer) {
+  const int64_t n = world()->size();
+  const fs::path dir = testing::shared_dir(*world(), "mt_recsys_trainer_mpi", "checkpoint");
+  const std::vector<std::string> ckpt = {"--training.steps=20", "--checkpoint.enable=true",
+                                         "--checkpoint.interval=10", "--validation.enable=false"};
+  const TrainResult straight = run(job(n, dir / "straight", ckpt), world());
+  ASSERT_EQ(straight.losses.size(), 20u);
+  std::vector<int64_t> counts = {n / 2};
+  if (n / 2 > 1) counts.push_back(1);
+  for (int64_t ranks : counts) {
+    SCOPED_TRACE(std::to_string(ranks) + " rank(s)");
+    const bool member = world()->rank() < ranks;
+    std::shared_ptr<ProcessGroup> sub = world()->split(member ? 0 : 1, world()->rank());
+    const fs::path dump = dir / ("resumed_on_" + std::to_string(ranks));
+    if (world()->rank() == 0) {  // a new run folder holding only the step-10 checkpoint
+      fs::create_directories(dump / "checkpoint");
+      fs::copy(dir / "straight" / "checkpoint" / "step-10", dump / "checkpoint" / "step-10",
+               fs::copy_options::recursive);
+    }
+    world()->barrier("copied");
+    if (!member) continue;
+    std::vector<std::string> extra = ckpt;
+    if (ranks > 1) extra.push_back("--embedding.sharding=row_wise");
+    const TrainResult resumed = run(job(ranks, dump, extra), sub);
+    ASSERT_EQ(resumed.first_step, 11);
+    ASSERT_EQ(resumed.losses.size(), 10u);
+    for (size_t i = 0; i < 10; ++i) {
+      EXPECT_NEAR(resumed.losses[i], straight.losses[10 + i], 1e-5 * straight.losses[10 + i])
+          << "step " << 11 + i;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace mt::train
