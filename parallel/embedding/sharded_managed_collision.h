@@ -10,8 +10,8 @@
 //   KeyedTensor out = ebc(r.features);
 //
 // remap(local KJT, step) is collective; the result equals what the single-process
-// ManagedCollisionCollection gives for the global batch (the ranks' batches concatenated in rank
-// order, key by key), restricted to this rank's samples: the same rows, the same dropped ids,
+// ManagedCollisionCollection gives for the global batch (the ranks' batches together, in any
+// order: a remap does not depend on the order of its ids), restricted to this rank's samples: the same rows, the same dropped ids,
 // the same evicted rows (every rank gets every table's evictions, ascending). Communication, in
 // this order on every rank (empty batches and ranks owning no buckets included):
 //   1. "mc_counts": all_to_all_single of W x F i64 counts (F = managed features): how many ids of

@@ -174,9 +174,13 @@ McRemapResult ManagedCollisionTable::remap(const std::vector<int64_t>& ids,
     use(row, buckets[i]);
     ++stats_.hits;
   }
-  // 2. inserts, in first-occurrence order
-  for (size_t i = 0; i < n; ++i) {
-    if (res.rows[i] >= 0 || !insert[i]) continue;
+  // 2. inserts, in ascending id order (the result does not depend on the ids' order in the batch)
+  std::vector<size_t> new_ids;
+  for (size_t i = 0; i < n; ++i)
+    if (res.rows[i] < 0 && insert[i]) new_ids.push_back(i);
+  std::stable_sort(new_ids.begin(), new_ids.end(),
+                   [&](size_t a, size_t b) { return ids[a] < ids[b]; });
+  for (size_t i : new_ids) {
     int64_t row = find(ids[i]);
     if (row < 0) {
       auto& order = order_[size_t(buckets[i] - bucket_begin_)];

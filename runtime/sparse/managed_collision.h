@@ -11,9 +11,10 @@
 // contiguous range of buckets, so of rows, and gets exactly the single-process mapping.
 //
 // One remap call is one batch (one `step`), processed in three phases so that the result depends
-// only on the multiset and first-occurrence order of the ids in each bucket:
+// only on the multiset of the ids in each bucket, not on their order (so the sharded version and
+// one process agree however the global batch is split over the ranks):
 //   1. hits: every occurrence of an id that already has a row maps to it;
-//   2. inserts: new ids of inserting occurrences, deduplicated, in first-occurrence order, take
+//   2. inserts: new ids of inserting occurrences, deduplicated, in ascending id order, take
 //      the lowest free row of their bucket, else evict the bucket's LRU id (smallest last-used
 //      step) or LFU id (smallest count); ties go to the lower row. Ids used in THIS batch (hits
 //      and ids inserted earlier in it) are never evicted by it: when every row of the bucket is
@@ -42,8 +43,8 @@
 // lookup-only switch per feature. Its remap(kjt, step) returns the KJT with rows instead of raw
 // ids (same keys and stride; keys no table manages pass through unchanged) and the evicted rows
 // of every table. Per table the batch is its features in the table's feature_names order, each
-// sample by sample, all in one remap call (the concatenation of the ranks' batches in rank order
-// is the global batch the sharded version reproduces).
+// sample by sample, all in one remap call (the ranks' batches together are the global batch the
+// sharded version reproduces).
 #pragma once
 
 #include <cstdint>

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -91,6 +92,35 @@ TEST(ManagedCollision, LookupOnlyMissesAndDuplicates) {
   EXPECT_EQ(t.remap({5, 5}, std::vector<uint8_t>{0, 1}, 3).rows, (Rows{3, 3}));
   EXPECT_EQ(t.stats().misses, 1);
   EXPECT_THROW(t.remap({-4}, true, 4), Error);
+}
+
+// A remap does not depend on the order of the batch's ids (what lets the sharded version agree
+// with one process however the ranks split the batch): the same rows per id, the same
+// evictions, the same overflow, for a batch and its reversal, over several steps with a full
+// table.
+TEST(ManagedCollision, RemapIgnoresTheOrderOfTheIds) {
+  for (EvictionPolicy policy : {EvictionPolicy::LRU, EvictionPolicy::LFU}) {
+    ManagedCollisionConfig c;
+    c.name = "t";
+    c.num_embeddings = 12;
+    c.num_buckets = 3;
+    c.eviction = policy;
+    ManagedCollisionTable forward(c), backward(c);
+    std::mt19937_64 gen(9);
+    for (int64_t step = 0; step < 6; ++step) {
+      std::vector<int64_t> ids(10);
+      for (int64_t& id : ids) id = int64_t(gen() % 40);
+      std::vector<int64_t> reversed(ids.rbegin(), ids.rend());
+      const McRemapResult a = forward.remap(ids, true, step);
+      McRemapResult b = backward.remap(reversed, true, step);
+      std::reverse(b.rows.begin(), b.rows.end());
+      EXPECT_EQ(a.rows, b.rows) << "step " << step;
+      EXPECT_EQ(a.evicted, b.evicted) << "step " << step;
+    }
+    EXPECT_GT(forward.stats().evictions, 0);
+    EXPECT_EQ(forward.stats().evictions, backward.stats().evictions);
+    EXPECT_EQ(forward.stats().overflow, backward.stats().overflow);
+  }
 }
 
 // Many buckets: ids stay in their bucket's rows, keep their rows until evicted, distinct ids of
