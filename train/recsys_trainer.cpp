@@ -15,6 +15,7 @@
 #include "models/dlrm/parallelize.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "parallel/comm/object_collectives.h"
+#include "parallel/embedding/sharded_managed_collision.h"
 #include "parallel/mesh/device_mesh.h"
 #include "runtime/core/allocator.h"
 #include "runtime/core/error.h"
@@ -88,20 +89,37 @@ constexpr const char* kTablesPrefix = "sparse_arch.";
 constexpr const char* kTableWeights = "model.sparse_arch.";
 constexpr const char* kTableOptimizer = "table_optimizer.";
 
-CheckpointExtension table_checkpoint_extension(parallel::ShardedEmbeddingBagCollection& tables) {
+constexpr const char* kMappingPrefix = "model.managed_collision.";
+
+// The managed-collision mapping's pieces (this rank's rows of each table's global arrays).
+std::vector<checkpoint::TensorPiece> mapping_pieces(
+    const parallel::ShardedManagedCollisionCollection& mc) {
+  std::vector<checkpoint::TensorPiece> out;
+  for (const runtime::sparse::McStatePiece& p : mc.state())
+    out.push_back({kMappingPrefix + p.name, p.local, {p.global_rows}, {p.row_offset}});
+  return out;
+}
+
+// mc may be null (no managed features).
+CheckpointExtension table_checkpoint_extension(parallel::ShardedEmbeddingBagCollection& tables,
+                                               parallel::ShardedManagedCollisionCollection* mc) {
   auto plan = std::make_shared<EmbeddingLoadPlan>();
   CheckpointExtension e;
   e.owns_parameter = [](const std::string& fqn) { return fqn.starts_with(kTablesPrefix); };
-  e.add_pieces = [&tables](checkpoint::CheckpointState& state, bool model_only) {
+  e.add_pieces = [&tables, mc](checkpoint::CheckpointState& state, bool model_only) {
     checkpoint::CheckpointState mine;
     add_embedding_pieces(tables, kTableWeights, kTableOptimizer, mine);
     for (checkpoint::TensorPiece& p : mine.tensors)
       if (!model_only || p.fqn.starts_with(kTableWeights)) state.tensors.push_back(std::move(p));
     if (!model_only) state.values.insert(mine.values.begin(), mine.values.end());
+    if (mc)
+      for (checkpoint::TensorPiece& p : mapping_pieces(*mc)) state.tensors.push_back(std::move(p));
   };
-  e.add_load_pieces = [&tables, plan](const checkpoint::Index& saved,
-                                      checkpoint::CheckpointState& dest, bool model_only,
-                                      const std::vector<std::string>& exclude) {
+  e.add_load_pieces = [&tables, mc, plan](const checkpoint::Index& saved,
+                                          checkpoint::CheckpointState& dest, bool model_only,
+                                          const std::vector<std::string>& exclude) {
+    if (mc)  // this rank's rows, filled in place (the pieces own fresh tensors)
+      for (checkpoint::TensorPiece& p : mapping_pieces(*mc)) dest.tensors.push_back(std::move(p));
     checkpoint::CheckpointState wanted;
     *plan = embedding_load_template(tables, saved, kTableWeights, kTableOptimizer, wanted);
     auto skipped = [&](const std::string& name) {
@@ -112,8 +130,16 @@ CheckpointExtension table_checkpoint_extension(parallel::ShardedEmbeddingBagColl
     for (checkpoint::TensorPiece& p : wanted.tensors)
       if (!skipped(p.fqn)) dest.tensors.push_back(std::move(p));
   };
-  e.apply_loaded = [&tables, plan](const checkpoint::CheckpointState& loaded) {
+  e.apply_loaded = [&tables, mc, plan](const checkpoint::CheckpointState& loaded) {
     apply_loaded_embeddings(tables, *plan, loaded);
+    if (!mc) return;
+    std::vector<runtime::sparse::McStatePiece> pieces;
+    for (const checkpoint::TensorPiece& p : loaded.tensors) {
+      if (!p.fqn.starts_with(kMappingPrefix)) continue;
+      pieces.push_back({p.fqn.substr(std::string(kMappingPrefix).size()), p.local,
+                        p.global_shape[0], p.global_offset[0]});
+    }
+    mc->load_state(pieces);
   };
   return e;
 }
@@ -190,15 +216,16 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
   const parallel::ShardingPlan plan = dlrm::parallelize_dlrm(*model_, popt);
   plan_text_ = plan.describe(model_->args().table_configs());
 
+  setup_managed_collision();
   optimizer_ = make_optimizer(config_.optimizer, model_->dense_parameters());
   scheduler_ = make_lr_scheduler(config_.lr_scheduler, *optimizer_, tc.steps);
   if (config_.checkpoint.enable || !config_.checkpoint.initial_load_path.empty()) {
     CheckpointedData data{
         [this] { return data_->state(); },
         [this](const std::map<std::string, int64_t>& s) { data_->load_state(s); }};
-    checkpointer_ =
-        std::make_unique<TrainCheckpointer>(config_, world_, *model_, *optimizer_, *scheduler_,
-                                            std::move(data), table_checkpoint_extension(tables()));
+    checkpointer_ = std::make_unique<TrainCheckpointer>(
+        config_, world_, *model_, *optimizer_, *scheduler_, std::move(data),
+        table_checkpoint_extension(tables(), mc_.get()));
   }
 }
 
@@ -216,11 +243,50 @@ std::ostream& RecsysTrainer::log() const {
   return options_.log ? *options_.log : std::cout;
 }
 
-double RecsysTrainer::train_step() {
+void RecsysTrainer::setup_managed_collision() {
+  const auto& e = config_.embedding;
+  for (const std::string& f : e.lookup_only) {
+    MT_CHECK(std::find(e.managed_collision.begin(), e.managed_collision.end(), f) !=
+                 e.managed_collision.end(),
+             "train: embedding.lookup_only names '", f,
+             "', which is not in embedding.managed_collision (",
+             config_.where("embedding.lookup_only"), ")");
+  }
+  if (e.managed_collision.empty()) return;
+  std::vector<runtime::sparse::ManagedCollisionConfig> configs;
+  for (const std::string& f : e.managed_collision) {
+    const auto& features = model_->args().features;
+    auto it = std::find_if(features.begin(), features.end(),
+                           [&](const dlrm::SparseFeature& s) { return s.name == f; });
+    std::string names;
+    for (const auto& s : features) names += (names.empty() ? "" : ", ") + s.name;
+    MT_CHECK(it != features.end(), "train: embedding.managed_collision names '", f,
+             "', not a sparse feature of model.flavor ", config_.model.flavor, " (", names, ")");
+    runtime::sparse::ManagedCollisionConfig c;
+    c.name = "t_" + f;
+    c.num_embeddings = it->num_embeddings;
+    c.eviction = runtime::sparse::parse_eviction_policy(e.eviction);
+    c.seed = uint64_t(config_.training.seed);
+    c.feature_names = {f};
+    configs.push_back(std::move(c));
+  }
+  mc_ = std::make_unique<parallel::ShardedManagedCollisionCollection>(std::move(configs), world_);
+  for (const std::string& f : e.lookup_only) mc_->set_lookup_only(f);
+}
+
+runtime::sparse::KeyedJaggedTensor RecsysTrainer::map_ids(
+    const runtime::sparse::KeyedJaggedTensor& features, int64_t step) const {
+  if (!mc_) return features;
+  runtime::sparse::McCollectionResult r = mc_->remap(features, step);
+  for (const auto& evicted : r.evicted) tables().reset_rows(evicted.table, evicted.rows, step);
+  return std::move(r.features);
+}
+
+double RecsysTrainer::train_step(int64_t step) {
   const data::recsys::RecsysBatch batch = data_->next();
   const int64_t global = world_size() * config_.training.local_batch_size;
   optimizer_->zero_grad();
-  const Tensor logits = (*model_)(batch.dense, batch.sparse);
+  const Tensor logits = (*model_)(batch.dense, map_ids(batch.sparse, step));
   const Tensor loss = dlrm::data_parallel_bce_loss(logits, batch.labels, global);
   loss.backward();
   last_grad_norm_ = dlrm::clip_dlrm_grad_norm_(*model_, config_.training.max_norm);
@@ -236,15 +302,29 @@ HeldOutMetrics RecsysTrainer::evaluate(int64_t max_batches) const {
   const int64_t n = max_batches < 0 ? available : std::min(available, max_batches);
   runtime::NoGradGuard no_grad;
   model_->eval();
+  // Held-out ids only read the mapping: every managed feature lookup-only, and the use counts
+  // they touch restored afterwards.
+  std::vector<runtime::sparse::McStatePiece> mapping;
+  if (mc_) {
+    mapping = mc_->state();
+    for (const std::string& f : config_.embedding.managed_collision) mc_->set_lookup_only(f);
+  }
   std::vector<double> scores, labels;
   for (int64_t k = 0; k < n; ++k) {
     const data::recsys::RecsysBatch b = data_->test_batch(k);
-    const auto s = (*model_)(b.dense, b.sparse).to_vector<double>();
+    const auto s = (*model_)(b.dense, map_ids(b.sparse, 0)).to_vector<double>();
     const auto l = b.labels.to_vector<double>();
     scores.insert(scores.end(), s.begin(), s.end());
     labels.insert(labels.end(), l.begin(), l.end());
   }
   model_->train();
+  if (mc_) {
+    mc_->load_state(mapping);
+    for (const std::string& f : config_.embedding.managed_collision) {
+      const auto& lookup = config_.embedding.lookup_only;
+      mc_->set_lookup_only(f, std::find(lookup.begin(), lookup.end(), f) != lookup.end());
+    }
+  }
   // Every rank's scores to every rank (uneven counts): the AUC needs them all.
   const std::vector<double> all_scores =
       parallel::all_gather_values(*world_, scores, "eval.scores");
@@ -316,7 +396,7 @@ TrainResult RecsysTrainer::train() {
   for (int64_t step = resumed.step + 1; step <= tc.steps; ++step) {
     const auto t0 = Clock::now();
     const double lr = optimizer_->lr();
-    const double loss = train_step();
+    const double loss = train_step(step);
     const double dt = seconds_since(t0);
     window_seconds += dt;
     ++window_steps;
@@ -338,6 +418,12 @@ TrainResult RecsysTrainer::train() {
       m.mem_peak_bytes = mem.peak_bytes_in_use;
       m.elapsed_sec = seconds_since(t_start);
       m.eta_sec = eta.eta(step);
+      if (mc_) {  // collective: every rank logs at the same steps
+        const runtime::sparse::McStats st = mc_->global_stats();
+        m.model_metrics = {{"mc_inserts", double(st.inserts)},
+                           {"mc_evictions", double(st.evictions)},
+                           {"mc_dropped", double(st.misses + st.overflow)}};
+      }
       out << format_step_line(m, width) << "\n" << std::flush;
       if (jsonl) jsonl->write(m);
       window_seconds = 0.0;

@@ -15,7 +15,10 @@
 //                 mixed_precision_param must be float32 (tables and MLPs train in float32);
 //                 seq_len, tokenizer_path and activation checkpointing do not apply.
 //   [optimizer], [lr_scheduler]   the dense parameters (MLPs, cross net).
-//   [embedding]   the tables: row optimizer and its constant lr, gradient mode, sharding.
+//   [embedding]   the tables: row optimizer and its constant lr, gradient mode, sharding; the
+//                 managed_collision features' raw ids are mapped to rows (runtime/sparse/
+//                 managed_collision.h, sharded by buckets over the ranks), evicted rows reset;
+//                 held-out batches read the mapping without changing it.
 //   [validation]  every freq steps: mean BCE and ROC AUC over the held-out split (steps = -1: all
 //                 of it; the AUC is over every rank's scores, the same for any world size).
 //   [checkpoint]  as for language models (train/checkpointer.h). The tables are saved in global
@@ -23,7 +26,9 @@
 //                 model's names) and their row optimizer's state as table_optimizer.state.<...>
 //                 (train/embedding_checkpoint.h), so a run saved on N ranks resumes on M ranks
 //                 with another plan; exclude_from_loading = ["optimizer.", "table_optimizer."]
-//                 restarts both optimizers. The data position is global, too.
+//                 restarts both optimizers. The managed-collision mapping is saved in global
+//                 rows as model.managed_collision.<table>.row_ids / row_meta. The data position
+//                 is global, too.
 //   [metrics]     the step line (samples/s instead of tok/s), metrics.jsonl, loss.svg.
 // Ranks: every rank is a data-parallel rank reading its own rows of each global batch. On more
 // than one rank the tables are sharded by a plan (the planner under [embedding] memory_budget_mb,
@@ -52,6 +57,10 @@ class Dlrm;
 }
 namespace mt::parallel {
 class ShardedEmbeddingBagCollection;
+class ShardedManagedCollisionCollection;
+}  // namespace mt::parallel
+namespace mt::runtime::sparse {
+class KeyedJaggedTensor;
 }
 
 namespace mt::train {
@@ -86,8 +95,13 @@ class RecsysTrainer {
 
  private:
   std::ostream& log() const;
-  double train_step();  // returns the global mean loss, sets last_grad_norm_
+  double train_step(int64_t step);  // returns the global mean loss, sets last_grad_norm_
+  // The batch's sparse features with managed-collision ids mapped to rows (evicted rows reset);
+  // `features` itself when no feature is managed. Collective.
+  runtime::sparse::KeyedJaggedTensor map_ids(const runtime::sparse::KeyedJaggedTensor& features,
+                                             int64_t step) const;
   parallel::ShardedEmbeddingBagCollection& tables() const;
+  void setup_managed_collision();
 
   config::JobConfig config_;
   TrainerOptions options_;
@@ -98,6 +112,8 @@ class RecsysTrainer {
   std::string plan_text_;                          // the sharding plan, printed (multi-rank)
   std::unique_ptr<runtime::optim::Optimizer> optimizer_;
   std::unique_ptr<runtime::optim::LRScheduler> scheduler_;
+  std::unique_ptr<parallel::ShardedManagedCollisionCollection>
+      mc_;  // [embedding] managed_collision
   std::unique_ptr<TrainCheckpointer> checkpointer_;
   double last_grad_norm_ = 0.0;
   mutable std::ostream null_log_{nullptr};

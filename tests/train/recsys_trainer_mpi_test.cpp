@@ -75,10 +75,14 @@ TEST_P(RecsysTrainerMpi, ShardedRunTracksOneProcess) {
   const int64_t n = world()->size();
   const fs::path dump = testing::shared_dir(*world(), "mt_recsys_trainer_mpi", GetParam());
   std::vector<std::string> extra = {"--embedding.sharding=" + GetParam()};
-  // auto: also row-sparse table gradients, clipped with the dense ones. column_wise: exact SGD,
+  // auto: also row-sparse table gradients, clipped with the dense ones, and managed-collision
+  // ids sharded by buckets. column_wise: exact SGD,
   // since row-wise Adagrad keeps its per-row state per column shard (as TorchRec's does), which
   // one process (a single shard) cannot reproduce.
-  if (GetParam() == "auto") extra.push_back("--embedding.gradient_mode=row_sparse");
+  if (GetParam() == "auto") {  // + managed-collision ids (evictions) on two features
+    extra.push_back("--embedding.gradient_mode=row_sparse");
+    extra.push_back("--embedding.managed_collision=[\"cat_0\", \"cat_5\"]");
+  }
   if (GetParam() == "column_wise") extra.push_back("--embedding.optimizer=sgd");
   std::shared_ptr<ProcessGroup> self = world()->split(world()->rank(), 0);
   const TrainResult single =
@@ -100,13 +104,14 @@ INSTANTIATE_TEST_SUITE_P(Plans, RecsysTrainerMpi,
 
 // A checkpoint saved by every rank (the planner's plan) resumes on fewer ranks with other plans
 // (every table row_wise on half the ranks, everything on one rank): the same steps 11-20 as the
-// uninterrupted run, since the tables, their row-optimizer state, the dense parameters, AdamW and
-// the data position are all restored in global coordinates.
+// uninterrupted run, since the tables, their row-optimizer state, the managed-collision mapping,
+// the dense parameters, AdamW and the data position are all restored in global coordinates.
 TEST(RecsysTrainerMpiCheckpoint, SavedOnAllRanksResumesOnFewer) {
   const int64_t n = world()->size();
   const fs::path dir = testing::shared_dir(*world(), "mt_recsys_trainer_mpi", "checkpoint");
   const std::vector<std::string> ckpt = {"--training.steps=20", "--checkpoint.enable=true",
-                                         "--checkpoint.interval=10", "--validation.enable=false"};
+                                         "--checkpoint.interval=10", "--validation.enable=false",
+                                         "--embedding.managed_collision=[\"cat_0\", \"cat_5\"]"};
   const TrainResult straight = run(job(n, dir / "straight", ckpt), world());
   ASSERT_EQ(straight.losses.size(), 20u);
   std::vector<int64_t> counts = {n / 2};

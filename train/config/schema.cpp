@@ -239,6 +239,15 @@ std::vector<SectionSpec> build_schema() {
           {"memory_budget_mb", &E::memory_budget_mb,
            "Per-rank memory the planner may give to tables and their optimizer state (MiB)",
            positive()},
+          {"managed_collision", &E::managed_collision,
+           "Features whose raw ids are mapped to table rows by managed-collision hashing (an id "
+           "keeps its row; a full bucket evicts and resets a row); the mapping is sharded over "
+           "the ranks and checkpointed"},
+          {"eviction", &E::eviction, "Which id a full managed-collision bucket evicts",
+           one_of({"lru", "lfu"})},
+          {"lookup_only", &E::lookup_only,
+           "Managed-collision features that read the mapping without inserting (unknown ids are "
+           "dropped from their bags)"},
       }));
   s.push_back(section<N>(
       "comm", &JobConfig::comm, "Collective communication.",

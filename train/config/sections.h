@@ -121,6 +121,9 @@ struct EmbeddingTablesConfig {  // [embedding]: embedding tables of recommendati
   std::string gradient_mode = "fused";
   std::string sharding = "auto";
   int64_t memory_budget_mb = 1024;
+  StringList managed_collision = {};
+  std::string eviction = "lru";
+  StringList lookup_only = {};
   bool operator==(const EmbeddingTablesConfig&) const = default;
 };
 
