@@ -91,19 +91,11 @@ constexpr const char* kTableOptimizer = "table_optimizer.";
 
 constexpr const char* kMappingPrefix = "model.managed_collision.";
 
-// The managed-collision mapping's pieces (this rank's rows of each table's global arrays).
-std::vector<checkpoint::TensorPiece> mapping_pieces(
-    const parallel::ShardedManagedCollisionCollection& mc) {
-  std::vector<checkpoint::TensorPiece> out;
-  for (const runtime::sparse::McStatePiece& p : mc.state())
-    out.push_back({kMappingPrefix + p.name, p.local, {p.global_rows}, {p.row_offset}});
-  return out;
-}
-
 // mc may be null (no managed features).
 CheckpointExtension table_checkpoint_extension(parallel::ShardedEmbeddingBagCollection& tables,
                                                parallel::ShardedManagedCollisionCollection* mc) {
   auto plan = std::make_shared<EmbeddingLoadPlan>();
+  auto mapping = std::make_shared<std::vector<runtime::sparse::McStatePiece>>();
   CheckpointExtension e;
   e.owns_parameter = [](const std::string& fqn) { return fqn.starts_with(kTablesPrefix); };
   e.add_pieces = [&tables, mc](checkpoint::CheckpointState& state, bool model_only) {
@@ -112,14 +104,12 @@ CheckpointExtension table_checkpoint_extension(parallel::ShardedEmbeddingBagColl
     for (checkpoint::TensorPiece& p : mine.tensors)
       if (!model_only || p.fqn.starts_with(kTableWeights)) state.tensors.push_back(std::move(p));
     if (!model_only) state.values.insert(mine.values.begin(), mine.values.end());
-    if (mc)
-      for (checkpoint::TensorPiece& p : mapping_pieces(*mc)) state.tensors.push_back(std::move(p));
+    if (mc) add_mc_pieces(mc->state(), kMappingPrefix, state);
   };
-  e.add_load_pieces = [&tables, mc, plan](const checkpoint::Index& saved,
-                                          checkpoint::CheckpointState& dest, bool model_only,
-                                          const std::vector<std::string>& exclude) {
-    if (mc)  // this rank's rows, filled in place (the pieces own fresh tensors)
-      for (checkpoint::TensorPiece& p : mapping_pieces(*mc)) dest.tensors.push_back(std::move(p));
+  e.add_load_pieces = [&tables, mc, plan, mapping](
+                          const checkpoint::Index& saved, checkpoint::CheckpointState& dest,
+                          bool model_only, const std::vector<std::string>& exclude) {
+    if (mc) *mapping = mc_load_pieces(mc->state(), kMappingPrefix, dest);
     checkpoint::CheckpointState wanted;
     *plan = embedding_load_template(tables, saved, kTableWeights, kTableOptimizer, wanted);
     auto skipped = [&](const std::string& name) {
@@ -130,16 +120,9 @@ CheckpointExtension table_checkpoint_extension(parallel::ShardedEmbeddingBagColl
     for (checkpoint::TensorPiece& p : wanted.tensors)
       if (!skipped(p.fqn)) dest.tensors.push_back(std::move(p));
   };
-  e.apply_loaded = [&tables, mc, plan](const checkpoint::CheckpointState& loaded) {
+  e.apply_loaded = [&tables, mc, plan, mapping](const checkpoint::CheckpointState& loaded) {
     apply_loaded_embeddings(tables, *plan, loaded);
-    if (!mc) return;
-    std::vector<runtime::sparse::McStatePiece> pieces;
-    for (const checkpoint::TensorPiece& p : loaded.tensors) {
-      if (!p.fqn.starts_with(kMappingPrefix)) continue;
-      pieces.push_back({p.fqn.substr(std::string(kMappingPrefix).size()), p.local,
-                        p.global_shape[0], p.global_offset[0]});
-    }
-    mc->load_state(pieces);
+    if (mc) mc->load_state(*mapping);
   };
   return e;
 }
