@@ -1,7 +1,8 @@
 // train: trains a model from a TOML job config (see train/trainer.h for what a run does; for
 // model.name = "dlrm", train/recsys_trainer.h).
 //
-//   train --config configs/fortunes_debug.toml [--section.key=value ...] [--print-config] [--describe-model] [--help]
+//   train --config configs/fortunes_debug.toml [--section.key=value ...] [--print-config]
+//   [--describe-model] [--help]
 //
 // Exit status: 0 after training (also when stopped by Ctrl-C at the end of a step), 1 on an error
 // (config, data, tokenizer: the message says what and where), 2 on a bad command line.
@@ -47,7 +48,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (command_line.describe_model) {
-      std::cout << mt::train::describe_model(job);
+      std::cout << (mt::train::is_recsys_model(job.model.name)
+                        ? mt::train::describe_recsys_model(job)
+                        : mt::train::describe_model(job));
       return 0;
     }
     if (mt::train::is_recsys_model(job.model.name)) {

@@ -146,6 +146,30 @@ void check_recsys_config(const config::JobConfig& c) {
 
 bool is_recsys_model(const std::string& model_name) { return model_name == "dlrm"; }
 
+namespace {
+
+struct RecsysParamCounts {
+  int64_t dense = 0, tables = 0;
+};
+
+RecsysParamCounts count_parameters(const dlrm::Dlrm& model) {
+  RecsysParamCounts c;
+  for (const auto& [name, p] : model.dense_parameters()) c.dense += p.numel();
+  for (const auto& t : model.args().table_configs()) c.tables += t.num_embeddings * t.embedding_dim;
+  return c;
+}
+
+}  // namespace
+
+std::string describe_recsys_model(const config::JobConfig& job) {
+  const dlrm::Dlrm model(dlrm::flavor_args(job.model.flavor));
+  const RecsysParamCounts c = count_parameters(model);
+  return "model dlrm " + job.model.flavor + ": " + std::to_string(c.dense) + " dense + " +
+         std::to_string(c.tables) + " table parameters in " +
+         std::to_string(model.args().num_features()) +
+         " tables (the flavor's table sizes; training uses the dataset's)\n";
+}
+
 RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
     : config_(std::move(config)), options_(std::move(options)) {
   const auto& tc = config_.training;
@@ -334,15 +358,12 @@ TrainResult RecsysTrainer::train() {
     fs::create_directories(dump);
     jsonl = std::make_unique<JsonlWriter>((dump / "metrics.jsonl").string());
   }
-  int64_t dense_params = 0, table_params = 0;
-  for (const auto& [name, p] : model_->dense_parameters()) dense_params += p.numel();
-  for (const auto& t : model_->args().table_configs())
-    table_params += t.num_embeddings * t.embedding_dim;
+  const RecsysParamCounts params = count_parameters(*model_);
   const int64_t samples_per_step = tc.local_batch_size * world_size();
   const bool fused = config_.embedding.gradient_mode == "fused";
   out << "job: " << config_.job.description << " -> " << dump.string() << "\n"
-      << "model: dlrm " << config_.model.flavor << ", " << dense_params << " dense + "
-      << table_params << " table parameters (" << model_->args().num_features() << " tables)\n"
+      << "model: dlrm " << config_.model.flavor << ", " << params.dense << " dense + "
+      << params.tables << " table parameters (" << model_->args().num_features() << " tables)\n"
       << "data: " << data_->describe() << "\n"
       << "steps: " << tc.steps << " of " << tc.local_batch_size << " samples per rank ("
       << samples_per_step << " per step on " << world_size() << " rank"

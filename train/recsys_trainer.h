@@ -67,6 +67,8 @@ namespace mt::train {
 
 // Whether `model_name` is trained by RecsysTrainer (else by Trainer).
 bool is_recsys_model(const std::string& model_name);
+// One line: dense and table parameter counts of the job's flavor (`train --describe-model`).
+std::string describe_recsys_model(const config::JobConfig& job);
 
 struct HeldOutMetrics {
   double loss = 0.0;  // mean BCE over the held-out samples
