@@ -31,7 +31,7 @@
 #include "train/metrics/jsonl_writer.h"
 #include "train/metrics/step_metrics.h"
 #include "train/optimizer_setup.h"
-#include "train/signals.h"
+#include "train/run_scaffold.h"
 
 namespace mt::train {
 
@@ -41,17 +41,6 @@ using runtime::Tensor;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double sum_over(parallel::ProcessGroup& group, double value, const char* name) {
-  if (group.size() == 1) return value;
-  Tensor t = runtime::from_vector<double>({value}, {1}, {runtime::DType::F64});
-  group.all_reduce(t, parallel::ReduceOp::Sum, name);
-  return t.item<double>();
-}
 
 // The flavor's args with the dataset's tables and the [embedding] settings.
 dlrm::ModelArgs model_args_for(const config::JobConfig& c, const data::recsys::RecsysDataset& d) {
@@ -301,7 +290,7 @@ double RecsysTrainer::train_step(int64_t step) {
   if (model_->args().gradient_mode == runtime::sparse::GradientMode::RowSparse)
     tables().apply_sparse_grads();  // fused tables were stepped inside backward
   scheduler_->step();
-  return sum_over(*world_, loss.item<double>(), "train.loss");
+  return sum_over_ranks(*world_, loss.item<double>(), "train.loss");
 }
 
 HeldOutMetrics RecsysTrainer::evaluate(int64_t max_batches) const {
@@ -351,13 +340,8 @@ TrainResult RecsysTrainer::train() {
   const auto& tc = config_.training;
   const fs::path dump(config_.job.dump_folder);
   std::ostream& out = log();
-  std::unique_ptr<StopRequest> stop;
-  if (options_.handle_signals) stop = std::make_unique<StopRequest>();
-  std::unique_ptr<JsonlWriter> jsonl;
-  if (options_.write_files && config_.metrics.save_jsonl) {
-    fs::create_directories(dump);
-    jsonl = std::make_unique<JsonlWriter>((dump / "metrics.jsonl").string());
-  }
+  RunScaffold run(config_, options_, *world_, checkpointer_.get(), out);
+  JsonlWriter* jsonl = run.jsonl();
   const RecsysParamCounts params = count_parameters(*model_);
   const int64_t samples_per_step = tc.local_batch_size * world_size();
   const bool fused = config_.embedding.gradient_mode == "fused";
@@ -379,7 +363,6 @@ TrainResult RecsysTrainer::train() {
   TrainResult result;
   EtaEstimator eta(tc.steps);
   const int width = step_width_for(tc.steps);
-  const auto t_start = Clock::now();
   double window_seconds = 0.0;
   int64_t window_steps = 0;
   auto run_validation = [&](int64_t step) {
@@ -420,7 +403,7 @@ TrainResult RecsysTrainer::train() {
       const runtime::MemoryStats mem = runtime::memory_stats(runtime::Device::cpu());
       m.mem_in_use_bytes = mem.bytes_in_use;
       m.mem_peak_bytes = mem.peak_bytes_in_use;
-      m.elapsed_sec = seconds_since(t_start);
+      m.elapsed_sec = run.elapsed_seconds();
       m.eta_sec = eta.eta(step);
       if (mc_) {  // collective: every rank logs at the same steps
         const runtime::sparse::McStats st = mc_->global_stats();
@@ -435,23 +418,9 @@ TrainResult RecsysTrainer::train() {
     }
     if (config_.validation.enable && (step % config_.validation.freq == 0 || step == tc.steps))
       run_validation(step);
-    const bool stop_here =
-        sum_over(*world_, stop && stop->stop_requested() ? 1.0 : 0.0, "train.stop") > 0;
-    if (checkpointer_)
-      checkpointer_->after_step(step, samples_seen, step == tc.steps, stop_here, out);
-    if (stop_here) {
-      result.stopped_by_signal = true;
-      out << "stopped by " << (stop ? stop->cause() : "a stop request") << " at the end of step "
-          << step << " of " << tc.steps << "\n"
-          << std::flush;
-      break;
-    }
+    if (run.end_of_step(step, samples_seen, result)) break;
   }
-  if (checkpointer_) checkpointer_->finish();
-  result.seconds = seconds_since(t_start);
-  if (options_.write_files && config_.metrics.plot)
-    plot_losses(result, dump / "loss.svg", config_.job.description + ": loss");
-  log_summary(result, options_.write_files ? dump : fs::path(), out);
+  run.finish(result);
   if (!result.val_aucs.empty())
     out << "; held-out AUC " << std::fixed << std::setprecision(4) << result.val_aucs.back().second
         << std::defaultfloat;

@@ -38,12 +38,12 @@
 #include "train/checkpointer.h"
 #include "train/config/render.h"
 #include "train/config/validate.h"
-#include "train/optimizer_setup.h"
 #include "train/metrics/eta.h"
 #include "train/metrics/jsonl_writer.h"
 #include "train/metrics/peak_flops.h"
 #include "train/metrics/step_metrics.h"
-#include "train/signals.h"
+#include "train/optimizer_setup.h"
+#include "train/run_scaffold.h"
 
 namespace mt::train {
 
@@ -52,10 +52,6 @@ using runtime::Tensor;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 bool is_hdf5_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -274,11 +270,10 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   optimizer_ = make_optimizer(config_.optimizer, model_->named_parameters());
   scheduler_ = make_lr_scheduler(config_.lr_scheduler, *optimizer_, tc.steps);
   if (config_.checkpoint.enable || !config_.checkpoint.initial_load_path.empty()) {
-    CheckpointedData data{
-        [this] { return loader_->state().to_map(); },
-        [this](const std::map<std::string, int64_t>& s) {
-          loader_->load_state(data::LoaderState::from_map(s));
-        }};
+    CheckpointedData data{[this] { return loader_->state().to_map(); },
+                          [this](const std::map<std::string, int64_t>& s) {
+                            loader_->load_state(data::LoaderState::from_map(s));
+                          }};
     checkpointer_ = std::make_unique<TrainCheckpointer>(config_, world_, *model_, *optimizer_,
                                                         *scheduler_, std::move(data));
   }
@@ -307,16 +302,16 @@ runtime::DType dtype_from_config(const std::string& name) {
 void Trainer::setup_parallelism() {
   const bool mixed_precision = config_.training.mixed_precision_param != "float32";
   if (world_size() == 1 && !mixed_precision) return;  // nothing to shard or cast
-  device_world_ = device_.is_cpu()
-                      ? world_
-                      : std::shared_ptr<parallel::ProcessGroup>(
-                            parallel::make_nccl_process_group(world_));
+  device_world_ =
+      device_.is_cpu()
+          ? world_
+          : std::shared_ptr<parallel::ProcessGroup>(parallel::make_nccl_process_group(world_));
   const config::WorldLayout layout = config::validate_for_world(config_, world_size());
-  dp_mesh_ = layout.dp_replicate > 1
-                 ? parallel::DeviceMesh::create(device_world_,
-                                                {layout.dp_replicate, layout.dp_shard},
-                                                {"dp_replicate", "dp_shard"})
-                 : parallel::DeviceMesh::create(device_world_, {layout.dp_shard}, {"dp_shard"});
+  dp_mesh_ =
+      layout.dp_replicate > 1
+          ? parallel::DeviceMesh::create(device_world_, {layout.dp_replicate, layout.dp_shard},
+                                         {"dp_replicate", "dp_shard"})
+          : parallel::DeviceMesh::create(device_world_, {layout.dp_shard}, {"dp_shard"});
   MT_CHECK(spec_->parallelize != nullptr, "train: model ", spec_->name,
            " cannot be parallelized (no parallelize hook)");
   const auto& p = config_.parallelism;
@@ -363,10 +358,7 @@ auto Trainer::on_rank0_first(const char* what, Fn&& fn) -> decltype(fn()) {
 }
 
 double Trainer::sum_over_ranks(double value, const char* name) const {
-  if (world_size() == 1) return value;
-  Tensor t = runtime::from_vector<double>({value}, {1}, {runtime::DType::F64});
-  world_->all_reduce(t, parallel::ReduceOp::Sum, name);
-  return t.item<double>();
+  return train::sum_over_ranks(*world_, value, name);
 }
 
 int64_t Trainer::num_params() const { return spec_->num_params(); }
@@ -458,13 +450,8 @@ TrainResult Trainer::train() {
   const auto& tc = config_.training;
   const fs::path dump(config_.job.dump_folder);
   std::ostream& out = log();
-  std::unique_ptr<StopRequest> stop;
-  if (options_.handle_signals) stop = std::make_unique<StopRequest>();
-  std::unique_ptr<JsonlWriter> jsonl;
-  if (options_.write_files && config_.metrics.save_jsonl) {
-    fs::create_directories(dump);
-    jsonl = std::make_unique<JsonlWriter>((dump / "metrics.jsonl").string());
-  }
+  RunScaffold run(config_, options_, *world_, checkpointer_.get(), out);
+  JsonlWriter* jsonl = run.jsonl();
 
   // Per rank: tokens/s and MFU in the log are per rank (per device), as torchtitan reports them.
   const int64_t tokens_per_step = grad_accum_ * tc.local_batch_size * tc.seq_len;
@@ -491,16 +478,15 @@ TrainResult Trainer::train() {
       << std::flush;
   if (dp_mesh_) {
     out << "parallelism: " << world_size() << " rank" << (world_size() > 1 ? "s" : "")
-        << ", FSDP over " << dp_mesh_->describe()
-        << "; parameters computed in " << tc.mixed_precision_param << ", gradients reduced in "
-        << tc.mixed_precision_reduce << ", float32 master weights; reshard after forward: "
+        << ", FSDP over " << dp_mesh_->describe() << "; parameters computed in "
+        << tc.mixed_precision_param << ", gradients reduced in " << tc.mixed_precision_reduce
+        << ", float32 master weights; reshard after forward: "
         << config_.parallelism.fsdp_reshard_after_forward << "\n";
   }
 
   TrainResult result;
   EtaEstimator eta(tc.steps);
   const int width = step_width_for(tc.steps);
-  const auto t_start = Clock::now();
   double window_seconds = 0.0, window_wait = 0.0;
   int64_t window_steps = 0;
   double last_wait = loader_->data_wait_seconds();
@@ -551,7 +537,7 @@ TrainResult Trainer::train() {
       m.mem_in_use_bytes = mem.bytes_in_use;
       m.mem_peak_bytes = mem.peak_bytes_in_use;
       m.data_wait_fraction = window_wait / std::max(window_seconds, 1e-9);
-      m.elapsed_sec = seconds_since(t_start);
+      m.elapsed_sec = run.elapsed_seconds();
       m.eta_sec = eta.eta(step);
       m.model_metrics = last_model_metrics_;
       out << format_step_line(m, width) << "\n" << std::flush;
@@ -561,24 +547,9 @@ TrainResult Trainer::train() {
     }
     if (config_.validation.enable && (step % config_.validation.freq == 0 || step == tc.steps))
       run_validation(step);
-    // Every rank stops at the same step when any of them was asked to.
-    const bool stop_here =
-        sum_over_ranks(stop && stop->stop_requested() ? 1.0 : 0.0, "train.stop") > 0;
-    if (checkpointer_)
-      checkpointer_->after_step(step, tokens_seen, step == tc.steps, stop_here, out);
-    if (stop_here) {
-      result.stopped_by_signal = true;
-      out << "stopped by " << (stop ? stop->cause() : "a stop request") << " at the end of step " << step << " of " << tc.steps << "\n"
-          << std::flush;
-      break;
-    }
+    if (run.end_of_step(step, tokens_seen, result)) break;
   }
-  if (checkpointer_) checkpointer_->finish();
-  result.seconds = seconds_since(t_start);
-
-  if (options_.write_files && config_.metrics.plot)
-    plot_losses(result, dump / "loss.svg", config_.job.description + ": loss");
-  log_summary(result, options_.write_files ? dump : fs::path(), out);
+  run.finish(result);
   out << "\n" << std::flush;
 
   // Sampling is llama's incremental decoding (models/llama/generate.h); other models skip it.

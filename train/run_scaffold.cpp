@@ -1,0 +1,70 @@
+// RunScaffold (see run_scaffold.h).
+#include "train/run_scaffold.h"
+
+#include <filesystem>
+
+#include "parallel/comm/process_group.h"
+#include "runtime/ops/factory.h"
+#include "train/checkpointer.h"
+#include "train/metrics/jsonl_writer.h"
+#include "train/signals.h"
+#include "train/trainer.h"
+
+namespace mt::train {
+
+namespace fs = std::filesystem;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double sum_over_ranks(parallel::ProcessGroup& group, double value, const char* name) {
+  if (group.size() == 1) return value;
+  runtime::Tensor t = runtime::from_vector<double>({value}, {1}, {runtime::DType::F64});
+  group.all_reduce(t, parallel::ReduceOp::Sum, name);
+  return t.item<double>();
+}
+
+RunScaffold::RunScaffold(const config::JobConfig& config, const TrainerOptions& options,
+                         parallel::ProcessGroup& world, TrainCheckpointer* checkpointer,
+                         std::ostream& out)
+    : config_(config),
+      write_files_(options.write_files),
+      world_(world),
+      checkpointer_(checkpointer),
+      out_(out) {
+  if (options.handle_signals) stop_ = std::make_unique<StopRequest>();
+  if (write_files_ && config_.metrics.save_jsonl) {
+    const fs::path dump(config_.job.dump_folder);
+    fs::create_directories(dump);
+    jsonl_ = std::make_unique<JsonlWriter>((dump / "metrics.jsonl").string());
+  }
+}
+
+RunScaffold::~RunScaffold() = default;
+
+bool RunScaffold::end_of_step(int64_t step, int64_t seen, TrainResult& result) {
+  // Every rank stops at the same step when any of them was asked to.
+  const bool stop_here =
+      sum_over_ranks(world_, stop_ && stop_->stop_requested() ? 1.0 : 0.0, "train.stop") > 0;
+  const int64_t steps = config_.training.steps;
+  if (checkpointer_) checkpointer_->after_step(step, seen, step == steps, stop_here, out_);
+  if (stop_here) {
+    result.stopped_by_signal = true;
+    out_ << "stopped by " << (stop_ ? stop_->cause() : "a stop request") << " at the end of step "
+         << step << " of " << steps << "\n"
+         << std::flush;
+  }
+  return stop_here;
+}
+
+void RunScaffold::finish(TrainResult& result) {
+  if (checkpointer_) checkpointer_->finish();
+  result.seconds = elapsed_seconds();
+  const fs::path dump(config_.job.dump_folder);
+  if (write_files_ && config_.metrics.plot)
+    plot_losses(result, dump / "loss.svg", config_.job.description + ": loss");
+  log_summary(result, write_files_ ? dump : fs::path(), out_);
+}
+
+}  // namespace mt::train

@@ -1,0 +1,63 @@
+// RunScaffold: what every trainer's train() does around its steps, written once for the language
+// model Trainer and the RecsysTrainer: the SIGINT/SIGTERM stop request, metrics.jsonl, the end of
+// each step (a checkpoint when due, a stop agreed by every rank) and the end of the run (the
+// background save awaited, loss.svg, the summary line).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <ostream>
+
+#include "train/config/job_config.h"
+#include "train/train_result.h"
+
+namespace mt::parallel {
+class ProcessGroup;
+}
+
+namespace mt::train {
+
+class JsonlWriter;
+class StopRequest;
+class TrainCheckpointer;
+struct TrainerOptions;
+
+// Seconds from t0 to now (steady clock).
+double seconds_since(std::chrono::steady_clock::time_point t0);
+
+// Sum of `value` over every rank of `group` (the value itself on one rank). Collective.
+double sum_over_ranks(parallel::ProcessGroup& group, double value, const char* name);
+
+class RunScaffold {
+ public:
+  // Installs the stop request (options.handle_signals) and opens metrics.jsonl (rank 0 with
+  // options.write_files and metrics.save_jsonl). `checkpointer` may be null.
+  RunScaffold(const config::JobConfig& config, const TrainerOptions& options,
+              parallel::ProcessGroup& world, TrainCheckpointer* checkpointer, std::ostream& out);
+  ~RunScaffold();
+
+  JsonlWriter* jsonl() const { return jsonl_.get(); }  // null when not written
+
+  // Collective. After step `step` (`seen`: tokens or samples so far): saves when due; returns
+  // true when the run stops here because any rank was asked to (logged, result marked).
+  bool end_of_step(int64_t step, int64_t seen, TrainResult& result);
+
+  // Waits for a background save, sets result.seconds, plots loss.svg and logs the summary line
+  // (no newline: a trainer may add to it).
+  void finish(TrainResult& result);
+
+  double elapsed_seconds() const { return seconds_since(start_); }  // since construction
+
+ private:
+  const config::JobConfig& config_;
+  bool write_files_;
+  parallel::ProcessGroup& world_;
+  TrainCheckpointer* checkpointer_;
+  std::ostream& out_;
+  std::unique_ptr<StopRequest> stop_;
+  std::unique_ptr<JsonlWriter> jsonl_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace mt::train
