@@ -158,7 +158,8 @@ TEST(RecsysTrainer, ManagedCollisionIdsTrainAndEvaluateReadOnly) {
   EXPECT_EQ(trainer.evaluate(-1).auc, r.val_aucs.back().second);
 }
 
-// The binary: model.name = "dlrm" goes to this loop (exit 0, the AUC line); errors exit 1.
+// The binary: model.name = "dlrm" goes to this loop (exit 0, the AUC line); errors exit 1; a
+// SIGINT stops it cleanly with a checkpoint.
 TEST(RecsysTrainer, TrainBinaryRunsTheDlrmConfig) {
   testing::ScratchDir dir;
   const std::string base = std::string("OMP_NUM_THREADS=1 ") + MT_TRAIN_BIN + " --config " +
@@ -172,6 +173,14 @@ TEST(RecsysTrainer, TrainBinaryRunsTheDlrmConfig) {
   EXPECT_TRUE(fs::exists(dir.path() / "metrics.jsonl"));
   r = testing::run_command(base + " --training.device=cuda 2>&1");
   EXPECT_EQ(r.status, 1) << r.output;
+  // Ctrl-C (SIGINT after 3 s) of a long run: it ends at the end of a step, saves a checkpoint
+  // there and exits 0.
+  r = testing::run_command("timeout --preserve-status -s INT 3 env " + base +
+                           " --training.steps=100000 --validation.enable=false"
+                           " --checkpoint.enable=true --checkpoint.interval=100000");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("stopped by SIGINT at the end of step"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("checkpoint: saved"), std::string::npos) << r.output;
 }
 
 }  // namespace
