@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "parallel/embedding/embedding_dist.h"
 #include "parallel/expert/token_exchange.h"
 #include "runtime/autograd/function.h"
 #include "runtime/core/error.h"
@@ -353,41 +354,9 @@ runtime::TableGradSink ShardedEmbeddingBagCollection::make_sink(int k) {
 void ShardedEmbeddingBagCollection::dp_sink(std::vector<RowSparseGrad>& grads) {
   Group& g = *groups_[kDP];
   runtime::NoGradGuard no_grad;
-  std::vector<int64_t> base(g.module.size() + 1, 0);
-  for (size_t i = 0; i < g.module.size(); ++i) {
-    const Tensor& w = g.module[i]->weight;
-    base[i + 1] = base[i] + w.size(0) * (w.size(1) + 1);
-  }
-  const TensorOptions opts = TensorOptions{}.with_dtype(options_.dtype);
-  Tensor buf = runtime::zeros({base.back()}, opts);
-  auto dense_of = [&](size_t i) {
-    const Tensor& w = g.module[i]->weight;
-    return buf.narrow(0, base[i], w.size(0) * w.size(1)).view({w.size(0), w.size(1)});
-  };
-  auto counts_of = [&](size_t i) {
-    const Tensor& w = g.module[i]->weight;
-    return buf.narrow(0, base[i] + w.size(0) * w.size(1), w.size(0));
-  };
-  for (const RowSparseGrad& r : grads) {
-    const size_t i = size_t(r.table);
-    runtime::index_add_(dense_of(i), 0, r.rows, r.values.to(options_.dtype));
-    runtime::index_add_(counts_of(i), 0, r.rows, runtime::ones({r.rows.numel()}, opts));
-  }
-  group_->all_reduce(buf, ReduceOp::Sum, "sebc.dp.grad_all_reduce");
-  std::vector<RowSparseGrad> summed;
-  for (size_t i = 0; i < g.module.size(); ++i) {
-    const std::vector<double> counts = counts_of(i).to_vector<double>();
-    std::vector<int64_t> rows;
-    for (size_t r = 0; r < counts.size(); ++r)
-      if (counts[r] > 0.5) rows.push_back(int64_t(r));
-    if (rows.empty()) continue;
-    RowSparseGrad s;
-    s.table = int64_t(i);
-    s.rows = runtime::from_vector<int64_t>(rows, {int64_t(rows.size())}, i64());
-    s.values = runtime::index_select(dense_of(i), 0, s.rows);
-    s.num_rows = g.module[i]->weight.size(0);
-    summed.push_back(std::move(s));
-  }
+  // Lookup-indexed (every data_parallel table has all its rows here), then remapped.
+  std::vector<RowSparseGrad> summed = all_reduce_row_grads(
+      *group_, g.lookup_weights(), grads, options_.dtype, "sebc.dp.grad_all_reduce");
   std::vector<RowSparseGrad> mine = g.remap(summed);
   if (options_.gradient_mode == GradientMode::Fused)
     g.optimizer.step(g.opt_weights(), mine);
@@ -418,13 +387,7 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
   const TensorOptions opts = TensorOptions{}.with_dtype(options_.dtype);
 
   // Batch sizes of every rank.
-  std::vector<int64_t> Bs(static_cast<size_t>(W));
-  {
-    Tensor mine = runtime::from_vector<int64_t>({B}, {1}, i64());
-    Tensor all = runtime::empty({W}, i64());
-    group_->all_gather_into(all, mine, "sebc.batch_sizes");
-    Bs = all.to_vector<int64_t>();
-  }
+  const std::vector<int64_t> Bs = all_gather_batch_sizes(*group_, B, "sebc.batch_sizes");
   std::vector<int64_t> Boff(size_t(W) + 1, 0);
   for (int r = 0; r < W; ++r) Boff[size_t(r) + 1] = Boff[size_t(r)] + Bs[size_t(r)];
   const int64_t G = Boff.back();

@@ -43,6 +43,7 @@
 //   flat buffer with a touched-row count per row (all data_parallel tables together) and
 //   all-reduced (sum), then the touched rows step on every replica alike. Fine for the small
 //   tables the planner replicates; a big replicated table would move its full size every step.
+//   (embedding_dist.h, shared with the unpooled ShardedEmbeddingCollection.)
 //
 // Loss convention: each rank backpropagates the loss of its own samples and the tables get the
 // gradient of the SUM of the ranks' losses (every type alike, data_parallel too: its all-reduce
