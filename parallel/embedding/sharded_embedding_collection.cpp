@@ -274,9 +274,13 @@ EmbeddingCollectionOutput ShardedEmbeddingCollection::forward(const KeyedJaggedT
   std::vector<int64_t> dp_base;  // element offset in L_dp of each data_parallel feature
   if (groups_[kDP]->present) {
     Group& g = *groups_[kDP];
-    const KeyedJaggedTensor sub = kjt.permute(P.dp_features);
-    L_dp = runtime::embedding_lookup_batched(g.weights(), sub.values(), sub.offsets(), B, g.layout,
-                                             make_sink(kDP));
+    if (P.dp_features.empty()) {  // replicated tables that no feature reads
+      L_dp = runtime::zeros({0}, opts);
+    } else {
+      const KeyedJaggedTensor sub = kjt.permute(P.dp_features);
+      L_dp = runtime::embedding_lookup_batched(g.weights(), sub.values(), sub.offsets(), B,
+                                               g.layout, make_sink(kDP));
+    }
     int64_t pos = 0;
     for (int64_t f : P.dp_features) {
       dp_base.push_back(pos);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "parallel/comm/mpi_process_group.h"
+#include "parallel/embedding/planner.h"
 #include "parallel/embedding/sharded_embedding_collection.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
@@ -381,6 +382,48 @@ TEST(ShardedEmbeddingCollection, MixedPlanMatchesUnsharded) {
     c.empty_rank = world()->size() / 2;
     c.steps = 3;
     run_case(c, 5);
+  }
+}
+
+TEST(ShardedEmbeddingCollection, PlannerPlanMatchesUnsharded) {
+  const auto tables = make_tables();
+  PlannerOptions o;
+  o.world_size = world()->size();
+  o.memory_budget_bytes = 1 << 20;
+  o.batch_size_per_rank = 4;
+  Case c{plan_sharding(tables, o)};
+  c.empty_rank = 1;
+  run_case(c, 6);
+}
+
+TEST(ShardedEmbeddingCollection, EvalModeGivesTheRowsAndRecordsNothing) {
+  // Outside training: the same rows, no graph, no optimizer step (a second forward still matches).
+  const auto tables = make_tables();
+  CollectionOptions opts;
+  opts.dtype = runtime::DType::F64;
+  ShardedEmbeddingCollection sharded(tables, mixed_plan(tables), world(), opts);
+  EmbeddingCollection full(tables, opts);
+  sharded.init_weights(8);
+  full.init_weights(8);
+  sharded.eval();
+  full.eval();
+  const int W = world()->size(), me = world()->rank();
+  std::vector<RankBatch> batches;
+  std::vector<const RankBatch*> all;
+  int64_t row0 = 0;
+  for (int r = 0; r < W; ++r) batches.push_back(make_batch(tables, 60, r, 0));
+  for (int r = 0; r < W; ++r) {
+    all.push_back(&batches[size_t(r)]);
+    if (r < me) row0 += batches[size_t(r)].batch;
+  }
+  const EmbeddingCollectionOutput ref = full(to_kjt(tables, all, false));
+  for (int pass = 0; pass < 2; ++pass) {
+    const EmbeddingCollectionOutput out = sharded(to_kjt(tables, {&batches[size_t(me)]}, true));
+    EXPECT_FALSE(out.flat.requires_grad());
+    for (const std::string& f : all_features(tables))
+      EXPECT_TRUE(testing::all_close(out[f].values,
+                                     sample_rows(ref[f], row0, batches[size_t(me)].batch), 0, 0))
+          << f << " pass " << pass;
   }
 }
 
