@@ -35,7 +35,8 @@
 //   "features" are the (source, pair) blocks, so its output is already in all-to-all order.
 // - output dist: ONE all-to-all of the looked-up rows back to each id's source rank, where each row
 //   (or column block) lands at the id's position (row_wise: one owner per id, no reduction;
-//   column_wise: column shards side by side).
+//   column_wise: column shards side by side). The placement is an element index built on the host
+//   (8 bytes per returned element, reused by backward): simple, not tuned for large batches.
 // - backward mirrors it in one autograd node: the output gradient's rows are gathered per owner and
 //   sent back in one all-to-all (always called, whatever the data); the owners' lookups then hand
 //   the row-sparse gradients to their optimizer (below). data_parallel: the local row-sparse
