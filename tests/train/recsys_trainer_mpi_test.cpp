@@ -21,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using parallel::ProcessGroup;
 
-constexpr int64_t kGlobalBatch = 512;
+constexpr int64_t kGlobalBatch = 256;
 
 std::shared_ptr<ProcessGroup> world() {
   static std::shared_ptr<ProcessGroup> pg(parallel::MpiProcessGroup::world());
@@ -33,9 +33,10 @@ config::JobConfig job(int64_t ranks, const fs::path& dump, std::vector<std::stri
   std::vector<std::string> args = {
       "--job.dump_folder=" + dump.string(),
       "--training.local_batch_size=" + std::to_string(kGlobalBatch / ranks),
-      "--training.steps=30",
+      "--training.steps=20",
       "--lr_scheduler.warmup_steps=5",
-      "--validation.freq=30",
+      "--validation.freq=20",
+      "--validation.steps=10",
       "--metrics.log_freq=1000",
   };
   args.insert(args.end(), extra.begin(), extra.end());
@@ -89,7 +90,7 @@ TEST_P(RecsysTrainerMpi, ShardedRunTracksOneProcess) {
       run(job(1, dump / ("single" + std::to_string(world()->rank())), extra), self);
   const TrainResult sharded = run(job(n, dump / "sharded", extra), world());
   expect_close(sharded, single);
-  EXPECT_GT(sharded.val_aucs[0].second, 0.6);  // learning (30 steps; 0.66 with SGD tables)
+  EXPECT_GT(sharded.val_aucs[0].second, 0.6);  // learning (20 steps)
   if (world()->rank() == 0) {
     std::printf("%s on %lld ranks: loss %.5f (1 process %.5f), AUC %.4f (1 process %.4f)\n",
                 GetParam().c_str(), static_cast<long long>(n), sharded.losses.back(),
