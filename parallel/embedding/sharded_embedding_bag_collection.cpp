@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "parallel/embedding/embedding_dist.h"
+#include "parallel/embedding/shard_group_optimizers.h"
 #include "parallel/expert/token_exchange.h"
 #include "runtime/autograd/function.h"
 #include "runtime/core/error.h"
@@ -789,29 +790,14 @@ void ShardedEmbeddingBagCollection::reset_rows(const std::string& table_name,
 }
 
 runtime::nn::StateDict ShardedEmbeddingBagCollection::optimizer_state_dict() const {
-  runtime::nn::StateDict out;
-  for (const auto& g : groups_) out.merge(g->optimizer.state_dict());
-  return out;
+  return merged_optimizer_state(groups_);
 }
 
 void ShardedEmbeddingBagCollection::load_optimizer_state_dict(const runtime::nn::StateDict& state) {
-  // Each group's optimizer takes the keys of its own shards (and checks them all itself).
-  std::vector<runtime::nn::StateDict> own(groups_.size()), parts(groups_.size());
-  for (size_t k = 0; k < groups_.size(); ++k) own[k] = groups_[k]->optimizer.state_dict();
-  for (const auto& [key, value] : state) {
-    size_t k = 0;
-    while (k < groups_.size() && !own[k].contains(key)) ++k;
-    MT_CHECK(k < groups_.size(), "ShardedEmbeddingBagCollection: optimizer state key '", key,
-             "' is not one of this rank's shards (rank ", group_->rank(), ")");
-    parts[k].insert(key, value);
-  }
-  for (size_t k = 0; k < groups_.size(); ++k)
-    if (groups_[k]->optimizer.num_tables() > 0) groups_[k]->optimizer.load_state_dict(parts[k]);
+  load_optimizer_state_by_group(groups_, state, "ShardedEmbeddingBagCollection", group_->rank());
 }
 
-void ShardedEmbeddingBagCollection::set_lr(double lr) {
-  for (const auto& g : groups_) g->optimizer.set_lr(lr);
-}
+void ShardedEmbeddingBagCollection::set_lr(double lr) { set_groups_lr(groups_, lr); }
 
 std::vector<ShardedEmbeddingBagCollection::ShardGrad> ShardedEmbeddingBagCollection::sparse_grads()
     const {
@@ -825,32 +811,19 @@ std::vector<ShardedEmbeddingBagCollection::ShardGrad> ShardedEmbeddingBagCollect
 }
 
 double ShardedEmbeddingBagCollection::sparse_grad_norm_pow(double norm_type) const {
-  double total = 0;
-  for (const auto& g : groups_) {
-    if (g->kind == kDP && group_->rank() != 0) continue;  // replicas count once
-    const double part = runtime::sparse::row_sparse_norm_pow(g->sparse_grads, norm_type);
-    total = std::isinf(norm_type) ? std::max(total, part) : total + part;
-  }
-  return total;
+  return groups_sparse_norm_pow(groups_, norm_type, [&](size_t k) {
+    return groups_[k]->kind != kDP || group_->rank() == 0;  // replicas count once
+  });
 }
 
 void ShardedEmbeddingBagCollection::scale_sparse_grads_(double coef) {
-  for (const auto& g : groups_) runtime::sparse::scale_(g->sparse_grads, coef);
+  scale_groups_sparse_grads(groups_, coef);
 }
 
 void ShardedEmbeddingBagCollection::apply_sparse_grads() {
-  for (const auto& g : groups_) {
-    if (!g->present || g->optimizer.num_tables() == 0) {
-      g->sparse_grads.clear();
-      continue;
-    }
-    g->optimizer.step(g->opt_weights(), g->sparse_grads);
-    g->sparse_grads.clear();
-  }
+  apply_groups_sparse_grads(groups_, [](const Group& g) { return g.opt_weights(); });
 }
 
-void ShardedEmbeddingBagCollection::zero_sparse_grads() {
-  for (const auto& g : groups_) g->sparse_grads.clear();
-}
+void ShardedEmbeddingBagCollection::zero_sparse_grads() { zero_groups_sparse_grads(groups_); }
 
 }  // namespace mt::parallel

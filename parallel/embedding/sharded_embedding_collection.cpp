@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "parallel/embedding/embedding_dist.h"
+#include "parallel/embedding/shard_group_optimizers.h"
 #include "parallel/expert/token_exchange.h"
 #include "runtime/autograd/function.h"
 #include "runtime/core/error.h"
@@ -401,28 +402,14 @@ std::vector<LocalShard> ShardedEmbeddingCollection::local_shards() const {
 }
 
 runtime::nn::StateDict ShardedEmbeddingCollection::optimizer_state_dict() const {
-  runtime::nn::StateDict out;
-  for (const auto& g : groups_) out.merge(g->optimizer.state_dict());
-  return out;
+  return merged_optimizer_state(groups_);
 }
 
 void ShardedEmbeddingCollection::load_optimizer_state_dict(const runtime::nn::StateDict& state) {
-  std::vector<runtime::nn::StateDict> own(groups_.size()), parts(groups_.size());
-  for (size_t k = 0; k < groups_.size(); ++k) own[k] = groups_[k]->optimizer.state_dict();
-  for (const auto& [key, value] : state) {
-    size_t k = 0;
-    while (k < groups_.size() && !own[k].contains(key)) ++k;
-    MT_CHECK(k < groups_.size(), "ShardedEmbeddingCollection: optimizer state key '", key,
-             "' is not one of this rank's shards (rank ", group_->rank(), ")");
-    parts[k].insert(key, value);
-  }
-  for (size_t k = 0; k < groups_.size(); ++k)
-    if (groups_[k]->optimizer.num_tables() > 0) groups_[k]->optimizer.load_state_dict(parts[k]);
+  load_optimizer_state_by_group(groups_, state, "ShardedEmbeddingCollection", group_->rank());
 }
 
-void ShardedEmbeddingCollection::set_lr(double lr) {
-  for (const auto& g : groups_) g->optimizer.set_lr(lr);
-}
+void ShardedEmbeddingCollection::set_lr(double lr) { set_groups_lr(groups_, lr); }
 
 std::vector<ShardedEmbeddingBagCollection::ShardGrad> ShardedEmbeddingCollection::sparse_grads()
     const {
@@ -435,29 +422,19 @@ std::vector<ShardedEmbeddingBagCollection::ShardGrad> ShardedEmbeddingCollection
 }
 
 double ShardedEmbeddingCollection::sparse_grad_norm_pow(double norm_type) const {
-  double total = 0;
-  for (size_t k = 0; k < groups_.size(); ++k) {
-    if (k == kDP && group_->rank() != 0) continue;  // replicas count once
-    const double part = runtime::sparse::row_sparse_norm_pow(groups_[k]->sparse_grads, norm_type);
-    total = std::isinf(norm_type) ? std::max(total, part) : total + part;
-  }
-  return total;
+  return groups_sparse_norm_pow(groups_, norm_type, [&](size_t k) {
+    return k != kDP || group_->rank() == 0;  // replicas count once
+  });
 }
 
 void ShardedEmbeddingCollection::scale_sparse_grads_(double coef) {
-  for (const auto& g : groups_) runtime::sparse::scale_(g->sparse_grads, coef);
+  scale_groups_sparse_grads(groups_, coef);
 }
 
 void ShardedEmbeddingCollection::apply_sparse_grads() {
-  for (const auto& g : groups_) {
-    if (g->present && g->optimizer.num_tables() > 0)
-      g->optimizer.step(g->weights(), g->sparse_grads);
-    g->sparse_grads.clear();
-  }
+  apply_groups_sparse_grads(groups_, [](const Group& g) { return g.weights(); });
 }
 
-void ShardedEmbeddingCollection::zero_sparse_grads() {
-  for (const auto& g : groups_) g->sparse_grads.clear();
-}
+void ShardedEmbeddingCollection::zero_sparse_grads() { zero_groups_sparse_grads(groups_); }
 
 }  // namespace mt::parallel
