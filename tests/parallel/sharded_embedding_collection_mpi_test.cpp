@@ -19,6 +19,7 @@
 #include "runtime/ops/reduce.h"
 #include "runtime/sparse/embedding_collection.h"
 #include "runtime/sparse/row_sparse_grad.h"
+#include "tests/testing/sharding_fixtures.h"
 #include "tests/testing/tensor_testing.h"
 
 namespace mt::parallel {
@@ -38,6 +39,14 @@ std::shared_ptr<ProcessGroup> world() {
 }
 
 int default_local() { return world()->size() % 2 == 0 ? 2 : world()->size(); }
+
+using testing::all_feature_names;
+using testing::mix64;
+
+ShardingPlan uniform_plan(const std::vector<EmbeddingConfig>& tables, ShardingType type) {
+  return testing::uniform_sharding_plan(tables, type, world()->size(),
+                                        type == ShardingType::TableRowWise ? default_local() : 0);
+}
 
 std::vector<EmbeddingConfig> make_tables() {
   auto t = [](std::string name, int64_t rows, int64_t dim, std::vector<std::string> features,
@@ -59,45 +68,6 @@ std::vector<EmbeddingConfig> make_tables() {
           t("t_pra", 11, 3, {"e", "f"}, EmbOptimType::PartialRowwiseAdam)};
 }
 
-std::vector<std::string> all_features(const std::vector<EmbeddingConfig>& tables) {
-  std::vector<std::string> f;
-  for (const auto& t : tables) f.insert(f.end(), t.feature_names.begin(), t.feature_names.end());
-  return f;
-}
-
-ShardingPlan uniform_plan(const std::vector<EmbeddingConfig>& tables, ShardingType type) {
-  const int W = world()->size(), local = default_local();
-  ShardingPlan plan;
-  plan.world_size = W;
-  plan.local_size = type == ShardingType::TableRowWise ? local : 0;
-  for (size_t i = 0; i < tables.size(); ++i) {
-    const EmbeddingConfig& t = tables[i];
-    const int owner = int(i) % W;
-    switch (type) {
-      case ShardingType::DataParallel:
-        plan.tables[t.name] = data_parallel_sharding(t, W);
-        break;
-      case ShardingType::TableWise:
-        plan.tables[t.name] = table_wise_sharding(t, owner);
-        break;
-      case ShardingType::ColumnWise: {
-        std::vector<int> ranks;  // 2 or 3 shards on distinct ranks, not in rank order
-        const int n = std::min<int>(W, int(std::min<int64_t>(3, t.embedding_dim)));
-        for (int k = 0; k < n; ++k) ranks.push_back((owner + W - k) % W);
-        plan.tables[t.name] = column_wise_sharding(t, ranks);
-        break;
-      }
-      case ShardingType::RowWise:
-        plan.tables[t.name] = row_wise_sharding(t, W);
-        break;
-      case ShardingType::TableRowWise:
-        plan.tables[t.name] = table_row_wise_sharding(t, int(i) % (W / local), local);
-        break;
-    }
-  }
-  return plan;
-}
-
 ShardingPlan mixed_plan(const std::vector<EmbeddingConfig>& tables) {
   const int W = world()->size(), local = default_local();
   ShardingPlan plan;
@@ -117,20 +87,13 @@ struct RankBatch {
   std::vector<std::vector<std::vector<int64_t>>> ids;  // [feature][sample]
 };
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 RankBatch make_batch(const std::vector<EmbeddingConfig>& tables, uint64_t seed, int rank,
                      int empty_rank) {
   RankBatch rb;
   rb.batch = rank == empty_rank ? 0 : 2 + (rank * 3 + int(seed)) % 4;
-  uint64_t state = mix(seed * 1000 + uint64_t(rank));
+  uint64_t state = mix64(seed * 1000 + uint64_t(rank));
   auto next = [&](uint64_t n) {
-    state = mix(state);
+    state = mix64(state);
     return state % n;
   };
   for (const auto& t : tables)
@@ -148,7 +111,7 @@ RankBatch make_batch(const std::vector<EmbeddingConfig>& tables, uint64_t seed, 
 
 KeyedJaggedTensor to_kjt(const std::vector<EmbeddingConfig>& tables,
                          const std::vector<const RankBatch*>& parts, bool reversed) {
-  const std::vector<std::string> features = all_features(tables);
+  const std::vector<std::string> features = all_feature_names(tables);
   std::vector<std::string> keys;
   std::vector<int64_t> values, lengths;
   int64_t stride = 0;
@@ -186,7 +149,7 @@ Tensor sample_rows(const runtime::sparse::JaggedTensor& jt, int64_t row0, int64_
 void run_case(const Case& c, uint64_t seed) {
   const int W = world()->size(), me = world()->rank();
   const std::vector<EmbeddingConfig> tables = make_tables();
-  const std::vector<std::string> features = all_features(tables);
+  const std::vector<std::string> features = all_feature_names(tables);
   CollectionOptions opts;
   opts.gradient_mode = c.mode;
   opts.dtype = runtime::DType::F64;
@@ -420,7 +383,7 @@ TEST(ShardedEmbeddingCollection, EvalModeGivesTheRowsAndRecordsNothing) {
   for (int pass = 0; pass < 2; ++pass) {
     const EmbeddingCollectionOutput out = sharded(to_kjt(tables, {&batches[size_t(me)]}, true));
     EXPECT_FALSE(out.flat.requires_grad());
-    for (const std::string& f : all_features(tables))
+    for (const std::string& f : all_feature_names(tables))
       EXPECT_TRUE(testing::all_close(out[f].values,
                                      sample_rows(ref[f], row0, batches[size_t(me)].batch), 0, 0))
           << f << " pass " << pass;
@@ -437,10 +400,10 @@ TEST(ShardedEmbeddingCollection, EveryBatchEmpty) {
   std::vector<Tensor> before;
   for (const auto& s : sharded.local_shards()) before.push_back(s.weight.clone());
   RankBatch empty;
-  empty.ids.resize(all_features(tables).size());
+  empty.ids.resize(all_feature_names(tables).size());
   const auto out = sharded(to_kjt(tables, {&empty}, false));
   EXPECT_EQ(out.flat.numel(), 0);
-  ASSERT_EQ(out.per_key.size(), all_features(tables).size());
+  ASSERT_EQ(out.per_key.size(), all_feature_names(tables).size());
   EXPECT_EQ(out["c"].values.shape(), (runtime::Shape{0, 6}));
   runtime::sum(out.flat).backward();
   const auto shards = sharded.local_shards();
@@ -501,7 +464,7 @@ TEST(ShardedEmbeddingCollection, ErrorsNameTheProblem) {
   // An id out of range is refused before any collective (every rank's input is bad here).
   ShardedEmbeddingCollection sharded(tables, uniform_plan(tables, ShardingType::RowWise), world(),
                                      CollectionOptions{});
-  std::vector<std::string> keys = all_features(tables);
+  std::vector<std::string> keys = all_feature_names(tables);
   std::vector<int64_t> lengths(keys.size(), 0), values{99};
   lengths[0] = 1;
   try {

@@ -23,6 +23,7 @@
 #include "runtime/ops/reduce.h"
 #include "runtime/sparse/embedding_bag_collection.h"
 #include "runtime/sparse/row_sparse_grad.h"
+#include "tests/testing/sharding_fixtures.h"
 #include "tests/testing/tensor_testing.h"
 
 namespace mt::parallel {
@@ -33,6 +34,8 @@ using runtime::sparse::CollectionOptions;
 using runtime::sparse::EmbeddingBagCollection;
 using runtime::sparse::GradientMode;
 using runtime::sparse::KeyedJaggedTensor;
+using testing::all_feature_names;
+using testing::mix64;
 
 std::shared_ptr<ProcessGroup> world() {
   static std::shared_ptr<ProcessGroup> pg(MpiProcessGroup::world());
@@ -52,6 +55,11 @@ std::shared_ptr<DeviceMesh> node_mesh(int local) {
 
 // A local size for table_row_wise: 2 where it divides the world (2 nodes of 2 on 4 ranks).
 int default_local() { return world()->size() % 2 == 0 ? 2 : world()->size(); }
+
+ShardingPlan uniform_plan(const std::vector<EmbeddingBagConfig>& tables, ShardingType type,
+                          int local) {
+  return testing::uniform_sharding_plan(tables, type, world()->size(), local);
+}
 
 std::vector<EmbeddingBagConfig> make_tables() {
   auto t = [](std::string name, int64_t rows, int64_t dim, std::vector<std::string> features,
@@ -75,40 +83,6 @@ std::vector<EmbeddingBagConfig> make_tables() {
 }
 
 // The same type for every table, placed so that ranks differ (table t's owner is t mod world).
-ShardingPlan uniform_plan(const std::vector<EmbeddingBagConfig>& tables, ShardingType type,
-                          int local) {
-  const int W = world()->size();
-  ShardingPlan plan;
-  plan.world_size = W;
-  plan.local_size = local;
-  for (size_t i = 0; i < tables.size(); ++i) {
-    const EmbeddingBagConfig& t = tables[i];
-    const int owner = int(i) % W;
-    switch (type) {
-      case ShardingType::DataParallel:
-        plan.tables[t.name] = data_parallel_sharding(t, W);
-        break;
-      case ShardingType::TableWise:
-        plan.tables[t.name] = table_wise_sharding(t, owner);
-        break;
-      case ShardingType::ColumnWise: {
-        std::vector<int> ranks;  // 2 or 3 shards on distinct ranks, not in rank order
-        const int n = std::min<int>(W, int(std::min<int64_t>(3, t.embedding_dim)));
-        for (int k = 0; k < n; ++k) ranks.push_back((owner + W - k) % W);
-        plan.tables[t.name] = column_wise_sharding(t, ranks);
-        break;
-      }
-      case ShardingType::RowWise:
-        plan.tables[t.name] = row_wise_sharding(t, W);
-        break;
-      case ShardingType::TableRowWise:
-        plan.tables[t.name] = table_row_wise_sharding(t, int(i) % (W / local), local);
-        break;
-    }
-  }
-  return plan;
-}
-
 ShardingPlan mixed_plan(const std::vector<EmbeddingBagConfig>& tables, int local) {
   const int W = world()->size();
   ShardingPlan plan;
@@ -129,26 +103,13 @@ struct RankBatch {
   std::vector<std::vector<std::vector<float>>> weights;
 };
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-std::vector<std::string> all_features(const std::vector<EmbeddingBagConfig>& tables) {
-  std::vector<std::string> f;
-  for (const auto& t : tables) f.insert(f.end(), t.feature_names.begin(), t.feature_names.end());
-  return f;
-}
-
 RankBatch make_batch(const std::vector<EmbeddingBagConfig>& tables, uint64_t seed, int rank,
                      int empty_rank) {
   RankBatch rb;
   rb.batch = rank == empty_rank ? 0 : 2 + (rank * 3 + int(seed)) % 4;
-  uint64_t state = mix(seed * 1000 + uint64_t(rank));
+  uint64_t state = mix64(seed * 1000 + uint64_t(rank));
   auto next = [&](uint64_t n) {
-    state = mix(state);
+    state = mix64(state);
     return state % n;
   };
   for (const auto& t : tables)
@@ -173,7 +134,7 @@ RankBatch make_batch(const std::vector<EmbeddingBagConfig>& tables, uint64_t see
 KeyedJaggedTensor to_kjt(const std::vector<EmbeddingBagConfig>& tables,
                          const std::vector<const RankBatch*>& parts,
                          const std::vector<size_t>& key_order) {
-  const std::vector<std::string> features = all_features(tables);
+  const std::vector<std::string> features = all_feature_names(tables);
   std::vector<std::string> keys;
   std::vector<int64_t> values, lengths;
   std::vector<float> weights;
@@ -221,7 +182,7 @@ std::string col_key(const std::string& table, int64_t col) {
 void run_case(const Case& c, uint64_t seed) {
   const int W = world()->size(), me = world()->rank();
   const std::vector<EmbeddingBagConfig> tables = make_tables();
-  const std::vector<std::string> features = all_features(tables);
+  const std::vector<std::string> features = all_feature_names(tables);
   CollectionOptions opts;
   opts.gradient_mode = c.mode;
   opts.dtype = runtime::DType::F64;
@@ -455,7 +416,7 @@ TEST(ShardedEmbedding, EveryBatchEmpty) {
   sharded.train();
   std::vector<Tensor> before;
   for (const auto& s : sharded.local_shards()) before.push_back(s.weight.clone());
-  const size_t F = all_features(tables).size();
+  const size_t F = all_feature_names(tables).size();
   RankBatch empty;
   empty.ids.resize(F);
   empty.weights.resize(F);
@@ -492,7 +453,7 @@ TEST(ShardedEmbedding, DenseLayerAboveGetsTheUsualGradients) {
   std::vector<const RankBatch*> all;
   for (int r = 0; r < W; ++r) batches.push_back(make_batch(tables, 50, r, 1));
   for (int r = 0; r < W; ++r) all.push_back(&batches[size_t(r)]);
-  std::vector<size_t> order(all_features(tables).size());
+  std::vector<size_t> order(all_feature_names(tables).size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = k;
   auto loss_of = [](const Tensor& pooled, const Tensor& w) {
     return runtime::sum(runtime::square(runtime::tanh(runtime::matmul(pooled, w))));
@@ -530,7 +491,7 @@ TEST(ShardedEmbedding, StateRoundTripContinuesIdentically) {
   b.init_weights(12);
   a.train();
   b.train();
-  std::vector<size_t> order(all_features(tables).size());
+  std::vector<size_t> order(all_feature_names(tables).size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = k;
   const RankBatch first = make_batch(tables, 40, world()->rank(), -1);
   const RankBatch second = make_batch(tables, 41, world()->rank(), -1);
@@ -566,7 +527,7 @@ TEST(ShardedEmbedding, ErrorsNameTheProblem) {
   opts.gradient_mode = GradientMode::Fused;
   ShardedEmbeddingBagCollection sharded(tables, uniform_plan(tables, ShardingType::RowWise, 0),
                                         world(), nullptr, opts);
-  std::vector<std::string> keys = all_features(tables);
+  std::vector<std::string> keys = all_feature_names(tables);
   std::vector<int64_t> lengths(keys.size(), 0), values{99};
   lengths[0] = 1;
   try {

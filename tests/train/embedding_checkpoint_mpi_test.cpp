@@ -29,6 +29,7 @@
 #include "runtime/ops/matmul.h"
 #include "runtime/ops/reduce.h"
 #include "tests/testing/mpi_fixtures.h"
+#include "tests/testing/sharding_fixtures.h"
 #include "tests/testing/tensor_testing.h"
 #include "train/embedding_checkpoint.h"
 
@@ -71,13 +72,6 @@ EmbeddingBagConfig table(std::string name, int64_t rows, int64_t dim, std::strin
   return c;
 }
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // Samples [lo, hi) of the global batch of `step`: per feature and sample 0..3 ids drawn from
 // (step, sample, feature), so any split of the samples over ranks sees the same data.
 KeyedJaggedTensor batch(const std::vector<EmbeddingBagConfig>& tables, int64_t step, int64_t lo,
@@ -87,11 +81,11 @@ KeyedJaggedTensor batch(const std::vector<EmbeddingBagConfig>& tables, int64_t s
   for (size_t t = 0; t < tables.size(); ++t) {
     keys.push_back(tables[t].feature_names[0]);
     for (int64_t b = lo; b < hi; ++b) {
-      uint64_t s = mix(uint64_t(step) * 1000003 + uint64_t(b) * 101 + t);
+      uint64_t s = testing::mix64(uint64_t(step) * 1000003 + uint64_t(b) * 101 + t);
       const int64_t len = int64_t(s % 4);
       lengths.push_back(len);
       for (int64_t i = 0; i < len; ++i) {
-        s = mix(s);
+        s = testing::mix64(s);
         values.push_back(int64_t(s % uint64_t(tables[t].num_embeddings)));
       }
     }
@@ -454,11 +448,11 @@ KeyedJaggedTensor raw_ids(int64_t step, int64_t lo, int64_t hi) {
   std::vector<int64_t> values, lengths;
   for (uint64_t f = 0; f < 2; ++f)
     for (int64_t b = lo; b < hi; ++b) {
-      uint64_t s = mix(uint64_t(step) * 7919 + uint64_t(b) * 31 + f);
+      uint64_t s = testing::mix64(uint64_t(step) * 7919 + uint64_t(b) * 31 + f);
       const int64_t len = int64_t(s % 4);
       lengths.push_back(len);
       for (int64_t i = 0; i < len; ++i) {
-        s = mix(s);
+        s = testing::mix64(s);
         values.push_back(int64_t(s % 300));
       }
     }
