@@ -14,6 +14,7 @@ struct DeviceState {
   cudaDeviceProp properties{};
   cudaStream_t compute = nullptr;
   cublasLtHandle_t cublaslt = nullptr;
+  cublasHandle_t cublas = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };
@@ -91,6 +92,17 @@ cublasLtHandle_t cublaslt_handle() {
   std::lock_guard lock(process().mutex);
   if (s.cublaslt == nullptr) MT_CUBLAS_CHECK(cublasLtCreate(&s.cublaslt));
   return s.cublaslt;
+}
+
+cublasHandle_t cublas_handle() {
+  DeviceState& s = state(current_device());
+  {
+    std::lock_guard lock(process().mutex);
+    if (s.cublas == nullptr) MT_CUBLAS_CHECK(cublasCreate(&s.cublas));
+  }
+  MT_CUBLAS_CHECK(cublasSetStream(s.cublas, current_stream()));
+  MT_CUBLAS_CHECK(cublasSetWorkspace(s.cublas, workspace(kCublasWorkspaceBytes), kCublasWorkspaceBytes));
+  return s.cublas;
 }
 
 void* workspace(size_t bytes) {

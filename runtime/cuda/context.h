@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -44,6 +45,11 @@ class StreamGuard {
 };
 
 cublasLtHandle_t cublaslt_handle();
+// The device's classic cuBLAS handle, bound to current_stream() and to workspace() (for calls
+// whose shapes change every step, such as grouped_mm's, where cuBLASLt's cached plans would not
+// be reused).
+inline constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+cublasHandle_t cublas_handle();
 // A device buffer of at least `bytes` for library workspaces, reused across calls on the
 // compute stream (grows, never shrinks).
 void* workspace(size_t bytes);

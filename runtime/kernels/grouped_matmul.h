@@ -1,6 +1,7 @@
 // Kernel tables of grouped_mm (the op is runtime/ops/grouped_matmul.h). Operands are contiguous
 // and of one floating dtype; counts has one entry per group, non-negative, summing to the number
-// of rows (the op validated everything). CPU only so far: no CUDA entry is registered.
+// of rows (the op validated everything). CPU: runtime/cpu/grouped_matmul.cpp; CUDA: one cuBLAS
+// GEMM per group, runtime/cuda/grouped_matmul.cu.
 #pragma once
 
 #include <cstdint>

@@ -12,9 +12,8 @@
 // Differentiable w.r.t. x and w (first order); backward uses grouped_mm itself for x and
 // grouped_mm_tn for w.
 //
-// Backends: CPU only (runtime/cpu/grouped_matmul.cpp, OpenBLAS per group). There is no CUDA
-// kernel yet (runtime/kernels/grouped_matmul.h has no CUDA entry): on a CUDA tensor the op throws
-// "no kernel for device".
+// Backends: CPU (runtime/cpu/grouped_matmul.cpp, OpenBLAS per group) and CUDA
+// (runtime/cuda/grouped_matmul.cu, one cuBLAS GEMM per non-empty group; counts stay on the host).
 #pragma once
 
 #include <cstdint>
