@@ -1,8 +1,9 @@
 // CPU kernel of the fused embedding-row optimizers: OpenMP over the touched rows, each row read
-// and written once (state included), arithmetic in the state dtype (f32, f64 for f64 tables).
+// and written once (state included), arithmetic in the state dtype (f32, f64 for f64 tables);
+// the formulas are runtime/kernels/embedding_optim_update.h.
 #include "runtime/kernels/embedding_optim.h"
 
-#include <cmath>
+#include "runtime/kernels/embedding_optim_update.h"
 
 #include "runtime/cpu/loops.h"
 
@@ -20,56 +21,31 @@ void update_impl(RowOptimizer kind, const RowOptimizerHyper& h, const Tensor& we
   const T* pg = grad.data<T>();
   S* m1 = momentum1.defined() ? momentum1.data<S>() : nullptr;
   S* m2 = momentum2.defined() ? momentum2.data<S>() : nullptr;
-  const S lr = S(h.lr), eps = S(h.eps), b1 = S(h.beta1), b2 = S(h.beta2), wd = S(h.weight_decay);
-  const S bc1 = S(1.0 - std::pow(h.beta1, double(h.step)));
-  const S bc2 = S(1.0 - std::pow(h.beta2, double(h.step)));
+  const auto c = RowOptimizerCoefficients<S>::make(h, D);
+  // Per-element moments: Adam's m1 and m2 [V, D], partial row-wise Adam's m1 [V, D]; row state
+  // [V, 1]: Adagrad's m1, partial row-wise Adam's m2.
+  const bool element_m = kind == RowOptimizer::Adam || kind == RowOptimizer::PartialRowwiseAdam;
+  const bool element_v = kind == RowOptimizer::Adam;
+  S* row_state = kind == RowOptimizer::RowwiseAdagrad       ? m1
+                 : kind == RowOptimizer::PartialRowwiseAdam ? m2
+                                                            : nullptr;
   const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(D, 1));
   parallel_for(U, grain, [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
       const int64_t r = pr[u];
       T* w = pw + r * D;
       const T* g = pg + u * D;
-      switch (kind) {
-        case RowOptimizer::SGD:
-          for (int64_t j = 0; j < D; ++j) w[j] = T(S(w[j]) - lr * (S(g[j]) + wd * S(w[j])));
-          break;
-        case RowOptimizer::RowwiseAdagrad: {
-          S sq = 0;
-          for (int64_t j = 0; j < D; ++j) {
-            const S gj = S(g[j]) + wd * S(w[j]);
-            sq += gj * gj;
-          }
-          m1[r] += sq / S(D);
-          const S mult = lr / (std::sqrt(m1[r]) + eps);
-          for (int64_t j = 0; j < D; ++j) w[j] = T(S(w[j]) - mult * (S(g[j]) + wd * S(w[j])));
-          break;
-        }
-        case RowOptimizer::Adam: {
-          S* m = m1 + r * D;
-          S* v = m2 + r * D;
-          for (int64_t j = 0; j < D; ++j) {
-            const S gj = S(g[j]);
-            m[j] = b1 * m[j] + (S(1) - b1) * gj;
-            v[j] = b2 * v[j] + (S(1) - b2) * gj * gj;
-            const S wj = S(w[j]);
-            w[j] = T(wj - lr * ((m[j] / bc1) / (std::sqrt(v[j] / bc2) + eps) + wd * wj));
-          }
-          break;
-        }
-        case RowOptimizer::PartialRowwiseAdam: {
-          S* m = m1 + r * D;
-          S sq = 0;
-          for (int64_t j = 0; j < D; ++j) sq += S(g[j]) * S(g[j]);
-          m2[r] = b2 * m2[r] + (S(1) - b2) * (sq / S(D));
-          const S denom = std::sqrt(m2[r] / bc2) + eps;
-          for (int64_t j = 0; j < D; ++j) {
-            m[j] = b1 * m[j] + (S(1) - b1) * S(g[j]);
-            const S wj = S(w[j]);
-            w[j] = T(wj - lr * ((m[j] / bc1) / denom + wd * wj));
-          }
-          break;
-        }
+      S factor = 0;
+      if (row_reduction_needed(kind)) {
+        S sq = 0;
+        for (int64_t j = 0; j < D; ++j) sq += row_square_term(kind, S(g[j]), S(w[j]), c);
+        factor = row_factor(kind, sq, row_state + r, c);
       }
+      S* m = element_m ? m1 + r * D : nullptr;
+      S* v = element_v ? m2 + r * D : nullptr;
+      for (int64_t j = 0; j < D; ++j)
+        w[j] = T(row_update(kind, S(g[j]), S(w[j]), factor, m ? m + j : nullptr,
+                            v ? v + j : nullptr, c));
     }
   });
 }

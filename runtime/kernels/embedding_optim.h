@@ -13,7 +13,8 @@
 //                         w -= lr * (m1/(1-b1^t) / (sqrt(m2/(1-b2^t)) + eps) + wd*w)
 //   PartialRowwiseAdam    as Adam with m2 [V, 1]: m2[r] = b2 m2[r] + (1-b2) mean_j(g_j^2)
 // (FBGEMM's formulas: Adam's weight decay is decoupled, SGD's and Adagrad's are L2.)
-// CPU kernel in runtime/cpu/embedding_optim.cpp; no CUDA kernel yet.
+// Kernels: runtime/cpu/embedding_optim.cpp and runtime/cuda/embedding_optim.cu, both through
+// the element arithmetic of runtime/kernels/embedding_optim_update.h.
 #pragma once
 
 #include <cstdint>
