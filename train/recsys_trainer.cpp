@@ -171,8 +171,9 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
   config::validate_for_world(config_, world_size());
   const runtime::Device device =
       resolve_training_device(tc.device, config_.where("training.device"), world_size());
-  MT_CHECK(device.is_cpu(), "train: model.name = \"dlrm\" trains on the CPU only (its embedding ",
-           "kernels have no CUDA version yet); set training.device = \"cpu\"");
+  MT_CHECK(device.is_cpu(), "train: model.name = \"dlrm\" trains on the CPU only (the sharded ",
+           "embedding tables exchange host tensors over MPI; the embedding kernels themselves run ",
+           "on CUDA); set training.device = \"cpu\"");
   if (options_.write_files)
     config::write_config(config_, fs::path(config_.job.dump_folder) / "config.toml");
 

@@ -2,8 +2,9 @@
 // chunks) over the F * B (feature, sample) bags, each summing its rows into an L1-resident
 // accumulator while the rows of the values a few positions ahead are prefetched (random row reads
 // are latency bound otherwise); the backward
-// groups each table's (id, value position) pairs by a stable sort on id and sums every run in
-// position order (no atomics), tables in parallel.
+// groups each table's (id, value position) pairs by a stable sort on id
+// (runtime/kernels/embedding_bag_grad_entries.h) and sums every run in position order (no
+// atomics), tables in parallel.
 #include "runtime/kernels/embedding_bag.h"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <numeric>
 
 #include "runtime/cpu/loops.h"
+#include "runtime/kernels/embedding_bag_grad_entries.h"
 
 namespace mt::runtime::cpu {
 namespace {
@@ -152,42 +154,21 @@ std::vector<RowSparseGrad> backward_impl(const std::vector<Tensor>& tables, cons
                                          const TbePlan& plan, const Tensor& grad_out) {
   using C = compute_t<T>;
   const TableView<T> tv(tables);
-  const int64_t F = int64_t(plan.feature_table.size()), B = plan.batch_size;
   const int64_t num_tables = int64_t(tables.size());
   const int64_t* v = values.data<int64_t>();
   const int64_t* o = offsets.data<int64_t>();
   const C* w = weights.defined() ? weights.data<C>() : nullptr;
   const T* pg = grad_out.data<T>();
 
-  struct Entry {
-    int64_t id;
-    int64_t src;  // element offset of the gradient row in grad_out
-    C scale;
-  };
   std::vector<RowSparseGrad> result(static_cast<size_t>(num_tables));
   std::vector<uint8_t> used(size_t(num_tables), 0);
 #pragma omp parallel for schedule(dynamic, 1) if (num_tables > 1 && !omp_in_parallel())
   for (int64_t t = 0; t < num_tables; ++t) {
     const int64_t D = tv.dims[t];
-    std::vector<Entry> entries;
-    for (int64_t f = 0; f < F; ++f) {
-      if (plan.feature_table[f] != t) continue;
-      for (int64_t b = 0; b < B; ++b) {
-        const int64_t bag = f * B + b, s = o[bag], e = o[bag + 1];
-        const C mean_scale = plan.feature_mean[f] && e > s ? C(1) / C(e - s) : C(1);
-        for (int64_t i = s; i < e; ++i) {
-          const int64_t src = plan.pooled ? b * plan.out_width + plan.feature_out[f]
-                                          : plan.feature_out[f] + (i - o[f * B]) * D;
-          entries.push_back({v[i], src, (w ? w[i] : C(1)) * mean_scale});
-        }
-      }
-    }
+    const std::vector<TbeGradEntry<C>> entries = tbe_grad_entries<C>(t, D, plan, v, o, w);
     if (entries.empty()) continue;
-    std::stable_sort(entries.begin(), entries.end(),
-                     [](const Entry& a, const Entry& b) { return a.id < b.id; });
-    int64_t unique = 0;
-    for (size_t k = 0; k < entries.size(); ++k)
-      if (k == 0 || entries[k].id != entries[k - 1].id) ++unique;
+    const std::vector<int64_t> starts = tbe_run_starts(entries);
+    const int64_t unique = int64_t(starts.size()) - 1;
     RowSparseGrad g;
     g.table = t;
     g.num_rows = tv.rows[t];
@@ -196,24 +177,20 @@ std::vector<RowSparseGrad> backward_impl(const std::vector<Tensor>& tables, cons
     int64_t* pr = g.rows.data<int64_t>();
     T* pv = g.values.data<T>();
     std::vector<C> acc(static_cast<size_t>(D));
-    int64_t u = -1;
-    for (size_t k = 0; k < entries.size(); ++k) {
-      const Entry& en = entries[k];
-      if (k == 0 || en.id != entries[k - 1].id) {
-        if (u >= 0)
-          for (int64_t j = 0; j < D; ++j) pv[u * D + j] = T(acc[j]);
-        ++u;
-        pr[u] = en.id;
-        std::fill(acc.begin(), acc.end(), C(0));
+    for (int64_t u = 0; u < unique; ++u) {
+      pr[u] = entries[size_t(starts[u])].id;
+      std::fill(acc.begin(), acc.end(), C(0));
+      for (int64_t k = starts[u]; k < starts[u + 1]; ++k) {
+        const TbeGradEntry<C>& en = entries[size_t(k)];
+        const T* src = pg + en.src;
+        if (en.scale == C(1)) {
+          for (int64_t j = 0; j < D; ++j) acc[j] += C(src[j]);
+        } else {
+          for (int64_t j = 0; j < D; ++j) acc[j] += en.scale * C(src[j]);
+        }
       }
-      const T* src = pg + en.src;
-      if (en.scale == C(1)) {
-        for (int64_t j = 0; j < D; ++j) acc[j] += C(src[j]);
-      } else {
-        for (int64_t j = 0; j < D; ++j) acc[j] += en.scale * C(src[j]);
-      }
+      for (int64_t j = 0; j < D; ++j) pv[u * D + j] = T(acc[j]);
     }
-    for (int64_t j = 0; j < D; ++j) pv[u * D + j] = T(acc[j]);
     result[t] = std::move(g);
     used[t] = 1;
   }

@@ -2,16 +2,17 @@
 //
 // TbePlan is the resolved host layout: F features, batch B, per feature its table, whether it
 // pools by MEAN, and where its output starts (pooled: a column of the [B, out_width] output;
-// unpooled: an element offset of the flat output). Operands: tables contiguous [rows_t, dim_t] of
-// one dtype; values i64 [N] and offsets i64 [F*B + 1] contiguous (offsets already validated:
-// start at 0, non-decreasing, end at N); weights contiguous [N] of the compute dtype (f64 for
-// f64 tables, else f32) or undefined.
+// unpooled: an element offset of the flat output). Operands, all on one device: tables
+// contiguous [rows_t, dim_t] of one dtype; values i64 [N] and offsets i64 [F*B + 1] contiguous
+// (offsets already validated: start at 0, non-decreasing, end at N); weights contiguous [N] of
+// the compute dtype (f64 for f64 tables, else f32) or undefined.
 //
 // tbe_forward_kernel -> int64_t: fills out (pooled: [B, out_width]; unpooled: flat). Returns the
 //   value position of the first id outside its table's rows (out is then unspecified), else -1.
 // tbe_backward_kernel: grad_out shaped like out; returns one RowSparseGrad per table the batch
 //   touched (ascending table), rows sorted, each row's contributions summed in increasing value
-//   position (in the compute dtype), so results do not depend on the thread count.
+//   position (in the compute dtype), so results do not depend on the thread count; rows and
+//   values on the tables' device.
 #pragma once
 
 #include <cstdint>

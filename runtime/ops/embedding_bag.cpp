@@ -22,7 +22,9 @@ namespace {
 
 struct Prepared {
   std::vector<Tensor> tables;
-  Tensor values, offsets, weights;
+  Device device;                   // the tables' (CPU when there are none)
+  Tensor values, offsets, weights;  // on `device`, for the kernels
+  Tensor host_values, host_offsets;  // host copies: validation, layout and error messages
   TbePlan plan;
 };
 
@@ -48,9 +50,12 @@ Prepared prepare(const char* op, const std::vector<Tensor>& tables, const Tensor
              " must be a floating [rows, dim] tensor, got ",
              tab.defined() ? dtype_name(tab.dtype()) : "undefined", " ",
              tab.defined() ? tab.shape() : Shape{});
-    MT_CHECK(tab.device().is_cpu(), op, ": table ", t, " is on ", tab.device(),
-             " (only CPU kernels exist)");
-    if (t == 0) dtype = tab.dtype();
+    if (t == 0) {
+      dtype = tab.dtype();
+      p.device = tab.device();
+    }
+    MT_CHECK(tab.device() == p.device, op, ": table ", t, " is on ", tab.device(),
+             " but table 0 is on ", p.device, " (one device per batched lookup)");
     MT_CHECK(tab.dtype() == dtype, op, ": table ", t, " is ", tab.dtype(), " but table 0 is ",
              dtype, " (one dtype per batched lookup)");
     p.tables.push_back(tab.detach().contiguous());
@@ -71,11 +76,13 @@ Prepared prepare(const char* op, const std::vector<Tensor>& tables, const Tensor
            " offsets for ", F, " features and batch ", batch_size, ", got ", offsets.numel());
   {
     NoGradGuard ng;
-    p.values = values.detach().to(DType::I64).contiguous();
-    p.offsets = offsets.detach().to(DType::I64).contiguous();
+    p.host_values = values.detach().to(DType::I64).to(Device::cpu()).contiguous();
+    p.host_offsets = offsets.detach().to(DType::I64).to(Device::cpu()).contiguous();
+    p.values = p.host_values.to(p.device);
+    p.offsets = p.host_offsets.to(p.device);
   }
-  const int64_t N = p.values.numel();
-  const int64_t* o = p.offsets.data<int64_t>();
+  const int64_t N = p.host_values.numel();
+  const int64_t* o = p.host_offsets.data<int64_t>();
   MT_CHECK(o[0] == 0, op, ": offsets must start at 0, got ", o[0]);
   for (int64_t i = 0; i < F * batch_size; ++i)
     MT_CHECK(o[i + 1] >= o[i], op, ": offsets decrease at feature ",
@@ -91,6 +98,7 @@ Prepared prepare(const char* op, const std::vector<Tensor>& tables, const Tensor
     p.weights = per_sample_weights.detach()
                     .reshape({N})
                     .to(dtype == DType::F64 ? DType::F64 : DType::F32)
+                    .to(p.device)
                     .contiguous();
   }
   TbePlan& plan = p.plan;
@@ -121,16 +129,17 @@ Tensor run(const char* op, const std::vector<Tensor>& tables, const Tensor& valu
            const Tensor& per_sample_weights, const TableGradSink& sink, bool pooled) {
   Prepared p = prepare(op, tables, values, offsets, batch_size, layout, per_sample_weights, pooled);
   const DType dtype = p.tables.empty() ? DType::F32 : p.tables[0].dtype();
-  Tensor out = pooled ? empty({batch_size, p.plan.out_width}, TensorOptions{}.with_dtype(dtype))
-                      : empty({p.plan.out_width}, TensorOptions{}.with_dtype(dtype));
+  const TensorOptions out_options = TensorOptions{}.with_dtype(dtype).with_device(p.device);
+  Tensor out = pooled ? empty({batch_size, p.plan.out_width}, out_options)
+                      : empty({p.plan.out_width}, out_options);
   const int64_t bad =
-      tbe_forward_kernel(Device::cpu(), p.tables, p.values, p.offsets, p.weights, p.plan, out);
+      tbe_forward_kernel(p.device, p.tables, p.values, p.offsets, p.weights, p.plan, out);
   if (bad >= 0) {
-    const int64_t* o = p.offsets.data<int64_t>();
+    const int64_t* o = p.host_offsets.data<int64_t>();
     const int64_t n_bags = int64_t(layout.feature_table.size()) * batch_size;
     const int64_t bag = int64_t(std::upper_bound(o, o + n_bags + 1, bad) - o) - 1;
     const int64_t f = bag / batch_size, t = layout.feature_table[f];
-    MT_CHECK(false, op, ": id ", p.values.data<int64_t>()[bad], " of feature ",
+    MT_CHECK(false, op, ": id ", p.host_values.data<int64_t>()[bad], " of feature ",
              feature_label(layout, f), ", sample ", bag % batch_size, " (value ", bad,
              ") is outside [0, ", p.tables[t].size(0), ") of table ", t);
   }

@@ -31,8 +31,13 @@
 //   rows there (no dense gradient is ever made), or the module keeps the row-sparse gradient for a
 //   later step and for clipping. The sink runs during backward: it may modify the tables in place
 //   (the forward saved no table data).
-// per_sample_weights are not differentiated. CPU kernels only (runtime/cpu/embedding_bag.cpp); no
-// CUDA kernel is registered yet.
+// per_sample_weights are not differentiated.
+//
+// Devices: all tables on one device (CPU or CUDA); the output, the gradients and RowSparseGrad's
+// rows and values live there. values/offsets/weights may be on any device: the op validates them
+// on a host copy (offsets shape the work) and hands the kernels copies on the tables' device.
+// Kernels: runtime/cpu/embedding_bag.cpp and runtime/cuda/embedding_bag.cu (one host sync per
+// CUDA forward for the id check; the CUDA backward groups ids on the host).
 #pragma once
 
 #include <cstdint>
@@ -66,8 +71,8 @@ struct RowSparseGrad {
 
 using TableGradSink = std::function<void(std::vector<RowSparseGrad>& grads)>;
 
-// See above. values/offsets: i64 (i32 accepted), 1-D, on the CPU; per_sample_weights: [N]
-// floating or undefined.
+// See above. values/offsets: i64 (i32 accepted), 1-D; per_sample_weights: [N] floating or
+// undefined.
 Tensor embedding_bags_batched(const std::vector<Tensor>& tables, const Tensor& values,
                               const Tensor& offsets, int64_t batch_size,
                               const TableBatchLayout& layout,

@@ -88,6 +88,9 @@ void FusedEmbeddingOptimizer::step(const std::vector<Tensor>& weights,
              "FusedEmbeddingOptimizer: gradient of '", t.key, "' is ", g.values.dtype(), " ",
              g.values.shape(), " for ", g.rows.numel(), " rows of a ", w.dtype(), " table");
     if (g.rows.numel() == 0) continue;
+    // The state follows its table: allocated on the host, moved once to a CUDA table's device.
+    for (Tensor* state : {&t.momentum1, &t.momentum2})
+      if (state->defined() && state->device() != w.device()) *state = state->to(w.device());
     RowOptimizerHyper h;
     h.lr = t.config.lr;
     h.eps = t.config.eps;

@@ -21,16 +21,19 @@ RowSparseGrad merge(const RowSparseGrad& a, const RowSparseGrad& b) {
   const std::vector<int64_t> ra = a.rows.to_vector<int64_t>(), rb = b.rows.to_vector<int64_t>();
   std::vector<int64_t> rows;
   std::set_union(ra.begin(), ra.end(), rb.begin(), rb.end(), std::back_inserter(rows));
+  // Row indices live with the values (CPU or CUDA).
+  const TensorOptions index_options =
+      TensorOptions{}.with_dtype(DType::I64).with_device(a.values.device());
   auto position = [&](const std::vector<int64_t>& r) {
     std::vector<int64_t> pos(r.size());
     for (size_t i = 0; i < r.size(); ++i)
       pos[i] = std::lower_bound(rows.begin(), rows.end(), r[i]) - rows.begin();
-    return from_vector(pos, {int64_t(pos.size())}, TensorOptions{}.with_dtype(DType::I64));
+    return from_vector(pos, {int64_t(pos.size())}, index_options);
   };
   RowSparseGrad out;
   out.table = a.table;
   out.num_rows = a.num_rows;
-  out.rows = from_vector(rows, {int64_t(rows.size())}, TensorOptions{}.with_dtype(DType::I64));
+  out.rows = from_vector(rows, {int64_t(rows.size())}, index_options);
   Tensor v = zeros({int64_t(rows.size()), a.values.size(1)}, a.values.options());
   index_add_(v, 0, position(ra), a.values);
   index_add_(v, 0, position(rb), b.values);

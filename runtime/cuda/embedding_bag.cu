@@ -1,0 +1,215 @@
+// CUDA kernels of the table-batched embedding family (runtime/kernels/embedding_bag.h).
+//
+// Forward: one warp per (feature, sample) bag, its lanes over the row's columns; a pooled bag sums
+// its rows in value order in the compute dtype (as the CPU kernel does), an unpooled bag copies
+// them. The per-feature table, rows, dim and output position travel as one small device array.
+// Ids outside their table are recorded with an atomic minimum of the value position, read back
+// once per call (one host sync, as the embedding op's id check).
+// Backward: the grouping of contributions by row is the CPU kernel's host code
+// (runtime/kernels/embedding_bag_grad_entries.h, on host copies of values, offsets and weights),
+// and one warp per touched row sums its gradient rows on the device in that order, so the result
+// is the CPU's up to the compute dtype's rounding. Grouping on the device (a radix sort as in
+// embedding.cu) would remove the host work and the copies; not done yet.
+#include <cstring>
+#include <vector>
+
+#include "runtime/cuda/loops.cuh"
+#include "runtime/kernels/embedding_bag.h"
+#include "runtime/kernels/embedding_bag_grad_entries.h"
+#include "runtime/ops/factory.h"
+
+namespace mt::runtime::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kFeatureFields = 5;  // table pointer, rows, dim, output position, MEAN flag
+
+// [F, kFeatureFields] i64 on the device: what each feature's bags read and where they write.
+Tensor feature_table_on_device(const std::vector<Tensor>& tables, const TbePlan& plan,
+                               Device device) {
+  const int64_t F = int64_t(plan.feature_table.size());
+  std::vector<int64_t> meta(size_t(F * kFeatureFields));
+  for (int64_t f = 0; f < F; ++f) {
+    const Tensor& t = tables[size_t(plan.feature_table[size_t(f)])];
+    int64_t* m = meta.data() + f * kFeatureFields;
+    m[0] = int64_t(reinterpret_cast<intptr_t>(t.data_ptr()));
+    m[1] = t.size(0);
+    m[2] = t.size(1);
+    m[3] = plan.feature_out[size_t(f)];
+    m[4] = plan.feature_mean[size_t(f)];
+  }
+  return from_vector<int64_t>(meta, {F, kFeatureFields}, TensorOptions{}.with_dtype(DType::I64))
+      .to(device);
+}
+
+template <class T>
+__global__ void tbe_forward(const int64_t* meta, int64_t num_bags, int64_t B, bool pooled,
+                            int64_t out_width, const int64_t* values, const int64_t* offsets,
+                            const acc_t<T>* weights, T* out, unsigned long long* first_bad) {
+  using C = acc_t<T>;
+  const int lane = int(threadIdx.x) % kWarp;
+  const int64_t warps = int64_t(gridDim.x) * blockDim.x / kWarp;
+  for (int64_t bag = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; bag < num_bags;
+       bag += warps) {
+    const int64_t f = bag / B, b = bag % B;
+    const int64_t* m = meta + f * kFeatureFields;
+    const T* table = reinterpret_cast<const T*>(m[0]);
+    const int64_t rows = m[1], D = m[2];
+    const int64_t s = offsets[bag], e = offsets[bag + 1];
+    auto valid = [&](int64_t i, int64_t id) {
+      if (id >= 0 && id < rows) return true;
+      if (lane == 0) atomicMin(first_bad, (unsigned long long)i);
+      return false;
+    };
+    if (!pooled) {
+      T* dst = out + m[3] + (s - offsets[f * B]) * D;
+      for (int64_t i = s; i < e; ++i, dst += D) {
+        const int64_t id = values[i];
+        if (!valid(i, id)) continue;
+        for (int64_t j = lane; j < D; j += kWarp) dst[j] = table[id * D + j];
+      }
+      continue;
+    }
+    T* dst = out + b * out_width + m[3];
+    const bool mean = m[4] != 0 && e > s;
+    for (int64_t j0 = 0; j0 < D; j0 += kWarp) {
+      const int64_t j = j0 + lane;
+      C acc = C(0);
+      for (int64_t i = s; i < e; ++i) {
+        const int64_t id = values[i];
+        if (!valid(i, id) || j >= D) continue;
+        const C x = C(table[id * D + j]);
+        if (weights != nullptr) {
+          acc += weights[i] * x;
+        } else {
+          acc += x;
+        }
+      }
+      if (j < D) dst[j] = convert<T>(mean ? acc / C(e - s) : acc);
+    }
+  }
+}
+
+int64_t cuda_tbe_forward(const std::vector<Tensor>& tables, const Tensor& values,
+                         const Tensor& offsets, const Tensor& weights, const TbePlan& plan,
+                         Tensor& out) {
+  for (const Tensor& t : tables) check_on_current_device(t, "embedding_bags_batched");
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&values, &offsets, &weights, &out})
+    check_on_current_device(*t, "embedding_bags_batched");
+  const int64_t num_bags = int64_t(plan.feature_table.size()) * plan.batch_size;
+  if (num_bags == 0 || values.numel() == 0) {
+    if (plan.pooled) out.zero_();  // every bag is empty: zeros (unpooled: nothing to write)
+    return -1;
+  }
+  const Tensor meta = feature_table_on_device(tables, plan, out.device());
+  Tensor first_bad = empty({1}, values.options());
+  MT_CUDA_CHECK(cudaMemsetAsync(first_bad.data_ptr(), 0xFF, sizeof(int64_t), current_stream()));
+  MT_CUDA_DISPATCH_FLOATING(out.dtype(), "embedding_bags_batched", T, [&] {
+    tbe_forward<T><<<blocks_for(num_bags * kWarp), kThreads, 0, current_stream()>>>(
+        ptr<int64_t>(meta), num_bags, plan.batch_size, plan.pooled, plan.out_width,
+        ptr<int64_t>(values), ptr<int64_t>(offsets),
+        weights.defined() ? ptr<acc_t<T>>(weights) : nullptr, ptr<T>(out),
+        ptr<unsigned long long>(first_bad));
+    MT_CUDA_CHECK_LAUNCH();
+  });
+  unsigned long long bad = 0;
+  MT_CUDA_CHECK(cudaMemcpyAsync(&bad, first_bad.data_ptr(), sizeof(bad), cudaMemcpyDeviceToHost,
+                                current_stream()));
+  MT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+  return bad == ~0ull ? -1 : int64_t(bad);
+}
+
+// values[u] = sum over entries k of run u, in order, of scale[k] * grad_out[src[k] + j].
+template <class T>
+__global__ void sum_runs(const int64_t* starts, const int64_t* src, const acc_t<T>* scale,
+                         const T* grad_out, T* values, int64_t U, int64_t D) {
+  using C = acc_t<T>;
+  const int lane = int(threadIdx.x) % kWarp;
+  const int64_t warps = int64_t(gridDim.x) * blockDim.x / kWarp;
+  for (int64_t u = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; u < U; u += warps) {
+    for (int64_t j = lane; j < D; j += kWarp) {
+      C acc = C(0);
+      for (int64_t k = starts[u]; k < starts[u + 1]; ++k) {
+        const C x = C(grad_out[src[k] + j]);
+        if (scale[k] == C(1)) {
+          acc += x;
+        } else {
+          acc += scale[k] * x;
+        }
+      }
+      values[u * D + j] = convert<T>(acc);
+    }
+  }
+}
+
+template <class T>
+RowSparseGrad table_grad(int64_t table, const Tensor& weight, const TbePlan& plan,
+                         const int64_t* values, const int64_t* offsets, const acc_t<T>* weights,
+                         const Tensor& grad_out) {
+  using C = acc_t<T>;
+  const int64_t D = weight.size(1);
+  const std::vector<TbeGradEntry<C>> entries =
+      tbe_grad_entries<C>(table, D, plan, values, offsets, weights);
+  RowSparseGrad g;
+  if (entries.empty()) return g;
+  const std::vector<int64_t> starts = tbe_run_starts(entries);
+  const int64_t U = int64_t(starts.size()) - 1, n = int64_t(entries.size());
+  std::vector<int64_t> row_ids, src;
+  std::vector<C> scale;
+  for (const int64_t k : starts)
+    if (k < n) row_ids.push_back(entries[size_t(k)].id);
+  for (const TbeGradEntry<C>& e : entries) {
+    src.push_back(e.src);
+    scale.push_back(e.scale);
+  }
+  const Device device = weight.device();
+  const TensorOptions i64 = TensorOptions{}.with_dtype(DType::I64);
+  const Tensor starts_d = from_vector<int64_t>(starts, {U + 1}, i64).to(device);
+  const Tensor src_d = from_vector<int64_t>(src, {n}, i64).to(device);
+  const Tensor scale_d =
+      from_vector<C>(scale, {n},
+                     TensorOptions{}.with_dtype(sizeof(C) == 8 ? DType::F64 : DType::F32))
+          .to(device);
+  g.table = table;
+  g.num_rows = weight.size(0);
+  g.rows = from_vector<int64_t>(row_ids, {U}, i64).to(device);
+  g.values = empty({U, D}, weight.options());
+  if (D > 0) {
+    sum_runs<T><<<blocks_for(U * kWarp), kThreads, 0, current_stream()>>>(
+        ptr<int64_t>(starts_d), ptr<int64_t>(src_d), ptr<C>(scale_d), ptr<T>(grad_out),
+        ptr<T>(g.values), U, D);
+    MT_CUDA_CHECK_LAUNCH();
+  }
+  return g;
+}
+
+std::vector<RowSparseGrad> cuda_tbe_backward(const std::vector<Tensor>& tables,
+                                             const Tensor& values, const Tensor& offsets,
+                                             const Tensor& weights, const TbePlan& plan,
+                                             const Tensor& grad_out) {
+  for (const Tensor& t : tables) check_on_current_device(t, "embedding_bags_batched_backward");
+  for (const Tensor* t :
+       std::initializer_list<const Tensor*>{&values, &offsets, &weights, &grad_out})
+    check_on_current_device(*t, "embedding_bags_batched_backward");
+  const Device cpu = Device::cpu();
+  const Tensor v = values.to(cpu), o = offsets.to(cpu);
+  const Tensor w = weights.defined() ? weights.to(cpu) : Tensor();
+  std::vector<RowSparseGrad> out;
+  MT_CUDA_DISPATCH_FLOATING(grad_out.dtype(), "embedding_bags_batched_backward", T, [&] {
+    using C = acc_t<T>;
+    for (int64_t t = 0; t < int64_t(tables.size()); ++t) {
+      RowSparseGrad g =
+          table_grad<T>(t, tables[size_t(t)], plan, v.data<int64_t>(), o.data<int64_t>(),
+                        w.defined() ? static_cast<const C*>(w.data_ptr()) : nullptr, grad_out);
+      if (g.table >= 0) out.push_back(std::move(g));
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+MT_REGISTER_KERNEL(tbe_forward_kernel, DeviceType::CUDA, cuda_tbe_forward);
+MT_REGISTER_KERNEL(tbe_backward_kernel, DeviceType::CUDA, cuda_tbe_backward);
+
+}  // namespace mt::runtime::cuda
