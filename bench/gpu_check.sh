@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-machine call that checks the CUDA build end to end: every GPU test (label gpu),
-# then the debug model trained 40 steps on the CPU and on the GPU from the same seed, with the
-# two loss columns side by side. Built here, bundled with
+# then the dense and the MoE debug models trained 40 steps on the CPU and on the GPU from the same
+# seed, with the two loss columns side by side. Built here, bundled with
 #   ../shared/tools/device-bundle .device build/train/train build/tests/*_gpu_test
 # and the test data copied to .device/data (tinyshakespeare.txt, gpt2/tokenizer.json); there:
 #   source .device/device-env.sh && bash bench/gpu_check.sh [RESULT_DIR]
@@ -19,17 +19,20 @@ for t in .device/bin/*_gpu_test; do
   summary+=("$name rc=$rc $(grep -E '^\[  (PASSED|FAILED|  SKIPPED)' "$dir/$name.log" | tr '\n' ' ')")
 done
 data=.device/data
-common=(--config configs/debug_model.toml --training.steps="${STEPS:-40}" --metrics.log_freq=1
-        --validation.enable=false --metrics.plot=false
-        --training.dataset_path=$data/tinyshakespeare.txt --model.tokenizer_path=$data/gpt2/tokenizer.json)
-for dev in cpu cuda; do
-  timeout 300 .device/bin/train "${common[@]}" --training.device=$dev --job.dump_folder="$dir/train_$dev" \
-    >"$dir/train_$dev.log" 2>&1
-  summary+=("train $dev rc=$?")
+common=(--training.steps="${STEPS:-40}" --metrics.log_freq=1 --validation.enable=false
+        --metrics.plot=false --training.dataset_path=$data/tinyshakespeare.txt
+        --model.tokenizer_path=$data/gpt2/tokenizer.json)
+# The dense debug model and the MoE one (router + grouped experts on cuBLAS), each on both devices.
+for cfg in debug_model moe_debug; do
+  for dev in cpu cuda; do
+    timeout 300 .device/bin/train --config configs/$cfg.toml "${common[@]}" --training.device=$dev \
+      --job.dump_folder="$dir/${cfg}_$dev" >"$dir/${cfg}_$dev.log" 2>&1
+    summary+=("train $cfg $dev rc=$?")
+  done
+  echo "---- $cfg losses (cpu | cuda)"
+  paste <(grep -oE 'loss[ =:]+[0-9.]+' "$dir/${cfg}_cpu.log" | head -40) \
+        <(grep -oE 'loss[ =:]+[0-9.]+' "$dir/${cfg}_cuda.log" | head -40) | awk 'NR%5==1'
+  tail -3 "$dir/${cfg}_cuda.log"
 done
-echo "---- losses (cpu | cuda)"
-paste <(grep -oE 'loss[ =:]+[0-9.]+' "$dir/train_cpu.log" | head -40) \
-      <(grep -oE 'loss[ =:]+[0-9.]+' "$dir/train_cuda.log" | head -40) | awk 'NR%5==1'
-tail -3 "$dir/train_cuda.log"
 echo "---- summary"
 printf '%s\n' "${summary[@]}"

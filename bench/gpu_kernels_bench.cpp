@@ -5,6 +5,8 @@
 // ones. Prints one row per kernel: median time, achieved TB/s or TFLOP/s, and % of the ceiling.
 // Bytes are the fewest the kernel must move (each input read once, each output written once);
 // FLOPs are the usual 2 m n k (attention: 4 B H T^2 D, halved for causal; backward 2.5x).
+// Also MoE grouped_mm and DLRM table-batched embedding bags (the ids start on the host, as from
+// a data loader, so that row includes their copy and the id check's sync).
 //
 //   ./build/bench/gpu_kernels_bench [--reps N]      (on the GPU machine: .device/bin/...)
 //
@@ -25,7 +27,9 @@
 #include "runtime/ops/attention.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/embedding.h"
+#include "runtime/ops/embedding_bag.h"
 #include "runtime/ops/factory.h"
+#include "runtime/ops/grouped_matmul.h"
 #include "runtime/ops/loss.h"
 #include "runtime/ops/matmul.h"
 #include "runtime/ops/reduce.h"
@@ -177,6 +181,45 @@ int run() {
                     }),
                     3.5 * attn_flops, true});
     GradMode::set_enabled(false);
+  }
+  // MoE experts (DeepSeek-V3-like, scaled down): 8192 tokens x top 8 over 64 experts, dim 2048,
+  // expert hidden 1408, routed unevenly (counts from 0.25x to 1.75x the mean).
+  {
+    const int64_t E = 64, rows_total = N * 8, I = 1408;
+    std::vector<int64_t> counts(static_cast<size_t>(E));
+    int64_t assigned = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      counts[size_t(e)] = rows_total / E * (1 + 6 * e / (E - 1)) / 4;
+      assigned += counts[size_t(e)];
+    }
+    counts.back() += rows_total - assigned;
+    Tensor xs = rnd({rows_total, D}, bf16, dev, "xs"), we = rnd({E, I, D}, bf16, dev, "we");
+    rows.push_back({"grouped_mm x@w_e^T (64 experts)", "65536x2048 -> 1408", time_it(dev, [&] {
+                      grouped_mm(xs, we, counts);
+                    }),
+                    2.0 * rows_total * D * I, true});
+  }
+  // Table-batched embedding bags (DLRM): 26 f32 tables of 1M x 128, batch 8192, 20 ids per bag;
+  // bytes = the rows read plus the pooled output written.
+  {
+    const int64_t Tn = 26, rows_per = 1 << 20, dim = 128, batch = 8192, per_bag = 20;
+    std::vector<Tensor> tables;
+    TableBatchLayout layout;
+    for (int64_t t = 0; t < Tn; ++t) {
+      tables.push_back(rnd({rows_per, dim}, f32, dev, "tbe_table"));
+      layout.feature_table.push_back(t);
+    }
+    const int64_t n = Tn * batch * per_bag;
+    const Tensor values = random_ids(n, rows_per, Device::cpu(), "tbe_ids");
+    std::vector<int64_t> bag_starts(size_t(Tn * batch + 1));
+    for (size_t i = 0; i < bag_starts.size(); ++i) bag_starts[i] = int64_t(i) * per_bag;
+    const Tensor offsets = from_vector<int64_t>(bag_starts, {Tn * batch + 1},
+                                                TensorOptions{}.with_dtype(DType::I64));
+    rows.push_back({"embedding_bags_batched fwd", "26 x 1Mx128 f32, 8192 x 20 ids",
+                    time_it(dev, [&] {
+                      embedding_bags_batched(tables, values, offsets, batch, layout);
+                    }),
+                    4.0 * double(n) * dim + 4.0 * batch * Tn * dim, false});
   }
   // AdamW over ~1.24B f32 parameters in 16 tensors: reads param, grad, m, v; writes param, m, v.
   {
