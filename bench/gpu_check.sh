@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
 # One device-machine call that checks the CUDA build end to end: every GPU test (label gpu),
 # then the dense and the MoE debug models trained 40 steps on the CPU and on the GPU from the same
-# seed, with the two loss columns side by side. Built here, bundled with
-#   ../shared/tools/device-bundle .device build/train/train build/tests/*_gpu_test
-# and the test data copied to .device/data (tinyshakespeare.txt, gpt2/tokenizer.json); there:
-#   source .device/device-env.sh && bash bench/gpu_check.sh [RESULT_DIR]
+# seed, with the two loss columns side by side. Packed here by bench/gpu_bundle.sh into
+# .device/bundle.tar.xz (binaries, their libraries and the test data); there (carry [".device"]):
+#   bash bench/gpu_check.sh "$OUT/check"
 # Logs go to RESULT_DIR (default out/gpu_check); the last lines printed are the summary.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-out/gpu_check}
 mkdir -p "$dir"
+if [ ! -d .device/bin ] && [ -f .device/bundle.tar.xz ]; then tar xJf .device/bundle.tar.xz -C .device; fi
+# shellcheck disable=SC1091
+source .device/device-env.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 summary=()
 for t in .device/bin/*_gpu_test; do
   name=$(basename "$t")
   timeout "${TEST_TIMEOUT:-180}" "$t" >"$dir/$name.log" 2>&1
   rc=$?
-  summary+=("$name rc=$rc $(grep -E '^\[  (PASSED|FAILED|  SKIPPED)' "$dir/$name.log" | tr '\n' ' ')")
+  summary+=("$name rc=$rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]' "$dir/$name.log" | tr '\n' ' ')")
 done
 data=.device/data
-common=(--training.steps="${STEPS:-40}" --metrics.log_freq=1 --validation.enable=false
+steps=${STEPS:-40}
+common=(--training.steps="$steps" --lr_scheduler.warmup_steps=$((steps / 4)) --metrics.log_freq=1 --validation.enable=false
         --metrics.plot=false --training.dataset_path=$data/tinyshakespeare.txt
         --model.tokenizer_path=$data/gpt2/tokenizer.json)
 # The dense debug model and the MoE one (router + grouped experts on cuBLAS), each on both devices.
