@@ -1,4 +1,5 @@
 // CUDA caching allocator: see caching_allocator.h.
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -36,10 +37,11 @@ class CachingAllocator final : public Allocator {
     std::lock_guard lock(mutex_);
     check_device(device);
     release_completed_pending();
-    void* ptr = take_cached(size, stream);
+    size_t block_size = size;
+    void* ptr = take_cached(size, stream, &block_size);
     if (ptr == nullptr) ptr = malloc_or_retry(size, nbytes, device);
     Block& b = live_[ptr];
-    b.size = size;
+    b.size = block_size;
     b.stream = stream;
     b.other_streams.clear();
     counter_.add(int64_t(size));
@@ -57,17 +59,35 @@ class CachingAllocator final : public Allocator {
       free_[b.stream].emplace(b.size, ptr);
       return;
     }
+    // Called from ~Storage (noexcept): no throwing here. Should an event fail (e.g. a recorded
+    // stream already destroyed), wait for the whole device instead and reuse the block at once.
+    bool events_ok = true;
     for (cudaStream_t s : b.other_streams) {
       cudaEvent_t e = nullptr;
-      MT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      MT_CUDA_CHECK(cudaEventRecord(e, s));
+      if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess ||
+          cudaEventRecord(e, s) != cudaSuccess) {
+        if (e != nullptr) (void)cudaEventDestroy(e);
+        events_ok = false;
+        break;
+      }
       b.pending.push_back(e);
     }
     b.other_streams.clear();
+    if (!events_ok) {
+      (void)cudaGetLastError();
+      (void)cudaDeviceSynchronize();
+      for (cudaEvent_t e : b.pending) (void)cudaEventDestroy(e);
+      free_[b.stream].emplace(b.size, ptr);
+      return;
+    }
     pending_.emplace(ptr, std::move(b));
   }
 
   MemoryStats stats(Device) const override {
+    std::lock_guard lock(mutex_);
+    return stats_locked();
+  }
+  MemoryStats stats_locked() const {
     MemoryStats s = counter_.stats();
     s.bytes_reserved = reserved_;
     return s;
@@ -87,6 +107,9 @@ class CachingAllocator final : public Allocator {
 
   void empty_cache() {
     std::lock_guard lock(mutex_);
+    // Freed blocks may still be read by queued kernels of their stream: wait for the device.
+    MT_CUDA_CHECK(cudaDeviceSynchronize());
+    release_completed_pending();
     release_free_blocks();
   }
 
@@ -97,13 +120,18 @@ class CachingAllocator final : public Allocator {
              current, " (runtime::set_current_device picks it)");
   }
 
-  // A free block of exactly `size` (rounded) on `stream`, or null.
-  void* take_cached(size_t size, cudaStream_t stream) {
+  // The smallest free block on `stream` of at least `size` (rounded) bytes that wastes at most a
+  // quarter of it or one large rounding unit, or null; *block_size gets its size. Sizes that
+  // change every step (MoE routing) reuse blocks instead of growing the cache until cudaMalloc
+  // fails (which costs a device synchronisation and a flush of the cache).
+  void* take_cached(size_t size, cudaStream_t stream, size_t* block_size) {
     auto pool = free_.find(stream);
     if (pool == free_.end()) return nullptr;
-    auto it = pool->second.find(size);
-    if (it == pool->second.end()) return nullptr;
+    auto it = pool->second.lower_bound(size);
+    if (it == pool->second.end() || it->first > std::max(size + size / 4, size + kLargeRound))
+      return nullptr;
     void* ptr = it->second;
+    *block_size = it->first;
     pool->second.erase(it);
     return ptr;
   }
@@ -119,7 +147,7 @@ class CachingAllocator final : public Allocator {
         (void)cudaGetLastError();
         size_t free_bytes = 0, total_bytes = 0;
         (void)cudaMemGetInfo(&free_bytes, &total_bytes);
-        const MemoryStats s = stats(device);
+        const MemoryStats s = stats_locked();
         MT_FAIL("CUDA out of memory on ", device, ": tried to allocate ", mib(requested),
                 " MiB; in use by tensors ", mib(size_t(s.bytes_in_use)), " MiB, reserved ",
                 mib(size_t(reserved_)), " MiB, free on the device ", mib(free_bytes), " of ",
@@ -165,7 +193,7 @@ class CachingAllocator final : public Allocator {
     }
   }
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::unordered_map<void*, Block> live_;
   std::unordered_map<void*, Block> pending_;
   std::unordered_map<cudaStream_t, std::multimap<size_t, void*>> free_;

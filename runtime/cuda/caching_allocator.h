@@ -1,8 +1,10 @@
 // The CUDA caching allocator (registered as the runtime's allocator for DeviceType::CUDA).
 //
-// Freed blocks are kept and handed out again to allocations of the same rounded size on the
-// same stream, so a training loop that repeats its shapes calls cudaMalloc only in its first
-// steps and never cudaFree. Sizes round up to 512 bytes below 1 MiB and to 2 MiB above.
+// Freed blocks are kept and handed out again on the same stream to allocations they fit (the
+// smallest free block of at least the rounded size, wasting at most a quarter of it or 2 MiB),
+// so a training loop calls cudaMalloc only in its first steps and never cudaFree, even when some
+// sizes change every step (MoE routing). Sizes round up to 512 bytes below 1 MiB and to 2 MiB
+// above. Memory stats count a block's whole size.
 //
 // Streams: a block belongs to the stream that was current when it was allocated, and work on that
 // stream is ordered, so it can be reused as soon as it is freed. A block that another stream also

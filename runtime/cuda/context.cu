@@ -81,11 +81,17 @@ cudaStream_t current_stream() {
   return t_has_override ? t_stream_override : compute_stream(current_device());
 }
 
-StreamGuard::StreamGuard(cudaStream_t stream) : previous_(current_stream()) {
+StreamGuard::StreamGuard(cudaStream_t stream)
+    : previous_(t_stream_override), previous_active_(t_has_override) {
   t_stream_override = stream;
   t_has_override = true;
 }
-StreamGuard::~StreamGuard() { t_stream_override = previous_; }
+// Restores the previous override, or none: without one, current_stream() follows the current
+// device again (a guard must not pin the thread to the device it was made on).
+StreamGuard::~StreamGuard() {
+  t_stream_override = previous_;
+  t_has_override = previous_active_;
+}
 
 cublasLtHandle_t cublaslt_handle() {
   DeviceState& s = state(current_device());
@@ -107,6 +113,7 @@ cublasHandle_t cublas_handle() {
 
 void* workspace(size_t bytes) {
   DeviceState& s = state(current_device());
+  std::lock_guard lock(process().mutex);
   if (s.workspace_bytes < bytes) {
     // The old buffer may still be read by queued work: wait for it before freeing.
     if (s.workspace != nullptr) {

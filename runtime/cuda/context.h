@@ -42,6 +42,7 @@ class StreamGuard {
 
  private:
   cudaStream_t previous_;
+  bool previous_active_;
 };
 
 cublasLtHandle_t cublaslt_handle();
@@ -51,7 +52,8 @@ cublasLtHandle_t cublaslt_handle();
 inline constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
 cublasHandle_t cublas_handle();
 // A device buffer of at least `bytes` for library workspaces, reused across calls on the
-// compute stream (grows, never shrinks).
+// compute stream (grows, never shrinks). One buffer per device: library calls that use it must
+// run on the compute stream (side streams carry copies and collectives, not GEMMs).
 void* workspace(size_t bytes);
 
 // Throws when `t` is not on the current CUDA device (kernels cannot read other devices' memory).

@@ -37,6 +37,9 @@ __global__ void forward_rows(const T* x, const I* t, int64_t v, int64_t ignore_i
     if (threadIdx.x == 0) losses[r] = lse[r] = A(0);
     return;
   }
+  // An invalid target (check_targets, queued before, reports it to the host) must not be read:
+  // the whole block skips the row, so no thread misses a block reduction.
+  if (tr < 0 || tr >= v) return;
   const T* row = x + r * v;
   A mx = -::cuda::std::numeric_limits<A>::infinity();
   for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = max(mx, A(row[j]));
@@ -83,8 +86,9 @@ CrossEntropyForwardStatus forward(const Tensor& logits, const Tensor& targets,
   if (N == 0) return {};
   Tensor status = Tensor::empty({2}, targets.options().with_dtype(DType::I64));
   auto* st = ptr<unsigned long long>(status);
-  const unsigned long long init[2] = {~0ull, 0ull};
-  MT_CUDA_CHECK(cudaMemcpyAsync(st, init, sizeof(init), cudaMemcpyHostToDevice, current_stream()));
+  // status[0]: first bad position (all ones: none); status[1]: count of non-ignored targets.
+  MT_CUDA_CHECK(cudaMemsetAsync(st, 0xFF, sizeof(*st), current_stream()));
+  MT_CUDA_CHECK(cudaMemsetAsync(st + 1, 0, sizeof(*st), current_stream()));
   dispatch_index(targets, [&](auto* pt) {
     check_targets<<<blocks_for(N), kThreads, 0, current_stream()>>>(pt, N, V, ignore_index, st);
     MT_CUDA_CHECK_LAUNCH();

@@ -46,8 +46,9 @@ __global__ void dx_rows(const T* dy, const T* x, const T* w, const A* rstd, int6
 template <class T, class A>
 __global__ void dweight_partial(const T* dy, const T* x, const A* rstd, int64_t rows, int64_t d,
                                 A* partial) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t chunk = blockIdx.y;
+  // Chunks of rows on grid.x (up to 2^31 - 1; grid.y stops at 65535), column blocks on grid.y.
+  const int64_t i = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  const int64_t chunk = blockIdx.x;
   if (i >= d) return;
   const int64_t r0 = chunk * kChunkRows, r1 = min(rows, r0 + kChunkRows);
   A acc = 0;
@@ -95,7 +96,8 @@ void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, 
     const int64_t chunks = (rows + kChunkRows - 1) / kChunkRows;
     Tensor partial = Tensor::empty({chunks, d}, x.options().with_dtype(dtype_v<A>));
     const unsigned col_blocks = unsigned((d + kThreads - 1) / kThreads);
-    dweight_partial<T, A><<<dim3(col_blocks, unsigned(chunks)), kThreads, 0, current_stream()>>>(
+    MT_CHECK(col_blocks <= 65535u, "rms_norm_backward: ", d, " features exceed the kernel's limit");
+    dweight_partial<T, A><<<dim3(unsigned(chunks), col_blocks), kThreads, 0, current_stream()>>>(
         ptr<T>(dy), ptr<T>(x), ptr<A>(rstd), rows, d, ptr<A>(partial));
     MT_CUDA_CHECK_LAUNCH();
     dweight_sum<T, A><<<col_blocks, kThreads, 0, current_stream()>>>(ptr<A>(partial), chunks, d,
