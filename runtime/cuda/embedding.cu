@@ -4,10 +4,9 @@
 // sort is stable, so equal ids stay in increasing position) and the first position of each run
 // of equal ids sums the run's gradient rows in order, in f32 for 16-bit dtypes, into its row of
 // grad_weight; the result equals the CPU's bitwise.
-#include <cub/device/device_radix_sort.cuh>
-
 #include "runtime/cuda/index.cuh"
 #include "runtime/cuda/loops.cuh"
+#include "runtime/cuda/sorted_positions.cuh"
 #include "runtime/kernels/embedding.h"
 #include "runtime/kernels/index.h"
 #include "runtime/ops/factory.h"
@@ -38,13 +37,6 @@ int64_t embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) 
   return -1;
 }
 
-// Bits needed for ids in [0, V).
-int key_bits(int64_t V) {
-  int bits = 1;
-  while (bits < 63 && (int64_t(1) << bits) < V) ++bits;
-  return bits;
-}
-
 template <class T>
 __global__ void sum_runs(const int64_t* keys, const int32_t* order, const T* grad, T* gw, int64_t n,
                          int64_t D) {
@@ -65,26 +57,12 @@ void embedding_backward(const Tensor& grad, const Tensor& ids, Tensor& grad_weig
     check_on_current_device(*t, "embedding_backward");
   const int64_t V = grad_weight.size(0), D = grad_weight.size(1), n = ids.numel();
   if (D == 0 || n == 0) return;
-  MT_CHECK(n < (int64_t(1) << 31), "embedding_backward: at most 2^31 - 1 ids, got ", n);
-  const TensorOptions i64 = ids.options().with_dtype(DType::I64);
-  const TensorOptions i32 = ids.options().with_dtype(DType::I32);
-  const Tensor keys_in = ids.to(DType::I64);
-  Tensor keys = empty({n}, i64), positions = empty({n}, i32), order = empty({n}, i32);
-  int32_t* pp = ptr<int32_t>(positions);
-  launch_linear(n, [=] __device__(int64_t i) { pp[i] = int32_t(i); });
-  const int bits = key_bits(V);
-  size_t temp_bytes = 0;
-  MT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, ptr<int64_t>(keys_in),
-                                                ptr<int64_t>(keys), pp, ptr<int32_t>(order), int(n),
-                                                0, bits, current_stream()));
-  Tensor temp = empty({int64_t(temp_bytes / 8 + 1)}, i64);
-  MT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, ptr<int64_t>(keys_in),
-                                                ptr<int64_t>(keys), pp, ptr<int32_t>(order), int(n),
-                                                0, bits, current_stream()));
+  const SortedPositions sorted = sort_positions_by_value(ids, V, "embedding_backward");
   MT_CUDA_DISPATCH_FLOATING(grad.dtype(), "embedding_backward", T, [&] {
-    const int threads = D >= 256 ? 256 : int((D + 31) / 32 * 32);
-    sum_runs<T><<<unsigned(std::min<int64_t>(n, 1 << 20)), threads, 0, current_stream()>>>(
-        ptr<int64_t>(keys), ptr<int32_t>(order), ptr<T>(grad), ptr<T>(grad_weight), n, D);
+    sum_runs<T>
+        <<<unsigned(std::min<int64_t>(n, 1 << 20)), threads_for_inner(D), 0, current_stream()>>>(
+            ptr<int64_t>(sorted.keys), ptr<int32_t>(sorted.order), ptr<T>(grad),
+            ptr<T>(grad_weight), n, D);
     MT_CUDA_CHECK_LAUNCH();
   });
 }

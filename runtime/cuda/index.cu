@@ -1,13 +1,15 @@
 // CUDA kernels of the index family (runtime/kernels/index.h). Copies (index_select, gather, the
 // non-accumulating scatter) move elements by size, one instantiation per element width. The
 // accumulating kernels follow the CPU's schedule so they stay deterministic without atomics:
-// index_add gives each thread one (outer, inner) position and walks the index in order; scatter
+// index_add gives each thread one (outer, inner) position and walks the index in order (a long
+// index is sorted by target first, and each run of equal targets walked in order); scatter
 // gives each thread one index position off `dim` and walks `dim` in order. Repeated targets thus
 // add in index order, with the CPU's per-step rounding (the results equal the CPU's bitwise).
 #include <limits>
 
 #include "runtime/cuda/index.cuh"
 #include "runtime/cuda/loops.cuh"
+#include "runtime/cuda/sorted_positions.cuh"
 #include "runtime/kernels/index.h"
 #include "runtime/ops/factory.h"
 
@@ -79,24 +81,60 @@ void index_select(const Tensor& x, int64_t dim, const Tensor& index, Tensor& out
   });
 }
 
+// index_add over a long index: positions sorted stably by target (sorted_positions.cuh), one
+// block per (outer, run of equal targets), threads over inner, each element walking its run in
+// index order. The same additions in the same order as walking the whole index per element.
+template <class T>
+__global__ void index_add_runs(T* self, const T* src, const int64_t* keys, const int32_t* order,
+                               int64_t n, int64_t outer, int64_t size, int64_t inner,
+                               acc_t<T> alpha) {
+  for (int64_t item = blockIdx.x; item < outer * n; item += gridDim.x) {
+    const int64_t o = item / n, k = item % n, target = keys[k];
+    if (k > 0 && keys[k - 1] == target) continue;  // not the first of its run
+    for (int64_t j = threadIdx.x; j < inner; j += blockDim.x) {
+      T& dst = self[(o * size + target) * inner + j];
+      T v = dst;
+      for (int64_t m = k; m < n && keys[m] == target; ++m)
+        accumulate(v, src[(o * n + int64_t(order[m])) * inner + j], alpha);
+      dst = v;
+    }
+  }
+}
+
+// Indices up to this long are walked whole by every (outer, inner) thread; longer ones are sorted
+// first (a walk per thread would serialise on the index: MoE's combine adds tokens x top-k rows).
+constexpr int64_t kIndexAddWalkMax = 32;
+
 void index_add(Tensor& self, int64_t dim, const Tensor& index, const Tensor& source, double alpha) {
   for (const Tensor* t : std::initializer_list<const Tensor*>{&self, &index, &source})
     check_on_current_device(*t, "index_add");
   const DimSplit s = split_at(self.shape(), dim);
-  const int64_t n = index.numel(), inner = s.inner, size = s.size;
-  if (n == 0) return;
-  MT_CUDA_DISPATCH_ALL(self.dtype(), "index_add", T, [&] {
-    MT_CUDA_DISPATCH_INDEX(index.dtype(), "index_add", I, [&] {
-      T* sp = ptr<T>(self);
-      const T* src = ptr<T>(source);
-      const I* ip = ptr<I>(index);
-      const acc_t<T> a = acc_t<T>(alpha);
-      launch_linear(s.outer * inner, [=] __device__(int64_t t) {
-        const int64_t o = t / inner, j = t % inner;
-        for (int64_t i = 0; i < n; ++i)
-          accumulate(sp[(o * size + int64_t(ip[i])) * inner + j], src[(o * n + i) * inner + j], a);
+  const int64_t n = index.numel(), inner = s.inner, size = s.size, outer = s.outer;
+  if (n == 0 || outer * inner == 0) return;
+  if (n <= kIndexAddWalkMax) {
+    MT_CUDA_DISPATCH_ALL(self.dtype(), "index_add", T, [&] {
+      MT_CUDA_DISPATCH_INDEX(index.dtype(), "index_add", I, [&] {
+        T* sp = ptr<T>(self);
+        const T* src = ptr<T>(source);
+        const I* ip = ptr<I>(index);
+        const acc_t<T> a = acc_t<T>(alpha);
+        launch_linear(outer * inner, [=] __device__(int64_t t) {
+          const int64_t o = t / inner, j = t % inner;
+          for (int64_t i = 0; i < n; ++i)
+            accumulate(sp[(o * size + int64_t(ip[i])) * inner + j], src[(o * n + i) * inner + j],
+                       a);
+        });
       });
     });
+    return;
+  }
+  const SortedPositions sorted = sort_positions_by_value(index, size, "index_add");
+  MT_CUDA_DISPATCH_ALL(self.dtype(), "index_add", T, [&] {
+    index_add_runs<T>
+        <<<unsigned(std::min<int64_t>(outer * n, 1 << 20)), threads_for_inner(inner), 0,
+           current_stream()>>>(ptr<T>(self), ptr<T>(source), ptr<int64_t>(sorted.keys),
+                               ptr<int32_t>(sorted.order), n, outer, size, inner, acc_t<T>(alpha));
+    MT_CUDA_CHECK_LAUNCH();
   });
 }
 

@@ -236,6 +236,9 @@ TEST_F(ReduceGpu, MaxValuesAndFirstIndex) {
   const Tensor many_ties = full({5, 70000}, 2.0);
   expect_equal([](const auto& in) { return argmax(in[0], 1); }, {many_ties});
   expect_equal([](const auto& in) { return argmax(in[0], 0); }, {many_ties});
+  // split reductions (a long row in 3 chunks above; columns of a tall matrix in 12): the first
+  // maximum survives across chunks
+  expect_equal([](const auto& in) { return argmax(in[0], 0); }, {full({3001, 2048}, 2.0)});
   const Tensor ints =
       from_vector<int64_t>({4, 9, 9, -1, 0, 9}, {2, 3}, TensorOptions{}.with_dtype(DType::I32));
   expect_equal([](const auto& in) { return max(in[0], 1).indices; }, {ints});
