@@ -3,8 +3,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "runtime/core/error.h"
@@ -15,8 +18,21 @@ namespace {
 std::atomic<bool> g_installed{false};
 std::atomic<bool> g_stop{false};
 std::atomic<int> g_signal{0};
-static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free,
+std::atomic<int64_t> g_first_ns{0};  // when the signal that asked to stop arrived
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free &&
+                  std::atomic<int64_t>::is_always_lock_free,
               "the signal handler needs lock-free atomics");
+
+// A repeat closer than this to the first signal is the same event delivered twice (coreutils'
+// timeout and some launchers signal both the process and its process group), not a second
+// Ctrl-C.
+constexpr int64_t kDuplicateWindowNs = 200'000'000;
+
+int64_t monotonic_ns() {  // clock_gettime is async-signal-safe
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
 
 struct sigaction g_old_int, g_old_term;
 
@@ -28,6 +44,17 @@ void write_stderr(const char* s) {
 
 extern "C" void on_stop_signal(int sig) {
   const int saved_errno = errno;
+  const int64_t now = monotonic_ns();
+  if (g_signal.load(std::memory_order_relaxed) != 0) {  // a signal already asked to stop
+    if (now - g_first_ns.load(std::memory_order_relaxed) >= kDuplicateWindowNs) {
+      // A second, deliberate signal: the default action (blocked until this handler returns).
+      signal(sig, SIG_DFL);
+      raise(sig);
+    }
+    errno = saved_errno;
+    return;
+  }
+  g_first_ns.store(now, std::memory_order_relaxed);
   g_signal.store(sig, std::memory_order_relaxed);
   g_stop.store(true, std::memory_order_release);
   write_stderr(sig == SIGINT ? "\nminititan: SIGINT received, stopping at the end of this step "
@@ -46,7 +73,7 @@ StopRequest::StopRequest() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND | SA_RESTART;  // the second signal gets the default action
+  sa.sa_flags = SA_RESTART;  // the handler itself gives a second signal the default action
   if (sigaction(SIGINT, &sa, &g_old_int) != 0) {
     g_installed.store(false);
     MT_FAIL("StopRequest: cannot install the SIGINT handler: ", std::strerror(errno));

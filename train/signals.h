@@ -1,10 +1,12 @@
 // Clean stop on Ctrl-C: while a StopRequest is alive, the first SIGINT or SIGTERM only sets a flag
 // (the trainer checks stop_requested() at the end of each step, saves what it must and says where
-// it stopped), and prints a short note to stderr. The handler is installed with SA_RESETHAND, so a
-// second signal of the same kind gets the default action: a second Ctrl-C ends the process at
-// once. Destroying the StopRequest restores the handlers that were there before.
+// it stopped), and prints a short note to stderr. A second signal gets the default action: a
+// second Ctrl-C ends the process at once. A repeat within 200 ms of the first is taken as the
+// same signal delivered twice (`timeout` and some launchers signal the process and its process
+// group) and ignored. Destroying the StopRequest restores the handlers that were there before.
 //
-// The handler only stores to lock-free atomics and calls write(2), both async-signal-safe. One
+// The handler only reads the monotonic clock, stores to lock-free atomics and calls write(2),
+// signal(2) and raise(3), all async-signal-safe. One
 // StopRequest may be installed at a time (a second one throws). In a multi-rank run each rank sees
 // its own signal; the trainer must agree on the stop step across ranks (e.g. an all-reduce of the
 // flag) before acting on it.

@@ -1,13 +1,15 @@
-// Clean stop on SIGINT/SIGTERM (train/signals): the first signal only sets the flag, a second
-// SIGINT ends the process (checked in a death-test child), handlers are restored on destruction,
-// and only one StopRequest may exist at a time.
+// Clean stop on SIGINT/SIGTERM (train/signals): the first signal only sets the flag, an immediate
+// repeat is ignored, a later second SIGINT ends the process (checked in a death-test child),
+// handlers are restored on destruction, and only one StopRequest may exist at a time.
 #include "train/signals.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <chrono>
 #include <csignal>
+#include <thread>
 
 #include "runtime/core/error.h"
 
@@ -73,6 +75,16 @@ TEST(StopRequest, RestoresPreviousHandlerOnDestruction) {
   EXPECT_FALSE(again.stop_requested());
 }
 
+// `timeout -s INT` and some launchers deliver one stop twice (to the process and to its group):
+// a repeat right after the first is not a second Ctrl-C.
+TEST(StopRequest, ImmediateRepeatIsTheSameSignal) {
+  StopRequest stop;
+  ASSERT_EQ(std::raise(SIGINT), 0);
+  ASSERT_EQ(std::raise(SIGINT), 0);  // would kill the test process if taken as a second Ctrl-C
+  EXPECT_TRUE(stop.stop_requested());
+  EXPECT_EQ(stop.signal_number(), SIGINT);
+}
+
 TEST(StopRequestDeathTest, SecondSigintExitsImmediately) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
@@ -80,7 +92,8 @@ TEST(StopRequestDeathTest, SecondSigintExitsImmediately) {
         StopRequest stop;
         std::raise(SIGINT);
         if (!stop_requested()) std::_Exit(3);  // the first one must only set the flag
-        std::raise(SIGINT);                    // default action: killed here
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));  // a deliberate second one
+        std::raise(SIGINT);                                            // default action: killed
         std::_Exit(0);
       },
       ::testing::KilledBySignal(SIGINT), "SIGINT received");
@@ -93,6 +106,7 @@ TEST(StopRequestDeathTest, SecondSigtermExitsImmediately) {
         StopRequest stop;
         std::raise(SIGTERM);
         if (!stop_requested()) std::_Exit(3);
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
         std::raise(SIGTERM);
         std::_Exit(0);
       },
