@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "runtime/core/error.h"
+#include "runtime/core/grad_mode.h"
+#include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
 #include "runtime/optim/clip_grad.h"
 
@@ -25,9 +27,16 @@ std::vector<ProcessGroup*> reduction_groups(const DistributedParam& p) {
   return groups;
 }
 
+std::vector<Tensor> local_tensors(const std::vector<DistributedParam>& params) {
+  std::vector<Tensor> local;
+  local.reserve(params.size());
+  for (const auto& p : params) local.push_back(p.param);
+  return local;
+}
+
 }  // namespace
 
-double total_grad_norm(const std::vector<DistributedParam>& params, double norm_type) {
+Tensor total_grad_norm_tensor(const std::vector<DistributedParam>& params, double norm_type) {
   MT_CHECK(norm_type > 0, "clip_grad_norm_: norm_type must be > 0 (or inf), got ", norm_type);
   const bool inf = std::isinf(norm_type);
   std::vector<std::vector<ProcessGroup*>> keys;
@@ -42,22 +51,27 @@ double total_grad_norm(const std::vector<DistributedParam>& params, double norm_
     }
     members[k].push_back(p.param);
   }
-  std::vector<double> partials;
+  runtime::NoGradGuard no_grad;
+  Tensor total;  // the keys' partials combined in key order (sum; max for the inf-norm)
   for (size_t k = 0; k < keys.size(); ++k) {
-    double partial = runtime::optim::local_norm_pow(members[k], norm_type);
-    for (ProcessGroup* g : keys[k]) {
-      // On the parameters' device: the group communicates tensors of that device (NCCL: CUDA).
-      Tensor buf = runtime::scalar_tensor(partial, runtime::TensorOptions{}.with_dtype(
-                                                       runtime::DType::F64))
-                       .reshape({1})
-                       .to(members[k].front().device());
-      g->all_reduce(buf, inf ? ReduceOp::Max : ReduceOp::Sum, "clip_grad_norm");
-      partial = buf.item<double>();
-    }
-    partials.push_back(partial);
+    // On the parameters' device: the groups communicate tensors of that device (NCCL: CUDA).
+    Tensor partial = runtime::optim::local_norm_pow_tensor(members[k], norm_type)
+                         .reshape({1})
+                         .to(members[k].front().device());
+    for (ProcessGroup* g : keys[k])
+      g->all_reduce(partial, inf ? ReduceOp::Max : ReduceOp::Sum, "clip_grad_norm");
+    if (total.defined() && partial.device() != total.device()) partial = partial.to(total.device());
+    total = !total.defined() ? partial
+            : inf            ? runtime::maximum(total, partial)  // NaN propagates
+                             : runtime::add(total, partial);
   }
-  return runtime::optim::norm_from_pow(runtime::optim::combine_norm_pows(partials, norm_type),
-                                       norm_type);
+  if (!total.defined())
+    return runtime::scalar_tensor(0.0, runtime::TensorOptions{}.with_dtype(runtime::DType::F64));
+  return runtime::optim::norm_from_pow(total.reshape({}), norm_type);
+}
+
+double total_grad_norm(const std::vector<DistributedParam>& params, double norm_type) {
+  return total_grad_norm_tensor(params, norm_type).item<double>();
 }
 
 double clip_grad_norm_(const std::vector<DistributedParam>& params, double max_norm,
@@ -66,10 +80,14 @@ double clip_grad_norm_(const std::vector<DistributedParam>& params, double max_n
   MT_CHECK(!error_if_nonfinite || std::isfinite(total), "clip_grad_norm_: the total norm of order ",
            norm_type, " of the gradients is ", total,
            " (non-finite); error_if_nonfinite is set, gradients left as they were");
-  std::vector<Tensor> local;
-  local.reserve(params.size());
-  for (const auto& p : params) local.push_back(p.param);
-  runtime::optim::clip_grads_with_norm_(local, max_norm, total);
+  runtime::optim::clip_grads_with_norm_(local_tensors(params), max_norm, total);
+  return total;
+}
+
+Tensor clip_grad_norm_on_device_(const std::vector<DistributedParam>& params, double max_norm,
+                                 double norm_type) {
+  const Tensor total = total_grad_norm_tensor(params, norm_type);
+  runtime::optim::clip_grads_with_norm_(local_tensors(params), max_norm, total);
   return total;
 }
 

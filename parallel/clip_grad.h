@@ -26,4 +26,12 @@ double total_grad_norm(const std::vector<DistributedParam>& params, double norm_
 double clip_grad_norm_(const std::vector<DistributedParam>& params, double max_norm,
                        double norm_type = 2.0, bool error_if_nonfinite = false);
 
+// The same without reading anything on the host (a training step on CUDA stays free of host
+// synchronisations): the total norm is a 0-D f64 tensor on the parameters' device, all-reduced
+// there, and the coefficient is applied from it (runtime/optim/clip_grad.h). Same gradients and
+// norm as clip_grad_norm_, bitwise. No error_if_nonfinite: checking needs the host.
+Tensor total_grad_norm_tensor(const std::vector<DistributedParam>& params, double norm_type = 2.0);
+Tensor clip_grad_norm_on_device_(const std::vector<DistributedParam>& params, double max_norm,
+                                 double norm_type = 2.0);
+
 }  // namespace mt::parallel

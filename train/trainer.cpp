@@ -383,8 +383,17 @@ double Trainer::train_step() {
     (sum * (1.0 / valid)).backward();
     loss_sum = loss_sum.defined() ? runtime::add(loss_sum, sum.detach()) : sum.detach();
   }
-  last_grad_norm_ = parallel::clip_grad_norm_(parallel::distributed_parameters(*model_),
-                                              config_.training.max_norm);
+  // On the CPU the norm is read at once (and gradients under max_norm are not touched); on a GPU
+  // it stays on the device until the loss is read at the end of the step, so the host queues the
+  // whole step without waiting for it.
+  Tensor grad_norm_on_device;
+  if (device_.is_cpu()) {
+    last_grad_norm_ = parallel::clip_grad_norm_(parallel::distributed_parameters(*model_),
+                                                config_.training.max_norm);
+  } else {
+    grad_norm_on_device = parallel::clip_grad_norm_on_device_(
+        parallel::distributed_parameters(*model_), config_.training.max_norm);
+  }
   optimizer_->step();
   scheduler_->step();
   if (spec_->after_optimizer_step) {  // e.g. MoE load balancing, with counts summed over ranks
@@ -395,7 +404,9 @@ double Trainer::train_step() {
       if (!t.device().is_cpu()) t.copy_(host);
     });
   }
-  return sum_over_ranks(loss_sum.item<double>(), "train.loss") / valid;
+  const double loss = sum_over_ranks(loss_sum.item<double>(), "train.loss") / valid;
+  if (grad_norm_on_device.defined()) last_grad_norm_ = grad_norm_on_device.item<double>();
+  return loss;
 }
 
 std::optional<double> Trainer::validation_loss(int64_t max_batches) const {

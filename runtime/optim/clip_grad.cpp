@@ -7,6 +7,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/elementwise.h"
+#include "runtime/ops/factory.h"
 #include "runtime/ops/reduce.h"
 
 namespace mt::runtime::optim {
@@ -29,12 +30,11 @@ Tensor grad_norm_pow(const Tensor& grad, double p) {
 }
 }  // namespace
 
-double local_norm_pow(const std::vector<Tensor>& params, double norm_type) {
+Tensor local_norm_pow_tensor(const std::vector<Tensor>& params, double norm_type) {
   check_norm_type("local_norm_pow", norm_type);
   NoGradGuard no_grad;
   const bool inf = is_inf_norm(norm_type);
-  // Partials stay on the device of the first gradient and are combined in `params` order; only
-  // the final value is copied to the host (one sync).
+  // Partials stay on the device of the first gradient and are combined in `params` order.
   Tensor acc;
   for (const Tensor& param : params) {
     if (!param.defined()) continue;
@@ -50,7 +50,11 @@ double local_norm_pow(const std::vector<Tensor>& params, double norm_type) {
     if (part.device() != acc.device()) part = part.to(acc.device());
     acc = inf ? maximum(acc, part) : add(acc, part);
   }
-  return acc.defined() ? acc.item<double>() : 0.0;
+  return acc.defined() ? acc : scalar_tensor(0.0, TensorOptions{}.with_dtype(DType::F64));
+}
+
+double local_norm_pow(const std::vector<Tensor>& params, double norm_type) {
+  return local_norm_pow_tensor(params, norm_type).item<double>();  // the one host sync
 }
 
 double combine_norm_pows(std::span<const double> partials, double norm_type) {
@@ -61,6 +65,14 @@ double combine_norm_pows(std::span<const double> partials, double norm_type) {
     out = is_inf_norm(norm_type) ? std::max(out, v) : out + v;
   }
   return out;
+}
+
+Tensor norm_from_pow(const Tensor& partial, double norm_type) {
+  check_norm_type("norm_from_pow", norm_type);
+  NoGradGuard no_grad;
+  if (is_inf_norm(norm_type) || norm_type == 1.0) return partial;
+  if (norm_type == 2.0) return sqrt(partial);
+  return pow(partial, 1.0 / norm_type);
 }
 
 double norm_from_pow(double partial, double norm_type) {
@@ -89,6 +101,40 @@ double clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm,
     if (grad.defined() && grad.numel() > 0) mul_(grad, coef);
   }
   return coef;
+}
+
+void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm,
+                           const Tensor& total_norm) {
+  MT_CHECK(std::isfinite(max_norm) && max_norm >= 0,
+           "clip_grads_with_norm_: max_norm must be a finite value >= 0, got ", max_norm);
+  MT_CHECK(total_norm.defined() && total_norm.numel() == 1 && total_norm.dtype() == DType::F64,
+           "clip_grads_with_norm_: expected the total norm as one f64 value");
+  NoGradGuard no_grad;
+  // The coefficient the host path uses, computed where the norm is: max_norm / (total + 1e-6)
+  // when total > max_norm (never for NaN), else 1 (multiplying by 1 changes no value).
+  const Tensor total = total_norm.reshape({});
+  const Tensor max_t = scalar_tensor(max_norm, total.options());
+  const Tensor coef =
+      where(gt(total, max_norm), div(max_t, add(total, 1e-6)), scalar_tensor(1.0, total.options()));
+  std::vector<std::pair<Device, Tensor>> coef_f32, coef_f64;  // per device, made once
+  auto on = [&](std::vector<std::pair<Device, Tensor>>& cache, Device d, DType t) {
+    for (const auto& [dev, c] : cache)
+      if (dev == d) return c;
+    cache.emplace_back(d, coef.to(d).to(t));
+    return cache.back().second;
+  };
+  for (const Tensor& param : params) {
+    if (!param.defined()) continue;
+    const Tensor grad = param.grad();
+    if (!grad.defined() || grad.numel() == 0) continue;
+    if (grad.dtype() == DType::F64) {
+      mul_(grad, on(coef_f64, grad.device(), DType::F64));
+    } else if (grad.dtype() == DType::F32) {
+      mul_(grad, on(coef_f32, grad.device(), DType::F32));
+    } else {  // 16-bit: the product in f32, rounded once (as the host path's scalar multiply)
+      grad.copy_(mul(grad.to(DType::F32), on(coef_f32, grad.device(), DType::F32)));
+    }
+  }
 }
 
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,

@@ -43,6 +43,16 @@ double total_grad_norm(const std::vector<Tensor>& params, double norm_type = 2.0
 // Returns the coefficient applied (1.0 when nothing was scaled).
 double clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm, double total_norm);
 
+// The same steps without a host synchronisation (for CUDA, where reading a value waits for the
+// GPU): the partial and the norm stay 0-D f64 tensors on the gradients' device (CPU when there
+// is no gradient), and the coefficient is computed there from the total and applied to every
+// gradient (a multiply by 1 when total <= max_norm or NaN). Scaled gradients equal the host
+// path's bitwise.
+Tensor local_norm_pow_tensor(const std::vector<Tensor>& params, double norm_type = 2.0);
+Tensor norm_from_pow(const Tensor& partial, double norm_type = 2.0);
+void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm,
+                           const Tensor& total_norm);
+
 // Computes the total norm, clips (see above) and returns the total norm (before clipping).
 // With error_if_nonfinite, a NaN or infinite total throws mt::Error and leaves the grads as they
 // were.

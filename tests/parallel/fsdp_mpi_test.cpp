@@ -389,6 +389,25 @@ TEST(Fsdp, ModulesOnDifferentMeshesAndTheirClipNorm) {
   extra.set_grad(runtime::from_vector<float>({3, 4}, {2}));
   params.push_back({"extra", extra, nullptr});
   EXPECT_NEAR(total_grad_norm(params), std::sqrt(want_norm * want_norm + 25), 1e-5 * want_norm);
+  // The device-resident path (what a CUDA step uses) gives the same norm, bitwise, for both
+  // orders, and the same clipped gradients as the host path.
+  for (double p : {2.0, double(INFINITY)}) {
+    const Tensor on_device = total_grad_norm_tensor(params, p);
+    EXPECT_EQ(on_device.dim(), 0);
+    EXPECT_EQ(on_device.item<double>(), total_grad_norm(params, p)) << "p = " << p;
+  }
+  std::vector<Tensor> before;
+  for (const auto& dp : params) before.push_back(dp.param.grad().clone());
+  const double host_norm = clip_grad_norm_(params, 0.05);
+  std::vector<Tensor> host_clipped;
+  for (size_t i = 0; i < params.size(); ++i) {
+    host_clipped.push_back(params[i].param.grad().clone());
+    params[i].param.grad().copy_(before[i]);
+  }
+  EXPECT_EQ(clip_grad_norm_on_device_(params, 0.05).item<double>(), host_norm);
+  for (size_t i = 0; i < params.size(); ++i)
+    EXPECT_EQ(params[i].param.grad().to_vector<double>(), host_clipped[i].to_vector<double>())
+        << params[i].fqn;
   // Non-finite totals throw on every rank when asked to.
   extra.grad().fill_(NAN);
   EXPECT_THROW(clip_grad_norm_(params, 1.0, 2.0, /*error_if_nonfinite=*/true), Error);

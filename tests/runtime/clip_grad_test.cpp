@@ -1,7 +1,7 @@
 // Gradient clipping by global norm: the total norm against hand computation (p = 2, 1, 3, inf),
 // scaling by max_norm / (total + 1e-6) only when over, parameters without grad skipped, mixed
 // dtypes and non-contiguous grads, the split local_norm_pow + combine + root (the FSDP path),
-// non-finite totals, and bad arguments.
+// non-finite totals, the device-resident (tensor) path against the host path, and bad arguments.
 #include "runtime/optim/clip_grad.h"
 
 #include <gmock/gmock.h>
@@ -158,6 +158,57 @@ TEST(ClipGrad, NonFiniteTotal) {
   EXPECT_TRUE(std::isnan(clip_grad_norm_({a}, 1.0)));
   EXPECT_EQ(grad_of(a)[0], 1.0);
   EXPECT_EQ(clip_grad_norm_({b}, 1.0), inf);
+}
+
+// The device-resident path (norm and coefficient as tensors, for CUDA steps without host syncs)
+// scales exactly as the host path: f32, bf16 and strided f64 grads; over, under and at max_norm;
+// NaN and infinite totals; p = 2 and inf.
+TEST(ClipGrad, TensorPathEqualsHostPathBitwise) {
+  const double inf = std::numeric_limits<double>::infinity();
+  auto make = [](double scale, double special) {
+    std::vector<Tensor> ps{param_with_grad({1.1 * scale, -2.3 * scale, 0.7 * scale}, DType::F32),
+                           param_with_grad({0.5 * scale, special}, DType::BF16)};
+    Tensor c = zeros({3, 2}, TensorOptions{}.with_dtype(DType::F64));
+    c.set_requires_grad(true);
+    c.set_grad(from_vector<double>({1, -1, 2, -2, 3, -3}, {2, 3},
+                                   TensorOptions{}.with_dtype(DType::F64))
+                   .t());
+    ps.push_back(c);
+    return ps;
+  };
+  for (double p : {2.0, inf}) {
+    for (double scale : {0.01, 1.0, 37.0}) {
+      for (double special : {0.25, std::nan(""), inf}) {
+        SCOPED_TRACE(::testing::Message() << "p " << p << " scale " << scale << " " << special);
+        const std::vector<Tensor> host = make(scale, special), dev = make(scale, special);
+        const double total = total_grad_norm(host, p);
+        const Tensor total_t = norm_from_pow(local_norm_pow_tensor(dev, p), p);
+        if (std::isnan(total)) {
+          EXPECT_TRUE(std::isnan(total_t.item<double>()));
+        } else {
+          EXPECT_EQ(total_t.item<double>(), total);
+        }
+        clip_grads_with_norm_(host, 2.5, total);
+        clip_grads_with_norm_(dev, 2.5, total_t);
+        for (size_t i = 0; i < host.size(); ++i) {
+          const std::vector<double> a = grad_of(host[i]), b = grad_of(dev[i]);
+          ASSERT_EQ(a.size(), b.size());
+          for (size_t j = 0; j < a.size(); ++j) {
+            if (std::isnan(a[j])) {
+              EXPECT_TRUE(std::isnan(b[j])) << "param " << i << " element " << j;
+            } else {
+              EXPECT_EQ(a[j], b[j]) << "param " << i << " element " << j;
+            }
+          }
+        }
+      }
+    }
+  }
+  // The norm exactly at max_norm does not scale either way.
+  const std::vector<Tensor> at = {param_with_grad({3.0, 4.0})};
+  clip_grads_with_norm_(at, 5.0, norm_from_pow(local_norm_pow_tensor(at)));
+  EXPECT_EQ(grad_of(at[0]), (std::vector<double>{3.0, 4.0}));
+  EXPECT_EQ(local_norm_pow_tensor({}).item<double>(), 0.0);
 }
 
 TEST(ClipGrad, BadArguments) {
