@@ -27,9 +27,14 @@ std::optional<int64_t> step_of(const std::string& name) {
   return step;
 }
 
+// A snapshot the background writer owns. Device tensors are copied to the host here, on the
+// training thread: the writer thread then never touches a GPU (it has no current device of its
+// own), and the snapshot costs host memory rather than GPU memory while training goes on.
 CheckpointState staged_copy(const CheckpointState& state) {
   CheckpointState copy = state;
-  for (TensorPiece& p : copy.tensors) p.local = p.local.contiguous().clone();
+  for (TensorPiece& p : copy.tensors)
+    p.local = p.local.device().is_cpu() ? p.local.contiguous().clone()
+                                        : p.local.to(runtime::Device::cpu());
   return copy;
 }
 

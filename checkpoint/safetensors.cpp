@@ -149,7 +149,7 @@ void write_safetensors(const fs::path& file, const NamedTensors& tensors,
   for (const auto& [name, t] : tensors) {
     MT_CHECK(name != "__metadata__", "safetensors ", file.string(),
              ": a tensor cannot be named __metadata__");
-    Tensor c = t.contiguous();
+    Tensor c = t.to(runtime::Device::cpu()).contiguous();  // the bytes are written from the host
     const uint64_t bytes = c.nbytes();
     header[name] = {{"dtype", st_dtype(c.dtype())},
                     {"shape", c.shape()},

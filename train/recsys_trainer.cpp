@@ -170,7 +170,7 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
   if (rank() != 0) options_.write_files = false;
   config::validate_for_world(config_, world_size());
   const runtime::Device device =
-      resolve_training_device(tc.device, config_.where("training.device"), world_size());
+      resolve_training_device(tc.device, config_.where("training.device"), *world_);
   MT_CHECK(device.is_cpu(), "train: model.name = \"dlrm\" trains on the CPU only (the sharded ",
            "embedding tables exchange host tensors over MPI; the embedding kernels themselves run ",
            "on CUDA); set training.device = \"cpu\"");

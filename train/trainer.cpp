@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,6 +26,7 @@
 #include "parallel/clip_grad.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "parallel/comm/nccl_process_group.h"
+#include "parallel/comm/object_collectives.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/mesh/device_mesh.h"
 #include "runtime/core/allocator.h"
@@ -163,29 +165,62 @@ fs::path resolve_token_file(const fs::path& dataset_path, const data::BpeTokeniz
 
 namespace {
 
-// The launcher's local rank (this process's index on its node), 0 without a launcher.
-int local_rank() {
-  for (const char* var :
-       {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"}) {
+// The launcher's local rank (this process's index on its node), if the launcher says.
+std::optional<int> launcher_local_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID",
+                          "MV2_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"}) {
     if (const char* v = std::getenv(var); v != nullptr && *v != '\0') return std::atoi(v);
   }
-  return 0;
+  return std::nullopt;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
+  return buf;
 }
 
 }  // namespace
 
+int gpu_for_rank(int local_rank, int local_size, int gpus, bool visible_devices_set,
+                 const std::string& host) {
+  MT_CHECK(gpus > 0, "train: no CUDA device on ", host);
+  if (local_size <= gpus) return local_rank;  // one GPU per rank on the node
+  // More ranks than GPUs visible: fine only when the launcher gave each rank its own GPU
+  // (CUDA_VISIBLE_DEVICES per rank, so every rank sees one).
+  MT_CHECK(gpus == 1 && visible_devices_set, "train: ", local_size, " ranks run on ", host,
+           " but only ", gpus, " GPU(s) are visible to each; start at most ", gpus,
+           " rank(s) per node (one per GPU), or give each rank its own GPU with "
+           "CUDA_VISIBLE_DEVICES");
+  return 0;
+}
+
 runtime::Device resolve_training_device(const std::string& name, const std::string& where,
-                                        int64_t world_size) {
+                                        parallel::ProcessGroup& world) {
   const int gpus = runtime::cuda_device_count();
   if (name == "cpu" || (name == "auto" && gpus == 0)) return runtime::Device::cpu();
   MT_CHECK(gpus > 0, "train: training.device = \"cuda\" (", where, ") but ",
            runtime::cuda_backend_built() ? "this machine has no usable CUDA device"
                                          : "this build has no CUDA backend (nvcc was not found)",
            "; use \"cpu\" or \"auto\"");
-  MT_CHECK(world_size == 1 || parallel::nccl_available(), "train: training on CUDA with ",
-           world_size, " ranks needs NCCL, which this build lacks; run one process, or ",
+  MT_CHECK(world.size() == 1 || parallel::nccl_available(), "train: training on CUDA with ",
+           world.size(), " ranks needs NCCL, which this build lacks; run one process, or ",
            "training.device = \"cpu\"");
-  const runtime::Device device = runtime::Device::cuda(local_rank() % gpus);
+  // Ranks on the same node: from the host names of all ranks (the launcher's local rank wins
+  // where it gives one).
+  const std::string host = host_name();
+  const std::vector<std::string> hosts =
+      world.size() == 1 ? std::vector<std::string>{host}
+                        : parallel::all_gather_strings(world, host, "train.hosts");
+  int local_rank = 0, local_size = 0;
+  for (int64_t r = 0; r < int64_t(hosts.size()); ++r) {
+    if (hosts[size_t(r)] != host) continue;
+    if (r < world.rank()) ++local_rank;
+    ++local_size;
+  }
+  if (const auto l = launcher_local_rank()) local_rank = *l;
+  const runtime::Device device = runtime::Device::cuda(gpu_for_rank(
+      local_rank, local_size, gpus, std::getenv("CUDA_VISIBLE_DEVICES") != nullptr, host));
   runtime::set_current_device(device);
   return device;
 }
@@ -225,7 +260,7 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   if (rank() != 0) options_.write_files = false;  // rank 0 logs and writes for the job
   const config::WorldLayout layout = config::validate_for_world(config_, world_size());
   grad_accum_ = layout.grad_accum_steps;
-  device_ = resolve_training_device(tc.device, config_.where("training.device"), world_size());
+  device_ = resolve_training_device(tc.device, config_.where("training.device"), *world_);
   const fs::path dump(config_.job.dump_folder);
   if (options_.write_files) config::write_config(config_, dump / "config.toml");
 

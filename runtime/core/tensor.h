@@ -86,12 +86,17 @@ class Tensor {
   bool is_floating_point() const { return is_floating(dtype()); }
   TensorOptions options() const { return {dtype(), device(), false}; }
 
-  // Raw pointer to the first element (storage + offset). data<T>() checks T matches the dtype.
+  // Raw pointer to the first element (storage + offset), on the tensor's device: kernels and
+  // collectives take it. data<T>() is for host code: it checks that T matches the dtype and
+  // that the tensor is on the CPU (a device pointer read on the host would crash or read junk;
+  // copy with .to(Device::cpu()) first).
   void* data_ptr() const;
   template <class T>
   T* data() const {
     MT_CHECK(dtype_v<T> == dtype(), "data<", dtype_name(dtype_v<T>), ">() on a ",
              dtype_name(dtype()), " tensor");
+    MT_CHECK(device().is_cpu(), "data<", dtype_name(dtype_v<T>), ">() on a tensor on ", device(),
+             ": host code reads host tensors (copy with .to(Device::cpu()) first)");
     return static_cast<T*>(data_ptr());
   }
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }

@@ -38,11 +38,17 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
 Tensor arange(int64_t end, TensorOptions options) { return arange(0.0, double(end), 1.0, options); }
 
 namespace {
-// Writes values(i) for every element i (row-major) of a CPU tensor staged on the host.
+// Writes values(i) for every element i (row-major) of a tensor staged on the host, then moved to
+// options.device (one host-to-device copy for a CUDA tensor).
 template <class Get>
 Tensor build_host(const Shape& shape, TensorOptions options, Get get) {
-  MT_CHECK(options.device.is_cpu(), "building tensors on ", options.device,
-           " needs the CUDA backend");
+  if (!options.device.is_cpu()) {
+    Tensor staged =
+        build_host(shape, options.with_device(Device::cpu()).with_requires_grad(false), get);
+    Tensor t = staged.to(options.device);
+    if (options.requires_grad) t.set_requires_grad(true);
+    return t;
+  }
   Tensor t = Tensor::empty(shape, options.with_requires_grad(false));
   dispatch_dtype(t.dtype(), "from_vector", [&](auto tag) {
     using T = decltype(tag);

@@ -23,6 +23,24 @@ class DropoutGpu : public GpuTest {};
 
 const DType kFloats[] = {DType::F32, DType::BF16, DType::F64, DType::F16};
 
+// Factories asked for a CUDA tensor build it on the host and copy it over (the MoE router, the
+// text sampler and expert parallelism make index tensors this way).
+TEST_F(ElementwiseGpu, FactoriesBuildOnTheDevice) {
+  const TensorOptions on_gpu = TensorOptions{}.with_device(Device::cuda());
+  const Tensor i = from_vector<int64_t>({3, -1, 7}, {3}, on_gpu.with_dtype(DType::I64));
+  EXPECT_TRUE(i.device().is_cuda());
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{3, -1, 7}));
+  const Tensor f = from_vector<double>({0.5, 1.5}, {2, 1}, on_gpu.with_dtype(DType::BF16));
+  EXPECT_EQ(f.dtype(), DType::BF16);
+  EXPECT_EQ(f.shape(), (Shape{2, 1}));
+  EXPECT_EQ(f.to_vector<double>(), (std::vector<double>{0.5, 1.5}));
+  EXPECT_EQ(arange(5, on_gpu.with_dtype(DType::I64)).to_vector<int64_t>(),
+            (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  const Tensor g = from_vector<float>({1, 2}, {2}, on_gpu.with_requires_grad(true));
+  EXPECT_TRUE(g.device().is_cuda());
+  EXPECT_TRUE(g.requires_grad());
+}
+
 Tensor positive(const Tensor& x) { return add(abs(x), 0.25); }
 
 TEST_F(ElementwiseGpu, UnaryFloatForwardBackward) {
