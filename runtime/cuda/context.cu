@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "runtime/core/device_runtime.h"
+#include "runtime/cuda/caching_allocator.h"
 #include "runtime/cuda/context.h"
 
 namespace mt::runtime::cuda {
@@ -113,14 +114,30 @@ cublasHandle_t cublas_handle() {
 
 void* workspace(size_t bytes) {
   DeviceState& s = state(current_device());
+  // Before the lock: current_stream() takes the same (non-recursive) mutex.
+  cudaStream_t stream = current_stream();
   std::lock_guard lock(process().mutex);
   if (s.workspace_bytes < bytes) {
     // The old buffer may still be read by queued work: wait for it before freeing.
     if (s.workspace != nullptr) {
-      MT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+      MT_CUDA_CHECK(cudaStreamSynchronize(stream));
       MT_CUDA_CHECK(cudaFree(s.workspace));
+      s.workspace = nullptr;
+      s.workspace_bytes = 0;
     }
-    MT_CUDA_CHECK(cudaMalloc(&s.workspace, bytes));
+    // cuDNN's deterministic attention backward can ask for GiBs (B x H x T x S x 2 bytes). The
+    // caching allocator may hold most of the device in freed blocks: hand those back, then retry.
+    if (cudaMalloc(&s.workspace, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      empty_cache();
+      if (cudaMalloc(&s.workspace, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        s.workspace = nullptr;
+        MT_FAIL("CUDA out of memory on cuda:", current_device(), ": the cuBLAS/cuDNN workspace "
+                "needs ", bytes >> 20, " MiB (cuDNN's attention backward grows with batch x "
+                "heads x seq^2); use a smaller local_batch_size or seq_len");
+      }
+    }
     s.workspace_bytes = bytes;
   }
   return s.workspace;
