@@ -44,7 +44,7 @@ class CachingAllocator final : public Allocator {
     b.size = block_size;
     b.stream = stream;
     b.other_streams.clear();
-    counter_.add(int64_t(size));
+    counter_.add(int64_t(block_size));  // deallocate subtracts the whole block, maybe > size
     return ptr;
   }
 

@@ -2,7 +2,8 @@
 // accumulation, on the operands' own strides (transposed views need no copy). Batches become one
 // GEMM when they fold into rows (x[B.., M, K] @ W), a strided-batched GEMM when each operand's
 // batch has one stride, and a loop of GEMMs otherwise. The algorithm chosen by cuBLASLt's
-// heuristic is cached per shape, layout, dtype and pointer alignment.
+// heuristic is cached per shape, layout, dtype and pointer alignment; where it has none, the
+// classic cuBLAS strided-batched GEMM runs the same problem.
 #include <algorithm>
 #include <climits>
 #include <mutex>
@@ -72,11 +73,13 @@ struct GemmHash {
   }
 };
 
-// Descriptors and the heuristic's algorithm for one problem, built once.
+// Descriptors and the heuristic's algorithm for one problem, built once. lt = false when
+// cuBLASLt offers no algorithm (some layouts or alignments): the classic cuBLAS call runs instead.
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool lt = true;
 };
 
 void set_batch(cublasLtMatrixLayout_t l, int64_t batch, int64_t stride) {
@@ -119,11 +122,14 @@ Plan make_plan(const Gemm& g) {
     MT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  MT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), p.op, p.a, p.b, p.c, p.c, pref,
-                                                 1, &result, &found));
+  // No algorithm is either NOT_SUPPORTED or SUCCESS with found == 0, depending on the case.
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), p.op, p.a, p.b, p.c,
+                                                           p.c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  MT_CHECK(found > 0, "matmul: cuBLASLt has no algorithm for [", g.m, " x ", g.k, "] @ [", g.k,
-           " x ", g.n, "] (", dtype_name(g.dtype), ", batch ", g.batch, ")");
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+    p.lt = false;
+    return p;
+  }
   p.algo = result.algo;
   return p;
 }
@@ -142,6 +148,15 @@ void run_gemm(const Gemm& g, const void* a, const void* b, void* c) {
   const double one_d = 1.0, zero_d = 0.0;
   const float one_f = 1.0f, zero_f = 0.0f;
   const bool f64 = g.dtype == DType::F64;
+  if (!p.lt) {
+    const Types t = types_of(g.dtype);
+    MT_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
+        cublas_handle(), g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+        g.m, g.n, g.k, f64 ? (const void*)&one_d : &one_f, a, t.data, g.lda, g.stride_a, b, t.data,
+        g.ldb, g.stride_b, f64 ? (const void*)&zero_d : &zero_f, c, t.data, g.ldc, g.stride_c,
+        g.batch, t.compute, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
   MT_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), p.op, f64 ? (const void*)&one_d : &one_f, a,
                                  p.a, b, p.b, f64 ? (const void*)&zero_d : &zero_f, c, p.c, c, p.c,
                                  &p.algo, workspace(kWorkspaceBytes), kWorkspaceBytes,
@@ -202,7 +217,9 @@ void cuda_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
   g.align = std::min({alignment(pa), alignment(pb), alignment(pc)});
   bool b_shared = true;
   for (int64_t s : b_bs) b_shared &= s == 0;
-  if (nb == 1 || (b_shared && !la.trans && batch_folds_into_rows(batch, a_bs, M, la.ld))) {
+  // cuBLASLt supports rows and columns in int32 range only: larger folds go batched.
+  if (nb == 1 || (b_shared && !la.trans && nb * M <= INT_MAX &&
+                  batch_folds_into_rows(batch, a_bs, M, la.ld))) {
     g.n = nb * M;  // the batch folded into rows of a (and of out)
     run_gemm(g, pb, pa, pc);
     return;

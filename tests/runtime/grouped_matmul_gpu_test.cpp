@@ -1,13 +1,17 @@
 // CUDA grouped_mm and grouped_mm_tn against the CPU backend (both weight layouts, f32/bf16/f64,
 // empty groups, forward and gradients), and a tiny MoE model (router, grouped experts, shared
-// expert) whose logits and parameter gradients on the GPU match the CPU's. Skips without a GPU.
+// expert) whose logits and parameter gradients on the GPU match the CPU's; the dense matmul's
+// rarer cuBLASLt layouts and the caching allocator's accounting of reused blocks. Skips without a
+// GPU.
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "models/moe/model.h"
+#include "runtime/core/allocator.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/grouped_matmul.h"
+#include "runtime/ops/matmul.h"
 #include "runtime/ops/reduce.h"
 #include "tests/testing/gpu_compare.h"
 
@@ -87,6 +91,48 @@ TEST_F(GroupedMmGpu, MoeModelLogitsAndGradientsMatchCpu) {
     ASSERT_TRUE(pg[i].second.grad().defined());
     EXPECT_REL_NEAR(pg[i].second.grad(), pc[i].second.grad(), 1e-4);
   }
+}
+
+// Dense matmul layouts off the common paths: a broadcast operand (batch stride 0), transposed
+// batched views (no fold into rows), slices at odd element offsets (2-byte aligned bf16 pointers,
+// ld > cols), a stepped slice (copied first), and M, N or K of 1.
+TEST_F(GroupedMmGpu, MatmulUnusualLayoutsMatchCpu) {
+  for (DType t : {DType::F32, DType::BF16, DType::F64}) {
+    SCOPED_TRACE(::testing::Message() << t);
+    const auto [atol, rtol] = tol(t);
+    const auto mm = [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); };
+    const auto mm_ta = [](const std::vector<Tensor>& in) { return matmul(in[0], in[1], true); };
+    expect_same(mm, {rnd({5, 7}, t, 20), rnd({3, 7, 4}, t, 21)}, atol, rtol);
+    expect_same(mm_ta, {rnd({3, 7, 5}, t, 22), rnd({3, 7, 4}, t, 23)}, atol, rtol);
+    expect_same(mm_ta, {rnd({3, 7, 5}, t, 24), rnd({7, 4}, t, 25)}, atol, rtol);
+    expect_same(
+        [](const std::vector<Tensor>& in) {
+          return matmul(in[0].slice(1, 1, 8), in[1].slice(0, 1, 8).slice(1, 1, 5));
+        },
+        {rnd({5, 9}, t, 26), rnd({9, 6}, t, 27)}, atol, rtol);
+    expect_same(
+        [](const std::vector<Tensor>& in) { return matmul(in[0].slice(1, 0, 14, 2), in[1]); },
+        {rnd({5, 14}, t, 28), rnd({7, 3}, t, 29)}, atol, rtol);
+    expect_same(mm, {rnd({1, 7}, t, 30), rnd({7, 1}, t, 31)}, atol, rtol);
+    expect_same(mm, {rnd({6, 1}, t, 32), rnd({1, 5}, t, 33)}, atol, rtol);
+    expect_same(mm, {rnd({4, 1, 9}, t, 34), rnd({9, 5}, t, 35)}, atol, rtol);
+  }
+}
+
+// A reused block is counted whole when handed out and when freed: bytes in use come back to
+// where they were, also when the block served is larger than the rounded request.
+TEST_F(GroupedMmGpu, AllocatorCountsReusedLargerBlocksBothWays) {
+  const Device d = Device::cuda();
+  const TensorOptions on_gpu = TensorOptions{}.with_device(d);
+  const int64_t mib = int64_t(1) << 20;
+  const MemoryStats before = memory_stats(d);
+  { const Tensor big = Tensor::empty({37 * mib / 4}, on_gpu); }  // f32: a 38 MiB block
+  {
+    const Tensor t = Tensor::empty({35 * mib / 4}, on_gpu);  // 36 MiB: may reuse the 38 MiB one
+    EXPECT_GE(memory_stats(d).bytes_in_use, before.bytes_in_use + 35 * mib);
+  }
+  EXPECT_EQ(memory_stats(d).bytes_in_use, before.bytes_in_use);
+  EXPECT_GE(memory_stats(d).bytes_in_use, 0);
 }
 
 }  // namespace
