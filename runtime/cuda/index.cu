@@ -30,15 +30,27 @@ DimSplit split_at(const Shape& shape, int64_t dim) {
   return s;
 }
 
+// alpha * v rounded on its own: nvcc would otherwise fuse `self + alpha * v` into one FMA (one
+// rounding), while the CPU build rounds the product and the sum apart.
+template <class C>
+__device__ inline C mul_rn(C alpha, C v) {
+  if constexpr (std::is_same_v<C, float>)
+    return __fmul_rn(alpha, v);
+  else if constexpr (std::is_same_v<C, double>)
+    return __dmul_rn(alpha, v);
+  else
+    return C(alpha * v);
+}
+
 // self += alpha * src for one element in acc_t<T> (bool: or), rounded to T (the CPU's
-// `accumulate`).
+// `accumulate`, with its roundings).
 template <class T>
 __device__ inline void accumulate(T& self, T src, acc_t<T> alpha) {
   using C = acc_t<T>;
   if constexpr (std::is_same_v<T, bool>) {
     self = self || src;
   } else {
-    self = convert<T>(C(C(self) + alpha * C(src)));
+    self = convert<T>(C(C(self) + mul_rn(alpha, C(src))));
   }
 }
 

@@ -21,6 +21,8 @@ class SortGpu : public GpuTest {};
 class EmbeddingGpu : public GpuTest {};
 
 const DType kFloats[] = {DType::F32, DType::BF16, DType::F64};
+// The index kernels also take f16 (its own accumulate instantiation, 2-byte copies).
+const DType kIndexFloats[] = {DType::F32, DType::BF16, DType::F64, DType::F16};
 
 Tensor ids(const std::vector<int64_t>& v, DType t = DType::I64, Shape shape = {}) {
   if (shape.empty()) shape = {int64_t(v.size())};
@@ -35,7 +37,7 @@ Tensor random_ids(const Shape& shape, int64_t n, DType t, uint64_t seed) {
 }
 
 TEST_F(IndexGpu, IndexSelectAndBackward) {
-  for (DType t : kFloats) {
+  for (DType t : kIndexFloats) {
     const auto [atol, rtol] = tol(t);
     const Tensor x = rnd({9, 33, 5}, t, 1);
     for (DType it : {DType::I64, DType::I32}) {
@@ -56,7 +58,7 @@ TEST_F(IndexGpu, IndexSelectAndBackward) {
 }
 
 TEST_F(IndexGpu, IndexAddRepeatsAreDeterministic) {
-  for (DType t : kFloats) {
+  for (DType t : kIndexFloats) {
     const auto [atol, rtol] = tol(t);
     const Tensor x = rnd({5, 40, 3}, t, 2);
     // many repeats; 300 positions take the sorted schedule, the 3 below the per-thread walk
@@ -64,9 +66,15 @@ TEST_F(IndexGpu, IndexAddRepeatsAreDeterministic) {
     const Tensor src = rnd({5, 300, 3}, t, 4);
     expect_same_grad([&](const auto& in) { return index_add(in[0], 1, in[1], in[2], 0.5); },
                      {x, idx, src}, atol, rtol);
-    if (t == DType::F32 || t == DType::F64)  // the CPU's order and rounding: bitwise equal
+    if (t == DType::F32 || t == DType::F64) {  // the CPU's order and rounding: bitwise equal
       expect_equal([](const auto& in) { return index_add(in[0], 1, in[1], in[2], 0.5); },
                    {x, idx.to(DType::I32), src});
+      // alpha * src inexact: the product is rounded before the add, as on the CPU (no FMA)
+      expect_equal([](const auto& in) { return index_add(in[0], 1, in[1], in[2], 0.3); },
+                   {x, idx, src});
+      expect_equal([](const auto& in) { return index_add(in[0], 1, in[1], in[2], -1.7); },
+                   {x, idx.slice(0, 0, 7), src.slice(1, 0, 7).contiguous()});  // the walk
+    }
     // in place on a transposed self
     expect_same(
         [](const auto& in) {
@@ -82,7 +90,7 @@ TEST_F(IndexGpu, IndexAddRepeatsAreDeterministic) {
 }
 
 TEST_F(IndexGpu, GatherScatterAndBackward) {
-  for (DType t : kFloats) {
+  for (DType t : kIndexFloats) {
     const auto [atol, rtol] = tol(t);
     const Tensor x = rnd({7, 11, 4}, t, 1);
     for (int64_t d = 0; d < 3; ++d) {
@@ -103,7 +111,7 @@ TEST_F(IndexGpu, GatherScatterAndBackward) {
       // last write wins along dim, exactly as on the CPU; src transposed (any strides)
       expect_equal([d](const auto& in) { return scatter(in[0], d, in[1], in[2].transpose(0, 2)); },
                    {x, idx.to(DType::I32), rnd({3, 10, 6}, t, 21)});
-      if (t != DType::BF16)
+      if (t == DType::F32 || t == DType::F64)
         expect_equal([d](const auto& in) { return scatter_add(in[0], d, in[1], in[2]); },
                      {x, idx, src});
     }
@@ -126,7 +134,7 @@ TEST_F(IndexGpu, OutOfRangeIndicesThrow) {
 }
 
 TEST_F(SortGpu, SortArgsortTopkMatchCpu) {
-  for (DType t : {DType::F32, DType::BF16, DType::F64, DType::I32, DType::I64}) {
+  for (DType t : {DType::F32, DType::BF16, DType::F64, DType::F16, DType::I32, DType::I64}) {
     SCOPED_TRACE(::testing::Message() << "dtype " << t);
     // whole numbers: many ties
     const Tensor x = mul(rnd({6, 301, 3}, DType::F64, 3), 4.0).to(DType::I32).to(t);
@@ -141,7 +149,7 @@ TEST_F(SortGpu, SortArgsortTopkMatchCpu) {
   // NaN (all equal, above numbers), -0 equal to +0, infinities; stable in both directions
   const Tensor s =
       from_vector<double>({3, NAN, -0.0, 0.0, -INFINITY, 1, NAN, INFINITY, 0.0, 3}, {2, 5});
-  for (DType t : {DType::F32, DType::F64, DType::BF16})
+  for (DType t : {DType::F32, DType::F64, DType::BF16, DType::F16})
     for (bool desc : {false, true})
       for (int64_t d : {0, 1}) {
         expect_equal([=](const auto& in) { return sort(in[0], d, desc).indices; }, {s.to(t)});
