@@ -73,7 +73,13 @@ struct NcclProcessGroup::Event {
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
   // cudaSuccess when the work before it has run, cudaErrorNotReady while it runs, else an error.
-  cudaError_t status() const { return cudaEventQuery(event); }
+  cudaError_t status() const {
+    const cudaError_t s = cudaEventQuery(event);
+    // NotReady is also left as this thread's last error, where the next kernel launch check
+    // (MT_CUDA_CHECK_LAUNCH reads cudaGetLastError) would report it as a failure: clear it.
+    if (s == cudaErrorNotReady) (void)cudaGetLastError();
+    return s;
+  }
 };
 
 bool nccl_available() { return runtime::cuda_is_available(); }

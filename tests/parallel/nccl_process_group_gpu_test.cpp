@@ -2,7 +2,9 @@
 // world (MPI's local world as bootstrap): every collective's result is its input, checked for
 // every dtype against the same call on the CPU backend; plus uneven all_to_all, split(), async
 // ordering against the compute stream, stats, argument errors and the timeout (a compute stream
-// held up by a host function keeps a collective from finishing). Skips without a GPU.
+// held up by a host function keeps a collective from finishing); and FSDP with mixed precision
+// and clipping on the device over the 1-rank NCCL mesh (what `train` runs on one GPU) against the
+// same run on the CPU. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,10 +13,20 @@
 #include <thread>
 #include <vector>
 
+#include "models/llama/model.h"
+#include "models/llama/parallelize.h"
+#include "models/parallel_context.h"
+#include "parallel/clip_grad.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "parallel/comm/nccl_process_group.h"
+#include "parallel/fsdp/fully_shard.h"
+#include "parallel/mesh/device_mesh.h"
 #include "runtime/core/device_runtime.h"
+#include "runtime/core/rng.h"
+#include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
+#include "runtime/ops/loss.h"
+#include "runtime/optim/adamw.h"
 #include "tests/testing/errors.h"
 #include "tests/testing/tensor_testing.h"
 
@@ -240,6 +252,94 @@ TEST_F(NcclProcessGroupTest, AsyncWorkIsOrderedAgainstTheComputeStream) {
   EXPECT_TRUE(a.is_completed());
   EXPECT_TRUE(b.is_completed());
   expect_same(t, expected, "async chain");
+}
+
+#if MT_HAVE_NCCL
+// Asking whether a call has finished while it runs (Work::is_completed, a synchronous barrier's
+// wait) must leave no error behind for the next kernel launch's check to report.
+TEST_F(NcclProcessGroupTest, PollingAnUnfinishedCallLeavesNoErrorBehind) {
+  Tensor t = zeros_cuda({4}, DType::F32);
+  MT_CUDA_CHECK(cudaLaunchHostFunc(
+      runtime::cuda::current_stream(),
+      [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }, nullptr));
+  Work w = pg->all_reduce(t, ReduceOp::Sum, "held", /*async_op=*/true);
+  EXPECT_FALSE(w.is_completed());  // the compute stream holds it back
+  Tensor u = zeros_cuda({4}, DType::F32);
+  u.fill_(2.0);  // a kernel launch, checked with cudaGetLastError
+  w.wait();
+  pg->barrier("barrier");  // the host polls until it has run
+  u.fill_(3.0);
+  expect_same(u, runtime::full({4}, 3.0, {DType::F32}), "kernel after polling");
+  EXPECT_TRUE(w.is_completed());
+}
+#endif
+
+// The tiny llama of fsdp_mpi_test trained a few steps with FSDP over a 1-rank mesh of `group`
+// (bf16 parameters, f32 reduction, two micro-batches, blocks resharded after forward), clipped on
+// the device; returns the losses and norms per step.
+struct FsdpTrace {
+  std::vector<double> losses, norms;
+};
+
+FsdpTrace train_tiny_llama(std::shared_ptr<ProcessGroup> group, Device device) {
+  models::llama::ModelArgs a;
+  a.dim = 32;
+  a.n_layers = 3;
+  a.n_heads = 4;
+  a.n_kv_heads = 2;
+  a.vocab_size = 61;
+  a.multiple_of = 16;
+  a.max_seq_len = 16;
+  a.rope_theta = 10000.0;
+  auto model = std::make_shared<models::llama::Transformer>(a, /*seed=*/3);
+  model->to(device);
+  models::ParallelContext ctx;
+  ctx.dp_mesh = DeviceMesh::create(std::move(group), {1}, {"dp_shard"});
+  ctx.reshard_after_forward = true;
+  ctx.reshard_root_after_forward = false;
+  ctx.mp_policy.param_dtype = DType::BF16;
+  ctx.mp_policy.reduce_dtype = DType::F32;
+  ctx.gradient_divide_factor = 1.0;
+  models::llama::parallelize(*model, ctx);
+  runtime::optim::AdamW opt(model->named_parameters(), {.lr = 3e-3, .weight_decay = 0.1});
+  FsdpTrace trace;
+  constexpr int64_t kBatch = 4, kSeq = 8;
+  for (int step = 0; step < 6; ++step) {
+    opt.zero_grad();
+    Tensor u = runtime::rand({kBatch, kSeq + 1}, runtime::RandomKey(7, "nccl_fsdp", step % 2));
+    Tensor tokens = runtime::mul(u, double(a.vocab_size) - 1e-6).to(DType::I64);
+    Tensor loss_sum;
+    for (int m = 0; m < 2; ++m) {
+      Tensor part = tokens.narrow(0, m * kBatch / 2, kBatch / 2);
+      Tensor inputs = part.narrow(1, 0, kSeq).contiguous().to(device);
+      Tensor labels = part.narrow(1, 1, kSeq).contiguous().to(device);
+      Tensor loss = runtime::mul(
+          runtime::cross_entropy((*model)(inputs), labels, -100, runtime::Reduction::Sum),
+          1.0 / double(kBatch * kSeq));
+      loss.backward();
+      loss_sum = loss_sum.defined() ? runtime::add(loss_sum, loss.detach()) : loss.detach();
+    }
+    Tensor norm = clip_grad_norm_on_device_(distributed_parameters(*model), 0.5);
+    EXPECT_EQ(norm.device(), device);
+    opt.step();
+    trace.losses.push_back(loss_sum.item<double>());
+    trace.norms.push_back(norm.item<double>());
+  }
+  return trace;
+}
+
+TEST_F(NcclProcessGroupTest, FsdpMixedPrecisionOnTheNcclMeshMatchesTheCpu) {
+  std::shared_ptr<ProcessGroup> nccl = std::move(pg);
+  const FsdpTrace gpu = train_tiny_llama(nccl, Device::cuda(0));
+  const FsdpTrace ref = train_tiny_llama(cpu, Device::cpu());
+  ASSERT_EQ(gpu.losses.size(), ref.losses.size());
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    // bf16 compute on both, different kernels: agreement to bf16 precision.
+    EXPECT_NEAR(gpu.losses[i], ref.losses[i], 2e-2 * std::abs(ref.losses[i])) << "step " << i;
+    EXPECT_NEAR(gpu.norms[i], ref.norms[i], 5e-2 * std::abs(ref.norms[i])) << "step " << i;
+  }
+  EXPECT_LT(ref.losses[4], ref.losses[0]);  // it trains (steps 0, 2, 4 see the same batch)
+  EXPECT_GT(ref.norms[0], 0.5);             // and clips
 }
 
 TEST_F(NcclProcessGroupTest, StatsCountCallsAndBytes) {
