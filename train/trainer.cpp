@@ -406,6 +406,12 @@ double Trainer::train_step() {
   for (int64_t i = 0; i < grad_accum_; ++i) {
     batches.push_back(loader_->next());
     for (int64_t t : batches.back().labels.to_vector<int64_t>()) local_valid += t != -100;
+    // Moved to the device now, while its stream is idle: a host-to-device copy waits for the
+    // stream, so in the loop below it would stall on the previous micro-batch's backward.
+    if (!device_.is_cpu()) {
+      batches.back().inputs = batches.back().inputs.to(device_);
+      batches.back().labels = batches.back().labels.to(device_);
+    }
   }
   const double valid = sum_over_ranks(double(local_valid), "train.valid_tokens");
   MT_CHECK(valid > 0, "train: a step's batches hold no valid label");
@@ -522,6 +528,17 @@ TrainResult Trainer::train() {
       << config_.optimizer.lr << "; seed " << tc.seed << "; " << omp_get_max_threads()
       << " threads\n"
       << std::flush;
+  if (device_.is_cuda()) {  // which peak the MFU column is measured against
+    std::ostringstream peak_text;
+    if (peak) {
+      peak_text << std::fixed << std::setprecision(0) << *peak / 1e12 << " TFLOP/s ("
+                << (bf16_compute ? "bfloat16" : "float32") << " dense, per GPU)";
+    } else {
+      peak_text << "unknown for this GPU (MFU n/a)";
+    }
+    out << "device: " << runtime::device_description(device_) << "; MFU peak "
+        << peak_text.str() << "\n";
+  }
   if (dp_mesh_) {
     out << "parallelism: " << world_size() << " rank" << (world_size() > 1 ? "s" : "")
         << ", FSDP over " << dp_mesh_->describe() << "; parameters computed in "
