@@ -3,11 +3,13 @@
 // configurations cuDNN does not take run the reference CUDA kernels; the CPU computes in f32 on
 // the upcast 16-bit values. MHA and GQA, causal and not, T = S in {1, 17, 128, 256}, D in
 // {64, 128}; T != S (bottom-right causal), rows with no key, odd head dims, strided inputs,
-// partial gradients, empty tensors, bit-identical reruns. Skips without a CUDA device.
+// partial gradients, custom scales, grids past the launch cap, empty tensors, bit-identical
+// reruns. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -88,7 +90,7 @@ struct Grads {
 // out and the gradients of sum(out * dout) on `device`; q optionally stored as [B, T, H, D].
 Grads run(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& dout0, bool causal,
           Device device, DType dtype, bool strided_q = false, bool grad_q = true,
-          bool grad_kv = true) {
+          bool grad_kv = true, std::optional<double> scale = std::nullopt) {
   Tensor q = strided_q ? q0.transpose(1, 2).contiguous().to(dtype).to(device).transpose(1, 2)
                        : q0.to(dtype).to(device);
   q = q.detach();
@@ -99,7 +101,7 @@ Grads run(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& do
     v.set_requires_grad(true);
   }
   Grads g;
-  g.out = scaled_dot_product_attention(q, k, v, causal);
+  g.out = scaled_dot_product_attention(q, k, v, causal, scale);
   EXPECT_EQ(g.out.dtype(), dtype);
   EXPECT_EQ(g.out.device(), device);
   if (grad_q || grad_kv) {
@@ -203,20 +205,36 @@ TEST(AttentionGpu, StridedQuery) {
   check_case({2, 8, 2, 37, 37, 64, 64, true, DType::F32}, 601, true);
 }
 
+// Forward and backward (cuDNN's backward graph takes the scale too; its cache is keyed by it).
 TEST(AttentionGpu, CustomScale) {
   SKIP_WITHOUT_CUDA();
   for (DType dtype : {DType::BF16, DType::F32}) {
     const Tensor q = random({1, 4, 40, 64}, dtype, 700, "q"),
                  k = random({1, 2, 40, 64}, dtype, 700, "k"),
-                 v = random({1, 2, 40, 64}, dtype, 700, "v");
+                 v = random({1, 2, 40, 64}, dtype, 700, "v"),
+                 dout = random({1, 4, 40, 64}, dtype, 700, "dout");
     const DType ref = cpu_dtype(dtype);
+    const double tol = tolerance(dtype);
     for (double scale : {0.05, 0.5}) {
-      const Tensor g = scaled_dot_product_attention(q.to(Device::cuda()), k.to(Device::cuda()),
-                                                    v.to(Device::cuda()), true, scale);
-      const Tensor c = scaled_dot_product_attention(q.to(ref), k.to(ref), v.to(ref), true, scale);
-      EXPECT_TRUE(close_to_max(g, c, tolerance(dtype), "out, scale " + std::to_string(scale)));
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " scale " + std::to_string(scale));
+      const Grads g = run(q, k, v, dout, true, Device::cuda(), dtype, false, true, true, scale);
+      const Grads c = run(q, k, v, dout, true, Device::cpu(), ref, false, true, true, scale);
+      EXPECT_TRUE(close_to_max(g.out, c.out, tol, "out"));
+      EXPECT_TRUE(close_to_max(g.dq, c.dq, tol, "dq"));
+      EXPECT_TRUE(close_to_max(g.dk, c.dk, tol, "dk"));
+      EXPECT_TRUE(close_to_max(g.dv, c.dv, tol, "dv"));
     }
   }
+}
+
+// More query rows (B * Hq * T), then more keys (B * Hkv * S), than the reference kernels' grid
+// cap of 2^20 blocks: their grid-stride loops take the rest. Few keys per row keep the CPU side
+// cheap and the f32 sums short.
+TEST(AttentionGpu, RowsAndKeysBeyondTheGridCap) {
+  SKIP_WITHOUT_CUDA();
+  constexpr int64_t kHeads = (int64_t(1) << 17) + 1;
+  check_case({1, 2, 1, (int64_t(1) << 19) + 7, 5, 8, 8, false, DType::F32}, 1100);
+  check_case({1, 2 * kHeads, kHeads, 3, 8, 8, 8, true, DType::F32}, 1101);
 }
 
 // Only q, or only k and v, need a gradient: the kernels' partial paths.

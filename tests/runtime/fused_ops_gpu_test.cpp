@@ -3,6 +3,7 @@
 // backward, on random inputs. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 
 #include "runtime/core/allocator.h"
@@ -132,12 +133,16 @@ TEST(CudaMatmul, MatchesCpuForLayoutsBatchesAndDtypes) {
 
 TEST(CudaFusedKernels, RmsNormRopeSwiGluMatchCpu) {
   MT_REQUIRE_CUDA();
-  for (DType t : {DType::F32, DType::BF16}) {
+  for (DType t : {DType::F32, DType::BF16, DType::F64, DType::F16}) {
     SCOPED_TRACE(dtype_name(t));
     expect_matches_cpu([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1], 1e-5); },
                        {randn_as({5, 7, 67}, t, 1), randn_as({67}, t, 2)}, tol_for(t));
     expect_matches_cpu([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1], 1e-5); },
                        {randn_as({300, 2048}, t, 3), randn_as({2048}, t, 4)}, tol_for(t));
+    // Rows narrower than a warp (most of the block idle in the reductions), and more rows than
+    // one dweight chunk (128) with a partial last chunk.
+    expect_matches_cpu([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1], 1e-6); },
+                       {randn_as({259, 3}, t, 8), randn_as({3}, t, 9)}, tol_for(t));
     const RopeTables tables = rope_frequencies(16, 40, 10000.0);
     const Tensor cs = on_cuda(tables.cos), sn = on_cuda(tables.sin);
     expect_matches_cpu(
@@ -172,13 +177,56 @@ TEST(CudaFusedKernels, CrossEntropyMatchesCpuAndRejectsBadTargets) {
   });
   EXPECT_NE(err.find("1000"), std::string::npos) << err;
   EXPECT_NE(err.find("17"), std::string::npos) << err;
+  // A negative target that is not ignore_index is rejected too (the first bad position named),
+  // and the device is still usable afterwards (an error, not a device fault).
+  ids[9] = -1;
+  const std::string err2 = testing::error_of([&] {
+    (void)cross_entropy(on_cuda(randn_as({65, 1000}, DType::F32, 2)),
+                        on_cuda(from_vector<int64_t>(ids, {65}, {DType::I32})));
+  });
+  EXPECT_NE(err2.find("target -1 at position [9]"), std::string::npos) << err2;
+  ids[9] = ids[17] = 5;
+  const Tensor ok = cross_entropy(on_cuda(randn_as({65, 1000}, DType::F32, 2)),
+                                  on_cuda(from_vector<int64_t>(ids, {65}, {DType::I64})));
+  EXPECT_TRUE(std::isfinite(ok.item<double>()));
+}
+
+// Llama 3's vocabulary (rows much longer than the 512-thread block), i32 targets, leading dims,
+// every reduction; then a batch with no valid target: mean 0 and a zero gradient, as on the CPU.
+TEST(CudaFusedKernels, CrossEntropyLargeVocabReductionsAndAllIgnored) {
+  MT_REQUIRE_CUDA();
+  const int64_t V = 128256;
+  const Tensor targets =
+      from_vector<int32_t>({5, int32_t(V - 1), -100, 0, 77777, 3}, {2, 3}, {DType::I32});
+  for (DType t : {DType::F32, DType::BF16}) {
+    for (Reduction r : {Reduction::None, Reduction::Sum, Reduction::Mean}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << " reduction " << int(r));
+      expect_matches_cpu(
+          [&](const std::vector<Tensor>& in) {
+            return cross_entropy(in[0], in[0].device().is_cuda() ? on_cuda(targets) : targets,
+                                 -100, r);
+          },
+          {mul(randn_as({2, 3, V}, DType::F32, 21), 4.0).to(t)}, t == DType::F32 ? 2e-5 : 2e-2);
+    }
+  }
+  const Tensor ignored = from_vector<int64_t>({7, 7, 7}, {3}, {DType::I64});
+  expect_matches_cpu(
+      [&](const std::vector<Tensor>& in) {
+        return cross_entropy(in[0], in[0].device().is_cuda() ? on_cuda(ignored) : ignored, 7);
+      },
+      {randn_as({3, 50}, DType::F32, 22)}, 2e-5);
+  const Tensor x = on_cuda(randn_as({3, 50}, DType::F32, 22)).set_requires_grad(true);
+  const Tensor loss = cross_entropy(x, on_cuda(ignored), 7);
+  EXPECT_EQ(loss.item<double>(), 0.0);
+  loss.backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), std::vector<float>(150, 0.0f));
 }
 
 TEST(CudaOptimizers, AdamWAndSgdStepsMatchCpu) {
   MT_REQUIRE_CUDA();
   for (DType t : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(t));
-    for (int which = 0; which < 2; ++which) {
+    for (int which = 0; which < 3; ++which) {
       const Tensor p0 = randn_as({33, 65}, t, 1);
       const Tensor pc = p0.clone().set_requires_grad(true);
       const Tensor pg = on_cuda(p0).set_requires_grad(true);
@@ -188,7 +236,9 @@ TEST(CudaOptimizers, AdamWAndSgdStepsMatchCpu) {
         oc = std::make_unique<optim::AdamW>(std::vector<Tensor>{pc}, o);
         og = std::make_unique<optim::AdamW>(std::vector<Tensor>{pg}, o);
       } else {
-        optim::SGDOptions o{.lr = 1e-2, .momentum = 0.9, .weight_decay = 0.1, .nesterov = true};
+        // which == 2: no momentum (the kernel gets no buffer).
+        optim::SGDOptions o{.lr = 1e-2, .momentum = which == 1 ? 0.9 : 0.0, .weight_decay = 0.1,
+                            .nesterov = which == 1};
         oc = std::make_unique<optim::SGD>(std::vector<Tensor>{pc}, o);
         og = std::make_unique<optim::SGD>(std::vector<Tensor>{pg}, o);
       }
@@ -199,38 +249,44 @@ TEST(CudaOptimizers, AdamWAndSgdStepsMatchCpu) {
         oc->step();
         og->step();
       }
-      EXPECT_REL_NEAR(pg, pc, t == DType::F32 ? 1e-6 : 1e-2) << (which == 0 ? "AdamW" : "SGD");
+      EXPECT_REL_NEAR(pg, pc, t == DType::F32 ? 1e-6 : 1e-2) << (which == 0 ? "AdamW" : "SGD")
+                                                             << which;
     }
   }
 }
 
 // AdamW on CUDA updates many parameters per launch (48 per table): 60 parameters of varied sizes
 // (empty, one element, several blocks), two of which skip a step (so step counts differ within
-// one launch), against the CPU's per-parameter kernel.
+// one launch), against the CPU's per-parameter kernel. f64's table (about 5 KB) is past the
+// classic 4 KB kernel-parameter limit; bf16 parameters keep f32 state.
 TEST(CudaOptimizers, MultiTensorAdamWMatchesCpuPerParameter) {
   MT_REQUIRE_CUDA();
-  const std::vector<int64_t> sizes = {0, 1, 7, 1024, 1025, 5000, 40000};
-  std::vector<Tensor> cpu, gpu;
-  for (int i = 0; i < 60; ++i) {
-    const Tensor p0 = randn_as({sizes[size_t(i) % sizes.size()]}, DType::F32, 100 + uint64_t(i));
-    cpu.push_back(p0.clone().set_requires_grad(true));
-    gpu.push_back(on_cuda(p0).set_requires_grad(true));
-  }
-  optim::AdamWOptions o{.lr = 1e-2, .weight_decay = 0.1};
-  optim::AdamW oc(cpu, o), og(gpu, o);
-  for (int step = 0; step < 3; ++step) {
-    for (size_t i = 0; i < cpu.size(); ++i) {
-      const bool skip = step == 1 && (i == 3 || i == 50);
-      const Tensor g = randn_as(cpu[i].shape(), DType::F32, 1000 * uint64_t(step) + i);
-      cpu[i].set_grad(skip ? Tensor() : g);
-      gpu[i].set_grad(skip ? Tensor() : on_cuda(g));
+  for (DType t : {DType::F32, DType::F64, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    const std::vector<int64_t> sizes = {0, 1, 7, 1024, 1025, 5000, 40000};
+    std::vector<Tensor> cpu, gpu;
+    for (int i = 0; i < 60; ++i) {
+      const Tensor p0 = randn_as({sizes[size_t(i) % sizes.size()]}, t, 100 + uint64_t(i));
+      cpu.push_back(p0.clone().set_requires_grad(true));
+      gpu.push_back(on_cuda(p0).set_requires_grad(true));
     }
-    oc.step();
-    og.step();
-  }
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    if (cpu[i].numel() == 0) continue;
-    EXPECT_REL_NEAR(gpu[i], cpu[i], 1e-6) << "parameter " << i;
+    optim::AdamWOptions o{.lr = 1e-2, .weight_decay = 0.1};
+    optim::AdamW oc(cpu, o), og(gpu, o);
+    for (int step = 0; step < 3; ++step) {
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        const bool skip = step == 1 && (i == 3 || i == 50);
+        const Tensor g = randn_as(cpu[i].shape(), t, 1000 * uint64_t(step) + i);
+        cpu[i].set_grad(skip ? Tensor() : g);
+        gpu[i].set_grad(skip ? Tensor() : on_cuda(g));
+      }
+      oc.step();
+      og.step();
+    }
+    const double tol = t == DType::F64 ? 1e-12 : t == DType::F32 ? 1e-6 : 1e-2;
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      if (cpu[i].numel() == 0) continue;
+      EXPECT_REL_NEAR(gpu[i], cpu[i], tol) << "parameter " << i;
+    }
   }
 }
 
