@@ -1,6 +1,8 @@
 // CUDA kernels of scaled_dot_product_attention (contract in runtime/kernels/attention.h).
 //
-// bf16/f16 go to cuDNN's fused flash attention (attention_cudnn.h); f32, f64, and 16-bit
+// bf16/f16 with as many queries as keys (training, a prompt's prefill) go to cuDNN's fused flash
+// attention (attention_cudnn.h); f32, f64, queries against a longer KV cache (decoding: T = 1
+// and S growing, where every step would build and cache another cuDNN graph), and 16-bit
 // configurations cuDNN cannot run (or a build without the cuDNN frontend) use the reference
 // kernels below, which read any floating dtype and accumulate in acc_t<T> (f32 for 16-bit).
 //
@@ -292,17 +294,18 @@ void reference_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
 
 bool is_16bit(DType t) { return t == DType::BF16 || t == DType::F16; }
 
-// Empty problems (no query row, no key, or no batch) stay on the reference kernels, which
-// write the CPU's results (out 0, lse -inf, zero gradients) without cuDNN.
-bool has_work(const Tensor& q, const Tensor& k, const Tensor& v) {
-  return q.numel() > 0 && k.numel() > 0 && v.numel() > 0;
+// Whether cuDNN is tried (see the top of the file). Empty problems (no query row, no key, or no
+// batch) stay on the reference kernels, which write the CPU's results (out 0, lse -inf, zero
+// gradients) without cuDNN.
+bool try_cudnn(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return is_16bit(q.dtype()) && q.numel() > 0 && k.numel() > 0 && v.numel() > 0 &&
+         q.size(-2) == k.size(-2);
 }
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                        Tensor& out, Tensor& lse) {
   check_devices({&q, &k, &v, &out, &lse}, "scaled_dot_product_attention");
-  if (is_16bit(q.dtype()) && has_work(q, k, v) &&
-      cudnn_attention_forward(q, k, v, causal, scale, out, lse))
+  if (try_cudnn(q, k, v) && cudnn_attention_forward(q, k, v, causal, scale, out, lse))
     return;
   reference_forward(q, k, v, causal, scale, out, lse);
 }
@@ -312,7 +315,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                         Tensor& dk, Tensor& dv) {
   check_devices({&dout, &q, &k, &v, &out, &lse, &dq, &dk, &dv},
                 "scaled_dot_product_attention_backward");
-  if (is_16bit(q.dtype()) && has_work(q, k, v) &&
+  if (try_cudnn(q, k, v) &&
       cudnn_attention_backward(dout, q, k, v, out, lse, causal, scale, dq, dk, dv))
     return;
   reference_backward(dout, q, k, v, out, lse, causal, scale, dq, dk, dv);
