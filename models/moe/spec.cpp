@@ -53,8 +53,9 @@ ModelSpec make_model_spec(const std::string& flavor) {
         reduction != runtime::Reduction::None) {
       Tensor aux = out.aux_loss.to(loss.dtype());
       if (reduction == runtime::Reduction::Sum) {
+        // The count stays a tensor: on a GPU, reading it would sync the host every micro-batch.
         const Tensor valid = runtime::sum(runtime::ne(targets, -100.0));
-        aux = runtime::mul(aux, double(valid.item<int64_t>()));
+        aux = runtime::mul(aux, valid.to(aux.dtype()));
       }
       loss = runtime::add(loss, aux);
     }
