@@ -73,5 +73,6 @@ void set_allocator(DeviceType type, Allocator* allocator) { g_allocators[int(typ
 
 MemoryStats memory_stats(Device device) { return allocator_for(device.type).stats(device); }
 void reset_peak_memory(Device device) { allocator_for(device.type).reset_peak(device); }
+void empty_cache(Device device) { allocator_for(device.type).empty_cache(device); }
 
 }  // namespace mt::runtime

@@ -1,6 +1,6 @@
 // Device memory: one Allocator per device type, with per-device accounting of bytes in use and
 // peak, which the training metrics read. The CPU allocator hands out 64-byte aligned blocks.
-// The CUDA backend (a later issue) registers its caching allocator with set_allocator().
+// The CUDA backend registers its caching allocator with set_allocator().
 #pragma once
 
 #include <atomic>
@@ -25,6 +25,8 @@ class Allocator {
   virtual void deallocate(void* ptr, size_t nbytes, Device device) = 0;
   virtual MemoryStats stats(Device device) const = 0;
   virtual void reset_peak(Device device) = 0;
+  // Returns cached free memory to the system (a caching allocator); others hold none.
+  virtual void empty_cache(Device) {}
 };
 
 Allocator& allocator_for(DeviceType type);  // throws when the backend is not built/registered
@@ -32,6 +34,10 @@ void set_allocator(DeviceType type, Allocator* allocator);
 
 MemoryStats memory_stats(Device device);
 void reset_peak_memory(Device device);
+// Hands the device's cached free blocks back to the driver (bytes_reserved falls to what is in
+// use), as torch.cuda.empty_cache(): for another process on the same GPU, or before a large
+// allocation outside the allocator. Waits for the device.
+void empty_cache(Device device);
 
 // Counters shared by allocators: lock-free in-use/peak tracking.
 class MemoryCounter {

@@ -105,7 +105,7 @@ class CachingAllocator final : public Allocator {
     b.other_streams.push_back(stream);
   }
 
-  void empty_cache() {
+  void empty_cache(Device) override {
     std::lock_guard lock(mutex_);
     // Freed blocks may still be read by queued kernels of their stream: wait for the device.
     MT_CUDA_CHECK(cudaDeviceSynchronize());
@@ -123,13 +123,16 @@ class CachingAllocator final : public Allocator {
   // The smallest free block on `stream` of at least `size` (rounded) bytes that wastes at most a
   // quarter of it or one large rounding unit, or null; *block_size gets its size. Sizes that
   // change every step (MoE routing) reuse blocks instead of growing the cache until cudaMalloc
-  // fails (which costs a device synchronisation and a flush of the cache).
+  // fails (which costs a device synchronisation and a flush of the cache). A small request
+  // (< 1 MiB) takes a block at most twice its size: a 0-D loss must not hold a 2 MiB block
+  // that the next large request then has to cudaMalloc again.
   void* take_cached(size_t size, cudaStream_t stream, size_t* block_size) {
     auto pool = free_.find(stream);
     if (pool == free_.end()) return nullptr;
     auto it = pool->second.lower_bound(size);
-    if (it == pool->second.end() || it->first > std::max(size + size / 4, size + kLargeRound))
-      return nullptr;
+    const size_t limit =
+        size < kSmallLimit ? 2 * size : std::max(size + size / 4, size + kLargeRound);
+    if (it == pool->second.end() || it->first > limit) return nullptr;
     void* ptr = it->second;
     *block_size = it->first;
     pool->second.erase(it);
@@ -217,6 +220,6 @@ void record_stream(const Tensor& t, cudaStream_t stream) {
   caching_allocator().record_stream(t.storage()->data(), stream);
 }
 
-void empty_cache() { caching_allocator().empty_cache(); }
+void empty_cache() { caching_allocator().empty_cache(Device::cuda(current_device())); }
 
 }  // namespace mt::runtime::cuda

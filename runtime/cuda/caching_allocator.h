@@ -1,7 +1,8 @@
 // The CUDA caching allocator (registered as the runtime's allocator for DeviceType::CUDA).
 //
 // Freed blocks are kept and handed out again on the same stream to allocations they fit (the
-// smallest free block of at least the rounded size, wasting at most a quarter of it or 2 MiB),
+// smallest free block of at least the rounded size, wasting at most a quarter of it or 2 MiB;
+// below 1 MiB at most the size again),
 // so a training loop calls cudaMalloc only in its first steps and never cudaFree, even when some
 // sizes change every step (MoE routing). Sizes round up to 512 bytes below 1 MiB and to 2 MiB
 // above. Memory stats count a block's whole size.

@@ -135,5 +135,22 @@ TEST_F(GroupedMmGpu, AllocatorCountsReusedLargerBlocksBothWays) {
   EXPECT_GE(memory_stats(d).bytes_in_use, 0);
 }
 
+// A small request never takes a large freed block (it would hold 2 MiB for a few bytes, and the
+// next large request would cudaMalloc again); empty_cache hands every free block back.
+TEST_F(GroupedMmGpu, AllocatorKeepsLargeBlocksForLargeRequests) {
+  const Device d = Device::cuda();
+  const TensorOptions on_gpu = TensorOptions{}.with_device(d);
+  empty_cache(d);
+  const MemoryStats empty = memory_stats(d);
+  EXPECT_EQ(empty.bytes_reserved, empty.bytes_in_use);
+  { const Tensor large = Tensor::empty({(int64_t(2) << 20) / 4}, on_gpu); }  // a 2 MiB block
+  const MemoryStats before = memory_stats(d);
+  EXPECT_EQ(before.bytes_reserved, empty.bytes_reserved + (int64_t(2) << 20));
+  const Tensor small = Tensor::empty({64}, on_gpu);  // 256 bytes: a 512-byte block of its own
+  EXPECT_EQ(memory_stats(d).bytes_in_use, before.bytes_in_use + 512);
+  const Tensor large = Tensor::empty({(int64_t(2) << 20) / 4}, on_gpu);  // reuses the 2 MiB one
+  EXPECT_EQ(memory_stats(d).bytes_reserved, before.bytes_reserved + 512);
+}
+
 }  // namespace
 }  // namespace mt::runtime::gpu_test
