@@ -491,6 +491,15 @@ std::string Trainer::generate_sample(const std::string& prompt, int64_t max_new_
   go.seed = uint64_t(config_.training.seed);
   if (dp_mesh_) go.compute_dtype = dtype_from_config(config_.training.mixed_precision_param);
   if (tokenizer_->eos_id()) go.eos_id = *tokenizer_->eos_id();
+  if (world_size() > 1) {
+    // Every rank runs the sharded forward; rank 0's token is everyone's, so logits that differ
+    // in the last bit between ranks cannot make one rank stop at EOS while the others go on.
+    go.agree_on_token = [this](int64_t token) {
+      Tensor t = runtime::from_vector<int64_t>({token}, {1}, {runtime::DType::I64});
+      world_->broadcast(t, 0, "sample.token");
+      return t.item<int64_t>();
+    };
+  }
   const models::llama::GenerateResult r = models::llama::generate(*llama, ids, go);
   std::vector<int32_t> out;
   for (int64_t t : r.tokens)

@@ -100,8 +100,12 @@ GenerateResult generate(Transformer& model, const std::vector<int64_t>& prompt,
   for (int64_t step = 0; step < budget; ++step) {
     Tensor logits = model.forward_cached(input, cache);  // [1, T, V]
     Tensor last = logits.select(0, 0).select(0, logits.size(1) - 1);
-    const int64_t next =
-        sample_next_token(last, options.temperature, options.top_k, key, uint64_t(step));
+    int64_t next = sample_next_token(last, options.temperature, options.top_k, key, uint64_t(step));
+    if (options.agree_on_token) {
+      next = options.agree_on_token(next);
+      MT_CHECK(next >= 0 && next < args.vocab_size, "generate: agree_on_token returned ", next,
+               ", outside the vocabulary [0, ", args.vocab_size, ")");
+    }
     result.tokens.push_back(next);
     if (options.eos_id && next == *options.eos_id) {
       result.stop_reason = StopReason::Eos;

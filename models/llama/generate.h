@@ -9,10 +9,13 @@
 //                      same sample on any machine and thread count.
 // Generation stops after an EOS token (which is returned), after max_new_tokens, or when prompt +
 // generated tokens reach the model's max_seq_len (every returned token can be fed back).
+// Several ranks generating with one sharded (FSDP) model must take the same tokens, or one stops
+// at EOS while the others wait in their next all-gather: agree_on_token makes the choice common.
 // Batch 1; token ids only (the tokenizer lives in data/: tools/generate.cpp does text).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -30,6 +33,9 @@ struct GenerateOptions {
   // The dtype the model computes in (the KV cache's): default the parameters' dtype; set it to
   // the mixed-precision param dtype for an FSDP model.
   std::optional<runtime::DType> compute_dtype = std::nullopt;
+  // Called with each sampled token; the token generation goes on with (and returns) is its
+  // result, e.g. rank 0's token broadcast to every rank. Unset: the sampled token.
+  std::function<int64_t(int64_t)> agree_on_token;
 };
 
 enum class StopReason { Eos, MaxNewTokens, MaxSeqLen };

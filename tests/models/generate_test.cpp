@@ -1,6 +1,6 @@
 // models/llama generation: the KV-cached forward against the full forward, greedy decoding against
 // a naive re-run without cache, sampling (top-k, temperature, reproducibility, distribution),
-// stopping rules and argument errors.
+// stopping rules, the cross-rank token agreement hook and argument errors.
 #include "models/llama/generate.h"
 
 #include <gtest/gtest.h>
@@ -251,6 +251,45 @@ TEST(Generate, StopsAtEosIncludingIt) {
   EXPECT_EQ(r.stop_reason, StopReason::Eos);
   EXPECT_EQ(r.tokens, std::vector<int64_t>(all.begin(), all.begin() + long(first) + 1));
   EXPECT_EQ(std::string(stop_reason_name(r.stop_reason)), "eos");
+}
+
+TEST(Generate, AgreeOnTokenDecidesWhatIsFedBackAndReturned) {
+  auto m = tiny_model(DType::F32, 16);
+  const std::vector<int64_t> prompt = random_ids(3, 50, 5);
+  const auto own = generate(*m, prompt, {.max_new_tokens = 6}).tokens;
+  // An agreement that keeps the sampled token changes nothing, and sees every sampled token.
+  std::vector<int64_t> seen;
+  GenerateOptions keep{.max_new_tokens = 6};
+  keep.agree_on_token = [&](int64_t t) {
+    seen.push_back(t);
+    return t;
+  };
+  EXPECT_EQ(generate(*m, prompt, keep).tokens, own);
+  EXPECT_EQ(seen, own);
+  // Another rank's choice (here: the next id) is what the model is fed: from the second token
+  // on, what it samples follows the forced history, as a plain run on that history does.
+  GenerateOptions shift{.max_new_tokens = 6};
+  std::vector<int64_t> sampled;
+  shift.agree_on_token = [&](int64_t t) {
+    sampled.push_back(t);
+    return (t + 1) % 50;
+  };
+  const auto forced = generate(*m, prompt, shift).tokens;
+  ASSERT_EQ(forced.size(), 6u);
+  for (size_t i = 0; i < forced.size(); ++i) EXPECT_EQ(forced[i], (sampled[i] + 1) % 50) << i;
+  std::vector<int64_t> history = prompt;
+  history.push_back(forced[0]);
+  EXPECT_EQ(generate(*m, history, {.max_new_tokens = 1}).tokens[0], sampled[1]);
+  // An agreed EOS stops generation on every rank, whatever this one sampled.
+  GenerateOptions stop{.max_new_tokens = 6, .eos_id = 49};
+  stop.agree_on_token = [](int64_t) { return int64_t(49); };
+  GenerateResult r = generate(*m, prompt, stop);
+  EXPECT_EQ(r.tokens, std::vector<int64_t>{49});
+  EXPECT_EQ(r.stop_reason, StopReason::Eos);
+  // A token outside the vocabulary is an error, not an out-of-range embedding read.
+  GenerateOptions bad{.max_new_tokens = 2};
+  bad.agree_on_token = [](int64_t) { return int64_t(50); };
+  EXPECT_THROW(generate(*m, prompt, bad), mt::Error);
 }
 
 TEST(Generate, StopsAtMaxSeqLenAndMaxNewTokens) {

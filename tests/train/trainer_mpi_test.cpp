@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "parallel/comm/mpi_process_group.h"
+#include "parallel/comm/object_collectives.h"
 #include "parallel/mesh/device_mesh.h"
 #include "runtime/core/error.h"
 #include "runtime/ops/factory.h"
@@ -64,13 +65,14 @@ config::JobConfig job(const fs::path& corpus, const fs::path& dump, int64_t loca
   return config::load_config(fs::path(), args);
 }
 
-TrainResult run(const config::JobConfig& cfg, std::shared_ptr<ProcessGroup> group) {
+TrainResult run(const config::JobConfig& cfg, std::shared_ptr<ProcessGroup> group,
+                int64_t sample_tokens = 0) {
   TrainerOptions options;
   options.edit_model_args = testing::shrink_llama;
   options.quiet = true;
   options.handle_signals = false;
   options.write_files = false;
-  options.sample_tokens = 0;
+  options.sample_tokens = sample_tokens;
   options.world = std::move(group);
   return Trainer(cfg, options).train();
 }
@@ -104,6 +106,20 @@ TEST(TrainerMpi, FsdpMatchesOneProcess) {
   const int64_t w = world()->size();
   // All ranks share one dump folder: rank 0 tokenizes the text, the others reuse its file.
   expect_same_run(run(job(corpus, shared_dir("fsdp"), 8 / w), world()), reference(corpus));
+}
+
+// The end-of-run sample runs the sharded forward on every rank, one token at a time with rank 0's
+// token broadcast: every rank ends with the same text (and none waits for another's all-gather).
+TEST(TrainerMpi, EndOfRunSampleIsOneTextOnEveryRank) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t w = world()->size();
+  const TrainResult r =
+      run(job(corpus, shared_dir("sample"), 8 / w, {"--training.steps=3", "--validation.enable=false"}),
+          world(), /*sample_tokens=*/24);
+  EXPECT_FALSE(r.sample.empty());
+  const std::vector<std::string> samples =
+      parallel::all_gather_strings(*world(), r.sample, "test.samples");
+  for (size_t i = 1; i < samples.size(); ++i) EXPECT_EQ(samples[i], samples[0]) << "rank " << i;
 }
 
 TEST(TrainerMpi, HsdpAndGradientAccumulationMatchOneProcess) {
