@@ -55,6 +55,14 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// A loader batch tensor on the training device. Through pinned memory the copy is queued and the
+// host goes on; a copy from pageable memory would wait for everything queued on the stream (the
+// previous micro-batch's backward).
+Tensor batch_to_device(const Tensor& host, runtime::Device device) {
+  if (device.is_cpu()) return host;
+  return host.pin_memory().to(device, /*non_blocking=*/true);
+}
+
 bool is_hdf5_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   char sig[8] = {};
@@ -406,12 +414,8 @@ double Trainer::train_step() {
   for (int64_t i = 0; i < grad_accum_; ++i) {
     batches.push_back(loader_->next());
     for (int64_t t : batches.back().labels.to_vector<int64_t>()) local_valid += t != -100;
-    // Moved to the device now, while its stream is idle: a host-to-device copy waits for the
-    // stream, so in the loop below it would stall on the previous micro-batch's backward.
-    if (!device_.is_cpu()) {
-      batches.back().inputs = batches.back().inputs.to(device_);
-      batches.back().labels = batches.back().labels.to(device_);
-    }
+    batches.back().inputs = batch_to_device(batches.back().inputs, device_);
+    batches.back().labels = batch_to_device(batches.back().labels, device_);
   }
   const double valid = sum_over_ranks(double(local_valid), "train.valid_tokens");
   MT_CHECK(valid > 0, "train: a step's batches hold no valid label");
@@ -419,8 +423,7 @@ double Trainer::train_step() {
   // The micro-batches' loss sums stay on the device; the host reads them once, after backward.
   Tensor loss_sum;
   for (const data::Batch& b : batches) {
-    const Tensor sum =
-        spec_->loss(*model_, b.inputs.to(device_), b.labels.to(device_), runtime::Reduction::Sum);
+    const Tensor sum = spec_->loss(*model_, b.inputs, b.labels, runtime::Reduction::Sum);
     (sum * (1.0 / valid)).backward();
     loss_sum = loss_sum.defined() ? runtime::add(loss_sum, sum.detach()) : sum.detach();
   }
@@ -459,7 +462,8 @@ std::optional<double> Trainer::validation_loss(int64_t max_batches) const {
   int64_t count = 0;
   for (int64_t k = 0; k < n; ++k) {
     const data::Batch b = loader_->val_batch(k);
-    sum += spec_->loss(*model_, b.inputs.to(device_), b.labels.to(device_), runtime::Reduction::Sum)
+    sum += spec_->loss(*model_, batch_to_device(b.inputs, device_), batch_to_device(b.labels, device_),
+                       runtime::Reduction::Sum)
                .item<double>();
     for (int64_t t : b.labels.to_vector<int64_t>()) count += t != -100;
   }

@@ -71,6 +71,15 @@ Allocator& allocator_for(DeviceType type) {
 
 void set_allocator(DeviceType type, Allocator* allocator) { g_allocators[int(type)] = allocator; }
 
+namespace {
+PinnedHostAllocator* g_pinned_host_allocator = nullptr;
+}  // namespace
+
+PinnedHostAllocator* pinned_host_allocator() { return g_pinned_host_allocator; }
+void set_pinned_host_allocator(PinnedHostAllocator* allocator) {
+  g_pinned_host_allocator = allocator;
+}
+
 MemoryStats memory_stats(Device device) { return allocator_for(device.type).stats(device); }
 void reset_peak_memory(Device device) { allocator_for(device.type).reset_peak(device); }
 void empty_cache(Device device) { allocator_for(device.type).empty_cache(device); }

@@ -1,6 +1,7 @@
 // Device memory: one Allocator per device type, with per-device accounting of bytes in use and
 // peak, which the training metrics read. The CPU allocator hands out 64-byte aligned blocks.
-// The CUDA backend registers its caching allocator with set_allocator().
+// The CUDA backend registers its caching allocator with set_allocator(), and its page-locked host
+// allocator with set_pinned_host_allocator().
 #pragma once
 
 #include <atomic>
@@ -31,6 +32,19 @@ class Allocator {
 
 Allocator& allocator_for(DeviceType type);  // throws when the backend is not built/registered
 void set_allocator(DeviceType type, Allocator* allocator);
+
+// Page-locked ("pinned") host memory, for host tensors a GPU copies from while the host goes on
+// (Tensor::pin_memory, Tensor::to(device, non_blocking)). A block that a queued copy reads is not
+// handed out again before that copy has run, however early its tensor is freed.
+class PinnedHostAllocator : public Allocator {
+ public:
+  // A copy just queued on `device`'s current stream reads `block` (a pointer this allocator
+  // returned): the block waits for that copy before it can be reused.
+  virtual void record_use(void* block, Device device) = 0;
+};
+// Null without the CUDA backend or without a GPU.
+PinnedHostAllocator* pinned_host_allocator();
+void set_pinned_host_allocator(PinnedHostAllocator* allocator);
 
 MemoryStats memory_stats(Device device);
 void reset_peak_memory(Device device);

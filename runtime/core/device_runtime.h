@@ -23,8 +23,9 @@ class DeviceRuntime {
   virtual void set_device(int index) = 0;                // this thread's current device
   virtual void synchronize(int index) = 0;               // waits for all queued work
   // Copies src into dst where one or both live on this backend's devices. Same dtype and shape,
-  // both contiguous. A copy into host memory has completed when this returns.
-  virtual void copy_between_devices(const Tensor& src, const Tensor& dst) = 0;
+  // both contiguous. A copy into host memory has completed when this returns; so has a copy from
+  // host memory, except a non_blocking one from pinned memory (Tensor::to says more).
+  virtual void copy_between_devices(const Tensor& src, const Tensor& dst, bool non_blocking) = 0;
 };
 
 void set_device_runtime(DeviceType type, DeviceRuntime* runtime);

@@ -3,6 +3,7 @@
 // FSDP frees an unsharded parameter's memory between its uses while tensors saved for backward
 // still refer to it: release_memory() returns the bytes to the allocator (data() is null until
 // restore_memory() allocates them again; the contents are then undefined until written).
+// Host memory comes from the CPU allocator, or page-locked from the pinned host allocator.
 #pragma once
 
 #include <cstddef>
@@ -16,8 +17,12 @@ namespace mt::runtime {
 
 class Storage {
  public:
-  Storage(size_t nbytes, Device device)
-      : data_(allocator_for(device.type).allocate(nbytes, device)), nbytes_(nbytes), device_(device) {}
+  Storage(size_t nbytes, Device device) : Storage(nbytes, device, allocator_for(device.type)) {}
+  Storage(size_t nbytes, Device device, Allocator& allocator)
+      : allocator_(&allocator),
+        data_(allocator.allocate(nbytes, device)),
+        nbytes_(nbytes),
+        device_(device) {}
   ~Storage() { release_memory(); }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -26,18 +31,21 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
   bool has_memory() const { return data_ != nullptr; }
+  Allocator& allocator() const { return *allocator_; }
+  bool is_pinned() const { return allocator_ == pinned_host_allocator(); }
   void release_memory() {
-    if (data_ != nullptr) allocator_for(device_.type).deallocate(data_, nbytes_, device_);
+    if (data_ != nullptr) allocator_->deallocate(data_, nbytes_, device_);
     data_ = nullptr;
   }
   void restore_memory() {
-    if (data_ == nullptr) data_ = allocator_for(device_.type).allocate(nbytes_, device_);
+    if (data_ == nullptr) data_ = allocator_->allocate(nbytes_, device_);
   }
   // Bumped by every in-place write through any tensor on this storage (see SavedTensor).
   uint64_t version() const { return version_; }
   void bump_version() { ++version_; }
 
  private:
+  Allocator* allocator_;
   void* data_;
   size_t nbytes_;
   Device device_;

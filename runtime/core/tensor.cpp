@@ -28,6 +28,18 @@ Tensor Tensor::empty(const Shape& shape, TensorOptions options) {
   return t;
 }
 
+Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
+  for (int64_t s : shape) MT_CHECK(s >= 0, "empty_pinned: negative dimension in shape ", shape);
+  PinnedHostAllocator* pinned = pinned_host_allocator();
+  MT_CHECK(pinned != nullptr, "pinned host memory needs the CUDA backend and a GPU, ",
+           cuda_backend_built() ? "and this machine has no usable GPU"
+                                : "and this build has no CUDA backend");
+  const size_t nbytes = size_t(numel_of(shape)) * dtype_size(dtype);
+  auto storage = std::make_shared<Storage>(nbytes, Device::cpu(), *pinned);
+  return Tensor(std::make_shared<TensorImpl>(std::move(storage), shape, contiguous_strides(shape),
+                                             0, dtype));
+}
+
 int64_t Tensor::size(int64_t dim) const { return shape()[wrap_dim(dim, this->dim(), "size")]; }
 int64_t Tensor::stride(int64_t dim) const {
   return strides()[wrap_dim(dim, this->dim(), "stride")];

@@ -69,6 +69,8 @@ class Tensor {
 
   // Allocates uninitialised contiguous memory.
   static Tensor empty(const Shape& shape, TensorOptions options = {});
+  // Uninitialised contiguous host memory, page-locked (pinned): needs the CUDA backend and a GPU.
+  static Tensor empty_pinned(const Shape& shape, DType dtype);
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const { return impl().shape; }
@@ -131,7 +133,14 @@ class Tensor {
   Tensor contiguous() const;
   Tensor clone() const;
   Tensor to(DType dtype) const;   // no copy when already that dtype
-  Tensor to(Device device) const;
+  // A copy into a device's memory returns once queued, and a copy to the host once done, except:
+  // non_blocking from a pinned host tensor returns at once (the GPU copies while the host goes
+  // on; writing to the source before the copy has run changes what it copies).
+  Tensor to(Device device, bool non_blocking = false) const;
+  // A contiguous copy of this host tensor in pinned memory (this tensor when already pinned and
+  // contiguous); not differentiable. Throws without the CUDA backend or a GPU.
+  Tensor pin_memory() const;
+  bool is_pinned() const { return storage()->is_pinned(); }
   const Tensor& copy_(const Tensor& src) const;  // broadcasts src; casts; not differentiable
   const Tensor& fill_(double value) const;       // not differentiable
   const Tensor& zero_() const { return fill_(0.0); }

@@ -167,7 +167,7 @@ class CudaRuntime final : public DeviceRuntime {
     MT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
     MT_CUDA_CHECK(cudaDeviceSynchronize());
   }
-  void copy_between_devices(const Tensor& src, const Tensor& dst) override {
+  void copy_between_devices(const Tensor& src, const Tensor& dst, bool non_blocking) override {
     MT_CHECK(src.is_contiguous() && dst.is_contiguous() && src.dtype() == dst.dtype() &&
                  src.shape() == dst.shape(),
              "copy between devices: expected contiguous tensors of one dtype and shape");
@@ -177,7 +177,12 @@ class CudaRuntime final : public DeviceRuntime {
     if (bytes == 0) return;
     cudaStream_t stream = current_stream();
     MT_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), bytes, cudaMemcpyDefault, stream));
-    // The host may read (or free) its side as soon as we return.
+    if (non_blocking && src.device().is_cpu() && src.is_pinned()) {
+      // The pinned block waits for this copy before it is reused; the host goes on.
+      pinned_host_allocator()->record_use(src.storage()->data(), dst.device());
+      return;
+    }
+    // The host may read (or free, or write) its side as soon as we return.
     if (dst.device().is_cpu() || src.device().is_cpu()) MT_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 };

@@ -319,17 +319,26 @@ DeviceRuntime& transfer_runtime(Device from, Device to) {
 }
 }  // namespace
 
-Tensor Tensor::to(Device device) const {
+Tensor Tensor::to(Device device, bool non_blocking) const {
   if (device == this->device()) return *this;
   DeviceRuntime& rt = transfer_runtime(this->device(), device);
   Tensor out = Tensor::empty(shape(), options().with_device(device));
   {
     NoGradGuard no_grad;
-    rt.copy_between_devices(contiguous(), out);
+    rt.copy_between_devices(contiguous(), out, non_blocking);
   }
   const Device from = this->device();
   return record_view("ToDeviceBackward", *this, out,
                      [from](const Tensor& g) { return g.to(from); });
+}
+
+Tensor Tensor::pin_memory() const {
+  MT_CHECK(device().is_cpu(), "pin_memory: expected a host tensor, got one on ", device());
+  if (is_pinned() && is_contiguous()) return *this;
+  Tensor out = Tensor::empty_pinned(shape(), dtype());
+  NoGradGuard no_grad;
+  copy_kernel(Device::cpu(), *this, out);
+  return out;
 }
 
 const Tensor& Tensor::copy_(const Tensor& src) const {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "runtime/core/allocator.h"
 #include "runtime/ops/dropout.h"
 #include "runtime/ops/softmax.h"
 #include "tests/testing/gpu_compare.h"
@@ -39,6 +40,44 @@ TEST_F(ElementwiseGpu, FactoriesBuildOnTheDevice) {
   const Tensor g = from_vector<float>({1, 2}, {2}, on_gpu.with_requires_grad(true));
   EXPECT_TRUE(g.device().is_cuda());
   EXPECT_TRUE(g.requires_grad());
+}
+
+// Pinned host memory: non-blocking copies return before they run (the stream is held), copy the
+// values the source had when queued, and a pinned block stays out of reuse until they have run.
+TEST_F(ElementwiseGpu, PinnedHostCopies) {
+  const Tensor host = from_vector<float>({1, 2, 3, 4}, {2, 2});
+  const Tensor pinned = host.pin_memory();
+  EXPECT_TRUE(pinned.is_pinned());
+  EXPECT_FALSE(host.is_pinned());
+  EXPECT_TRUE(pinned.pin_memory().shares_storage_with(pinned));
+  EXPECT_EQ(pinned.to(Device::cuda(), true).to_vector<float>(), host.to_vector<float>());
+  EXPECT_FALSE(add(pinned, 1.0).is_pinned());  // results of ops are ordinary host tensors
+
+  PinnedHostAllocator& allocator = *pinned_host_allocator();
+  Tensor device_copy;
+  void* first_block = nullptr;
+  {
+    testing::StreamBlocker hold;  // nothing queued below runs before hold.release()
+    Tensor source = Tensor::empty_pinned({1 << 16}, DType::F32);
+    source.fill_(1.0);
+    first_block = source.data_ptr();
+    device_copy = source.to(Device::cuda(), /*non_blocking=*/true);  // returns: the copy waits
+    const int64_t reserved = allocator.stats(Device::cpu()).bytes_reserved;
+    source = Tensor();  // freed while its copy is queued
+    Tensor other = Tensor::empty_pinned({1 << 16}, DType::F32);
+    EXPECT_NE(other.data_ptr(), first_block) << "a block was reused before its copy ran";
+    EXPECT_GT(allocator.stats(Device::cpu()).bytes_reserved, reserved);
+    other.fill_(2.0);  // would corrupt the queued copy if it shared the block
+    hold.release();
+  }
+  const std::vector<float> copied = device_copy.to_vector<float>();  // waits for the stream
+  EXPECT_EQ(copied, std::vector<float>(size_t(1) << 16, 1.0f));
+  // Once the copy has run, both blocks are free again and serve the next requests.
+  const int64_t reserved = allocator.stats(Device::cpu()).bytes_reserved;
+  Tensor a = Tensor::empty_pinned({1 << 16}, DType::F32);
+  Tensor b = Tensor::empty_pinned({1 << 16}, DType::F32);
+  EXPECT_TRUE(a.data_ptr() == first_block || b.data_ptr() == first_block);
+  EXPECT_EQ(allocator.stats(Device::cpu()).bytes_reserved, reserved);
 }
 
 Tensor positive(const Tensor& x) { return add(abs(x), 0.25); }

@@ -1,11 +1,14 @@
 // Tensors: storage sharing, views, contiguous(), casts, copies, factories, memory accounting.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "runtime/core/allocator.h"
+#include "runtime/core/device_runtime.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/factory.h"
+#include "tests/testing/errors.h"
 #include "tests/testing/tensor_testing.h"
 
 namespace mt::runtime {
@@ -176,7 +179,20 @@ TEST(Device, NamesParseAndCudaIsAbsentOnCpuBuilds) {
   EXPECT_THROW(device_from_name("tpu"), Error);
   EXPECT_THROW(dtype_from_name("f8"), Error);
   EXPECT_EQ(dtype_from_name("bfloat16"), DType::BF16);
-  EXPECT_THROW(zeros({2}).to(Device::cuda(0)), Error);
+  if (!cuda_is_available()) EXPECT_THROW(zeros({2}).to(Device::cuda(0)), Error);
+}
+
+TEST(Device, PinnedHostMemoryNeedsAGpu) {
+  const Tensor a = from_vector<float>({1, 2, 3}, {3});
+  EXPECT_FALSE(a.is_pinned());
+  EXPECT_TRUE(a.to(Device::cpu(), /*non_blocking=*/true).shares_storage_with(a));
+  if (pinned_host_allocator() != nullptr) {
+    GTEST_SKIP() << "a GPU is here: pinned memory is tested in ops_gpu_test (PinnedHostCopies)";
+  }
+  EXPECT_THAT(testing::error_of([&] { a.pin_memory(); }),
+              ::testing::HasSubstr("pinned host memory needs the CUDA backend and a GPU"));
+  EXPECT_THAT(testing::error_of([&] { Tensor::empty_pinned({4}, DType::F32); }),
+              ::testing::HasSubstr("pinned host memory needs the CUDA backend and a GPU"));
 }
 
 }  // namespace

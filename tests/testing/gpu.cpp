@@ -1,8 +1,14 @@
 #include "tests/testing/gpu.h"
 
+#include <chrono>
 #include <cmath>
 #include <limits>
+#include <thread>
 #include <vector>
+
+#if MT_HAVE_NCCL  // defined wherever the CUDA backend is built (parallel/CMakeLists.txt)
+#include "runtime/cuda/context.h"
+#endif
 
 namespace mt::testing {
 
@@ -17,6 +23,25 @@ double relative_error(const runtime::Tensor& a, const runtime::Tensor& b) {
     norm += vb[i] * vb[i];
   }
   return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
+StreamBlocker::StreamBlocker() {
+#if MT_HAVE_NCCL
+  // A host function on the stream that returns once released: the stream waits in it.
+  auto* flag = new std::shared_ptr<std::atomic<bool>>(released_);
+  const cudaError_t r = cudaLaunchHostFunc(
+      runtime::cuda::current_stream(),
+      [](void* data) {
+        auto* released = static_cast<std::shared_ptr<std::atomic<bool>>*>(data);
+        while (!(*released)->load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+        delete released;
+      },
+      flag);
+  if (r != cudaSuccess) {
+    delete flag;
+    ADD_FAILURE() << "StreamBlocker: cudaLaunchHostFunc failed: " << cudaGetErrorString(r);
+  }
+#endif
 }
 
 }  // namespace mt::testing

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <memory>
+
 #include "runtime/core/device_runtime.h"
 #include "runtime/core/tensor.h"
 
@@ -14,6 +17,21 @@ double relative_error(const runtime::Tensor& a, const runtime::Tensor& b);
 
 inline runtime::Tensor on_cuda(const runtime::Tensor& t) { return t.to(runtime::Device::cuda()); }
 inline runtime::Tensor on_cpu(const runtime::Tensor& t) { return t.to(runtime::Device::cpu()); }
+
+// Holds this thread's current CUDA stream from construction: work queued on it after this waits
+// until release() (or destruction). For tests of what must wait for queued work. Needs a GPU
+// (GPU tests skip before making one); the CPU-only build's does nothing.
+class StreamBlocker {
+ public:
+  StreamBlocker();
+  ~StreamBlocker() { release(); }
+  StreamBlocker(const StreamBlocker&) = delete;
+  StreamBlocker& operator=(const StreamBlocker&) = delete;
+  void release() { released_->store(true); }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> released_ = std::make_shared<std::atomic<bool>>(false);
+};
 
 // Why a GPU test skips here (no device, or a build without the CUDA backend).
 inline const char* cuda_skip_reason() {
