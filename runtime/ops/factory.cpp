@@ -39,17 +39,14 @@ Tensor arange(int64_t end, TensorOptions options) { return arange(0.0, double(en
 
 namespace {
 // Writes values(i) for every element i (row-major) of a tensor staged on the host, then moved to
-// options.device (one host-to-device copy for a CUDA tensor).
+// options.device: staged in pinned memory where there is some, so the host-to-device copy is
+// queued and the host goes on (the MoE router and the sampler make index tensors this way).
 template <class Get>
 Tensor build_host(const Shape& shape, TensorOptions options, Get get) {
-  if (!options.device.is_cpu()) {
-    Tensor staged =
-        build_host(shape, options.with_device(Device::cpu()).with_requires_grad(false), get);
-    Tensor t = staged.to(options.device);
-    if (options.requires_grad) t.set_requires_grad(true);
-    return t;
-  }
-  Tensor t = Tensor::empty(shape, options.with_requires_grad(false));
+  const bool on_host = options.device.is_cpu();
+  Tensor t = !on_host && pinned_host_allocator() != nullptr
+                 ? Tensor::empty_pinned(shape, options.dtype)
+                 : Tensor::empty(shape, options.with_device(Device::cpu()).with_requires_grad(false));
   dispatch_dtype(t.dtype(), "from_vector", [&](auto tag) {
     using T = decltype(tag);
     T* p = t.data<T>();
@@ -57,6 +54,7 @@ Tensor build_host(const Shape& shape, TensorOptions options, Get get) {
       for (int64_t i = b; i < e; ++i) p[i] = get(i, tag);
     });
   });
+  if (!on_host) t = t.to(options.device, /*non_blocking=*/true);
   if (options.requires_grad) t.set_requires_grad(true);
   return t;
 }
