@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iomanip>
+#include <initializer_list>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -173,13 +174,23 @@ fs::path resolve_token_file(const fs::path& dataset_path, const data::BpeTokeniz
 
 namespace {
 
-// The launcher's local rank (this process's index on its node), if the launcher says.
-std::optional<int> launcher_local_rank() {
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID",
-                          "MV2_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"}) {
+std::optional<int> first_set(std::initializer_list<const char*> vars) {
+  for (const char* var : vars) {
     if (const char* v = std::getenv(var); v != nullptr && *v != '\0') return std::atoi(v);
   }
   return std::nullopt;
+}
+
+// The launcher's local rank (this process's index on its node) and the number of ranks on the
+// node, where the launcher says (Open MPI, MPICH/Hydra, MVAPICH, torchrun-style; Slurm gives the
+// local id only).
+std::optional<int> launcher_local_rank() {
+  return first_set({"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID",
+                    "MV2_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"});
+}
+std::optional<int> launcher_local_size() {
+  return first_set({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE",
+                    "LOCAL_WORLD_SIZE"});
 }
 
 std::string host_name() {
@@ -214,8 +225,8 @@ runtime::Device resolve_training_device(const std::string& name, const std::stri
   MT_CHECK(world.size() == 1 || parallel::nccl_available(), "train: training on CUDA with ",
            world.size(), " ranks needs NCCL, which this build lacks; run one process, or ",
            "training.device = \"cpu\"");
-  // Ranks on the same node: from the host names of all ranks (the launcher's local rank wins
-  // where it gives one).
+  // Ranks on the same node: from the host names of all ranks (the launcher's local rank and size
+  // win where it gives them: containers on different nodes may share a host name).
   const std::string host = host_name();
   const std::vector<std::string> hosts =
       world.size() == 1 ? std::vector<std::string>{host}
@@ -227,6 +238,7 @@ runtime::Device resolve_training_device(const std::string& name, const std::stri
     ++local_size;
   }
   if (const auto l = launcher_local_rank()) local_rank = *l;
+  if (const auto n = launcher_local_size()) local_size = *n;
   const runtime::Device device = runtime::Device::cuda(gpu_for_rank(
       local_rank, local_size, gpus, std::getenv("CUDA_VISIBLE_DEVICES") != nullptr, host));
   runtime::set_current_device(device);
