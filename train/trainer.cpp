@@ -318,8 +318,10 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   bo.seed = uint64_t(tc.seed);
   bo.activation_checkpoint = config_.activation_checkpoint.mode == "full" ? "full" : "none";
   model_ = spec_->build(bo);  // on the CPU: initial weights do not depend on the device
-  model_->to(device_);
+  // FSDP shards the host model and moves only this rank's shards to the GPU; the buffers (and
+  // the whole model when nothing is sharded) follow.
   setup_parallelism();
+  model_->to(device_);
 
   // Optimizer and schedule.
   optimizer_ = make_optimizer(config_.optimizer, model_->named_parameters());

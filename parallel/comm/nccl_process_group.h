@@ -62,6 +62,7 @@ class NcclProcessGroup : public ProcessGroup {
   int size() const override { return size_; }
   std::string name() const override { return name_; }
   runtime::DeviceType device_type() const override { return runtime::DeviceType::CUDA; }
+  runtime::Device device() const override { return runtime::Device::cuda(device_); }
 
   cudaStream_t stream() const { return stream_; }  // the group's NCCL stream
 

@@ -105,8 +105,10 @@ class ProcessGroup {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string name() const = 0;  // e.g. "mpi:world" or "mpi:world/split(1,0)"
-  // Where the tensors passed to this group's collectives must live.
+  // Where the tensors passed to this group's collectives must live: the device type, and this
+  // rank's device of that type.
   virtual runtime::DeviceType device_type() const { return runtime::DeviceType::CPU; }
+  virtual runtime::Device device() const { return {device_type(), 0}; }
   // Collective over the group: ranks passing the same color form a new group, ordered by key,
   // then by rank (color >= 0). Runs after every call issued before it.
   virtual std::unique_ptr<ProcessGroup> split(int color, int key) = 0;

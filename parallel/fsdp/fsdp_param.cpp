@@ -29,9 +29,12 @@ FSDPParam::FSDPParam(std::string fqn, Tensor* slot, const Tensor& full,
   padded_shape_[size_t(tensor_dim_)] = chunk.padded_length;
   padded_shard_numel_ = runtime::numel_of(padded_shape_);
 
-  // A copy, so the whole parameter's memory goes once the slot holds the shard.
+  // A copy on the mesh's device, so the whole parameter's memory goes once the slot holds the
+  // shard (and a model built on the host never has to fit on one GPU whole).
+  const runtime::Device device = mesh->group(mesh_dim).device();
   const Tensor piece = full.narrow(tensor_dim_, chunk.offset, chunk.length);
-  sharded_ = runtime::empty(piece.shape(), full.options().with_requires_grad(false));
+  sharded_ = runtime::empty(piece.shape(),
+                            full.options().with_device(device).with_requires_grad(false));
   sharded_.copy_(piece);
   sharded_.set_requires_grad(full.requires_grad());
   sharded_.set_name(fqn_);
@@ -46,7 +49,8 @@ FSDPParam::FSDPParam(std::string fqn, Tensor* slot, const Tensor& full,
     dtensor_ = nested_dtensor(full, *mesh, mesh_dim, *outer);
   }
 
-  unsharded_ = runtime::empty(full.shape(), full.options().with_dtype(compute_dtype));
+  unsharded_ =
+      runtime::empty(full.shape(), full.options().with_dtype(compute_dtype).with_device(device));
   unsharded_.storage()->release_memory();
   unsharded_.set_requires_grad(full.requires_grad());
   unsharded_.set_name(fqn_);

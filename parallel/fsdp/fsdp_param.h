@@ -35,9 +35,10 @@ struct OuterSharding {
 
 class FSDPParam {
  public:
-  // Shards `full` (this rank's copy of the parameter) over mesh dim `mesh_dim` along tensor dim
-  // `tensor_dim`; placements: Shard(tensor_dim) on that mesh dim, Replicate on the others (and
-  // the outer placements, when given).
+  // Shards `full` (this rank's copy of the parameter, on any device) over mesh dim `mesh_dim`
+  // along tensor dim `tensor_dim`, onto the device of that dim's group (a CUDA device for NCCL);
+  // placements: Shard(tensor_dim) on that mesh dim, Replicate on the others (and the outer
+  // placements, when given).
   FSDPParam(std::string fqn, Tensor* slot, const Tensor& full, std::shared_ptr<DeviceMesh> mesh,
             int64_t mesh_dim, runtime::DType compute_dtype, int64_t tensor_dim = 0,
             const OuterSharding* outer = nullptr);

@@ -22,12 +22,7 @@ FSDPParamGroup::FSDPParamGroup(std::string module_fqn,
            "mesh, got ", mesh_->describe());
   if (mesh_->ndim() == 2 && mesh_->size(0) > 1) replicate_group_ = &mesh_->group(0);
   compute_dtype_ = params_.front()->compute_dtype();
-  device_ = params_.front()->sharded().device();
-  MT_CHECK(device_.type == shard_group_->device_type(), "fully_shard on '", module_fqn_,
-           "': parameters on ", device_, " but the mesh's groups communicate ",
-           runtime::device_type_name(shard_group_->device_type()), " tensors (", shard_group_->name(),
-           "); move the model to the mesh's device first, or build the mesh over a process "
-           "group of the parameters' device (NCCL for CUDA)");
+  device_ = params_.front()->sharded().device();  // the shard group's (FSDPParam moved it)
   for (const auto& p : params_) {
     MT_CHECK(p->sharded().device() == device_, "fully_shard on '", module_fqn_,
              "': parameters of one group must be on one device, but '", p->fqn(), "' is on ",

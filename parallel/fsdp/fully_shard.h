@@ -9,8 +9,12 @@
 // - Every parameter of `module` not already managed by a fully_shard call on a descendant (so:
 //   call it bottom-up) is sharded on dim 0 (options.shard_dim) over the mesh's last dimension
 //   (uneven sizes padded; see FSDPParam). Meshes may differ per module: routed experts on the
-//   expert mesh's efsdp dimension, the rest on the data-parallel mesh (options.outer). Module slots then hold the sharded leaves: parameters(), optimizers, clipping
-//   and checkpointing see shards, described by sharded_parameters()/dtensor_of().
+//   expert mesh's efsdp dimension, the rest on the data-parallel mesh (options.outer). Module
+//   slots then hold the sharded leaves: parameters(), optimizers, clipping and checkpointing see
+//   shards, described by sharded_parameters()/dtensor_of().
+// - Shards live on the mesh's device (the NCCL group's GPU; the host for MPI), wherever the
+//   module's parameters were: a model built on the host is sharded there and only each rank's
+//   shards move to its GPU (as FSDP1's device_id). Move the module's buffers with Module::to.
 // - Before the module's forward, its group is all-gathered with one collective (prefetched one
 //   group ahead, in the order of the previous forward) and the slots point at the unsharded
 //   tensors; after it, the slots point back at the shards and, with reshard_after_forward, the

@@ -281,7 +281,10 @@ struct FsdpTrace {
   std::vector<double> losses, norms;
 };
 
-FsdpTrace train_tiny_llama(std::shared_ptr<ProcessGroup> group, Device device) {
+// shard_on_host: fully_shard the model as built (on the host) and move what is left afterwards,
+// as train does; otherwise the whole model moves to `device` first.
+FsdpTrace train_tiny_llama(std::shared_ptr<ProcessGroup> group, Device device,
+                           bool shard_on_host = false) {
   models::llama::ModelArgs a;
   a.dim = 32;
   a.n_layers = 3;
@@ -292,7 +295,7 @@ FsdpTrace train_tiny_llama(std::shared_ptr<ProcessGroup> group, Device device) {
   a.max_seq_len = 16;
   a.rope_theta = 10000.0;
   auto model = std::make_shared<models::llama::Transformer>(a, /*seed=*/3);
-  model->to(device);
+  if (!shard_on_host) model->to(device);
   models::ParallelContext ctx;
   ctx.dp_mesh = DeviceMesh::create(std::move(group), {1}, {"dp_shard"});
   ctx.reshard_after_forward = true;
@@ -301,6 +304,8 @@ FsdpTrace train_tiny_llama(std::shared_ptr<ProcessGroup> group, Device device) {
   ctx.mp_policy.reduce_dtype = DType::F32;
   ctx.gradient_divide_factor = 1.0;
   models::llama::parallelize(*model, ctx);
+  for (const auto& [name, p] : model->named_parameters()) EXPECT_EQ(p.device(), device) << name;
+  model->to(device);  // the buffers
   runtime::optim::AdamW opt(model->named_parameters(), {.lr = 3e-3, .weight_decay = 0.1});
   FsdpTrace trace;
   constexpr int64_t kBatch = 4, kSeq = 8;
@@ -340,6 +345,16 @@ TEST_F(NcclProcessGroupTest, FsdpMixedPrecisionOnTheNcclMeshMatchesTheCpu) {
   }
   EXPECT_LT(ref.losses[4], ref.losses[0]);  // it trains (steps 0, 2, 4 see the same batch)
   EXPECT_GT(ref.norms[0], 0.5);             // and clips
+}
+
+// A model built on the host: FSDP moves each shard to the NCCL group's GPU. Same initial values,
+// same kernels afterwards: the same run as the model moved whole first.
+TEST_F(NcclProcessGroupTest, FsdpShardsAHostModelOntoTheGroupsGpu) {
+  std::shared_ptr<ProcessGroup> nccl = std::move(pg);
+  const FsdpTrace moved_first = train_tiny_llama(nccl, Device::cuda(0));
+  const FsdpTrace sharded_on_host = train_tiny_llama(nccl, Device::cuda(0), true);
+  EXPECT_EQ(sharded_on_host.losses, moved_first.losses);
+  EXPECT_EQ(sharded_on_host.norms, moved_first.norms);
 }
 
 TEST_F(NcclProcessGroupTest, StatsCountCallsAndBytes) {
