@@ -105,7 +105,12 @@ cublasHandle_t cublas_handle() {
   DeviceState& s = state(current_device());
   {
     std::lock_guard lock(process().mutex);
-    if (s.cublas == nullptr) MT_CUBLAS_CHECK(cublasCreate(&s.cublas));
+    if (s.cublas == nullptr) {
+      MT_CUBLAS_CHECK(cublasCreate(&s.cublas));
+      // 16-bit GEMMs keep f32 accumulation through split-K reductions too (see matmul.cu).
+      MT_CUBLAS_CHECK(cublasSetMathMode(
+          s.cublas, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    }
   }
   MT_CUBLAS_CHECK(cublasSetStream(s.cublas, current_stream()));
   MT_CUBLAS_CHECK(cublasSetWorkspace(s.cublas, workspace(kCublasWorkspaceBytes), kCublasWorkspaceBytes));
@@ -114,13 +119,12 @@ cublasHandle_t cublas_handle() {
 
 void* workspace(size_t bytes) {
   DeviceState& s = state(current_device());
-  // Before the lock: current_stream() takes the same (non-recursive) mutex.
-  cudaStream_t stream = current_stream();
-  std::lock_guard lock(process().mutex);
+  std::lock_guard lock(process().mutex);  // (nothing below may call current_stream(): it locks)
   if (s.workspace_bytes < bytes) {
-    // The old buffer may still be read by queued work: wait for it before freeing.
+    // The old buffer may still be read by queued work, on this stream or (under a StreamGuard)
+    // on the compute stream: wait for the whole device before freeing it (growth is rare).
     if (s.workspace != nullptr) {
-      MT_CUDA_CHECK(cudaStreamSynchronize(stream));
+      MT_CUDA_CHECK(cudaDeviceSynchronize());
       MT_CUDA_CHECK(cudaFree(s.workspace));
       s.workspace = nullptr;
       s.workspace_bytes = 0;

@@ -120,6 +120,14 @@ Plan make_plan(const Gemm& g) {
        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     MT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
+  if (g.dtype == DType::BF16 || g.dtype == DType::F16) {
+    // Split-K partial sums in f32 only: the default also allows summing them in the output type
+    // (bf16), which loses the f32 accumulation exactly where K is long (weight gradients, K =
+    // the tokens of the batch).
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    MT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   // No algorithm is either NOT_SUPPORTED or SUCCESS with found == 0, depending on the case.
