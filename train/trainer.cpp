@@ -34,6 +34,7 @@
 #include "runtime/core/device_runtime.h"
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
+#include "runtime/nn/init.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
 #include "runtime/optim/clip_grad.h"
@@ -317,10 +318,19 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   models::BuildOptions bo;
   bo.seed = uint64_t(tc.seed);
   bo.activation_checkpoint = config_.activation_checkpoint.mode == "full" ? "full" : "none";
-  model_ = spec_->build(bo);  // on the CPU: initial weights do not depend on the device
-  // FSDP shards the host model and moves only this rank's shards to the GPU; the buffers (and
-  // the whole model when nothing is sharded) follow.
-  setup_parallelism();
+  // FSDP shards a model built on the host without values and moves this rank's shards to its
+  // device, then each rank draws its shards only (the same values as the whole model's init):
+  // no rank holds the whole model. The buffers (and an unsharded model) move after.
+  const bool shards = shards_parameters();
+  {
+    std::optional<runtime::nn::DeferredInitGuard> no_values;
+    if (shards) no_values.emplace();
+    model_ = spec_->build(bo);  // on the CPU: initial weights do not depend on the device
+  }
+  if (shards) {
+    setup_parallelism();
+    parallel::init_sharded_parameters(*model_, bo.seed);
+  }
   model_->to(device_);
 
   // Optimizer and schedule.
@@ -356,9 +366,12 @@ runtime::DType dtype_from_config(const std::string& name) {
 
 }  // namespace
 
+bool Trainer::shards_parameters() const {
+  // One rank in f32 has nothing to shard or cast: the model runs as built.
+  return world_size() > 1 || config_.training.mixed_precision_param != "float32";
+}
+
 void Trainer::setup_parallelism() {
-  const bool mixed_precision = config_.training.mixed_precision_param != "float32";
-  if (world_size() == 1 && !mixed_precision) return;  // nothing to shard or cast
   device_world_ =
       device_.is_cpu()
           ? world_

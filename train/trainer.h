@@ -131,7 +131,8 @@ class Trainer {
 
  private:
   std::ostream& log() const;
-  void setup_parallelism();
+  bool shards_parameters() const;  // FSDP (and mixed precision) wrap the model
+  void setup_parallelism();         // FSDP over the data-parallel (and expert) meshes
   double train_step();  // one optimizer step; returns the loss, sets last_grad_norm_
   // Runs fn on rank 0, then (when it succeeded) on the other ranks; rank 0's error stops all.
   template <class Fn>

@@ -35,7 +35,7 @@ struct GenerateOptions {
   std::optional<runtime::DType> compute_dtype = std::nullopt;
   // Called with each sampled token; the token generation goes on with (and returns) is its
   // result, e.g. rank 0's token broadcast to every rank. Unset: the sampled token.
-  std::function<int64_t(int64_t)> agree_on_token;
+  std::function<int64_t(int64_t)> agree_on_token = nullptr;
 };
 
 enum class StopReason { Eos, MaxNewTokens, MaxSeqLen };

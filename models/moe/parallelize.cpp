@@ -27,12 +27,17 @@ class ExpertParallelDispatcher final : public TokenDispatcher {
   parallel::ExpertTokenExchange exchange_;
 };
 
-// Rows [begin, begin + count) of a weight as a new leaf (the rest of the memory goes).
+// Rows [begin, begin + count) of a weight as a new leaf (the rest of the memory goes). A weight
+// without values yet (nn::DeferredInitGuard) gives rows without values.
 Tensor own_rows(const Tensor& w, int64_t begin, int64_t count) {
   runtime::NoGradGuard no_grad;
   const Tensor rows = w.narrow(0, begin, count);
   Tensor out = runtime::empty(rows.shape(), w.options().with_requires_grad(false));
-  out.copy_(rows);
+  if (w.storage()->has_memory()) {
+    out.copy_(rows);
+  } else {
+    out.storage()->release_memory();
+  }
   out.set_requires_grad(w.requires_grad());
   out.set_name(w.name());
   return out;

@@ -35,7 +35,9 @@ FSDPParam::FSDPParam(std::string fqn, Tensor* slot, const Tensor& full,
   const Tensor piece = full.narrow(tensor_dim_, chunk.offset, chunk.length);
   sharded_ = runtime::empty(piece.shape(),
                             full.options().with_device(device).with_requires_grad(false));
-  sharded_.copy_(piece);
+  // A parameter built under nn::DeferredInitGuard has no values yet: init_sharded_parameters
+  // draws the shard's.
+  if (full.storage()->has_memory()) sharded_.copy_(piece);
   sharded_.set_requires_grad(full.requires_grad());
   sharded_.set_name(fqn_);
 

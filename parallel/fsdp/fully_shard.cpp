@@ -3,6 +3,7 @@
 #include "parallel/fsdp/fully_shard.h"
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 
 #include "runtime/autograd/engine.h"
@@ -248,6 +249,25 @@ std::vector<DistributedParam> distributed_parameters(Module& module) {
     out.push_back({fqn, t, p != nullptr ? &p->dtensor() : nullptr});
   }
   return out;
+}
+
+void init_sharded_parameters(Module& root, uint64_t seed) {
+  std::map<std::string, const DTensor*> placed;
+  for (const DistributedParam& p : distributed_parameters(root)) {
+    MT_CHECK(p.dtensor != nullptr, "init_sharded_parameters: parameter '", p.fqn,
+             "' is not sharded by fully_shard; a model built without initial values "
+             "(nn::DeferredInitGuard) must be fully_shard'ed whole (the root too)");
+    placed[p.fqn] = p.dtensor;
+  }
+  for (const auto& [prefix, module] : root.named_modules()) {
+    const std::string dot = prefix.empty() ? "" : prefix + ".";
+    runtime::nn::InitBlockScope blocks;
+    for (const auto& [name, param] : module->named_parameters(/*recurse=*/false)) {
+      const DTensor& d = *placed.at(dot + name);
+      blocks.add(param, d.global_shape, d.local_offset);
+    }
+    module->reset_parameters(runtime::nn::InitContext{seed, dot});
+  }
 }
 
 }  // namespace mt::parallel

@@ -95,4 +95,12 @@ struct DistributedParam {
 // Every parameter of `module` (with FQNs relative to it), sharded or not, in registration order.
 std::vector<DistributedParam> distributed_parameters(runtime::nn::Module& module);
 
+// Draws the initial values of a model built under nn::DeferredInitGuard and then fully_shard'ed,
+// each rank its shards only: every module's reset_parameters runs on its parameters' shards in an
+// nn::InitBlockScope that places each shard in its parameter (the DTensor's global shape and
+// offset), so the shards hold what Module::init_weights(seed) on the whole model and sharding
+// would give, and no rank ever holds a whole parameter. Throws, naming it, for a parameter that
+// fully_shard does not manage.
+void init_sharded_parameters(runtime::nn::Module& root, uint64_t seed);
+
 }  // namespace mt::parallel

@@ -11,15 +11,20 @@ namespace mt::runtime::nn {
 
 namespace {
 
-struct Block {
-  Shape full_shape;
-  Shape offset;
-};
+using Block = InitBlockScope::Block;
+thread_local InitBlockScope* t_active_scope = nullptr;
+thread_local bool t_deferred_init = false;
 
-Block resolve_block(const Tensor& t, const Shape& full_shape, const Shape& block_offset,
+// A parameter registered under DeferredInitGuard (no memory): its values come later.
+bool deferred(const Tensor& t) { return t_deferred_init && !t.storage()->has_memory(); }
+
+Block resolve_block(const Tensor& t, const Shape& given_full_shape, const Shape& given_offset,
                     const char* op) {
   MT_CHECK(t.defined(), op, ": undefined tensor");
   MT_CHECK(t.is_floating_point(), op, ": expected a floating tensor, got ", t.dtype());
+  const Block* scoped = InitBlockScope::find(t);
+  const Shape& full_shape = scoped != nullptr ? scoped->full_shape : given_full_shape;
+  const Shape& block_offset = scoped != nullptr ? scoped->offset : given_offset;
   if (full_shape.empty() && block_offset.empty()) return {t.shape(), Shape(t.shape().size(), 0)};
   Shape offset = block_offset.empty() ? Shape(full_shape.size(), 0) : block_offset;
   MT_CHECK(full_shape.size() == size_t(t.dim()) && offset.size() == full_shape.size(), op,
@@ -32,22 +37,55 @@ Block resolve_block(const Tensor& t, const Shape& full_shape, const Shape& block
   return {full_shape, offset};
 }
 
+// Runs fill(host tensor) on t itself on the host, or on a host copy then copied to t's device.
+template <class Fill>
+void fill_on_host(const Tensor& t, Fill fill) {
+  NoGradGuard no_grad;
+  if (t.device().is_cpu()) {
+    fill(t);
+    return;
+  }
+  const Tensor host = Tensor::empty(t.shape(), TensorOptions{}.with_dtype(t.dtype()));
+  fill(host);
+  t.copy_(host);
+}
+
 }  // namespace
+
+DeferredInitGuard::DeferredInitGuard() : previous_(t_deferred_init) { t_deferred_init = true; }
+DeferredInitGuard::~DeferredInitGuard() { t_deferred_init = previous_; }
+bool DeferredInitGuard::active() { return t_deferred_init; }
+
+InitBlockScope::InitBlockScope() {
+  MT_CHECK(t_active_scope == nullptr, "InitBlockScope: scopes do not nest");
+  t_active_scope = this;
+}
+InitBlockScope::~InitBlockScope() { t_active_scope = nullptr; }
+
+void InitBlockScope::add(const Tensor& t, Shape full_shape, Shape block_offset) {
+  blocks_[t.storage().get()] = {std::move(full_shape), std::move(block_offset)};
+}
+
+const InitBlockScope::Block* InitBlockScope::find(const Tensor& t) {
+  if (t_active_scope == nullptr) return nullptr;
+  const auto it = t_active_scope->blocks_.find(t.storage().get());
+  return it == t_active_scope->blocks_.end() ? nullptr : &it->second;
+}
 
 void init_normal_(const Tensor& t, const RandomKey& key, double mean, double std,
                   const Shape& full_shape, const Shape& block_offset) {
   MT_CHECK(std >= 0, "init_normal_: std must be >= 0, got ", std);
+  if (deferred(t)) return;
   const Block b = resolve_block(t, full_shape, block_offset, "init_normal_");
-  NoGradGuard no_grad;
-  fill_normal_slice(t, b.full_shape, b.offset, key, mean, std);
+  fill_on_host(t, [&](const Tensor& h) { fill_normal_slice(h, b.full_shape, b.offset, key, mean, std); });
 }
 
 void init_uniform_(const Tensor& t, const RandomKey& key, double low, double high,
                    const Shape& full_shape, const Shape& block_offset) {
   MT_CHECK(low <= high, "init_uniform_: expected low <= high, got [", low, ", ", high, ")");
+  if (deferred(t)) return;
   const Block b = resolve_block(t, full_shape, block_offset, "init_uniform_");
-  NoGradGuard no_grad;
-  fill_uniform_slice(t, b.full_shape, b.offset, key, low, high);
+  fill_on_host(t, [&](const Tensor& h) { fill_uniform_slice(h, b.full_shape, b.offset, key, low, high); });
 }
 
 double erfinv(double y) {
@@ -96,6 +134,7 @@ void init_trunc_normal_(const Tensor& t, const RandomKey& key, double mean, doub
                         double b, const Shape& full_shape, const Shape& block_offset) {
   MT_CHECK(std > 0, "init_trunc_normal_: std must be > 0, got ", std);
   MT_CHECK(a < b, "init_trunc_normal_: expected a < b, got [", a, ", ", b, "]");
+  if (deferred(t)) return;
   const Block blk = resolve_block(t, full_shape, block_offset, "init_trunc_normal_");
   auto norm_cdf = [](double x) { return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))); };
   const double lo = 2.0 * norm_cdf((a - mean) / std) - 1.0;
@@ -123,6 +162,7 @@ void init_trunc_normal_(const Tensor& t, const RandomKey& key, double mean, doub
 
 void init_constant_(const Tensor& t, double value) {
   MT_CHECK(t.defined(), "init_constant_: undefined tensor");
+  if (deferred(t)) return;
   NoGradGuard no_grad;
   t.fill_(value);
 }

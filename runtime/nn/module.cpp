@@ -13,6 +13,7 @@
 
 namespace mt::runtime::nn {
 
+
 // Per forward call: which backward hooks already fired.
 struct Module::BackwardState {
   bool pre_fired = false;
@@ -46,6 +47,7 @@ Tensor& Module::register_parameter(const std::string& name, Tensor& member, bool
   MT_CHECK(!requires_grad || member.is_floating_point(), type_name_, ": parameter '", name,
            "' requires grad but has dtype ", member.dtype());
   member.set_requires_grad(requires_grad);
+  if (DeferredInitGuard::active()) member.storage()->release_memory();
   params_.push_back({name, &member, true});
   return member;
 }
@@ -306,6 +308,7 @@ void Module::zero_grad(bool set_to_none) {
 }
 
 void Module::init_weights(uint64_t seed) {
+  if (DeferredInitGuard::active()) return;
   for (auto& [name, m] : named_modules()) {
     m->reset_parameters(InitContext{seed, name.empty() ? "" : name + "."});
   }

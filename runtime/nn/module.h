@@ -136,7 +136,7 @@ class Module {
 
   // ---- initialisation ------------------------------------------------------------------------
   // Calls reset_parameters on this module and every descendant (each with its own FQN prefix),
-  // so each parameter is drawn from RandomKey(seed, its FQN).
+  // so each parameter is drawn from RandomKey(seed, its FQN). Nothing under DeferredInitGuard.
   void init_weights(uint64_t seed);
   // Re-initialises this module's own parameters (not its children's). Default: nothing.
   virtual void reset_parameters(const InitContext& ctx) {}

@@ -16,6 +16,7 @@
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/mesh/device_mesh.h"
 #include "runtime/core/rng.h"
+#include "runtime/nn/init.h"
 #include "runtime/nn/linear.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
@@ -240,6 +241,47 @@ TEST(Fsdp, ShardsAreTheRowsOfTheFullParameter) {
   Tensor n = runtime::from_vector<int64_t>({local}, {1}, {DType::I64});
   world()->all_reduce(n, ReduceOp::Sum, "count");
   EXPECT_EQ(n.item<int64_t>(), total);
+}
+
+// Built without values, sharded, then each rank draws its shards: every parameter, gathered, is
+// bitwise the whole model's init, though no rank ever held a whole parameter.
+TEST(Fsdp, DeferredInitDrawsTheWholeInitShardByShard) {
+  auto whole = std::make_shared<Transformer>(tiny_args(), 3);
+  std::shared_ptr<Transformer> deferred;
+  {
+    runtime::nn::DeferredInitGuard no_values;
+    deferred = std::make_shared<Transformer>(tiny_args(), 3);
+  }
+  for (const auto& [name, p] : deferred->named_parameters()) {
+    EXPECT_FALSE(p.storage()->has_memory()) << name;
+  }
+  models::ParallelContext ctx;
+  ctx.dp_mesh = mesh_1d();
+  models::llama::parallelize(*deferred, ctx);
+  init_sharded_parameters(*deferred, 3);
+  const auto want = whole->named_parameters();
+  const auto got = distributed_parameters(*deferred);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NE(got[i].dtensor, nullptr) << got[i].fqn;
+    EXPECT_TRUE(testing::all_close(got[i].dtensor->full_tensor(), want[i].second, 0, 0))
+        << got[i].fqn;
+  }
+  // Only what fully_shard manages can be drawn later: a model sharded in part is refused.
+  std::shared_ptr<Transformer> partly;
+  {
+    runtime::nn::DeferredInitGuard no_values;
+    partly = std::make_shared<Transformer>(tiny_args(), 3);
+  }
+  fully_shard(*partly->blocks[0], mesh_1d());
+  try {
+    init_sharded_parameters(*partly, 3);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("parameter 'tok_embeddings.weight' is not sharded"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Fsdp, UnshardedMemoryIsFreedAfterForwardAndBackward) {
