@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <map>
+#include <mutex>
 
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/comm/timeout_report.h"
@@ -62,6 +64,20 @@ std::string nccl_error(ncclResult_t result, ncclComm_t comm) {
   const char* last = ncclGetLastError(comm);
   return detail::concat(ncclGetErrorString(result),
                         last != nullptr && *last != '\0' ? detail::concat(" (", last, ")") : "");
+}
+
+// The NCCL stream of `device`, one per device for every group (created once, never destroyed):
+// NCCL kernels of different communicators never run at the same time (NCCL's documentation says
+// concurrent communicators may deadlock: an HSDP replicate all-reduce beside a shard all-gather,
+// an expert all-to-all beside FSDP's prefetch), and they run in the order the program issues
+// them, which is the same on every rank.
+cudaStream_t shared_nccl_stream(int device) {
+  static std::mutex mutex;
+  static std::map<int, cudaStream_t> streams;
+  std::lock_guard lock(mutex);
+  cudaStream_t& s = streams[device];
+  if (s == nullptr) MT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
 }
 
 }  // namespace
@@ -127,14 +143,13 @@ NcclProcessGroup::NcclProcessGroup(ncclComm_t comm, std::string name)
     device_ = cuda::current_device();
     check(ncclCommCount(comm_, &size_), "ncclCommCount");
     check(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
-    MT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    stream_ = shared_nccl_stream(device_);
     MT_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     cuda::StreamGuard guard(stream_);  // the buffer lives on the NCCL stream
     barrier_buf_ = Tensor::empty({1}, runtime::TensorOptions{}.with_device(Device::cuda(device_)));
     barrier_buf_.fill_(0.0);
   } catch (...) {
     if (ready_ != nullptr) (void)cudaEventDestroy(ready_);
-    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
     (void)ncclCommDestroy(comm_);
     throw;
   }
@@ -154,7 +169,6 @@ NcclProcessGroup::~NcclProcessGroup() {
   barrier_buf_ = Tensor();
   (void)ncclCommDestroy(comm_);
   (void)cudaEventDestroy(ready_);
-  (void)cudaStreamDestroy(stream_);
 }
 
 void NcclProcessGroup::check(ncclResult_t result, const char* what) const {

@@ -7,8 +7,10 @@
 //   current CUDA device (runtime::set_current_device, set by the caller before create).
 //   split(color, key) makes the child communicator with ncclCommSplit (no new unique id).
 // - Stream ordering: every call waits (an event) for the work already queued on the caller's
-//   current stream, runs on the group's own NCCL stream (staging copies and the bf16 -> f32 -> bf16
-//   conversions included), and records a "done" event. Work::wait() makes the caller's current
+//   current stream, runs on the device's NCCL stream (staging copies and the bf16 -> f32 -> bf16
+//   conversions included), and records a "done" event. Every group of a device shares that one
+//   stream, so NCCL kernels of different communicators never run at once (NCCL documents that
+//   concurrent communicators may deadlock) and run in program order, the same on every rank. Work::wait() makes the caller's current
 //   stream wait for "done"; the host does not wait. A synchronous call is such a wait at once, so
 //   later work on the compute stream sees the result. A synchronous barrier() also blocks the host.
 //   Every tensor a call touches is marked with cuda::record_stream for the NCCL stream.
@@ -64,7 +66,7 @@ class NcclProcessGroup : public ProcessGroup {
   runtime::DeviceType device_type() const override { return runtime::DeviceType::CUDA; }
   runtime::Device device() const override { return runtime::Device::cuda(device_); }
 
-  cudaStream_t stream() const { return stream_; }  // the group's NCCL stream
+  cudaStream_t stream() const { return stream_; }  // the device's NCCL stream (all groups')
 
  protected:
   bool backend_reduces_avg() const override { return true; }

@@ -218,6 +218,11 @@ TEST_F(NcclProcessGroupTest, SplitMakesAChildCommunicator) {
   subsub->all_reduce(t, ReduceOp::Sum, "sub");
   pg->all_reduce(t, ReduceOp::Sum, "world");  // the parent still works
   expect_same(t, ref, "all_reduce on the split group");
+#if MT_HAVE_NCCL
+  // One NCCL stream per device for every group: two communicators' kernels never run at once.
+  EXPECT_EQ(dynamic_cast<NcclProcessGroup&>(*subsub).stream(),
+            dynamic_cast<NcclProcessGroup&>(*pg).stream());
+#endif
   EXPECT_NE(error_of([&] { pg->split(-1, 0); }).find("color must be >= 0"), std::string::npos);
 }
 
