@@ -4,7 +4,9 @@
 // cuDNN's stats are the natural-log logsumexp of the scaled scores in f32, our lse.
 // Causal masks: top-left when T == S (the same as bottom-right), bottom-right when T < S; T > S
 // (rows that see no key) is left to the caller's kernel. The backward asks for cuDNN's
-// deterministic algorithm (the kernel contract says deterministic).
+// deterministic algorithm (the kernel contract says deterministic), whose workspace grows as
+// B x H x T x S: where that would exceed an eighth of the GPU's memory (long sequences), it takes
+// the non-deterministic one for that shape instead, saying so once.
 #include <cstdio>
 #include <mutex>
 #include <set>
@@ -80,6 +82,7 @@ struct Key {
   int64_t batch, hq, hkv, t, s, d, dv;
   bool causal;
   uint64_t scale_bits;
+  bool deterministic;  // backward: cuDNN's deterministic algorithm
   auto operator<=>(const Key&) const = default;
 };
 
@@ -166,7 +169,7 @@ std::shared_ptr<fe::graph::Graph> make_graph(const Key& key) {
     auto attrs = fe::graph::SDPA_backward_attributes()
                      .set_name("sdpa_backward")
                      .set_attn_scale(scale)
-                     .set_deterministic_algorithm(true);
+                     .set_deterministic_algorithm(key.deterministic);
     set_mask(attrs, key);
     auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, attrs);
     mark_output(dq, kDQ, qd, io);
@@ -208,15 +211,34 @@ bool aligned(const Tensor& t) {
   return !t.defined() || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
 }
 
+const Entry& cached(State& s, const Key& key, cudnnHandle_t handle) {
+  auto it = s.graphs.find(key);
+  if (it == s.graphs.end()) it = s.graphs.emplace(key, build(key, handle)).first;
+  return it->second;
+}
+
 // Runs the cached graph of `key` with `pack`; false when cuDNN cannot run it.
-bool run(const Key& key, std::unordered_map<int64_t, void*> pack) {
+bool run(Key key, std::unordered_map<int64_t, void*> pack) {
   State& s = state();
   std::lock_guard lock(s.mutex);
   const cudnnHandle_t handle = handle_for(s, key.device);
   MT_CUDNN_CHECK(cudnnSetStream(handle, current_stream()));
-  auto it = s.graphs.find(key);
-  if (it == s.graphs.end()) it = s.graphs.emplace(key, build(key, handle)).first;
-  const Entry& e = it->second;
+  const Entry* entry = &cached(s, key, handle);
+  const int64_t budget = int64_t(device_properties(key.device).totalGlobalMem / 8);
+  if (key.backward && key.deterministic && entry->graph && entry->workspace_bytes > budget) {
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      std::fprintf(stderr,
+                   "minititan: scaled_dot_product_attention: cuDNN's deterministic backward "
+                   "needs %lld MiB of workspace for %s, over an eighth of the GPU's memory: using "
+                   "its non-deterministic backward for such shapes (gradients may differ in the "
+                   "last bits between runs)\n",
+                   static_cast<long long>(entry->workspace_bytes >> 20), describe(key).c_str());
+    });
+    key.deterministic = false;
+    entry = &cached(s, key, handle);
+  }
+  const Entry& e = *entry;
   if (!e.graph) {
     warn_once(e.unsupported + " (" + describe(key) + ")");
     return false;
@@ -242,7 +264,8 @@ Key key_of(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, doubl
           qs[3],
           v.shape()[3],
           causal,
-          std::bit_cast<uint64_t>(scale)};
+          std::bit_cast<uint64_t>(scale),
+          /*deterministic=*/true};
 }
 
 }  // namespace
