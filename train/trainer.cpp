@@ -489,9 +489,9 @@ std::optional<double> Trainer::validation_loss(int64_t max_batches) const {
   int64_t count = 0;
   for (int64_t k = 0; k < n; ++k) {
     const data::Batch b = loader_->val_batch(k);
-    sum += spec_->loss(*model_, batch_to_device(b.inputs, device_), batch_to_device(b.labels, device_),
-                       runtime::Reduction::Sum)
-               .item<double>();
+    const Tensor inputs = batch_to_device(b.inputs, device_);
+    const Tensor labels = batch_to_device(b.labels, device_);
+    sum += spec_->loss(*model_, inputs, labels, runtime::Reduction::Sum).item<double>();
     for (int64_t t : b.labels.to_vector<int64_t>()) count += t != -100;
   }
   // Every rank holds the same number of validation batches (full global batches only).

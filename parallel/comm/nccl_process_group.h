@@ -10,9 +10,10 @@
 //   current stream, runs on the device's NCCL stream (staging copies and the bf16 -> f32 -> bf16
 //   conversions included), and records a "done" event. Every group of a device shares that one
 //   stream, so NCCL kernels of different communicators never run at once (NCCL documents that
-//   concurrent communicators may deadlock) and run in program order, the same on every rank. Work::wait() makes the caller's current
-//   stream wait for "done"; the host does not wait. A synchronous call is such a wait at once, so
-//   later work on the compute stream sees the result. A synchronous barrier() also blocks the host.
+//   concurrent communicators may deadlock) and run in program order, the same on every rank.
+//   Work::wait() makes the caller's current stream wait for "done"; the host does not wait. A
+//   synchronous call is such a wait at once, so later work on the compute stream sees the
+//   result. A synchronous barrier() also blocks the host.
 //   Every tensor a call touches is marked with cuda::record_stream for the NCCL stream.
 // - Reductions: bf16/f16 accumulate in f32 (the frontend's staging, as for MPI); Avg is ncclAvg.
 //   Tags of send/recv are not NCCL concepts: messages between two ranks match in issue order.

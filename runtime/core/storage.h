@@ -31,7 +31,6 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
   bool has_memory() const { return data_ != nullptr; }
-  Allocator& allocator() const { return *allocator_; }
   bool is_pinned() const { return allocator_ == pinned_host_allocator(); }
   void release_memory() {
     if (data_ != nullptr) allocator_->deallocate(data_, nbytes_, device_);

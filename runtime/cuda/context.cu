@@ -108,8 +108,9 @@ cublasHandle_t cublas_handle() {
     if (s.cublas == nullptr) {
       MT_CUBLAS_CHECK(cublasCreate(&s.cublas));
       // 16-bit GEMMs keep f32 accumulation through split-K reductions too (see matmul.cu).
-      MT_CUBLAS_CHECK(cublasSetMathMode(
-          s.cublas, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+      const auto math =
+          cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+      MT_CUBLAS_CHECK(cublasSetMathMode(s.cublas, math));
     }
   }
   MT_CUBLAS_CHECK(cublasSetStream(s.cublas, current_stream()));

@@ -77,7 +77,9 @@ void init_normal_(const Tensor& t, const RandomKey& key, double mean, double std
   MT_CHECK(std >= 0, "init_normal_: std must be >= 0, got ", std);
   if (deferred(t)) return;
   const Block b = resolve_block(t, full_shape, block_offset, "init_normal_");
-  fill_on_host(t, [&](const Tensor& h) { fill_normal_slice(h, b.full_shape, b.offset, key, mean, std); });
+  fill_on_host(t, [&](const Tensor& h) {
+    fill_normal_slice(h, b.full_shape, b.offset, key, mean, std);
+  });
 }
 
 void init_uniform_(const Tensor& t, const RandomKey& key, double low, double high,
@@ -85,7 +87,9 @@ void init_uniform_(const Tensor& t, const RandomKey& key, double low, double hig
   MT_CHECK(low <= high, "init_uniform_: expected low <= high, got [", low, ", ", high, ")");
   if (deferred(t)) return;
   const Block b = resolve_block(t, full_shape, block_offset, "init_uniform_");
-  fill_on_host(t, [&](const Tensor& h) { fill_uniform_slice(h, b.full_shape, b.offset, key, low, high); });
+  fill_on_host(t, [&](const Tensor& h) {
+    fill_uniform_slice(h, b.full_shape, b.offset, key, low, high);
+  });
 }
 
 double erfinv(double y) {

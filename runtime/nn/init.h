@@ -72,8 +72,9 @@ class InitBlockScope {
 // While alive on this thread, modules are built without parameter values: a parameter's memory is
 // released as it registers (an untouched allocation, so no page of it was ever used) and
 // init_weights does nothing (the fill functions above skip such parameters when their module's
-// constructor initialises them). For a model that FSDP shards right away, after which each rank draws
-// its shards only (parallel::init_sharded_parameters): nothing may read the parameters before.
+// constructor initialises them). For a model that FSDP shards right away, after which each rank
+// draws its shards only (parallel::init_sharded_parameters): nothing may read the parameters
+// before.
 class DeferredInitGuard {
  public:
   DeferredInitGuard();

@@ -13,7 +13,6 @@
 
 namespace mt::runtime::nn {
 
-
 // Per forward call: which backward hooks already fired.
 struct Module::BackwardState {
   bool pre_fired = false;

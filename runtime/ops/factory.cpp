@@ -44,9 +44,10 @@ namespace {
 template <class Get>
 Tensor build_host(const Shape& shape, TensorOptions options, Get get) {
   const bool on_host = options.device.is_cpu();
+  const TensorOptions host = TensorOptions{}.with_dtype(options.dtype);
   Tensor t = !on_host && pinned_host_allocator() != nullptr
                  ? Tensor::empty_pinned(shape, options.dtype)
-                 : Tensor::empty(shape, options.with_device(Device::cpu()).with_requires_grad(false));
+                 : Tensor::empty(shape, host);
   dispatch_dtype(t.dtype(), "from_vector", [&](auto tag) {
     using T = decltype(tag);
     T* p = t.data<T>();

@@ -179,7 +179,9 @@ TEST(Device, NamesParseAndCudaIsAbsentOnCpuBuilds) {
   EXPECT_THROW(device_from_name("tpu"), Error);
   EXPECT_THROW(dtype_from_name("f8"), Error);
   EXPECT_EQ(dtype_from_name("bfloat16"), DType::BF16);
-  if (!cuda_is_available()) EXPECT_THROW(zeros({2}).to(Device::cuda(0)), Error);
+  if (!cuda_is_available()) {
+    EXPECT_THROW(zeros({2}).to(Device::cuda(0)), Error);
+  }
 }
 
 TEST(Device, PinnedHostMemoryNeedsAGpu) {

@@ -113,9 +113,9 @@ TEST(TrainerMpi, FsdpMatchesOneProcess) {
 TEST(TrainerMpi, EndOfRunSampleIsOneTextOnEveryRank) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const int64_t w = world()->size();
-  const TrainResult r =
-      run(job(corpus, shared_dir("sample"), 8 / w, {"--training.steps=3", "--validation.enable=false"}),
-          world(), /*sample_tokens=*/24);
+  const config::JobConfig cfg = job(corpus, shared_dir("sample"), 8 / w,
+                                    {"--training.steps=3", "--validation.enable=false"});
+  const TrainResult r = run(cfg, world(), /*sample_tokens=*/24);
   EXPECT_FALSE(r.sample.empty());
   const std::vector<std::string> samples =
       parallel::all_gather_strings(*world(), r.sample, "test.samples");
