@@ -10,6 +10,15 @@ int64_t numel_of(const Shape& shape) {
   return n;
 }
 
+Shape unravel_index(int64_t flat, const Shape& shape) {
+  Shape pos(shape.size());
+  for (size_t i = shape.size(); i-- > 0;) {
+    pos[i] = shape[i] > 0 ? flat % shape[i] : 0;
+    flat = shape[i] > 0 ? flat / shape[i] : flat;
+  }
+  return pos;
+}
+
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size());
   int64_t s = 1;

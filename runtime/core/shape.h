@@ -15,6 +15,8 @@ int64_t numel_of(const Shape& shape);
 // missing); throws when it does not broadcast.
 Shape broadcast_strides(const Shape& t_shape, const Shape& t_strides, const Shape& shape);
 Shape contiguous_strides(const Shape& shape);
+// The multi-dimensional position of element `flat` of a row-major `shape` (for messages).
+Shape unravel_index(int64_t flat, const Shape& shape);
 // Wraps a possibly negative dim into [0, ndim); throws naming `op` when out of range.
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
 // The broadcast of two shapes (numpy rules); throws naming `op` and both shapes when they clash.

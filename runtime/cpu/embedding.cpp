@@ -25,12 +25,10 @@ std::vector<int64_t> read_ids(const Tensor& ids) {
   return out;
 }
 
-int64_t cpu_embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) {
-  const int64_t V = weight.size(0), D = weight.size(1), n = ids.numel();
+void cpu_embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) {
+  const int64_t D = weight.size(1), n = ids.numel();
+  if (D == 0 || n == 0) return;
   const std::vector<int64_t> idx = read_ids(ids);
-  for (int64_t i = 0; i < n; ++i)
-    if (idx[i] < 0 || idx[i] >= V) return i;
-  if (D == 0 || n == 0) return -1;
   const size_t row_bytes = size_t(D) * weight.element_size();
   const int64_t row_stride_bytes = weight.stride(0) * int64_t(weight.element_size());
   const char* pw = static_cast<const char*>(weight.data_ptr());
@@ -40,7 +38,6 @@ int64_t cpu_embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& o
     for (int64_t i = begin; i < end; ++i)
       std::memcpy(po + i * int64_t(row_bytes), pw + idx[i] * row_stride_bytes, row_bytes);
   });
-  return -1;
 }
 
 void cpu_embedding_backward(const Tensor& grad, const Tensor& ids, Tensor& grad_weight) {

@@ -53,8 +53,8 @@ inline void accumulate(T& self, T src, compute_t<T> alpha) {
   }
 }
 
-int64_t index_bounds(const Tensor& index, int64_t size, int64_t* bad_value) {
-  return dispatch_index(index.dtype(), "index_bounds", [&](auto iv) -> int64_t {
+void index_bounds(const Tensor& index, int64_t size, const BadElementMessage& message) {
+  dispatch_index(index.dtype(), "index_bounds", [&](auto iv) {
     using I = decltype(iv);
     const I* ip = index.data<I>();
     constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
@@ -70,9 +70,7 @@ int64_t index_bounds(const Tensor& index, int64_t size, int64_t* bad_value) {
       }
     });
     const int64_t pos = first.load();
-    if (pos == kNone) return -1;
-    *bad_value = int64_t(ip[pos]);
-    return pos;
+    if (pos != kNone) MT_FAIL(message(pos, int64_t(ip[pos])));
   });
 }
 

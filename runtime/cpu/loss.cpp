@@ -15,15 +15,12 @@ namespace mt::runtime::cpu {
 namespace {
 
 template <class I>
-CrossEntropyForwardStatus check_targets(const I* t, int64_t n, int64_t v, int64_t ignore_index) {
-  CrossEntropyForwardStatus s;
+void check_targets(const I* t, int64_t n, int64_t v, int64_t ignore_index,
+                   const BadElementMessage& bad_target) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t ti = int64_t(t[i]);
-    if (ti == ignore_index) continue;
-    if (ti < 0 || ti >= v) return {i, 0};
-    ++s.count;
+    if (ti != ignore_index && (ti < 0 || ti >= v)) MT_FAIL(bad_target(i, ti));
   }
-  return s;
 }
 
 template <class F>
@@ -65,13 +62,11 @@ void row_softmax_scaled(const double* x, int64_t n, double lse, double g, double
   for (int64_t j = 0; j < n; ++j) y[j] = std::exp(x[j] - lse) * g;
 }
 
-CrossEntropyForwardStatus cpu_cross_entropy_forward(const Tensor& logits, const Tensor& targets,
-                                                    int64_t ignore_index, Tensor& losses,
-                                                    Tensor& lse) {
+void cpu_cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                               const BadElementMessage& bad_target, Tensor& losses, Tensor& lse) {
   const int64_t N = logits.size(0), V = logits.size(1);
-  return dispatch_index(targets, [&](auto* pt) {
-    const CrossEntropyForwardStatus status = check_targets(pt, N, V, ignore_index);
-    if (status.bad_position >= 0) return status;
+  dispatch_index(targets, [&](auto* pt) {
+    check_targets(pt, N, V, ignore_index, bad_target);
     dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
       using T = decltype(tag);
       using A = compute_t<T>;
@@ -92,13 +87,11 @@ CrossEntropyForwardStatus cpu_cross_entropy_forward(const Tensor& logits, const 
         }
       });
     });
-    return status;
   });
 }
 
 void cpu_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                                const Tensor& grad, double scale, int64_t ignore_index,
-                                Tensor& grad_logits) {
+                                const Tensor& grad, int64_t ignore_index, Tensor& grad_logits) {
   const int64_t N = logits.size(0), V = logits.size(1);
   dispatch_index(targets, [&](auto* pt) {
     dispatch_floating(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
@@ -119,7 +112,7 @@ void cpu_cross_entropy_backward(const Tensor& logits, const Tensor& targets, con
             std::fill(drow, drow + V, T(A(0)));
             continue;
           }
-          const A gi = pg[per_row ? i : 0] * A(scale);
+          const A gi = pg[per_row ? i : 0];
           const A* row = as_compute_row(px + i * V, V, buf.data());
           A* out;
           if constexpr (std::is_same_v<T, A>) {

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <vector>
 
+#include "runtime/core/deferred_errors.h"
 #include "runtime/core/device_runtime.h"
 #include "runtime/cuda/caching_allocator.h"
 #include "runtime/cuda/context.h"
@@ -171,6 +172,7 @@ class CudaRuntime final : public DeviceRuntime {
              "): not the current device cuda:", current_device());
     MT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
     MT_CUDA_CHECK(cudaDeviceSynchronize());
+    raise_arrived_errors();  // every verdict has arrived: bad input queued before fails here
   }
   void copy_between_devices(const Tensor& src, const Tensor& dst, bool non_blocking) override {
     MT_CHECK(src.is_contiguous() && dst.is_contiguous() && src.dtype() == dst.dtype() &&
@@ -188,7 +190,11 @@ class CudaRuntime final : public DeviceRuntime {
       return;
     }
     // The host may read (or free, or write) its side as soon as we return.
-    if (dst.device().is_cpu() || src.device().is_cpu()) MT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (dst.device().is_cpu() || src.device().is_cpu()) {
+      MT_CUDA_CHECK(cudaStreamSynchronize(stream));
+      // The host waited anyway: values read from a step whose input was bad are not returned.
+      raise_arrived_errors();
+    }
   }
 };
 

@@ -7,6 +7,7 @@
 // add in index order, with the CPU's per-step rounding (the results equal the CPU's bitwise).
 #include <limits>
 
+#include "runtime/cuda/deferred_verdict.cuh"
 #include "runtime/cuda/index.cuh"
 #include "runtime/cuda/loops.cuh"
 #include "runtime/cuda/sorted_positions.cuh"
@@ -54,24 +55,20 @@ __device__ inline void accumulate(T& self, T src, acc_t<T> alpha) {
   }
 }
 
-int64_t index_bounds(const Tensor& index, int64_t size, int64_t* bad_value) {
+// Queues the verdict (deferred_verdict.cuh): the host does not wait for it.
+void index_bounds(const Tensor& index, int64_t size, const BadElementMessage& message) {
   check_on_current_device(index, "index_bounds");
   const int64_t n = index.numel();
-  if (n == 0) return -1;
-  constexpr long long kNone = std::numeric_limits<long long>::max();
-  Tensor first = empty({1}, index.options().with_dtype(DType::I64));
-  long long* fp = ptr<long long>(first);
-  launch_linear(1, [=] __device__(int64_t) { *fp = kNone; });
+  if (n == 0) return;
+  const Tensor verdict = new_verdict();
+  unsigned long long* vp = ptr<unsigned long long>(verdict);
   MT_CUDA_DISPATCH_INDEX(index.dtype(), "index_bounds", I, [&] {
     const I* ip = ptr<I>(index);
     launch_linear(n, [=] __device__(int64_t i) {
-      if (ip[i] < 0 || int64_t(ip[i]) >= size) atomicMin(fp, (long long)i);
+      if (ip[i] < 0 || int64_t(ip[i]) >= size) mark_bad(vp, i);
     });
+    defer_verdict_of(verdict, ip, message);
   });
-  const int64_t pos = first.item<int64_t>();
-  if (pos == kNone) return -1;
-  *bad_value = index.reshape({n}).narrow(0, pos, 1).item<int64_t>();
-  return pos;
 }
 
 void index_select(const Tensor& x, int64_t dim, const Tensor& index, Tensor& out) {
@@ -86,8 +83,8 @@ void index_select(const Tensor& x, int64_t dim, const Tensor& index, Tensor& out
       E* op = ptr<E>(out);
       launch_linear(out.numel(), [=] __device__(int64_t e) {
         const int64_t r = e / inner, j = e % inner;
-        const int64_t o = r / n, i = r % n;
-        op[e] = xp[(o * size + int64_t(ip[i])) * inner + j];
+        const int64_t o = r / n, i = r % n, k = int64_t(ip[i]);
+        op[e] = in_range(k, size) ? xp[(o * size + k) * inner + j] : E{};
       });
     });
   });
@@ -103,6 +100,7 @@ __global__ void index_add_runs(T* self, const T* src, const int64_t* keys, const
   for (int64_t item = blockIdx.x; item < outer * n; item += gridDim.x) {
     const int64_t o = item / n, k = item % n, target = keys[k];
     if (k > 0 && keys[k - 1] == target) continue;  // not the first of its run
+    if (!in_range(target, size)) continue;
     for (int64_t j = threadIdx.x; j < inner; j += blockDim.x) {
       T& dst = self[(o * size + target) * inner + j];
       T v = dst;
@@ -132,9 +130,11 @@ void index_add(Tensor& self, int64_t dim, const Tensor& index, const Tensor& sou
         const acc_t<T> a = acc_t<T>(alpha);
         launch_linear(outer * inner, [=] __device__(int64_t t) {
           const int64_t o = t / inner, j = t % inner;
-          for (int64_t i = 0; i < n; ++i)
-            accumulate(sp[(o * size + int64_t(ip[i])) * inner + j], src[(o * n + i) * inner + j],
-                       a);
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t k = int64_t(ip[i]);
+            if (in_range(k, size))
+              accumulate(sp[(o * size + k) * inner + j], src[(o * n + i) * inner + j], a);
+          }
         });
       });
     });
@@ -154,7 +154,7 @@ void gather(const Tensor& x, int64_t dim, const Tensor& index, Tensor& out) {
   for (const Tensor* t : std::initializer_list<const Tensor*>{&x, &index, &out})
     check_on_current_device(*t, "gather");
   Shape xs = x.strides();
-  const int64_t x_dim_stride = xs[size_t(dim)];
+  const int64_t x_dim_stride = xs[size_t(dim)], x_size = x.size(dim);
   xs[size_t(dim)] = 0;  // the index supplies the position along dim
   MT_CUDA_DISPATCH_BYTES(x.element_size(), "gather", E, [&] {
     MT_CUDA_DISPATCH_INDEX(index.dtype(), "gather", I, [&] {
@@ -163,7 +163,9 @@ void gather(const Tensor& x, int64_t dim, const Tensor& index, Tensor& out) {
       E* op = ptr<E>(out);
       launch_elementwise<3>(index.shape(), {out.strides(), index.strides(), xs},
                             [=] __device__(const int64_t* off) {
-                              op[off[0]] = xp[off[2] + int64_t(ip[off[1]]) * x_dim_stride];
+                              const int64_t k = int64_t(ip[off[1]]);
+                              op[off[0]] = in_range(k, x_size) ? xp[off[2] + k * x_dim_stride]
+                                                               : E{};
                             });
     });
   });
@@ -176,7 +178,7 @@ void scatter(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, 
     check_on_current_device(*t, "scatter");
   if (index.numel() == 0) return;
   Shape ss = self.strides();
-  const int64_t self_dim_stride = ss[size_t(dim)];
+  const int64_t self_dim_stride = ss[size_t(dim)], self_size = self.size(dim);
   ss[size_t(dim)] = 0;
   Shape lines = index.shape();
   const int64_t n = lines[size_t(dim)];
@@ -191,7 +193,9 @@ void scatter(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, 
       const acc_t<T> one = acc_t<T>(1);
       launch_elementwise<3>(lines, strides, [=] __device__(const int64_t* off) {
         for (int64_t i = 0; i < n; ++i) {
-          T& d = sp[off[0] + int64_t(ip[off[1] + i * istride]) * self_dim_stride];
+          const int64_t k = int64_t(ip[off[1] + i * istride]);
+          if (!in_range(k, self_size)) continue;
+          T& d = sp[off[0] + k * self_dim_stride];
           const T v = rp[off[2] + i * sstride];
           if (add_values) {
             accumulate(d, v, one);

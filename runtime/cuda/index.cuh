@@ -36,3 +36,11 @@
     }                                                         \
     MT_FAIL(op, ": unsupported element size ", element_size); \
   }()
+
+namespace mt::runtime::cuda {
+
+// Whether an index value lies in [0, size). Kernels skip the others: the index's check has queued
+// them as an error for the host (runtime/core/deferred_errors.h), which does not wait for it.
+__host__ __device__ inline bool in_range(int64_t k, int64_t size) { return k >= 0 && k < size; }
+
+}  // namespace mt::runtime::cuda

@@ -1,10 +1,11 @@
 // CUDA fused cross-entropy (runtime/kernels/loss.h): one block per row; the forward keeps only the
 // row's logsumexp (no softmax is stored), the backward recomputes softmax from it. Targets are
-// validated first on the device; the status (first bad position, count) comes back to the host,
-// which waits for it: the one synchronisation of the loss.
+// validated on the device and a bad one reported to the host later (deferred_verdict.cuh): the
+// loss never makes the host wait.
 #include <cuda/std/limits>
 
 #include "runtime/cuda/block_reduce.cuh"
+#include "runtime/cuda/deferred_verdict.cuh"
 #include "runtime/cuda/loops.cuh"
 #include "runtime/kernels/loss.h"
 
@@ -13,18 +14,13 @@ namespace {
 
 constexpr int kRowThreads = 512;
 
-// status[0] = first bad position (min), status[1] = count of non-ignored targets.
 template <class I>
 __global__ void check_targets(const I* t, int64_t n, int64_t v, int64_t ignore_index,
-                              unsigned long long* status) {
+                              unsigned long long* verdict) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t ti = int64_t(t[i]);
-    if (ti == ignore_index) continue;
-    if (ti < 0 || ti >= v)
-      atomicMin(&status[0], (unsigned long long)i);
-    else
-      atomicAdd(&status[1], 1ull);
+    if (ti != ignore_index && (ti < 0 || ti >= v)) mark_bad(verdict, i);
   }
 }
 
@@ -37,7 +33,7 @@ __global__ void forward_rows(const T* x, const I* t, int64_t v, int64_t ignore_i
     if (threadIdx.x == 0) losses[r] = lse[r] = A(0);
     return;
   }
-  // An invalid target (check_targets, queued before, reports it to the host) must not be read:
+  // An invalid target (check_targets reports it to the host later) must not be read:
   // the whole block skips the row, so no thread misses a block reduction.
   if (tr < 0 || tr >= v) return;
   const T* row = x + r * v;
@@ -56,7 +52,7 @@ __global__ void forward_rows(const T* x, const I* t, int64_t v, int64_t ignore_i
 
 template <class T, class A, class I>
 __global__ void backward_rows(const T* x, const I* t, const A* lse, const A* grad, bool per_row,
-                              A scale, int64_t v, int64_t ignore_index, T* dx) {
+                              int64_t v, int64_t ignore_index, T* dx) {
   const int64_t r = blockIdx.x;
   const int64_t tr = int64_t(t[r]);
   T* drow = dx + r * v;
@@ -65,7 +61,7 @@ __global__ void backward_rows(const T* x, const I* t, const A* lse, const A* gra
     return;
   }
   const T* row = x + r * v;
-  const A g = grad[per_row ? r : 0] * scale, l = lse[r];
+  const A g = grad[per_row ? r : 0], l = lse[r];
   for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
     drow[j] = T(exp(A(row[j]) - l) * g - (j == tr ? g : A(0)));
 }
@@ -78,20 +74,18 @@ decltype(auto) dispatch_index(const Tensor& t, F&& fn) {
   return fn(ptr<int64_t>(t));
 }
 
-CrossEntropyForwardStatus forward(const Tensor& logits, const Tensor& targets,
-                                  int64_t ignore_index, Tensor& losses, Tensor& lse) {
+void forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+             const BadElementMessage& bad_target, Tensor& losses, Tensor& lse) {
   check_on_current_device(logits, "cross_entropy");
   check_on_current_device(targets, "cross_entropy");
   const int64_t N = logits.size(0), V = logits.size(1);
-  if (N == 0) return {};
-  Tensor status = Tensor::empty({2}, targets.options().with_dtype(DType::I64));
-  auto* st = ptr<unsigned long long>(status);
-  // status[0]: first bad position (all ones: none); status[1]: count of non-ignored targets.
-  MT_CUDA_CHECK(cudaMemsetAsync(st, 0xFF, sizeof(*st), current_stream()));
-  MT_CUDA_CHECK(cudaMemsetAsync(st + 1, 0, sizeof(*st), current_stream()));
+  if (N == 0) return;
+  const Tensor verdict = new_verdict();
   dispatch_index(targets, [&](auto* pt) {
-    check_targets<<<blocks_for(N), kThreads, 0, current_stream()>>>(pt, N, V, ignore_index, st);
+    check_targets<<<blocks_for(N), kThreads, 0, current_stream()>>>(
+        pt, N, V, ignore_index, ptr<unsigned long long>(verdict));
     MT_CUDA_CHECK_LAUNCH();
+    defer_verdict_of(verdict, pt, bad_target);
     MT_CUDA_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", T, [&] {
       using A = acc_t<T>;
       forward_rows<T, A><<<unsigned(N), kRowThreads, 0, current_stream()>>>(
@@ -99,16 +93,10 @@ CrossEntropyForwardStatus forward(const Tensor& logits, const Tensor& targets,
       MT_CUDA_CHECK_LAUNCH();
     });
   });
-  unsigned long long host[2];
-  MT_CUDA_CHECK(cudaMemcpyAsync(host, st, sizeof(host), cudaMemcpyDeviceToHost, current_stream()));
-  MT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
-  // Rows were computed before validation finished; on a bad target the caller throws.
-  if (host[0] != ~0ull) return {int64_t(host[0]), 0};
-  return {-1, int64_t(host[1])};
 }
 
 void backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad,
-              double scale, int64_t ignore_index, Tensor& grad_logits) {
+              int64_t ignore_index, Tensor& grad_logits) {
   check_on_current_device(logits, "cross_entropy_backward");
   const int64_t N = logits.size(0), V = logits.size(1);
   if (N == 0) return;
@@ -116,7 +104,7 @@ void backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, co
     MT_CUDA_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_backward", T, [&] {
       using A = acc_t<T>;
       backward_rows<T, A><<<unsigned(N), kRowThreads, 0, current_stream()>>>(
-          ptr<T>(logits), pt, ptr<A>(lse), ptr<A>(grad), grad.numel() != 1, A(scale), V,
+          ptr<T>(logits), pt, ptr<A>(lse), ptr<A>(grad), grad.numel() != 1, V,
           ignore_index, ptr<T>(grad_logits));
       MT_CUDA_CHECK_LAUNCH();
     });

@@ -3,14 +3,18 @@
 // index_bounds_kernel (except where a kernel says otherwise). "self" tensors are modified in place.
 #pragma once
 
+#include "runtime/core/deferred_errors.h"
 #include "runtime/core/dispatch.h"
 #include "runtime/core/tensor.h"
 
 namespace mt::runtime {
 
-// Returns the position of the first element of `index` (contiguous, i64/i32) outside [0, size),
-// or -1 when all are in range; *bad_value receives the offending value.
-inline constinit KernelTable<int64_t(const Tensor& index, int64_t size, int64_t* bad_value)>
+// Reports the first element of `index` (contiguous, i64/i32) outside [0, size) with
+// message(position, value): the CPU throws at once, a device reports it when the host next waits
+// for it (runtime/core/deferred_errors.h). So device kernels that take a checked index must skip
+// out-of-range elements rather than touch memory outside their tensors.
+inline constinit KernelTable<void(const Tensor& index, int64_t size,
+                                  const BadElementMessage& message)>
     index_bounds_kernel{"index_bounds"};
 
 // x contiguous, index 1-D; out (contiguous, x's shape with size index.numel() at dim):

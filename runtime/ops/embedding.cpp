@@ -2,6 +2,7 @@
 
 #include "runtime/autograd/function.h"
 #include "runtime/kernels/embedding.h"
+#include "runtime/kernels/index.h"
 #include "runtime/ops/factory.h"
 
 namespace mt::runtime {
@@ -20,16 +21,14 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   const Tensor w = weight.stride(1) == 1 || D == 1 ? weight.detach() : weight.detach().contiguous();
   const Tensor flat_ids = ids.reshape({n}).contiguous();
   Tensor out = Tensor::empty({n, D}, weight.options());
-  const int64_t bad = embedding_forward_kernel(weight.device(), w, flat_ids, out);
-  if (bad >= 0) {
-    Shape pos(static_cast<size_t>(ids.dim()));
-    for (int64_t i = ids.dim() - 1, rem = bad; i >= 0; --i) {
-      pos[i] = rem % ids.size(i);
-      rem /= ids.size(i);
-    }
-    MT_FAIL("embedding: id ", flat_ids.select(0, bad).item<int64_t>(), " at position ", pos,
-            " is outside [0, ", V, ") for a weight of shape ", weight.shape());
-  }
+  // A bad id fails here on the CPU, and at the next host wait on a device.
+  index_bounds_kernel(weight.device(), flat_ids, V,
+                      [ids_shape = ids.shape(), wshape = weight.shape()](int64_t bad, int64_t id) {
+                        return detail::concat("embedding: id ", id, " at position ",
+                                              unravel_index(bad, ids_shape), " is outside [0, ",
+                                              wshape[0], ") for a weight of shape ", wshape);
+                      });
+  embedding_forward_kernel(weight.device(), w, flat_ids, out);
   Shape out_shape = ids.shape();
   out_shape.push_back(D);
   out = out.view(out_shape);

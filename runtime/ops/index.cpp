@@ -27,12 +27,14 @@ void check_values(const Tensor& x, const Tensor& src, const char* what, const ch
            src.device());
 }
 
-// Throws when an element of `index` (contiguous) lies outside [0, size).
+// Fails when an element of `index` (contiguous) lies outside [0, size): at once on the CPU, at
+// the next host wait on a device (runtime/core/deferred_errors.h).
 void check_range(const Tensor& index, int64_t size, int64_t dim, const char* op) {
-  int64_t bad = 0;
-  const int64_t pos = index_bounds_kernel(index.device(), index, size, &bad);
-  MT_CHECK(pos < 0, op, ": index ", bad, " (at position ", pos, " of the index) is out of range ",
-           "for dim ", dim, " of size ", size);
+  auto message = [op = std::string(op), size, dim](int64_t pos, int64_t bad) {
+    return detail::concat(op, ": index ", bad, " (at position ", pos, " of the index) is out of ",
+                          "range for dim ", dim, " of size ", size);
+  };
+  index_bounds_kernel(index.device(), index, size, message);
 }
 
 // A 1-D contiguous view of the index of index_select / index_add (a 0-D index counts as [1]).

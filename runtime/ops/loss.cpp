@@ -27,21 +27,18 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   const Tensor t = targets.reshape({N}).contiguous();
   Tensor losses = Tensor::empty({N}, acc_options);
   Tensor lse = Tensor::empty({N}, acc_options);
-  const CrossEntropyForwardStatus status =
-      cross_entropy_forward_kernel(logits.device(), x, t, ignore_index, losses, lse);
-  if (status.bad_position >= 0) {
-    Shape pos(lead.size());
-    for (int64_t i = int64_t(lead.size()) - 1, rem = status.bad_position; i >= 0; --i) {
-      pos[i] = rem % lead[i];
-      rem /= lead[i];
-    }
-    MT_FAIL("cross_entropy: target ", t.select(0, status.bad_position).item<int64_t>(),
-            " at position ", pos, " is outside [0, ", V, ") and is not ignore_index (",
-            ignore_index, ")");
-  }
+  // A bad target fails here on the CPU, and at the next host wait on a device.
+  cross_entropy_forward_kernel(
+      logits.device(), x, t, ignore_index,
+      [lead, V, ignore_index](int64_t position, int64_t target) {
+        return detail::concat("cross_entropy: target ", target, " at position ",
+                              unravel_index(position, lead), " is outside [0, ", V,
+                              ") and is not ignore_index (", ignore_index, ")");
+      },
+      losses, lse);
 
   Tensor out;
-  double scale = 1.0;
+  Tensor mean_divisor;  // Mean: the count of valid targets (at least 1), kept on the device
   switch (reduction) {
     case Reduction::None:
       out = losses.reshape(targets.shape()).to(logits.dtype());
@@ -51,23 +48,25 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
       break;
     case Reduction::Mean:
       // No valid target: the sum is 0 and so is the mean (not 0/0).
-      scale = status.count > 0 ? 1.0 / double(status.count) : 0.0;
-      out = mul(sum(losses), scale).to(logits.dtype());
+      mean_divisor = clamp(sum(ne(t, double(ignore_index)).to(acc)), 1.0, std::nullopt);
+      out = div(sum(losses), mean_divisor).to(logits.dtype());
       break;
   }
   if (autograd::any_requires_grad({logits})) {
     autograd::record(
         "cross_entropy", {logits}, {out},
         [sx = autograd::SavedTensor(x), st = autograd::SavedTensor(t),
-         slse = autograd::SavedTensor(lse), shape = logits.shape(), scale, ignore_index,
+         slse = autograd::SavedTensor(lse), shape = logits.shape(), mean_divisor, ignore_index,
          N](const autograd::BackwardArgs& args) -> std::vector<Tensor> {
           const Tensor& x = sx.get();
           const Tensor& lse = slse.get();
-          const Tensor g = args.grad(0).to(lse.dtype()).reshape({-1}).contiguous();
+          Tensor g = args.grad(0).to(lse.dtype()).reshape({-1});
+          if (mean_divisor.defined()) g = div(g, mean_divisor);
+          g = g.contiguous();
           MT_CHECK(g.numel() == 1 || g.numel() == N, "cross_entropy backward: gradient of ",
                    g.numel(), " elements for ", N, " targets");
           Tensor gx = Tensor::empty(x.shape(), x.options());
-          cross_entropy_backward_kernel(x.device(), x, st.get(), lse, g, scale, ignore_index, gx);
+          cross_entropy_backward_kernel(x.device(), x, st.get(), lse, g, ignore_index, gx);
           return {gx.reshape(shape)};
         });
   }

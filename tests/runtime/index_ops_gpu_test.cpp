@@ -1,12 +1,13 @@
 // CUDA backend vs CPU backend: index_select, index_add(_), gather, scatter(_add), sort / argsort /
 // topk and embedding, forward and backward, with repeated indices (deterministic accumulation:
 // f32 results equal the CPU's bitwise), i32 and i64 indices, ties, NaN and -0 in sorts, odd
-// sizes, empty tensors and out-of-range errors. Skips without a GPU.
+// sizes, empty tensors and out-of-range errors (raised at the next host read). Skips without a GPU.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "runtime/core/deferred_errors.h"
 #include "runtime/ops/embedding.h"
 #include "runtime/ops/index.h"
 #include "runtime/ops/sort.h"
@@ -121,16 +122,29 @@ TEST_F(IndexGpu, GatherScatterAndBackward) {
                {b, ids({0, 5, 5, 1, 2, 3, 0, 0}, DType::I64, {4, 2})});
 }
 
-TEST_F(IndexGpu, OutOfRangeIndicesThrow) {
+// A bad index does not make the host wait: the op returns, the next host read raises the error
+// (naming the index and its position) once, and the device stays usable.
+TEST_F(IndexGpu, OutOfRangeIndicesFailAtTheNextHostRead) {
   const Tensor x = on_cuda(rnd({4, 3}));
-  const std::string e = testing::error_of([&] {
-    index_select(x, 0, on_cuda(ids({1, 2, 4, -1, 7})));
-  });
+  const Tensor bad_index = on_cuda(ids({1, 2, 4, -1, 7}));
+  Tensor y;
+  EXPECT_NO_THROW(y = index_select(x, 0, bad_index));
+  const std::string e = testing::error_of([&] { (void)on_cpu(y); });
   EXPECT_THAT(e, ::testing::HasSubstr("index 4 (at position 2 of the index) is out of range"));
+  EXPECT_EQ(pending_verdicts(), 0);
+  const Tensor bad_gather_index = on_cuda(ids({0, 3}, DType::I32, {1, 2}));
   EXPECT_THAT(testing::error_of([&] {
-                gather(x, 1, on_cuda(ids({0, 3}, DType::I32, {1, 2})));
+                (void)on_cpu(gather(x, 1, bad_gather_index));
               }),
               ::testing::HasSubstr("index 3 (at position 1"));
+  // index_add_ skips the bad targets rather than write outside self
+  const Tensor self = on_cuda(rnd({4, 3}));
+  index_add_(self, 0, bad_index, on_cuda(rnd({5, 3})));
+  EXPECT_THAT(testing::error_of([&] { synchronize(x.device()); }),
+              ::testing::HasSubstr("index_add_: index 4"));
+  EXPECT_NO_THROW(synchronize(x.device()));
+  expect_equal([](const auto& in) { return index_select(in[0], 0, in[1]); },
+               {rnd({4, 3}), ids({3, 0, 0})});
 }
 
 TEST_F(SortGpu, SortArgsortTopkMatchCpu) {
@@ -184,11 +198,15 @@ TEST_F(EmbeddingGpu, ForwardBackwardMatchCpu) {
   }
   expect_same([](const auto& in) { return embedding(in[0], in[1]); },
               {rnd({5, 4}), ids({}, DType::I64, {0})});
-  const Tensor w = on_cuda(rnd({10, 4}));
-  EXPECT_THAT(testing::error_of([&] {
-                embedding(w, on_cuda(ids({1, 10, 3}, DType::I32)));
-              }),
+  // A bad id is named at the next host read (the forward skips it, the backward too).
+  const Tensor w = on_cuda(rnd({10, 4})).set_requires_grad(true);
+  const Tensor bad_ids = on_cuda(ids({1, 10, 3}, DType::I32));
+  Tensor y;
+  EXPECT_NO_THROW(y = embedding(w, bad_ids));
+  sum(y).backward();
+  EXPECT_THAT(testing::error_of([&] { (void)on_cpu(y); }),
               ::testing::HasSubstr("embedding: id 10 at position [1] is outside [0, 10)"));
+  EXPECT_EQ(pending_verdicts(), 0);
 }
 
 }  // namespace
