@@ -2,14 +2,12 @@
 // behind the collectives, and the watchdog that ends the job when a call runs out of time.
 #include "parallel/comm/nccl_process_group.h"
 
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <map>
 #include <mutex>
 
-#include "parallel/comm/mpi_runtime.h"
+#include "parallel/comm/host_deadline.h"
 #include "parallel/comm/timeout_report.h"
 #include "runtime/core/device_runtime.h"
 #include "runtime/core/error.h"
@@ -98,6 +96,28 @@ struct NcclProcessGroup::Event {
   }
 };
 
+class NcclProcessGroup::HostCallWatch {
+ public:
+  HostCallWatch(NcclProcessGroup& group, std::string what) : group_(group) {
+    {
+      std::lock_guard lock(group_.watch_mutex_);
+      group_.start_watchdog();
+      group_.host_call_ =
+          HostCall{std::move(what), std::chrono::steady_clock::now(), collective_timeout()};
+    }
+    group_.watch_cv_.notify_one();
+  }
+  ~HostCallWatch() {
+    std::lock_guard lock(group_.watch_mutex_);
+    group_.host_call_.reset();
+  }
+  HostCallWatch(const HostCallWatch&) = delete;
+  HostCallWatch& operator=(const HostCallWatch&) = delete;
+
+ private:
+  NcclProcessGroup& group_;
+};
+
 bool nccl_available() { return runtime::cuda_is_available(); }
 
 std::unique_ptr<ProcessGroup> make_nccl_process_group(std::shared_ptr<ProcessGroup> bootstrap) {
@@ -129,7 +149,15 @@ std::unique_ptr<NcclProcessGroup> NcclProcessGroup::create(
   std::memcpy(&id, buf.to(Device::cpu()).contiguous().data_ptr(), sizeof id);
 
   ncclComm_t comm = nullptr;
-  const ncclResult_t r = ncclCommInitRank(&comm, bootstrap->size(), id, bootstrap->rank());
+  ncclResult_t r = ncclSuccess;
+  {
+    // It blocks the host until every rank has joined: a missing rank ends the job in time.
+    HostDeadline deadline(collective_timeout(), bootstrap->rank(),
+                          detail::concat("ncclCommInitRank over group ", bootstrap->name(),
+                                         " (rank ", bootstrap->rank(), " of ", bootstrap->size(),
+                                         ")"));
+    r = ncclCommInitRank(&comm, bootstrap->size(), id, bootstrap->rank());
+  }
   MT_CHECK(r == ncclSuccess, "NcclProcessGroup::create over group ", bootstrap->name(), " (rank ",
            bootstrap->rank(), " of ", bootstrap->size(),
            "): ncclCommInitRank failed: ", nccl_error(r, comm));
@@ -181,7 +209,10 @@ std::unique_ptr<ProcessGroup> NcclProcessGroup::split(int color, int key) {
   MT_CHECK(color >= 0, "split on group ", name_, ": color must be >= 0, got ", color);
   std::lock_guard call(call_mutex_);
   ncclComm_t child = nullptr;
-  check(ncclCommSplit(comm_, color, key, &child, nullptr), "split (ncclCommSplit)");
+  {
+    HostCallWatch host(*this, detail::concat("split (ncclCommSplit, color ", color, ")"));
+    check(ncclCommSplit(comm_, color, key, &child, nullptr), "split (ncclCommSplit)");
+  }
   return std::unique_ptr<NcclProcessGroup>(
       new NcclProcessGroup(child, detail::concat(name_, "/split(", color, ",", key, ")")));
 }
@@ -202,6 +233,9 @@ Work NcclProcessGroup::dispatch(const char* collective, std::packaged_task<void(
   }
   {
     cuda::StreamGuard guard(stream_);  // staging copies and conversions too
+    const CollectiveRecord call = last_collective();
+    HostCallWatch host(*this,
+                       detail::concat(collective, " '", call.name, "' (call #", call.seq, ")"));
     task();
   }
   result.get();  // argument and NCCL errors of the call surface here
@@ -227,10 +261,14 @@ Work NcclProcessGroup::dispatch(const char* collective, std::packaged_task<void(
 void NcclProcessGroup::watch(Pending pending) {
   {
     std::lock_guard lock(watch_mutex_);
-    if (!watchdog_.joinable()) watchdog_ = std::thread(&NcclProcessGroup::watchdog_loop, this);
+    start_watchdog();
     pending_.push_back(std::move(pending));
   }
   watch_cv_.notify_one();
+}
+
+void NcclProcessGroup::start_watchdog() {
+  if (!watchdog_.joinable()) watchdog_ = std::thread(&NcclProcessGroup::watchdog_loop, this);
 }
 
 void NcclProcessGroup::watchdog_loop() {
@@ -242,9 +280,25 @@ void NcclProcessGroup::watchdog_loop() {
     while (!pending_.empty() && (status = pending_.front().done->status()) == cudaSuccess) {
       pending_.pop_front();
     }
+    const auto now = std::chrono::steady_clock::now();
+    if (host_call_ && host_call_->timeout.count() > 0 &&
+        now - host_call_->entered > host_call_->timeout) {
+      end_job(detail::concat(
+          "collective timeout: ", host_call_->what, " on group ", name_, " (rank ", rank_, " of ",
+          size_, ") did not return to the host within ",
+          double(host_call_->timeout.count()) / 1000.0, " s ([comm] timeout_seconds). NCCL waits "
+          "in it for every rank of the group (connection set-up on a communicator's first calls, "
+          "ncclCommSplit): a rank did not reach it.\n  (NCCL backend: the communicator was "
+          "aborted with ncclCommAbort; where the other ranks are is unknown)\nEnding every rank "
+          "of the job."));
+    }
     if (pending_.empty()) {
       if (stopping_) return;
-      watch_cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+      if (host_call_) {
+        watch_cv_.wait_for(lock, std::chrono::milliseconds(10));
+      } else {
+        watch_cv_.wait(lock, [&] { return stopping_ || !pending_.empty() || host_call_; });
+      }
       continue;
     }
     const Pending& oldest = pending_.front();
@@ -262,7 +316,6 @@ void NcclProcessGroup::watchdog_loop() {
                              " of ", size_, ") ran: ", nccl_error(async_error, comm_),
                              ". Ending the job."));
     }
-    const auto now = std::chrono::steady_clock::now();
     if (oldest.timeout.count() > 0 && now - oldest.call.started > oldest.timeout) {
       // NCCL cannot ask the other ranks where they are: the report names this rank's call only.
       end_job(describe_collective_timeout(name_, rank_, size_, oldest.call,
@@ -284,10 +337,7 @@ void NcclProcessGroup::end_job(const std::string& message) {
     aborted->set_value();
   }).detach();
   done.wait_for(std::chrono::seconds(10));
-  if (mpi::active()) mpi::abort_job(message);
-  std::fprintf(stderr, "[rank %d] %s\n", rank_, message.c_str());
-  std::fflush(stderr);
-  std::_Exit(124);
+  end_job_now(rank_, message);
 }
 
 void NcclProcessGroup::do_all_reduce(const Tensor& buf, ReduceOp op) {

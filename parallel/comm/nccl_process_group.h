@@ -23,7 +23,10 @@
 //   that has not finished within collective_timeout() of its issue (or a communicator that reports
 //   an asynchronous error) gets the communicator aborted (ncclCommAbort) and ends the job like the
 //   MPI backend (message naming the call and the group on stderr, exit code 124; MPI_Abort when
-//   MPI is running). Unlike MPI it cannot ask the other ranks where they are.
+//   MPI is running). Unlike MPI it cannot ask the other ranks where they are. NCCL calls that
+//   block the host while they wait for every rank (ncclCommInitRank, ncclCommSplit, the connection
+//   set-up inside a communicator's first collectives) are timed too, from when the host entered
+//   them, and end the job the same way.
 // - stats().seconds counts the host time to queue a call, not the time it ran on the GPU.
 #pragma once
 
@@ -39,6 +42,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -93,9 +97,18 @@ class NcclProcessGroup : public ProcessGroup {
     std::shared_ptr<Event> done;
   };
 
+  // An NCCL call the host is inside, watched for its timeout like the calls in flight.
+  struct HostCall {
+    std::string what;  // e.g. "all_reduce 'train.loss' (call #12)"
+    std::chrono::steady_clock::time_point entered;
+    std::chrono::milliseconds timeout;
+  };
+  class HostCallWatch;  // RAII: host_call_ for the scope of one NCCL call
+
   NcclProcessGroup(ncclComm_t comm, std::string name);
   void check(ncclResult_t result, const char* what) const;
   void watch(Pending pending);
+  void start_watchdog();  // with watch_mutex_ held
   void watchdog_loop();
   [[noreturn]] void end_job(const std::string& message);
 
@@ -112,6 +125,7 @@ class NcclProcessGroup : public ProcessGroup {
   std::mutex watch_mutex_;
   std::condition_variable watch_cv_;
   std::deque<Pending> pending_;
+  std::optional<HostCall> host_call_;
   bool stopping_ = false;
   std::thread watchdog_;
 };
