@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "runtime/core/cpu_allocator.h"
 #include "runtime/core/error.h"
 
 namespace mt::runtime {
@@ -29,33 +30,6 @@ MemoryStats MemoryCounter::stats() const {
 void MemoryCounter::reset_peak() { peak_.store(in_use_.load(std::memory_order_relaxed)); }
 
 namespace {
-
-class CpuAllocator final : public Allocator {
- public:
-  static constexpr size_t kAlignment = 64;
-
-  void* allocate(size_t nbytes, Device) override {
-    const size_t rounded = (std::max<size_t>(nbytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
-    void* p = std::aligned_alloc(kAlignment, rounded);
-    if (!p) MT_FAIL("cpu allocator: out of memory allocating ", nbytes, " bytes");
-    counter_.add(int64_t(nbytes));
-    return p;
-  }
-  void deallocate(void* ptr, size_t nbytes, Device) override {
-    std::free(ptr);
-    counter_.sub(int64_t(nbytes));
-  }
-  MemoryStats stats(Device) const override { return counter_.stats(); }
-  void reset_peak(Device) override { counter_.reset_peak(); }
-
- private:
-  MemoryCounter counter_;
-};
-
-CpuAllocator& cpu_allocator() {
-  static CpuAllocator* a = new CpuAllocator();  // never destroyed: tensors may outlive statics
-  return *a;
-}
 
 Allocator* g_allocators[kNumDeviceTypes] = {};
 

@@ -1,5 +1,6 @@
 // Device memory: one Allocator per device type, with per-device accounting of bytes in use and
-// peak, which the training metrics read. The CPU allocator hands out 64-byte aligned blocks.
+// peak, which the training metrics read. The CPU allocator (cpu_allocator.h) hands out 64-byte
+// aligned blocks and caches the large ones.
 // The CUDA backend registers its caching allocator with set_allocator(), and its page-locked host
 // allocator with set_pinned_host_allocator().
 #pragma once
@@ -15,7 +16,7 @@ namespace mt::runtime {
 struct MemoryStats {
   int64_t bytes_in_use = 0;
   int64_t peak_bytes_in_use = 0;
-  int64_t bytes_reserved = 0;  // held by a caching allocator (== in use for the CPU)
+  int64_t bytes_reserved = 0;  // held from the system: in use, or cached for reuse
   int64_t num_allocs = 0;      // allocations served since start
 };
 
@@ -48,9 +49,9 @@ void set_pinned_host_allocator(PinnedHostAllocator* allocator);
 
 MemoryStats memory_stats(Device device);
 void reset_peak_memory(Device device);
-// Hands the device's cached free blocks back to the driver (bytes_reserved falls to what is in
-// use), as torch.cuda.empty_cache(): for another process on the same GPU, or before a large
-// allocation outside the allocator. Waits for the device.
+// Hands the device's cached free blocks back to the driver, or to the system for the CPU
+// (bytes_reserved falls to what is in use), as torch.cuda.empty_cache(): for another process on
+// the same GPU, or before a large allocation outside the allocator. Waits for the device.
 void empty_cache(Device device);
 
 // Counters shared by allocators: lock-free in-use/peak tracking.
