@@ -98,12 +98,13 @@ struct NcclProcessGroup::Event {
 
 class NcclProcessGroup::HostCallWatch {
  public:
-  HostCallWatch(NcclProcessGroup& group, std::string what) : group_(group) {
+  HostCallWatch(NcclProcessGroup& group, std::string what, bool is_collective)
+      : group_(group) {
     {
       std::lock_guard lock(group_.watch_mutex_);
       group_.start_watchdog();
-      group_.host_call_ =
-          HostCall{std::move(what), std::chrono::steady_clock::now(), collective_timeout()};
+      group_.host_call_ = HostCall{std::move(what), is_collective,
+                                   std::chrono::steady_clock::now(), collective_timeout()};
     }
     group_.watch_cv_.notify_one();
   }
@@ -210,7 +211,8 @@ std::unique_ptr<ProcessGroup> NcclProcessGroup::split(int color, int key) {
   std::lock_guard call(call_mutex_);
   ncclComm_t child = nullptr;
   {
-    HostCallWatch host(*this, detail::concat("split (ncclCommSplit, color ", color, ")"));
+    HostCallWatch host(*this, detail::concat("split (ncclCommSplit, color ", color, ")"),
+                       /*is_collective=*/false);
     check(ncclCommSplit(comm_, color, key, &child, nullptr), "split (ncclCommSplit)");
   }
   return std::unique_ptr<NcclProcessGroup>(
@@ -233,9 +235,7 @@ Work NcclProcessGroup::dispatch(const char* collective, std::packaged_task<void(
   }
   {
     cuda::StreamGuard guard(stream_);  // staging copies and conversions too
-    const CollectiveRecord call = last_collective();
-    HostCallWatch host(*this,
-                       detail::concat(collective, " '", call.name, "' (call #", call.seq, ")"));
+    HostCallWatch host(*this, collective, /*is_collective=*/true);
     task();
   }
   result.get();  // argument and NCCL errors of the call surface here
@@ -283,8 +283,13 @@ void NcclProcessGroup::watchdog_loop() {
     const auto now = std::chrono::steady_clock::now();
     if (host_call_ && host_call_->timeout.count() > 0 &&
         now - host_call_->entered > host_call_->timeout) {
+      std::string what = host_call_->what;
+      if (host_call_->is_collective) {  // the task has recorded the call by now
+        const CollectiveRecord call = last_collective();
+        what = detail::concat(what, " '", call.name, "' (call #", call.seq, ")");
+      }
       end_job(detail::concat(
-          "collective timeout: ", host_call_->what, " on group ", name_, " (rank ", rank_, " of ",
+          "collective timeout: ", what, " on group ", name_, " (rank ", rank_, " of ",
           size_, ") did not return to the host within ",
           double(host_call_->timeout.count()) / 1000.0, " s ([comm] timeout_seconds). NCCL waits "
           "in it for every rank of the group (connection set-up on a communicator's first calls, "

@@ -99,7 +99,8 @@ class NcclProcessGroup : public ProcessGroup {
 
   // An NCCL call the host is inside, watched for its timeout like the calls in flight.
   struct HostCall {
-    std::string what;  // e.g. "all_reduce 'train.loss' (call #12)"
+    std::string what;  // "split (ncclCommSplit, color 1)", or a collective: "all_reduce"
+    bool is_collective;  // named by last_collective() when it times out (set once it runs)
     std::chrono::steady_clock::time_point entered;
     std::chrono::milliseconds timeout;
   };

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstdlib>
 #include <mutex>
+#include <new>
 #include <unordered_map>
 #include <vector>
 
@@ -39,9 +40,12 @@ class CachingCpuAllocator final : public Allocator {
       std::lock_guard lock(mutex_);
       const int64_t limit = std::max(kMinIdleLimit, counter_.stats().peak_bytes_in_use);
       if (idle_bytes_ + int64_t(size) <= limit) {
-        idle_[size].push_back(ptr);
-        idle_bytes_ += int64_t(size);
-        return;
+        try {
+          idle_[size].push_back(ptr);
+          idle_bytes_ += int64_t(size);
+          return;
+        } catch (const std::bad_alloc&) {  // no room to remember it: free it (never throw here)
+        }
       }
     }
     release(ptr, size);

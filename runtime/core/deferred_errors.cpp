@@ -27,10 +27,12 @@ Queue& queue() {
 
 void defer_verdict(std::unique_ptr<PendingVerdict> verdict, BadElementMessage message) {
   MT_CHECK(verdict != nullptr && message, "defer_verdict: expected a verdict and a message");
+  {
+    Queue& q = queue();
+    std::lock_guard lock(q.mutex);
+    q.pending.push_back({std::move(verdict), std::move(message)});
+  }
   raise_arrived_errors();  // keeps the queue as short as the work in flight
-  Queue& q = queue();
-  std::lock_guard lock(q.mutex);
-  q.pending.push_back({std::move(verdict), std::move(message)});
 }
 
 void raise_arrived_errors() {

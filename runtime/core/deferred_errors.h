@@ -3,8 +3,10 @@
 // host reads verdicts whenever it waits for the device anyway (Tensor::to(cpu), item(),
 // to_vector(), synchronize()) and throws the first failure there, with the message the op
 // composed. So no op makes the host wait just to validate, and bad input is still reported by
-// name, at the latest by the next value the host reads (train reads the loss every step, and
-// checkpoints copy to the host). CPU kernels validate and throw at once; they queue nothing.
+// name: at the latest by synchronize(), or by the next copy to the host on the stream the op ran
+// on (train reads the loss at the end of every step, and checkpoints copy to the host). The queue
+// is the process's: any thread's host wait may raise it. CPU kernels validate and throw at once;
+// they queue nothing.
 //
 // Until the error is raised the op's output is unspecified (kernels skip the bad elements and
 // never touch memory outside their tensors), so results computed from it must not be kept.
@@ -36,7 +38,7 @@ class PendingVerdict {
   virtual std::optional<BadElement> bad_element() = 0;
 };
 
-// Queues a verdict (after raising any failure that has already arrived).
+// Queues a verdict, then raises any failure that has already arrived.
 void defer_verdict(std::unique_ptr<PendingVerdict> verdict, BadElementMessage message);
 
 // Reads every verdict that has arrived and drops it; throws mt::Error with the message of the

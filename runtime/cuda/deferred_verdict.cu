@@ -2,6 +2,9 @@
 // it, with an event the host polls (runtime/core/deferred_errors.h).
 #include "runtime/cuda/deferred_verdict.cuh"
 
+#include "runtime/core/allocator.h"
+#include "runtime/core/storage.h"
+
 namespace mt::runtime::cuda {
 namespace {
 
@@ -13,6 +16,9 @@ class CudaVerdict final : public PendingVerdict {
     // later work on this stream only, which runs after this copy.
     MT_CUDA_CHECK(cudaMemcpyAsync(host_.data_ptr(), verdict.data_ptr(), 2 * sizeof(uint64_t),
                                   cudaMemcpyDeviceToHost, stream));
+    // However early this verdict is dropped (an error before it was read), the pinned block is
+    // not handed out again before the copy into it has run.
+    pinned_host_allocator()->record_use(host_.storage()->data(), Device::cuda(current_device()));
     MT_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
     MT_CUDA_CHECK(cudaEventRecord(copied_, stream));
   }

@@ -29,13 +29,13 @@ __global__ void forward_rows(const T* x, const I* t, int64_t v, int64_t ignore_i
                              A* lse) {
   const int64_t r = blockIdx.x;
   const int64_t tr = int64_t(t[r]);
-  if (tr == ignore_index) {
+  // An invalid target (check_targets reports it to the host later) is not read: its row counts
+  // as ignored until the error is raised, so nothing downstream sees garbage. The whole block
+  // leaves together, so no thread misses a block reduction.
+  if (tr == ignore_index || tr < 0 || tr >= v) {
     if (threadIdx.x == 0) losses[r] = lse[r] = A(0);
     return;
   }
-  // An invalid target (check_targets reports it to the host later) must not be read:
-  // the whole block skips the row, so no thread misses a block reduction.
-  if (tr < 0 || tr >= v) return;
   const T* row = x + r * v;
   A mx = -::cuda::std::numeric_limits<A>::infinity();
   for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = max(mx, A(row[j]));
@@ -56,7 +56,7 @@ __global__ void backward_rows(const T* x, const I* t, const A* lse, const A* gra
   const int64_t r = blockIdx.x;
   const int64_t tr = int64_t(t[r]);
   T* drow = dx + r * v;
-  if (tr == ignore_index) {
+  if (tr == ignore_index || tr < 0 || tr >= v) {  // ignored, or invalid (see forward_rows)
     for (int64_t j = threadIdx.x; j < v; j += blockDim.x) drow[j] = T(A(0));
     return;
   }

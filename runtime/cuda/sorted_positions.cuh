@@ -6,6 +6,7 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
+#include "runtime/cuda/index.cuh"
 #include "runtime/cuda/loops.cuh"
 #include "runtime/ops/factory.h"
 
@@ -16,14 +17,24 @@ struct SortedPositions {
   Tensor order;  // i32 [n]: the position each sorted value came from
 };
 
-// Values must lie in [0, bound) (validated by the caller); n < 2^31.
+// Values should lie in [0, bound). One outside it (an error the index's check reports to the host
+// later, without waiting) becomes `bound` in keys: it sorts after every valid value, so runs of
+// valid values stay whole, and kernels skip it. index is contiguous; n < 2^31.
 inline SortedPositions sort_positions_by_value(const Tensor& index, int64_t bound, const char* op) {
   const int64_t n = index.numel();
   MT_CHECK(n < (int64_t(1) << 31), op, ": at most 2^31 - 1 indices, got ", n);
   int bits = 1;
-  while (bits < 63 && (int64_t(1) << bits) < bound) ++bits;
+  while (bits < 63 && (int64_t(1) << bits) <= bound) ++bits;  // values up to bound itself
   const TensorOptions i64 = index.options().with_dtype(DType::I64);
-  const Tensor keys_in = index.to(DType::I64).contiguous();
+  Tensor keys_in = empty({n}, i64);
+  int64_t* kp = ptr<int64_t>(keys_in);
+  MT_CUDA_DISPATCH_INDEX(index.dtype(), op, I, [&] {
+    const I* ip = ptr<I>(index);
+    launch_linear(n, [=] __device__(int64_t i) {
+      const int64_t v = int64_t(ip[i]);
+      kp[i] = v < 0 || v >= bound ? bound : v;
+    });
+  });
   SortedPositions s{empty({n}, i64), empty({n}, index.options().with_dtype(DType::I32))};
   Tensor positions = empty({n}, index.options().with_dtype(DType::I32));
   int32_t* pp = ptr<int32_t>(positions);

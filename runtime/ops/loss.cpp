@@ -48,7 +48,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
       break;
     case Reduction::Mean:
       // No valid target: the sum is 0 and so is the mean (not 0/0).
-      mean_divisor = clamp(sum(ne(t, double(ignore_index)).to(acc)), 1.0, std::nullopt);
+      mean_divisor =
+          clamp(sum(ne(t, double(ignore_index)).to(DType::I64)).to(acc), 1.0, std::nullopt);
       out = div(sum(losses), mean_divisor).to(logits.dtype());
       break;
   }

@@ -90,7 +90,11 @@ TEST_F(DeferredErrors, QueueingRaisesFailuresThatHaveArrived) {
   scripts_[0].arrived = true;
   EXPECT_THAT(testing::error_of([&] { queue(&scripts_[1], "index_select"); }),
               ::testing::HasSubstr("cross_entropy: value 11 at 2"));
-  EXPECT_EQ(pending_verdicts(), 0);  // the new verdict was not queued: its op failed
+  EXPECT_EQ(pending_verdicts(), 1);  // the new verdict stays queued: its own failure is not lost
+  scripts_[1].arrived = true;
+  scripts_[1].bad = BadElement{4, 99};
+  EXPECT_THAT(testing::error_of([] { raise_arrived_errors(); }),
+              ::testing::HasSubstr("index_select: value 99 at 4"));
 }
 
 TEST_F(DeferredErrors, DeviceErrorWhilePollingDropsOnlyWhatWasRead) {
