@@ -18,26 +18,31 @@ TensorImpl::TensorImpl(std::shared_ptr<Storage> storage_, Shape shape_, Shape st
 
 TensorImpl::~TensorImpl() = default;
 
+namespace {
+// Uninitialised contiguous memory from `allocator` on `device`; `op` names the caller in errors.
+std::shared_ptr<TensorImpl> empty_impl(const Shape& shape, DType dtype, Device device,
+                                       Allocator& allocator, const char* op) {
+  for (int64_t s : shape) MT_CHECK(s >= 0, op, ": negative dimension in shape ", shape);
+  const size_t nbytes = size_t(numel_of(shape)) * dtype_size(dtype);
+  auto storage = std::make_shared<Storage>(nbytes, device, allocator);
+  return std::make_shared<TensorImpl>(std::move(storage), shape, contiguous_strides(shape), 0,
+                                      dtype);
+}
+}  // namespace
+
 Tensor Tensor::empty(const Shape& shape, TensorOptions options) {
-  for (int64_t s : shape) MT_CHECK(s >= 0, "empty: negative dimension in shape ", shape);
-  const size_t nbytes = size_t(numel_of(shape)) * dtype_size(options.dtype);
-  auto storage = std::make_shared<Storage>(nbytes, options.device);
-  Tensor t(std::make_shared<TensorImpl>(std::move(storage), shape, contiguous_strides(shape), 0,
-                                        options.dtype));
+  Tensor t(empty_impl(shape, options.dtype, options.device, allocator_for(options.device.type),
+                      "empty"));
   if (options.requires_grad) t.set_requires_grad(true);
   return t;
 }
 
 Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
-  for (int64_t s : shape) MT_CHECK(s >= 0, "empty_pinned: negative dimension in shape ", shape);
   PinnedHostAllocator* pinned = pinned_host_allocator();
   MT_CHECK(pinned != nullptr, "pinned host memory needs the CUDA backend and a GPU, ",
            cuda_backend_built() ? "and this machine has no usable GPU"
                                 : "and this build has no CUDA backend");
-  const size_t nbytes = size_t(numel_of(shape)) * dtype_size(dtype);
-  auto storage = std::make_shared<Storage>(nbytes, Device::cpu(), *pinned);
-  return Tensor(std::make_shared<TensorImpl>(std::move(storage), shape, contiguous_strides(shape),
-                                             0, dtype));
+  return Tensor(empty_impl(shape, dtype, Device::cpu(), *pinned, "empty_pinned"));
 }
 
 int64_t Tensor::size(int64_t dim) const { return shape()[wrap_dim(dim, this->dim(), "size")]; }

@@ -2,9 +2,6 @@
 // it, with an event the host polls (runtime/core/deferred_errors.h).
 #include "runtime/cuda/deferred_verdict.cuh"
 
-#include "runtime/core/allocator.h"
-#include "runtime/core/storage.h"
-
 namespace mt::runtime::cuda {
 namespace {
 
@@ -12,14 +9,14 @@ class CudaVerdict final : public PendingVerdict {
  public:
   explicit CudaVerdict(const Tensor& verdict) : host_(Tensor::empty_pinned({2}, DType::I64)) {
     const cudaStream_t stream = current_stream();
+    // The event exists before the copy is queued, and defer_verdict queues the verdict before it
+    // can raise, so the pinned block is freed only after the event says the copy into it has run
+    // (short of a failing cudaEventRecord, which leaves the CUDA context unusable anyway).
+    MT_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
     // The device buffer may be freed when the op returns: the caching allocator hands it to
     // later work on this stream only, which runs after this copy.
     MT_CUDA_CHECK(cudaMemcpyAsync(host_.data_ptr(), verdict.data_ptr(), 2 * sizeof(uint64_t),
                                   cudaMemcpyDeviceToHost, stream));
-    // However early this verdict is dropped (an error before it was read), the pinned block is
-    // not handed out again before the copy into it has run.
-    pinned_host_allocator()->record_use(host_.storage()->data(), Device::cuda(current_device()));
-    MT_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
     MT_CUDA_CHECK(cudaEventRecord(copied_, stream));
   }
   ~CudaVerdict() override {
