@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-machine call that checks the CUDA build end to end: every GPU test (label gpu),
-# then the dense and the MoE debug models trained 40 steps on the CPU and on the GPU from the same
-# seed, with the two loss columns side by side. Packed here by bench/gpu_bundle.sh into
+# then the dense and the MoE debug models and the synthetic-Criteo DLRM trained 40 steps on the
+# CPU and on the GPU from the same seed, with the two loss columns side by side. Packed here by bench/gpu_bundle.sh into
 # .device/bundle.tar.xz (binaries, their libraries and the test data); there (carry [".device"]):
 #   bash bench/gpu_check.sh "$OUT/check"
 # Logs go to RESULT_DIR (default out/gpu_check); the last lines printed are the summary.
@@ -37,5 +37,16 @@ for cfg in debug_model moe_debug; do
         <(grep -oE 'loss[ =:]+[0-9.]+' "$dir/${cfg}_cuda.log" | head -40) | awk 'NR%5==1'
   tail -3 "$dir/${cfg}_cuda.log"
 done
+# DLRM (synthetic Criteo-like data, no files needed): tables, row optimizers and MLPs on the GPU.
+for dev in cpu cuda; do
+  timeout 300 .device/bin/train --config configs/dlrm_criteo_synthetic.toml --training.steps="$steps" \
+    --metrics.log_freq=1 --validation.freq="$steps" --metrics.plot=false --training.device=$dev \
+    --job.dump_folder="$dir/dlrm_$dev" >"$dir/dlrm_$dev.log" 2>&1
+  summary+=("train dlrm_criteo_synthetic $dev rc=$?")
+done
+echo "---- dlrm_criteo_synthetic losses (cpu | cuda)"
+paste <(grep -oE 'loss[ =:]+[0-9.]+' "$dir/dlrm_cpu.log" | head -40) \
+      <(grep -oE 'loss[ =:]+[0-9.]+' "$dir/dlrm_cuda.log" | head -40) | awk 'NR%5==1'
+tail -3 "$dir/dlrm_cuda.log"
 echo "---- summary"
 printf '%s\n' "${summary[@]}"

@@ -14,10 +14,12 @@
 #include "models/dlrm/model.h"
 #include "models/dlrm/parallelize.h"
 #include "parallel/comm/mpi_process_group.h"
+#include "parallel/comm/nccl_process_group.h"
 #include "parallel/comm/object_collectives.h"
 #include "parallel/embedding/sharded_managed_collision.h"
 #include "parallel/mesh/device_mesh.h"
 #include "runtime/core/allocator.h"
+#include "runtime/core/device_runtime.h"
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/factory.h"
@@ -169,11 +171,7 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
                : std::shared_ptr<parallel::ProcessGroup>(parallel::MpiProcessGroup::world());
   if (rank() != 0) options_.write_files = false;
   config::validate_for_world(config_, world_size());
-  const runtime::Device device =
-      resolve_training_device(tc.device, config_.where("training.device"), *world_);
-  MT_CHECK(device.is_cpu(), "train: model.name = \"dlrm\" trains on the CPU only (the sharded ",
-           "embedding tables exchange host tensors over MPI; the embedding kernels themselves run ",
-           "on CUDA); set training.device = \"cpu\"");
+  device_ = resolve_training_device(tc.device, config_.where("training.device"), *world_);
   if (options_.write_files)
     config::write_config(config_, fs::path(config_.job.dump_folder) / "config.toml");
 
@@ -196,10 +194,17 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
 
   // Tables sharded over every rank (one rank: all of them table-wise on it, the same code path,
   // so checkpoints reshard between any world sizes); FSDP for the dense layers on > 1 rank.
+  // On GPUs the ids are still routed over the host world (MPI) and the tables' output exchange
+  // goes through host memory (parallel/embedding/embedding_dist.h); FSDP runs over NCCL.
   dlrm::DlrmParallelOptions popt;
   popt.group = world_;
+  popt.device = device_;
   if (world_size() > 1) {
-    dp_mesh_ = parallel::DeviceMesh::create(world_, {world_size()}, {"dp_shard"});
+    const std::shared_ptr<parallel::ProcessGroup> device_world =
+        device_.is_cpu() ? world_
+                         : std::shared_ptr<parallel::ProcessGroup>(
+                               parallel::make_nccl_process_group(world_));
+    dp_mesh_ = parallel::DeviceMesh::create(device_world, {world_size()}, {"dp_shard"});
     popt.dp_mesh = dp_mesh_;
     popt.reshard_after_forward = config_.parallelism.fsdp_reshard_after_forward != "never";
   }
@@ -284,7 +289,8 @@ double RecsysTrainer::train_step(int64_t step) {
   const int64_t global = world_size() * config_.training.local_batch_size;
   optimizer_->zero_grad();
   const Tensor logits = (*model_)(batch.dense, map_ids(batch.sparse, step));
-  const Tensor loss = dlrm::data_parallel_bce_loss(logits, batch.labels, global);
+  const Tensor loss =
+      dlrm::data_parallel_bce_loss(logits, batch.labels.to(logits.device()), global);
   loss.backward();
   last_grad_norm_ = dlrm::clip_dlrm_grad_norm_(*model_, config_.training.max_norm);
   optimizer_->step();
@@ -359,7 +365,8 @@ TrainResult RecsysTrainer::train() {
       << "; seed " << tc.seed << "; " << omp_get_max_threads() << " threads\n"
       << "tables sharded over " << world_size() << " rank" << (world_size() > 1 ? "s" : "")
       << (dp_mesh_ ? ", dense layers FSDP over " + dp_mesh_->describe() : std::string()) << ":\n"
-      << plan_text_ << std::flush;
+      << plan_text_ << "device: " << runtime::device_description(device_) << "\n"
+      << std::flush;
 
   TrainResult result;
   EtaEstimator eta(tc.steps);
@@ -401,7 +408,7 @@ TrainResult RecsysTrainer::train() {
       m.lr = lr;
       m.rate_in_samples = true;
       m.tokens_per_sec = double(window_steps * samples_per_step) / std::max(window_seconds, 1e-9);
-      const runtime::MemoryStats mem = runtime::memory_stats(runtime::Device::cpu());
+      const runtime::MemoryStats mem = runtime::memory_stats(device_);
       m.mem_in_use_bytes = mem.bytes_in_use;
       m.mem_peak_bytes = mem.peak_bytes_in_use;
       m.elapsed_sec = run.elapsed_seconds();

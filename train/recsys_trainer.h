@@ -11,7 +11,8 @@
 //                 the dataset's table sizes replace the flavor's (the feature names must match).
 //   [training]    dataset ("movielens" or "synthetic_criteo", data/recsys/dataset.h),
 //                 dataset_path (the ml-100k folder), local_batch_size (samples per rank), steps,
-//                 seed (weights, data order), max_norm. device must resolve to the CPU, and
+//                 seed (weights, data order), max_norm, device (cuda: the tables and MLPs
+//                 train on the GPU; the ids are routed on the host, see below).
 //                 mixed_precision_param must be float32 (tables and MLPs train in float32);
 //                 seq_len, tokenizer_path and activation checkpointing do not apply.
 //   [optimizer], [lr_scheduler]   the dense parameters (MLPs, cross net).
@@ -35,6 +36,10 @@
 // or one sharding type for all; printed) and the dense layers are FSDP-sharded over all ranks
 // (models/dlrm/parallelize.h). Each rank backpropagates its samples' BCE sum / global batch, so N
 // ranks train like one process over the global batch (same losses to float tolerance).
+// GPUs (one per rank): the tables, their lookups, row optimizers and the dense layers run on the
+// GPU and FSDP reduces over NCCL; the ids are checked and routed on the host over MPI, and on
+// more than one rank the tables' pooled outputs are exchanged through host memory (correct, not
+// yet fast: TorchRec exchanges them over NCCL).
 // Fused tables are updated inside backward and are not clipped (logged at start); row_sparse
 // tables are clipped with the dense parameters, then stepped.
 #pragma once
@@ -110,6 +115,7 @@ class RecsysTrainer {
   std::shared_ptr<parallel::ProcessGroup> world_;
   std::unique_ptr<data::recsys::RecsysDataset> data_;
   std::shared_ptr<models::dlrm::Dlrm> model_;
+  runtime::Device device_;                         // [training] device, resolved
   std::shared_ptr<parallel::DeviceMesh> dp_mesh_;  // null on one rank
   std::string plan_text_;                          // the sharding plan, printed (multi-rank)
   std::unique_ptr<runtime::optim::Optimizer> optimizer_;

@@ -35,8 +35,9 @@ Tensor dot_interaction(const Tensor& dense, const Tensor& embeddings, int64_t nu
   std::vector<int64_t> idx;
   for (auto [i, j] : interaction_pairs(n)) idx.push_back(i * n + j);
   if (idx.empty()) return dense;
-  const Tensor index = rt::from_vector<int64_t>(idx, {int64_t(idx.size())},
-                                                rt::TensorOptions{}.with_dtype(rt::DType::I64));
+  const Tensor index = rt::from_vector<int64_t>(
+      idx, {int64_t(idx.size())},
+      rt::TensorOptions{}.with_dtype(rt::DType::I64).with_device(z.device()));
   return rt::cat({dense, rt::index_select(z, 1, index)}, 1);
 }
 

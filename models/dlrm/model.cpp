@@ -52,7 +52,7 @@ Tensor Dlrm::operator()(const Tensor& dense, const rt::sparse::KeyedJaggedTensor
            args_.num_dense, "], got shape ", dense.shape());
   MT_CHECK(sparse.stride() == dense.size(0), "Dlrm: the sparse features hold ", sparse.stride(),
            " samples but the dense features ", dense.size(0));
-  const Tensor x = (*bottom_mlp)(dense);                  // [B, d]
+  const Tensor x = (*bottom_mlp)(dense.to(device()));     // [B, d]
   const rt::sparse::KeyedTensor emb = (*sparse_arch_)(sparse);  // [B, F * d]
   Tensor features;
   if (args_.interaction == InteractionType::Dot) {
@@ -77,6 +77,11 @@ void Dlrm::set_sparse_arch(std::shared_ptr<SparseArch> arch) {
   arch->train(is_training());
   sparse_arch_ = arch;
   replace_module("sparse_arch", std::move(arch));
+}
+
+rt::Device Dlrm::device() const {
+  const auto params = bottom_mlp->parameters();
+  return params.empty() ? rt::Device::cpu() : params.front().device();
 }
 
 std::vector<std::pair<std::string, Tensor>> Dlrm::dense_parameters() const {

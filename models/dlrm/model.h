@@ -51,8 +51,8 @@ class Dlrm : public runtime::nn::Module {
  public:
   explicit Dlrm(ModelArgs args);  // validates args
 
-  // dense [B, num_dense] (the parameters' dtype), sparse: a KJT holding every feature (B
-  // samples) -> logits [B].
+  // dense [B, num_dense] (the parameters' dtype; on the host or the model's device), sparse: a
+  // host KJT holding every feature (B samples) -> logits [B], on the model's device.
   Tensor operator()(const Tensor& dense, const runtime::sparse::KeyedJaggedTensor& sparse);
 
   const ModelArgs& args() const { return args_; }
@@ -63,6 +63,8 @@ class Dlrm : public runtime::nn::Module {
   // Every parameter but the embedding tables (what a dense optimizer / FSDP handles), by FQN.
   // In GradientMode::Dense the tables need a dense optimizer too: use named_parameters().
   std::vector<std::pair<std::string, Tensor>> dense_parameters() const;
+  // Where the model runs: its dense parameters' device (parallelize_dlrm puts the tables there).
+  runtime::Device device() const;
 
   std::shared_ptr<Mlp> bottom_mlp, top_mlp;
   std::shared_ptr<CrossNet> cross_net;  // dcn only

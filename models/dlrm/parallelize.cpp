@@ -59,6 +59,8 @@ par::ShardingPlan parallelize_dlrm(Dlrm& model, const DlrmParallelOptions& optio
 
   rt::sparse::CollectionOptions copts = unsharded.options();
   copts.dtype = dtype;
+  const rt::Device device = options.device.value_or(model.device());
+  copts.device = device;
   auto sharded = std::make_shared<par::ShardedEmbeddingBagCollection>(
       tables, plan, options.group, options.node_mesh, copts);
   {
@@ -75,6 +77,7 @@ par::ShardingPlan parallelize_dlrm(Dlrm& model, const DlrmParallelOptions& optio
     }
   }
   model.set_sparse_arch(std::make_shared<ShardedSparseArch>(std::move(sharded)));
+  model.to(device);  // the dense parts (the shards are there already)
 
   if (options.dp_mesh) {
     par::FullyShardOptions fsdp;

@@ -13,6 +13,9 @@
 //   loss.backward();                                       // this rank's share of the mean loss
 //   double norm = clip_dlrm_grad_norm_(*model, 1.0);       // RowSparse: tables included
 //
+// Devices: the ids are routed on the host (the input KJT stays there); the tables, their
+// lookups and outputs are on options.device (a GPU: the output exchange and the data_parallel
+// gradient sum go through the group's device, see parallel/embedding/embedding_dist.h).
 // Tables: the shards are copied from the model's current (unsharded) tables, so after
 // init_weights(seed) on any world size every shard holds exactly the 1-process values (the fused
 // row optimizers' state starts empty: parallelize before training). The FQNs stay
@@ -82,6 +85,9 @@ struct DlrmParallelOptions {
   // here from group, node_mesh and the tables; memory_budget_bytes and constraints are the
   // caller's.
   parallel::PlannerOptions planner;
+  // Where the model trains: the shards are made there and the dense parts moved there before
+  // FSDP wraps them (the unsharded tables never go there). Unset: the model's device() now.
+  std::optional<runtime::Device> device;
   bool reshard_after_forward = true;  // for bottom_mlp / cross_net; top_mlp runs first in backward
   parallel::MixedPrecisionPolicy mp_policy;
 };

@@ -232,8 +232,9 @@ void ShardedEmbeddingBagCollection::build() {
     g.table_cfg.push_back(t);
     if (s.num_rows == 0) {
       g.module.push_back(nullptr);
-      g.placeholder.push_back(
-          runtime::zeros({0, s.num_cols}, TensorOptions{}.with_dtype(options_.dtype)));
+      g.placeholder.push_back(runtime::zeros(
+          {0, s.num_cols},
+          TensorOptions{}.with_dtype(options_.dtype).with_device(options_.device)));
       g.opt_index.push_back(-1);
       return;
     }
@@ -334,6 +335,7 @@ void ShardedEmbeddingBagCollection::build() {
   P.recv_rw = send_rw[size_t(me)].size();
   P.recv_twrw = send_twrw[size_t(me)].size();
   xplan_ = std::move(x);
+  if (options_.device != runtime::Device::cpu()) holder->to(options_.device);
 }
 
 runtime::TableGradSink ShardedEmbeddingBagCollection::make_sink(int k) {
@@ -385,7 +387,8 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
   MT_CHECK(!weighted || kjt.has_weights() || kjt.num_values() == 0,
            "ShardedEmbeddingBagCollection: is_weighted is set but the input has no weights");
   const int64_t B = kjt.stride();
-  const TensorOptions opts = TensorOptions{}.with_dtype(options_.dtype);
+  const TensorOptions opts =
+      TensorOptions{}.with_dtype(options_.dtype).with_device(options_.device);
 
   // Batch sizes of every rank.
   const std::vector<int64_t> Bs = all_gather_batch_sizes(*group_, B, "sebc.batch_sizes");
@@ -430,7 +433,7 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
   const int64_t n_recv = int64_t(P.send[size_t(me)].size());
   std::vector<int64_t> len_recv_split(static_cast<size_t>(W));
   for (int r = 0; r < W; ++r) len_recv_split[size_t(r)] = n_recv * Bs[size_t(r)];
-  const Tensor recv_len_t = all_to_all_rows(
+  const Tensor recv_len_t = exchange_rows(
       group_, runtime::from_vector<int64_t>(send_len, {int64_t(send_len.size())}, i64()),
       len_recv_split, len_split, "sebc.input.lengths");
   const std::vector<int64_t> recv_len = recv_len_t.to_vector<int64_t>();
@@ -441,15 +444,15 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
     for (int64_t i = 0; i < len_recv_split[size_t(r)]; ++i)
       val_recv_split[size_t(r)] += recv_len[size_t(start + i)];
   }
-  const Tensor recv_val_t = all_to_all_rows(
+  const Tensor recv_val_t = exchange_rows(
       group_, runtime::from_vector<int64_t>(send_val, {int64_t(send_val.size())}, i64()),
       val_recv_split, val_split, "sebc.input.values");
   Tensor recv_w_t;
   if (weighted)
-    recv_w_t = all_to_all_rows(group_,
-                               runtime::from_vector<float>(send_w, {int64_t(send_w.size())},
-                                                           TensorOptions{}.with_dtype(DType::F32)),
-                               val_recv_split, val_split, "sebc.input.weights");
+    recv_w_t = exchange_rows(group_,
+                             runtime::from_vector<float>(send_w, {int64_t(send_w.size())},
+                                                         TensorOptions{}.with_dtype(DType::F32)),
+                             val_recv_split, val_split, "sebc.input.weights");
   const std::vector<int64_t> recv_val = recv_val_t.to_vector<int64_t>();
   const std::vector<float> recv_w = weighted ? recv_w_t.to_vector<float>() : std::vector<float>();
 
@@ -563,7 +566,7 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
         in_split[size_t(r)] = Bs[size_t(r)] * P.tw_width[size_t(me)];
         out_split[size_t(r)] = B * P.tw_width[size_t(r)];
       }
-      const Tensor recv = all_to_all_rows(group_, l, out_split, in_split, "sebc.tw.output");
+      const Tensor recv = exchange_rows(group_, l, out_split, in_split, "sebc.tw.output");
       int64_t pos = 0;
       for (int j = 0; j < W; ++j) {
         const Tensor block =
@@ -583,8 +586,7 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
       for (int r = 0; r < W; ++r)
         if (Bs[size_t(r)] > 0)
           in.narrow(0, r * Bmax, Bs[size_t(r)]).copy_(l.narrow(0, Boff[size_t(r)], Bs[size_t(r)]));
-      const Tensor red = runtime::empty({Bmax, P.rw_width}, opts);
-      group_->reduce_scatter_into(red, in, ReduceOp::Sum, "sebc.rw.reduce_scatter");
+      const Tensor red = reduce_scatter_rows(*group_, in, "sebc.rw.reduce_scatter");
       int64_t c = 0;
       for (size_t f : P.rw_features) {
         put_cols(out, P.features[f].out_col, red.narrow(0, 0, B).narrow(1, c, P.features[f].dim),
@@ -605,8 +607,7 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
           pos += Bs[size_t(r)];
         }
       }
-      const Tensor red = runtime::empty({Cmax, Dn}, opts);
-      mesh_->group(1).reduce_scatter_into(red, in, ReduceOp::Sum, "sebc.twrw.reduce_scatter");
+      const Tensor red = reduce_scatter_rows(mesh_->group(1), in, "sebc.twrw.reduce_scatter");
       std::vector<int64_t> in_split(static_cast<size_t>(P.nodes)),
           out_split(static_cast<size_t>(P.nodes));
       for (int n = 0; n < P.nodes; ++n) {
@@ -615,7 +616,7 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
       }
       const Tensor send = flat(red.narrow(0, 0, C[size_t(lrank)]));
       const Tensor recv =
-          all_to_all_rows(mesh_->group_ptr(0), send, out_split, in_split, "sebc.twrw.output");
+          exchange_rows(mesh_->group_ptr(0), send, out_split, in_split, "sebc.twrw.output");
       int64_t pos = 0;
       for (int n = 0; n < P.nodes; ++n) {
         const Tensor block =
@@ -684,7 +685,7 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
               out_split[size_t(j)] = Bs[size_t(j)] * P.tw_width[size_t(me)];
             }
             const Tensor send = parts.empty() ? runtime::zeros({0}, opts) : runtime::cat(parts, 0);
-            gl[kTW] = all_to_all_rows(group_, send, out_split, in_split, "sebc.tw.output.backward")
+            gl[kTW] = exchange_rows(group_, send, out_split, in_split, "sebc.tw.output.backward")
                           .view({G, P.tw_width[size_t(me)]});
           }
           if (present[kRW]) {
@@ -694,8 +695,7 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
               take(mine, c, f, 0, P.features[f].dim);
               c += P.features[f].dim;
             }
-            const Tensor all = runtime::empty({W * Bmax, P.rw_width}, opts);
-            group_->all_gather_into(all, mine, "sebc.rw.all_gather");
+            const Tensor all = all_gather_rows(*group_, mine, "sebc.rw.all_gather");
             gl[kRW] = runtime::empty({G, P.rw_width}, opts);
             for (int r = 0; r < W; ++r)
               if (Bs[size_t(r)] > 0)
@@ -719,13 +719,12 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
               in_split[size_t(n)] = B * P.twrw_width[size_t(n)];
               out_split[size_t(n)] = Bs[size_t(n * P.local + lrank)] * Dn;
             }
-            const Tensor recv = all_to_all_rows(mesh_->group_ptr(0), runtime::cat(parts, 0),
-                                                out_split, in_split, "sebc.twrw.output.backward");
+            const Tensor recv = exchange_rows(mesh_->group_ptr(0), runtime::cat(parts, 0),
+                                              out_split, in_split, "sebc.twrw.output.backward");
             const Tensor padded = runtime::zeros({Cmax, Dn}, opts);
             if (C[size_t(lrank)] > 0 && Dn > 0)
               padded.narrow(0, 0, C[size_t(lrank)]).copy_(recv.view({C[size_t(lrank)], Dn}));
-            const Tensor all = runtime::empty({P.local * Cmax, Dn}, opts);
-            mesh_->group(1).all_gather_into(all, padded, "sebc.twrw.all_gather");
+            const Tensor all = all_gather_rows(mesh_->group(1), padded, "sebc.twrw.all_gather");
             gl[kTWRW] = runtime::empty({G, Dn}, opts);
             for (int lr = 0; lr < P.local; ++lr) {
               int64_t pos = lr * Cmax;

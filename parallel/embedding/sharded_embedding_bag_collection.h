@@ -65,6 +65,10 @@
 // mean of squares is per shard), as TorchRec's column_wise sharding does: such a table's Adagrad
 // updates match an unsharded table split into those column shards, not one unsharded table.
 //
+// Devices: options.device holds the shards (drawn on the host, then moved), their optimizer
+// state, the lookups and the output; the input KJT stays on the host, where its ids are checked
+// and routed. Collectives run on the group's device (embedding_dist.h): with GPU tables over an
+// MPI group the output exchange goes through host memory; one rank exchanges nothing.
 // Tables: f32 or f64. The forward validates the input on each rank (lengths, ids against the
 // global table sizes) before any collective; a rank whose input is bad throws, and the others
 // end at the collective timeout with a report (process_group.h).

@@ -103,6 +103,7 @@ TableCollection::TableCollection(std::string type_name, const std::string& conta
     optimizer_.add_table(c.optimizer, table->local_rows(), table->local_cols(), options.dtype,
                          weight_fqn(t));
   }
+  if (options_.device != Device::cpu()) to(options_.device);
 }
 
 std::vector<Tensor> TableCollection::weights() const {

@@ -40,6 +40,10 @@ struct CollectionOptions {
   GradientMode gradient_mode = GradientMode::Fused;
   DType dtype = DType::F32;  // table dtype (f32; f64 for tests)
   bool is_weighted = false;  // pooled only: use the KJT's per-value weights
+  // Where the tables are made (initialised on the host, then moved) and where the outputs are.
+  // Input KJTs stay on the host: ids are checked and routed there. Module::to moves the tables
+  // of an unsharded collection later (this field keeps its construction value).
+  Device device = Device::cpu();
 };
 
 // One table: a module holding `weight` [local rows, local cols].
