@@ -290,7 +290,7 @@ double RecsysTrainer::train_step(int64_t step) {
   optimizer_->zero_grad();
   const Tensor logits = (*model_)(batch.dense, map_ids(batch.sparse, step));
   const Tensor loss =
-      dlrm::data_parallel_bce_loss(logits, batch.labels.to(logits.device()), global);
+      dlrm::data_parallel_bce_loss(logits, batch.labels.to(logits.device(), true), global);
   loss.backward();
   last_grad_norm_ = dlrm::clip_dlrm_grad_norm_(*model_, config_.training.max_norm);
   optimizer_->step();

@@ -61,8 +61,7 @@ namespace {
 // host goes on; a copy from pageable memory would wait for everything queued on the stream (the
 // previous micro-batch's backward).
 Tensor batch_to_device(const Tensor& host, runtime::Device device) {
-  if (device.is_cpu()) return host;
-  return host.pin_memory().to(device, /*non_blocking=*/true);
+  return host.to(device, /*non_blocking=*/true);
 }
 
 bool is_hdf5_file(const fs::path& path) {

@@ -52,7 +52,7 @@ Tensor Dlrm::operator()(const Tensor& dense, const rt::sparse::KeyedJaggedTensor
            args_.num_dense, "], got shape ", dense.shape());
   MT_CHECK(sparse.stride() == dense.size(0), "Dlrm: the sparse features hold ", sparse.stride(),
            " samples but the dense features ", dense.size(0));
-  const Tensor x = (*bottom_mlp)(dense.to(device()));     // [B, d]
+  const Tensor x = (*bottom_mlp)(dense.to(device(), /*non_blocking=*/true));  // [B, d]
   const rt::sparse::KeyedTensor emb = (*sparse_arch_)(sparse);  // [B, F * d]
   Tensor features;
   if (args_.interaction == InteractionType::Dot) {

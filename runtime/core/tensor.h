@@ -133,9 +133,11 @@ class Tensor {
   Tensor contiguous() const;
   Tensor clone() const;
   Tensor to(DType dtype) const;   // no copy when already that dtype
-  // A copy into a device's memory returns once queued, and a copy to the host once done, except:
-  // non_blocking from a pinned host tensor returns at once (the GPU copies while the host goes
-  // on; writing to the source before the copy has run changes what it copies).
+  // A copy into a device's memory returns once queued, and a copy to the host once done. A copy
+  // from pageable host memory also waits for the work queued on the stream, except with
+  // non_blocking: a host tensor is then copied into pinned memory first (unless it is pinned)
+  // and the host goes on while the GPU copies (writing to an already pinned source before the
+  // copy has run changes what it copies).
   Tensor to(Device device, bool non_blocking = false) const;
   // A contiguous copy of this host tensor in pinned memory (this tensor when already pinned and
   // contiguous); not differentiable. Throws without the CUDA backend or a GPU.

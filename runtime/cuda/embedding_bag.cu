@@ -3,13 +3,13 @@
 // Forward: one warp per (feature, sample) bag, its lanes over the row's columns; a pooled bag sums
 // its rows in value order in the compute dtype (as the CPU kernel does), an unpooled bag copies
 // them. The per-feature table, rows, dim and output position travel as one small device array.
-// Ids outside their table are recorded with an atomic minimum of the value position, read back
-// once per call (one host sync, as the embedding op's id check).
+// The op has checked the ids on the host; an id outside its table is skipped all the same.
 // Backward: the grouping of contributions by row is the CPU kernel's host code
-// (runtime/kernels/embedding_bag_grad_entries.h, on host copies of values, offsets and weights),
-// and one warp per touched row sums its gradient rows on the device in that order, so the result
-// is the CPU's up to the compute dtype's rounding. Grouping on the device (a radix sort as in
-// embedding.cu) would remove the host work and the copies; not done yet.
+// (runtime/kernels/embedding_bag_grad_entries.h, on the op's host copies of values, offsets and
+// weights), and one warp per touched row sums its gradient rows on the device in that order, so
+// the result is the CPU's up to the compute dtype's rounding. Every host-to-device copy here is
+// queued through pinned memory: neither pass makes the host wait for the GPU. Grouping on the
+// device (a radix sort as in embedding.cu) would remove the host work; not done yet.
 #include <cstring>
 #include <vector>
 
@@ -38,14 +38,14 @@ Tensor feature_table_on_device(const std::vector<Tensor>& tables, const TbePlan&
     m[3] = plan.feature_out[size_t(f)];
     m[4] = plan.feature_mean[size_t(f)];
   }
-  return from_vector<int64_t>(meta, {F, kFeatureFields}, TensorOptions{}.with_dtype(DType::I64))
-      .to(device);
+  return from_vector<int64_t>(meta, {F, kFeatureFields},
+                              TensorOptions{}.with_dtype(DType::I64).with_device(device));
 }
 
 template <class T>
 __global__ void tbe_forward(const int64_t* meta, int64_t num_bags, int64_t B, bool pooled,
                             int64_t out_width, const int64_t* values, const int64_t* offsets,
-                            const acc_t<T>* weights, T* out, unsigned long long* first_bad) {
+                            const acc_t<T>* weights, T* out) {
   using C = acc_t<T>;
   const int lane = int(threadIdx.x) % kWarp;
   const int64_t warps = int64_t(gridDim.x) * blockDim.x / kWarp;
@@ -56,16 +56,12 @@ __global__ void tbe_forward(const int64_t* meta, int64_t num_bags, int64_t B, bo
     const T* table = reinterpret_cast<const T*>(m[0]);
     const int64_t rows = m[1], D = m[2];
     const int64_t s = offsets[bag], e = offsets[bag + 1];
-    auto valid = [&](int64_t i, int64_t id) {
-      if (id >= 0 && id < rows) return true;
-      if (lane == 0) atomicMin(first_bad, (unsigned long long)i);
-      return false;
-    };
+    auto valid = [&](int64_t id) { return id >= 0 && id < rows; };
     if (!pooled) {
       T* dst = out + m[3] + (s - offsets[f * B]) * D;
       for (int64_t i = s; i < e; ++i, dst += D) {
         const int64_t id = values[i];
-        if (!valid(i, id)) continue;
+        if (!valid(id)) continue;
         for (int64_t j = lane; j < D; j += kWarp) dst[j] = table[id * D + j];
       }
       continue;
@@ -77,7 +73,7 @@ __global__ void tbe_forward(const int64_t* meta, int64_t num_bags, int64_t B, bo
       C acc = C(0);
       for (int64_t i = s; i < e; ++i) {
         const int64_t id = values[i];
-        if (!valid(i, id) || j >= D) continue;
+        if (!valid(id) || j >= D) continue;
         const C x = C(table[id * D + j]);
         if (weights != nullptr) {
           acc += weights[i] * x;
@@ -90,33 +86,25 @@ __global__ void tbe_forward(const int64_t* meta, int64_t num_bags, int64_t B, bo
   }
 }
 
-int64_t cuda_tbe_forward(const std::vector<Tensor>& tables, const Tensor& values,
-                         const Tensor& offsets, const Tensor& weights, const TbePlan& plan,
-                         Tensor& out) {
+void cuda_tbe_forward(const std::vector<Tensor>& tables, const Tensor& values,
+                      const Tensor& offsets, const Tensor& weights, const TbePlan& plan,
+                      Tensor& out) {
   for (const Tensor& t : tables) check_on_current_device(t, "embedding_bags_batched");
   for (const Tensor* t : std::initializer_list<const Tensor*>{&values, &offsets, &weights, &out})
     check_on_current_device(*t, "embedding_bags_batched");
   const int64_t num_bags = int64_t(plan.feature_table.size()) * plan.batch_size;
   if (num_bags == 0 || values.numel() == 0) {
     if (plan.pooled) out.zero_();  // every bag is empty: zeros (unpooled: nothing to write)
-    return -1;
+    return;
   }
   const Tensor meta = feature_table_on_device(tables, plan, out.device());
-  Tensor first_bad = empty({1}, values.options());
-  MT_CUDA_CHECK(cudaMemsetAsync(first_bad.data_ptr(), 0xFF, sizeof(int64_t), current_stream()));
   MT_CUDA_DISPATCH_FLOATING(out.dtype(), "embedding_bags_batched", T, [&] {
     tbe_forward<T><<<blocks_for(num_bags * kWarp), kThreads, 0, current_stream()>>>(
         ptr<int64_t>(meta), num_bags, plan.batch_size, plan.pooled, plan.out_width,
         ptr<int64_t>(values), ptr<int64_t>(offsets),
-        weights.defined() ? ptr<acc_t<T>>(weights) : nullptr, ptr<T>(out),
-        ptr<unsigned long long>(first_bad));
+        weights.defined() ? ptr<acc_t<T>>(weights) : nullptr, ptr<T>(out));
     MT_CUDA_CHECK_LAUNCH();
   });
-  unsigned long long bad = 0;
-  MT_CUDA_CHECK(cudaMemcpyAsync(&bad, first_bad.data_ptr(), sizeof(bad), cudaMemcpyDeviceToHost,
-                                current_stream()));
-  MT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
-  return bad == ~0ull ? -1 : int64_t(bad);
 }
 
 // values[u] = sum over entries k of run u, in order, of scale[k] * grad_out[src[k] + j].
@@ -162,17 +150,15 @@ RowSparseGrad table_grad(int64_t table, const Tensor& weight, const TbePlan& pla
     src.push_back(e.src);
     scale.push_back(e.scale);
   }
-  const Device device = weight.device();
-  const TensorOptions i64 = TensorOptions{}.with_dtype(DType::I64);
-  const Tensor starts_d = from_vector<int64_t>(starts, {U + 1}, i64).to(device);
-  const Tensor src_d = from_vector<int64_t>(src, {n}, i64).to(device);
-  const Tensor scale_d =
-      from_vector<C>(scale, {n},
-                     TensorOptions{}.with_dtype(sizeof(C) == 8 ? DType::F64 : DType::F32))
-          .to(device);
+  // Queued through pinned memory (from_vector on a device): the host does not wait.
+  const TensorOptions i64 = TensorOptions{}.with_dtype(DType::I64).with_device(weight.device());
+  const Tensor starts_d = from_vector<int64_t>(starts, {U + 1}, i64);
+  const Tensor src_d = from_vector<int64_t>(src, {n}, i64);
+  const TensorOptions acc = i64.with_dtype(sizeof(C) == 8 ? DType::F64 : DType::F32);
+  const Tensor scale_d = from_vector<C>(scale, {n}, acc);
   g.table = table;
   g.num_rows = weight.size(0);
-  g.rows = from_vector<int64_t>(row_ids, {U}, i64).to(device);
+  g.rows = from_vector<int64_t>(row_ids, {U}, i64);
   g.values = empty({U, D}, weight.options());
   if (D > 0) {
     sum_runs<T><<<blocks_for(U * kWarp), kThreads, 0, current_stream()>>>(
@@ -188,12 +174,15 @@ std::vector<RowSparseGrad> cuda_tbe_backward(const std::vector<Tensor>& tables,
                                              const Tensor& weights, const TbePlan& plan,
                                              const Tensor& grad_out) {
   for (const Tensor& t : tables) check_on_current_device(t, "embedding_bags_batched_backward");
-  for (const Tensor* t :
-       std::initializer_list<const Tensor*>{&values, &offsets, &weights, &grad_out})
-    check_on_current_device(*t, "embedding_bags_batched_backward");
-  const Device cpu = Device::cpu();
-  const Tensor v = values.to(cpu), o = offsets.to(cpu);
-  const Tensor w = weights.defined() ? weights.to(cpu) : Tensor();
+  check_on_current_device(grad_out, "embedding_bags_batched_backward");
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&values, &offsets, &weights})
+    MT_CHECK(!t->defined() || t->device().is_cpu(),
+             "embedding_bags_batched_backward: values, offsets and weights must be the op's host "
+             "copies, got a tensor on ",
+             t->device());
+  const Tensor& v = values;
+  const Tensor& o = offsets;
+  const Tensor& w = weights;
   std::vector<RowSparseGrad> out;
   MT_CUDA_DISPATCH_FLOATING(grad_out.dtype(), "embedding_bags_batched_backward", T, [&] {
     using C = acc_t<T>;

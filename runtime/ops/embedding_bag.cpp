@@ -22,15 +22,40 @@ namespace {
 
 struct Prepared {
   std::vector<Tensor> tables;
-  Device device;                   // the tables' (CPU when there are none)
-  Tensor values, offsets, weights;  // on `device`, for the kernels
-  Tensor host_values, host_offsets;  // host copies: validation, layout and error messages
+  Device device;                    // the tables' (CPU when there are none)
+  Tensor values, offsets, weights;  // on `device`, for the forward kernel
+  // Host copies: validation, layout, error messages and the backward's grouping by row.
+  Tensor host_values, host_offsets, host_weights;
   TbePlan plan;
 };
 
 std::string feature_label(const TableBatchLayout& layout, int64_t f) {
   if (f < int64_t(layout.feature_names.size())) return "'" + layout.feature_names[f] + "'";
   return std::to_string(f);
+}
+
+// Every id inside its feature's table, checked on the host copies (a device never has to report
+// one): the first id outside, in value order, is named with its feature and sample.
+void check_ids(const char* op, const Prepared& p, const TableBatchLayout& layout,
+               int64_t batch_size) {
+  const int64_t* v = p.host_values.data<int64_t>();
+  const int64_t* o = p.host_offsets.data<int64_t>();
+  for (int64_t f = 0; f < int64_t(layout.feature_table.size()); ++f) {
+    const int64_t t = layout.feature_table[f], rows = p.tables[t].size(0);
+    const int64_t begin = o[f * batch_size], end = o[(f + 1) * batch_size];
+    if (end == begin) continue;
+    int64_t lo = v[begin], hi = v[begin];  // min and max of the segment: one vectorisable pass
+    for (int64_t i = begin; i < end; ++i) {
+      lo = std::min(lo, v[i]);
+      hi = std::max(hi, v[i]);
+    }
+    if (lo >= 0 && hi < rows) continue;
+    const int64_t bad = int64_t(
+        std::find_if(v + begin, v + end, [&](int64_t id) { return id < 0 || id >= rows; }) - v);
+    const int64_t bag = int64_t(std::upper_bound(o, o + (f + 1) * batch_size + 1, bad) - o) - 1;
+    MT_FAIL(op, ": id ", v[bad], " of feature ", feature_label(layout, f), ", sample ",
+            bag % batch_size, " (value ", bad, ") is outside [0, ", rows, ") of table ", t);
+  }
 }
 
 Prepared prepare(const char* op, const std::vector<Tensor>& tables, const Tensor& values,
@@ -78,8 +103,9 @@ Prepared prepare(const char* op, const std::vector<Tensor>& tables, const Tensor
     NoGradGuard ng;
     p.host_values = values.detach().to(DType::I64).to(Device::cpu()).contiguous();
     p.host_offsets = offsets.detach().to(DType::I64).to(Device::cpu()).contiguous();
-    p.values = p.host_values.to(p.device);
-    p.offsets = p.host_offsets.to(p.device);
+    // Queued (through pinned memory): the host does not wait for the device's earlier work.
+    p.values = p.host_values.to(p.device, /*non_blocking=*/true);
+    p.offsets = p.host_offsets.to(p.device, /*non_blocking=*/true);
   }
   const int64_t N = p.host_values.numel();
   const int64_t* o = p.host_offsets.data<int64_t>();
@@ -95,12 +121,14 @@ Prepared prepare(const char* op, const std::vector<Tensor>& tables, const Tensor
              ": expected ", N, " floating per-sample weights, got ",
              dtype_name(per_sample_weights.dtype()), " ", per_sample_weights.shape());
     NoGradGuard ng;
-    p.weights = per_sample_weights.detach()
-                    .reshape({N})
-                    .to(dtype == DType::F64 ? DType::F64 : DType::F32)
-                    .to(p.device)
-                    .contiguous();
+    p.host_weights = per_sample_weights.detach()
+                         .reshape({N})
+                         .to(dtype == DType::F64 ? DType::F64 : DType::F32)
+                         .to(Device::cpu())
+                         .contiguous();
+    p.weights = p.host_weights.to(p.device, /*non_blocking=*/true);
   }
+  check_ids(op, p, layout, batch_size);
   TbePlan& plan = p.plan;
   plan.batch_size = batch_size;
   plan.pooled = pooled;
@@ -132,24 +160,15 @@ Tensor run(const char* op, const std::vector<Tensor>& tables, const Tensor& valu
   const TensorOptions out_options = TensorOptions{}.with_dtype(dtype).with_device(p.device);
   Tensor out = pooled ? empty({batch_size, p.plan.out_width}, out_options)
                       : empty({p.plan.out_width}, out_options);
-  const int64_t bad =
-      tbe_forward_kernel(p.device, p.tables, p.values, p.offsets, p.weights, p.plan, out);
-  if (bad >= 0) {
-    const int64_t* o = p.host_offsets.data<int64_t>();
-    const int64_t n_bags = int64_t(layout.feature_table.size()) * batch_size;
-    const int64_t bag = int64_t(std::upper_bound(o, o + n_bags + 1, bad) - o) - 1;
-    const int64_t f = bag / batch_size, t = layout.feature_table[f];
-    MT_CHECK(false, op, ": id ", p.host_values.data<int64_t>()[bad], " of feature ",
-             feature_label(layout, f), ", sample ", bag % batch_size, " (value ", bad,
-             ") is outside [0, ", p.tables[t].size(0), ") of table ", t);
-  }
+  tbe_forward_kernel(p.device, p.tables, p.values, p.offsets, p.weights, p.plan, out);
 
   const bool to_sink = sink != nullptr && GradMode::enabled();
   const bool dense = sink == nullptr && autograd::any_requires_grad(tables);
   if (!to_sink && !dense) return out;
-  auto backward = [tabs = p.tables, sv = autograd::SavedTensor(p.values),
-                   so = autograd::SavedTensor(p.offsets), sw = autograd::SavedTensor(p.weights),
-                   plan = p.plan, sink, dense,
+  // The backward groups the ids by row on the host: it keeps the host copies.
+  auto backward = [tabs = p.tables, sv = autograd::SavedTensor(p.host_values),
+                   so = autograd::SavedTensor(p.host_offsets),
+                   sw = autograd::SavedTensor(p.host_weights), plan = p.plan, sink, dense,
                    n = tables.size()](const autograd::BackwardArgs& args) -> std::vector<Tensor> {
     const Tensor g = args.grad(0).contiguous();
     std::vector<RowSparseGrad> grads =

@@ -325,7 +325,9 @@ Tensor Tensor::to(Device device, bool non_blocking) const {
   Tensor out = Tensor::empty(shape(), options().with_device(device));
   {
     NoGradGuard no_grad;
-    rt.copy_between_devices(contiguous(), out, non_blocking);
+    // A pageable host source is staged in pinned memory so that the copy can be queued.
+    const bool stage = non_blocking && this->device().is_cpu() && !device.is_cpu() && !is_pinned();
+    rt.copy_between_devices(stage ? pin_memory() : contiguous(), out, non_blocking);
   }
   const Device from = this->device();
   return record_view("ToDeviceBackward", *this, out,

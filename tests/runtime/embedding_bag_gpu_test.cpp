@@ -2,11 +2,14 @@
 // (SUM, MEAN, per-sample weights, shared tables, empty bags, dims above a warp) and unpooled
 // lookups in f32 / f64 / bf16, the row-sparse gradient handed to a sink (same rows, same sums)
 // and the dense gradient, the id check's error, every row optimizer's update of weights and
-// state, and an EmbeddingBagCollection trained a few steps with a fused optimizer on each device.
+// state, an EmbeddingBagCollection trained a few steps with a fused optimizer on each device, and
+// that neither the lookup nor its backward makes the host wait for the GPU.
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/kernels/embedding_optim.h"
@@ -110,6 +113,40 @@ TEST_F(EmbeddingBagGpu, LookupsAndRowSparseGradientsMatchCpu) {
             << "table " << cpu.grads[k].table;
       }
     }
+  }
+}
+
+// Forward and backward only queue GPU work: with the stream held (released by a watchdog after
+// 3 s) both return at once, as a host wait would sit until the release; the results, read after
+// it, are the CPU's.
+TEST_F(EmbeddingBagGpu, LookupAndBackwardDoNotWaitForTheGpu) {
+  const Case c = make_case(DType::F32);
+  const std::vector<Tensor> tables = on(c.tables, Device::cuda());
+  const Tensor up = rnd({c.batch, 8 + 70 + 33 + 70}, DType::F32, 5);
+  const Tensor up_gpu = up.to(Device::cuda());
+  const Result cpu = lookup(c, Device::cpu(), true, true, up);
+  Result gpu;
+  TableGradSink sink = [&gpu](std::vector<RowSparseGrad>& g) { gpu.grads = g; };
+  double seconds = 0;
+  {
+    testing::StreamBlocker hold;
+    std::thread watchdog([&hold] {
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      hold.release();
+    });
+    const auto start = std::chrono::steady_clock::now();
+    gpu.out = embedding_bags_batched(tables, c.values, c.offsets, c.batch, c.layout, c.weights,
+                                     sink);
+    sum(mul(gpu.out, up_gpu)).backward();
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    watchdog.join();
+  }
+  EXPECT_LT(seconds, 1.5) << "the lookup or its backward waited for the GPU";
+  EXPECT_TRUE(testing::all_close(on_cpu(gpu.out), cpu.out, 1e-5, 1e-5));
+  ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
+  for (size_t k = 0; k < cpu.grads.size(); ++k) {
+    EXPECT_EQ(gpu.grads[k].rows.to_vector<int64_t>(), cpu.grads[k].rows.to_vector<int64_t>());
+    EXPECT_TRUE(testing::all_close(on_cpu(gpu.grads[k].values), cpu.grads[k].values, 1e-5, 1e-5));
   }
 }
 

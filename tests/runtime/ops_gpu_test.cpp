@@ -80,6 +80,27 @@ TEST_F(ElementwiseGpu, PinnedHostCopies) {
   EXPECT_EQ(allocator.stats(Device::cpu()).bytes_reserved, reserved);
 }
 
+// A non-blocking copy from pageable host memory is staged in pinned memory: it returns while the
+// stream is held, copies the values of when it was made (the source may be overwritten at once),
+// and a strided source arrives in row-major order; it still backpropagates to the host tensor.
+TEST_F(ElementwiseGpu, NonBlockingCopyFromPageableMemoryIsQueued) {
+  Tensor device_copy, strided_copy;
+  Tensor source = from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  {
+    testing::StreamBlocker hold;  // the copies below cannot run before hold.release()
+    device_copy = source.to(Device::cuda(), /*non_blocking=*/true);
+    strided_copy = source.t().to(Device::cuda(), /*non_blocking=*/true);
+    source.fill_(0.0);
+    hold.release();
+  }
+  EXPECT_EQ(device_copy.to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(strided_copy.to_vector<float>(), (std::vector<float>{1, 4, 2, 5, 3, 6}));
+  const Tensor leaf = from_vector<float>({1, 2}, {2}, TensorOptions{}.with_requires_grad(true));
+  sum(mul(leaf.to(Device::cuda(), /*non_blocking=*/true), 3.0)).backward();
+  ASSERT_TRUE(leaf.grad().defined());
+  EXPECT_EQ(leaf.grad().to_vector<float>(), (std::vector<float>{3, 3}));
+}
+
 Tensor positive(const Tensor& x) { return add(abs(x), 0.25); }
 
 TEST_F(ElementwiseGpu, UnaryFloatForwardBackward) {
