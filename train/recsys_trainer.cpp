@@ -194,8 +194,8 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
 
   // Tables sharded over every rank (one rank: all of them table-wise on it, the same code path,
   // so checkpoints reshard between any world sizes); FSDP for the dense layers on > 1 rank.
-  // On GPUs the ids are still routed over the host world (MPI) and the tables' output exchange
-  // goes through host memory (parallel/embedding/embedding_dist.h); FSDP runs over NCCL.
+  // On GPUs the ids are routed over the host world (MPI); the tables' outputs and FSDP go over
+  // NCCL.
   dlrm::DlrmParallelOptions popt;
   popt.group = world_;
   popt.device = device_;
@@ -204,6 +204,7 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
         device_.is_cpu() ? world_
                          : std::shared_ptr<parallel::ProcessGroup>(
                                parallel::make_nccl_process_group(world_));
+    popt.output_group = device_world;
     dp_mesh_ = parallel::DeviceMesh::create(device_world, {world_size()}, {"dp_shard"});
     popt.dp_mesh = dp_mesh_;
     popt.reshard_after_forward = config_.parallelism.fsdp_reshard_after_forward != "never";

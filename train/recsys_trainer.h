@@ -37,9 +37,8 @@
 // (models/dlrm/parallelize.h). Each rank backpropagates its samples' BCE sum / global batch, so N
 // ranks train like one process over the global batch (same losses to float tolerance).
 // GPUs (one per rank): the tables, their lookups, row optimizers and the dense layers run on the
-// GPU and FSDP reduces over NCCL; the ids are checked and routed on the host over MPI, and on
-// more than one rank the tables' pooled outputs are exchanged through host memory (correct, not
-// yet fast: TorchRec exchanges them over NCCL).
+// GPU; the ids are checked and routed on the host over MPI, the tables' pooled outputs are
+// exchanged and FSDP reduces over NCCL.
 // Fused tables are updated inside backward and are not clipped (logged at start); row_sparse
 // tables are clipped with the dense parameters, then stepped.
 #pragma once

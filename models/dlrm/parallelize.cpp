@@ -62,7 +62,7 @@ par::ShardingPlan parallelize_dlrm(Dlrm& model, const DlrmParallelOptions& optio
   const rt::Device device = options.device.value_or(model.device());
   copts.device = device;
   auto sharded = std::make_shared<par::ShardedEmbeddingBagCollection>(
-      tables, plan, options.group, options.node_mesh, copts);
+      tables, plan, options.group, options.node_mesh, copts, options.output_group);
   {
     // Every shard takes its block of the unsharded table (so any init or loaded values carry
     // over exactly).

@@ -15,7 +15,8 @@
 //
 // Devices: the ids are routed on the host (the input KJT stays there); the tables, their
 // lookups and outputs are on options.device (a GPU: the output exchange and the data_parallel
-// gradient sum go through the group's device, see parallel/embedding/embedding_dist.h).
+// gradient sum run over options.output_group, NCCL, or through host memory when that is MPI; see
+// parallel/embedding/embedding_dist.h).
 // Tables: the shards are copied from the model's current (unsharded) tables, so after
 // init_weights(seed) on any world size every shard holds exactly the 1-process values (the fused
 // row optimizers' state starts empty: parallelize before training). The FQNs stay
@@ -75,6 +76,9 @@ class ShardedSparseArch : public SparseArch {
 struct DlrmParallelOptions {
   // The ranks the tables are sharded over (every rank of the job). Required.
   std::shared_ptr<parallel::ProcessGroup> group;
+  // The same ranks for the tables' pooled outputs (ShardedEmbeddingBagCollection's
+  // output_group: NCCL for GPU tables while `group` routes the ids on the host); null: group.
+  std::shared_ptr<parallel::ProcessGroup> output_group;
   // FSDP's mesh for the dense parts (1-D, or 2-D for HSDP); null: no FSDP.
   std::shared_ptr<parallel::DeviceMesh> dp_mesh;
   // A (node, local) mesh over `group`, needed when the plan has table_row_wise tables.

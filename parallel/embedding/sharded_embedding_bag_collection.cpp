@@ -146,14 +146,20 @@ struct ShardedEmbeddingBagCollection::Plan {
 
 ShardedEmbeddingBagCollection::ShardedEmbeddingBagCollection(
     std::vector<EmbeddingBagConfig> tables, ShardingPlan plan, std::shared_ptr<ProcessGroup> group,
-    std::shared_ptr<DeviceMesh> mesh, runtime::sparse::CollectionOptions options)
+    std::shared_ptr<DeviceMesh> mesh, runtime::sparse::CollectionOptions options,
+    std::shared_ptr<ProcessGroup> output_group)
     : Module("ShardedEmbeddingBagCollection"),
       configs_(std::move(tables)),
       plan_(std::move(plan)),
       group_(std::move(group)),
+      output_group_(output_group ? std::move(output_group) : group_),
       mesh_(std::move(mesh)),
       options_(options) {
   MT_CHECK(group_ != nullptr, "ShardedEmbeddingBagCollection: no process group");
+  MT_CHECK(output_group_->size() == group_->size() && output_group_->rank() == group_->rank(),
+           "ShardedEmbeddingBagCollection: the output group ", output_group_->name(), " (rank ",
+           output_group_->rank(), " of ", output_group_->size(), ") must hold the ranks of ",
+           group_->name(), " in its order (rank ", group_->rank(), " of ", group_->size(), ")");
   MT_CHECK(options_.gradient_mode != GradientMode::Dense,
            "ShardedEmbeddingBagCollection: GradientMode::Dense is not supported (shards are "
            "stepped by their row optimizers); use Fused or RowSparse");
@@ -359,7 +365,7 @@ void ShardedEmbeddingBagCollection::dp_sink(std::vector<RowSparseGrad>& grads) {
   runtime::NoGradGuard no_grad;
   // Lookup-indexed (every data_parallel table has all its rows here), then remapped.
   std::vector<RowSparseGrad> summed = all_reduce_row_grads(
-      *group_, g.lookup_weights(), grads, options_.dtype, "sebc.dp.grad_all_reduce");
+      *output_group_, g.lookup_weights(), grads, options_.dtype, "sebc.dp.grad_all_reduce");
   std::vector<RowSparseGrad> mine = g.remap(summed);
   if (options_.gradient_mode == GradientMode::Fused)
     g.optimizer.step(g.opt_weights(), mine);
@@ -566,7 +572,7 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
         in_split[size_t(r)] = Bs[size_t(r)] * P.tw_width[size_t(me)];
         out_split[size_t(r)] = B * P.tw_width[size_t(r)];
       }
-      const Tensor recv = exchange_rows(group_, l, out_split, in_split, "sebc.tw.output");
+      const Tensor recv = exchange_rows(output_group_, l, out_split, in_split, "sebc.tw.output");
       int64_t pos = 0;
       for (int j = 0; j < W; ++j) {
         const Tensor block =
@@ -586,7 +592,7 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
       for (int r = 0; r < W; ++r)
         if (Bs[size_t(r)] > 0)
           in.narrow(0, r * Bmax, Bs[size_t(r)]).copy_(l.narrow(0, Boff[size_t(r)], Bs[size_t(r)]));
-      const Tensor red = reduce_scatter_rows(*group_, in, "sebc.rw.reduce_scatter");
+      const Tensor red = reduce_scatter_rows(*output_group_, in, "sebc.rw.reduce_scatter");
       int64_t c = 0;
       for (size_t f : P.rw_features) {
         put_cols(out, P.features[f].out_col, red.narrow(0, 0, B).narrow(1, c, P.features[f].dim),
@@ -685,7 +691,8 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
               out_split[size_t(j)] = Bs[size_t(j)] * P.tw_width[size_t(me)];
             }
             const Tensor send = parts.empty() ? runtime::zeros({0}, opts) : runtime::cat(parts, 0);
-            gl[kTW] = exchange_rows(group_, send, out_split, in_split, "sebc.tw.output.backward")
+            gl[kTW] = exchange_rows(output_group_, send, out_split, in_split,
+                                    "sebc.tw.output.backward")
                           .view({G, P.tw_width[size_t(me)]});
           }
           if (present[kRW]) {
@@ -695,7 +702,7 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
               take(mine, c, f, 0, P.features[f].dim);
               c += P.features[f].dim;
             }
-            const Tensor all = all_gather_rows(*group_, mine, "sebc.rw.all_gather");
+            const Tensor all = all_gather_rows(*output_group_, mine, "sebc.rw.all_gather");
             gl[kRW] = runtime::empty({G, P.rw_width}, opts);
             for (int r = 0; r < W; ++r)
               if (Bs[size_t(r)] > 0)

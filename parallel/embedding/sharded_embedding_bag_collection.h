@@ -67,8 +67,10 @@
 //
 // Devices: options.device holds the shards (drawn on the host, then moved), their optimizer
 // state, the lookups and the output; the input KJT stays on the host, where its ids are checked
-// and routed. Collectives run on the group's device (embedding_dist.h): with GPU tables over an
-// MPI group the output exchange goes through host memory; one rank exchanges nothing.
+// and routed over `group`. Collectives run on their group's device (embedding_dist.h): GPU tables
+// exchange their outputs over an NCCL `output_group` (TorchRec's way), or through host memory
+// when the outputs go over an MPI group; one rank exchanges nothing. table_row_wise outputs go
+// over the mesh's groups (build the mesh over the NCCL group to keep them on the device).
 // Tables: f32 or f64. The forward validates the input on each rank (lengths, ids against the
 // global table sizes) before any collective; a rank whose input is bad throws, and the others
 // end at the collective timeout with a report (process_group.h).
@@ -107,10 +109,14 @@ class ShardedEmbeddingBagCollection : public runtime::nn::Module {
   // `mesh`: a 2-D (node, local) mesh over the group's ranks, needed when the plan has
   // table_row_wise tables (its dim 1 size must be plan.ranks_per_node()). Validates the plan
   // against the tables and the group (collective only in that every rank must construct it).
+  // `output_group`: the same ranks as `group` in the same order, for the pooled outputs'
+  // exchange, its backward and the data_parallel gradient sum (null: `group`). With GPU tables
+  // give an NCCL group here and keep `group` on the host (MPI), where the ids are routed.
   ShardedEmbeddingBagCollection(std::vector<EmbeddingBagConfig> tables, ShardingPlan plan,
                                 std::shared_ptr<ProcessGroup> group,
                                 std::shared_ptr<DeviceMesh> mesh = nullptr,
-                                runtime::sparse::CollectionOptions options = {});
+                                runtime::sparse::CollectionOptions options = {},
+                                std::shared_ptr<ProcessGroup> output_group = nullptr);
   ~ShardedEmbeddingBagCollection() override;
 
   // Collective. `features` holds this rank's samples; it must have every feature of the
@@ -167,6 +173,7 @@ class ShardedEmbeddingBagCollection : public runtime::nn::Module {
   std::vector<EmbeddingBagConfig> configs_;
   ShardingPlan plan_;
   std::shared_ptr<ProcessGroup> group_;
+  std::shared_ptr<ProcessGroup> output_group_;  // group_ unless given
   std::shared_ptr<DeviceMesh> mesh_;
   runtime::sparse::CollectionOptions options_;
   std::vector<std::string> feature_names_;

@@ -23,6 +23,7 @@
 #include "runtime/ops/reduce.h"
 #include "runtime/sparse/embedding_bag_collection.h"
 #include "runtime/sparse/row_sparse_grad.h"
+#include "tests/testing/errors.h"
 #include "tests/testing/sharding_fixtures.h"
 #include "tests/testing/tensor_testing.h"
 
@@ -166,6 +167,7 @@ struct Case {
   int empty_rank = -1;
   GradientMode mode = GradientMode::Fused;
   int steps = 2;
+  std::shared_ptr<ProcessGroup> output_group = nullptr;  // null: the world
 };
 
 // The unsharded references: the whole collection, plus one collection per column shard of a
@@ -189,7 +191,8 @@ void run_case(const Case& c, uint64_t seed) {
   opts.is_weighted = c.weighted;
 
   ShardedEmbeddingBagCollection sharded(tables, c.plan, world(),
-                                        c.local > 0 ? node_mesh(c.local) : nullptr, opts);
+                                        c.local > 0 ? node_mesh(c.local) : nullptr, opts,
+                                        c.output_group);
   sharded.init_weights(seed);
   sharded.train();
   Reference ref;
@@ -388,6 +391,43 @@ TEST(ShardedEmbedding, MixedPlanMatchesUnsharded) {
     c.empty_rank = world()->size() / 2;
     c.steps = 3;
     run_case(c, 5);
+  }
+}
+
+// The pooled outputs over a group of their own (the same ranks, as an NCCL group for GPU tables
+// is): the same results, every output collective is that group's and the ids stay on the world.
+TEST(ShardedEmbedding, OutputGroupCarriesTheOutputExchange) {
+  const auto tables = make_tables();
+  std::shared_ptr<ProcessGroup> outputs(world()->split(0, world()->rank()));
+  for (GradientMode mode : {GradientMode::Fused, GradientMode::RowSparse}) {
+    Case c{mixed_plan(tables, default_local()), default_local()};
+    c.mode = mode;
+    c.output_group = outputs;
+    world()->reset_stats();
+    outputs->reset_stats();
+    run_case(c, 9);
+    const auto on_world = world()->stats(), on_outputs = outputs->stats();
+    for (const char* name : {"sebc.tw.output", "sebc.tw.output.backward", "sebc.rw.reduce_scatter",
+                             "sebc.rw.all_gather", "sebc.dp.grad_all_reduce"}) {
+      EXPECT_EQ(on_outputs.count(name), 1u) << name;
+      EXPECT_EQ(on_world.count(name), 0u) << name;
+    }
+    for (const char* name : {"sebc.batch_sizes", "sebc.input.lengths", "sebc.input.values"}) {
+      EXPECT_EQ(on_world.count(name), 1u) << name;
+      EXPECT_EQ(on_outputs.count(name), 0u) << name;
+    }
+  }
+  // A group of other ranks (or another order) is refused.
+  if (world()->size() > 1) {
+    const int W = world()->size();  // rotated by one: no rank keeps its place
+    std::shared_ptr<ProcessGroup> rotated(world()->split(0, (world()->rank() + 1) % W));
+    CollectionOptions opts;
+    opts.dtype = runtime::DType::F64;
+    EXPECT_NE(testing::error_of([&] {
+                ShardedEmbeddingBagCollection(tables, mixed_plan(tables, default_local()),
+                                              world(), node_mesh(default_local()), opts, rotated);
+              }).find("must hold the ranks of"),
+              std::string::npos);
   }
 }
 
