@@ -93,7 +93,9 @@ par::ShardingPlan parallelize_dlrm(Dlrm& model, const DlrmParallelOptions& optio
 }
 
 int64_t global_batch_size(par::ProcessGroup& group, int64_t local_batch_size) {
-  Tensor n = rt::from_vector<int64_t>({local_batch_size}, {1}, {rt::DType::I64});
+  Tensor n = rt::from_vector<int64_t>(
+      {local_batch_size}, {1},
+      rt::TensorOptions{}.with_dtype(rt::DType::I64).with_device(group.device()));
   group.all_reduce(n, par::ReduceOp::Sum, "dlrm.global_batch_size");
   return n.item<int64_t>();
 }
@@ -123,8 +125,9 @@ double sparse_norm_pow(Dlrm& model, double norm_type) {
   if (model.args().gradient_mode != rt::sparse::GradientMode::RowSparse) return 0.0;
   if (auto* sharded = dynamic_cast<ShardedSparseArch*>(&model.sparse_arch())) {
     par::ShardedEmbeddingBagCollection& c = sharded->collection();
-    Tensor buf = rt::from_vector<double>({c.sparse_grad_norm_pow(norm_type)}, {1},
-                                         {rt::DType::F64});
+    Tensor buf = rt::from_vector<double>(
+        {c.sparse_grad_norm_pow(norm_type)}, {1},
+        rt::TensorOptions{}.with_dtype(rt::DType::F64).with_device(c.group().device()));
     c.group().all_reduce(buf, std::isinf(norm_type) ? par::ReduceOp::Max : par::ReduceOp::Sum,
                          "dlrm.clip_grad_norm.tables");
     return buf.item<double>();

@@ -382,6 +382,11 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
   const int W = P.world, me = P.rank;
   // Validate and arrange this rank's input before any collective.
   features.validate();
+  for (const auto& g : groups_)
+    for (const Tensor& w : g->lookup_weights())
+      MT_CHECK(w.device() == options_.device, "ShardedEmbeddingBagCollection: a shard is on ",
+               w.device(), " but the collection was built on ", options_.device,
+               " (Module::to does not move a sharded collection: build it where it trains)");
   const KeyedJaggedTensor kjt =
       features.keys() == feature_names_ ? features : features.select_keys(feature_names_);
   for (size_t f = 0; f < P.features.size(); ++f) {

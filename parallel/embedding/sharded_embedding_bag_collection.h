@@ -65,9 +65,10 @@
 // mean of squares is per shard), as TorchRec's column_wise sharding does: such a table's Adagrad
 // updates match an unsharded table split into those column shards, not one unsharded table.
 //
-// Devices: options.device holds the shards (drawn on the host, then moved), their optimizer
-// state, the lookups and the output; the input KJT stays on the host, where its ids are checked
-// and routed over `group`. Collectives run on their group's device (embedding_dist.h): GPU tables
+// Devices: options.device holds the shards (drawn on the host, then moved), the lookups and the
+// output, and, from a table's first update on, its optimizer state; the device is fixed at
+// construction (Module::to does not move a sharded collection: build it where it trains). The
+// input KJT stays on the host, where its ids are checked and routed over `group`. Collectives run on their group's device (embedding_dist.h): GPU tables
 // exchange their outputs over an NCCL `output_group` (TorchRec's way), or through host memory
 // when the outputs go over an MPI group; one rank exchanges nothing. table_row_wise outputs go
 // over the mesh's groups (build the mesh over the NCCL group to keep them on the device).

@@ -104,6 +104,9 @@ ShardedEmbeddingCollection::ShardedEmbeddingCollection(std::vector<EmbeddingConf
                  (t.shard.num_cols < 0 || t.shard.num_cols == t.embedding_dim),
              "ShardedEmbeddingCollection: table '", t.name,
              "' must be given whole (the plan says where its shards go), not as a shard");
+  MT_CHECK(options_.device.is_cpu(), "ShardedEmbeddingCollection: tables on ", options_.device,
+           " are not supported yet (only the pooled ShardedEmbeddingBagCollection trains on a "
+           "GPU); use the CPU");
   plan_.validate(configs_);
   build();
   anchor_ = runtime::zeros({0}, TensorOptions{}.with_dtype(options_.dtype));

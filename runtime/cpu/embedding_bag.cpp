@@ -8,6 +8,7 @@
 #include "runtime/kernels/embedding_bag.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <numeric>
 
@@ -38,7 +39,7 @@ inline void prefetch_row(const void* p, int64_t bytes) {
 }
 
 template <class T>
-void forward_impl(const std::vector<Tensor>& tables, const Tensor& values, const Tensor& offsets,
+int64_t forward_impl(const std::vector<Tensor>& tables, const Tensor& values, const Tensor& offsets,
                      const Tensor& weights, const TbePlan& plan, Tensor& out) {
   using C = compute_t<T>;
   const TableView<T> tv(tables);
@@ -50,6 +51,12 @@ void forward_impl(const std::vector<Tensor>& tables, const Tensor& values, const
   const int64_t nbags = F * B;
   int64_t max_dim = 1;
   for (int64_t d : tv.dims) max_dim = std::max(max_dim, d);
+  std::atomic<int64_t> bad{INT64_MAX};
+  auto note_bad = [&](int64_t i) {
+    int64_t cur = bad.load();
+    while (i < cur && !bad.compare_exchange_weak(cur, i)) {
+    }
+  };
   const int64_t n = values.numel();
   const int64_t work_per_bag = std::max<int64_t>(1, (n / std::max<int64_t>(nbags, 1)) * max_dim);
   const int64_t grain = std::max<int64_t>(1, kParallelGrain / work_per_bag);
@@ -91,8 +98,10 @@ void forward_impl(const std::vector<Tensor>& tables, const Tensor& values, const
         for (int64_t i = s; i < e; ++i) {
           prefetch_upto(i + kPrefetchDistance + 1);
           const int64_t id = v[i];
-          if (id < 0 || id >= V) [[unlikely]]
-            continue;  // the op checked the ids: never reached
+          if (id < 0 || id >= V) [[unlikely]] {
+            note_bad(i);
+            continue;
+          }
           const T* __restrict r = tab + id * D;
           C* __restrict acc_row = a;
           if (w) {
@@ -114,8 +123,10 @@ void forward_impl(const std::vector<Tensor>& tables, const Tensor& values, const
         for (int64_t i = s; i < e; ++i, dst += D) {
           prefetch_upto(i + kPrefetchDistance + 1);
           const int64_t id = v[i];
-          if (id < 0 || id >= V) [[unlikely]]
-            continue;  // the op checked the ids: never reached
+          if (id < 0 || id >= V) [[unlikely]] {
+            note_bad(i);
+            continue;
+          }
           std::memcpy(dst, tab + id * D, size_t(D) * sizeof(T));
         }
       }
@@ -133,6 +144,8 @@ void forward_impl(const std::vector<Tensor>& tables, const Tensor& values, const
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t c = 0; c < num_chunks; ++c) run_bags(c * chunk, std::min(nbags, (c + 1) * chunk));
   }
+  const int64_t first_bad = bad.load();
+  return first_bad == INT64_MAX ? -1 : first_bad;
 }
 
 template <class T>
@@ -187,12 +200,14 @@ std::vector<RowSparseGrad> backward_impl(const std::vector<Tensor>& tables, cons
   return out;
 }
 
-void cpu_tbe_forward(const std::vector<Tensor>& tables, const Tensor& values,
-                     const Tensor& offsets, const Tensor& weights, const TbePlan& plan,
-                     Tensor& out) {
+int64_t cpu_tbe_forward(const std::vector<Tensor>& tables, const Tensor& values,
+                        const Tensor& offsets, const Tensor& weights, const TbePlan& plan,
+                        Tensor& out) {
+  int64_t r = -1;
   dispatch_floating(out.dtype(), "embedding_bags_batched", [&](auto tag) {
-    forward_impl<decltype(tag)>(tables, values, offsets, weights, plan, out);
+    r = forward_impl<decltype(tag)>(tables, values, offsets, weights, plan, out);
   });
+  return r;
 }
 
 std::vector<RowSparseGrad> cpu_tbe_backward(const std::vector<Tensor>& tables, const Tensor& values,

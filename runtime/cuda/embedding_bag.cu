@@ -3,7 +3,8 @@
 // Forward: one warp per (feature, sample) bag, its lanes over the row's columns; a pooled bag sums
 // its rows in value order in the compute dtype (as the CPU kernel does), an unpooled bag copies
 // them. The per-feature table, rows, dim and output position travel as one small device array.
-// The op has checked the ids on the host; an id outside its table is skipped all the same.
+// The op has checked the ids on the host; an id outside its table is skipped all the same, and
+// not reported (the CPU kernel's report comes for free, this one would cost a host wait).
 // Backward: the grouping of contributions by row is the CPU kernel's host code
 // (runtime/kernels/embedding_bag_grad_entries.h, on the op's host copies of values, offsets and
 // weights), and one warp per touched row sums its gradient rows on the device in that order, so
@@ -86,16 +87,16 @@ __global__ void tbe_forward(const int64_t* meta, int64_t num_bags, int64_t B, bo
   }
 }
 
-void cuda_tbe_forward(const std::vector<Tensor>& tables, const Tensor& values,
-                      const Tensor& offsets, const Tensor& weights, const TbePlan& plan,
-                      Tensor& out) {
+int64_t cuda_tbe_forward(const std::vector<Tensor>& tables, const Tensor& values,
+                         const Tensor& offsets, const Tensor& weights, const TbePlan& plan,
+                         Tensor& out) {
   for (const Tensor& t : tables) check_on_current_device(t, "embedding_bags_batched");
   for (const Tensor* t : std::initializer_list<const Tensor*>{&values, &offsets, &weights, &out})
     check_on_current_device(*t, "embedding_bags_batched");
   const int64_t num_bags = int64_t(plan.feature_table.size()) * plan.batch_size;
   if (num_bags == 0 || values.numel() == 0) {
     if (plan.pooled) out.zero_();  // every bag is empty: zeros (unpooled: nothing to write)
-    return;
+    return -1;
   }
   const Tensor meta = feature_table_on_device(tables, plan, out.device());
   MT_CUDA_DISPATCH_FLOATING(out.dtype(), "embedding_bags_batched", T, [&] {
@@ -105,6 +106,7 @@ void cuda_tbe_forward(const std::vector<Tensor>& tables, const Tensor& values,
         weights.defined() ? ptr<acc_t<T>>(weights) : nullptr, ptr<T>(out));
     MT_CUDA_CHECK_LAUNCH();
   });
+  return -1;  // the op checked the ids (see the header)
 }
 
 // values[u] = sum over entries k of run u, in order, of scale[k] * grad_out[src[k] + j].

@@ -3,13 +3,15 @@
 // TbePlan is the resolved host layout: F features, batch B, per feature its table, whether it
 // pools by MEAN, and where its output starts (pooled: a column of the [B, out_width] output;
 // unpooled: an element offset of the flat output). Operands: tables contiguous [rows_t, dim_t]
-// of one dtype; values i64 [N] and offsets i64 [F*B + 1] contiguous, already validated by the op
-// (offsets start at 0, do not decrease and end at N; every id is inside its feature's table);
-// weights contiguous [N] of the compute dtype (f64 for f64 tables, else f32) or undefined.
+// of one dtype; values i64 [N] and offsets i64 [F*B + 1] contiguous (offsets already validated:
+// start at 0, non-decreasing, end at N); weights contiguous [N] of the compute dtype (f64 for f64
+// tables, else f32) or undefined.
 //
-// tbe_forward_kernel: fills out (pooled: [B, out_width]; unpooled: flat). Values, offsets and
-//   weights on the tables' device. Kernels still skip an id outside its table (they never read
-//   outside one) but do not report it: the op has checked the ids on the host.
+// tbe_forward_kernel -> int64_t: fills out (pooled: [B, out_width]; unpooled: flat). Values,
+//   offsets and weights on the tables' device. An id outside its table is skipped (never read);
+//   the CPU kernel returns the value position of the first such id (out is then unspecified),
+//   else -1. The CUDA kernel returns -1 without looking: the op checks the ids of device tables
+//   on the host before the launch, so that the host never waits for the device's verdict.
 // tbe_backward_kernel: grad_out shaped like out, on the tables' device; values, offsets and
 //   weights on the HOST (the grouping by row reads them there, so a device backend needs no
 //   copy back). Returns one RowSparseGrad per table the batch touched (ascending table), rows
@@ -35,9 +37,9 @@ struct TbePlan {
   std::vector<int64_t> feature_out;    // [F]: output column (pooled) or flat element offset
 };
 
-inline constinit KernelTable<void(const std::vector<Tensor>& tables, const Tensor& values,
-                                  const Tensor& offsets, const Tensor& weights,
-                                  const TbePlan& plan, Tensor& out)>
+inline constinit KernelTable<int64_t(const std::vector<Tensor>& tables, const Tensor& values,
+                                     const Tensor& offsets, const Tensor& weights,
+                                     const TbePlan& plan, Tensor& out)>
     tbe_forward_kernel{"embedding_bags_batched"};
 
 inline constinit KernelTable<std::vector<RowSparseGrad>(

@@ -34,27 +34,30 @@ std::string feature_label(const TableBatchLayout& layout, int64_t f) {
   return std::to_string(f);
 }
 
-// Every id inside its feature's table, checked on the host copies (a device never has to report
-// one): the first id outside, in value order, is named with its feature and sample.
+// The error for the id at value position `bad`, outside its feature's table.
+[[noreturn]] void fail_at_id(const char* op, const Prepared& p, const TableBatchLayout& layout,
+                             int64_t batch_size, int64_t bad) {
+  const int64_t* o = p.host_offsets.data<int64_t>();
+  const int64_t n_bags = int64_t(layout.feature_table.size()) * batch_size;
+  const int64_t bag = int64_t(std::upper_bound(o, o + n_bags + 1, bad) - o) - 1;
+  const int64_t f = bag / batch_size, t = layout.feature_table[f];
+  MT_FAIL(op, ": id ", p.host_values.data<int64_t>()[bad], " of feature ",
+          feature_label(layout, f), ", sample ", bag % batch_size, " (value ", bad,
+          ") is outside [0, ", p.tables[t].size(0), ") of table ", t);
+}
+
+// The ids of device tables, checked on their host copies before the launch (the CPU kernel finds
+// a bad one in passing): the host never waits for a device's verdict.
 void check_ids(const char* op, const Prepared& p, const TableBatchLayout& layout,
                int64_t batch_size) {
   const int64_t* v = p.host_values.data<int64_t>();
   const int64_t* o = p.host_offsets.data<int64_t>();
   for (int64_t f = 0; f < int64_t(layout.feature_table.size()); ++f) {
-    const int64_t t = layout.feature_table[f], rows = p.tables[t].size(0);
-    const int64_t begin = o[f * batch_size], end = o[(f + 1) * batch_size];
-    if (end == begin) continue;
-    int64_t lo = v[begin], hi = v[begin];  // min and max of the segment: one vectorisable pass
-    for (int64_t i = begin; i < end; ++i) {
-      lo = std::min(lo, v[i]);
-      hi = std::max(hi, v[i]);
-    }
-    if (lo >= 0 && hi < rows) continue;
-    const int64_t bad = int64_t(
-        std::find_if(v + begin, v + end, [&](int64_t id) { return id < 0 || id >= rows; }) - v);
-    const int64_t bag = int64_t(std::upper_bound(o, o + (f + 1) * batch_size + 1, bad) - o) - 1;
-    MT_FAIL(op, ": id ", v[bad], " of feature ", feature_label(layout, f), ", sample ",
-            bag % batch_size, " (value ", bad, ") is outside [0, ", rows, ") of table ", t);
+    const int64_t rows = p.tables[layout.feature_table[f]].size(0);
+    const int64_t* end = v + o[(f + 1) * batch_size];
+    const int64_t* bad =
+        std::find_if(v + o[f * batch_size], end, [&](int64_t id) { return id < 0 || id >= rows; });
+    if (bad != end) fail_at_id(op, p, layout, batch_size, int64_t(bad - v));
   }
 }
 
@@ -103,6 +106,10 @@ Prepared prepare(const char* op, const std::vector<Tensor>& tables, const Tensor
     NoGradGuard ng;
     p.host_values = values.detach().to(DType::I64).to(Device::cpu()).contiguous();
     p.host_offsets = offsets.detach().to(DType::I64).to(Device::cpu()).contiguous();
+    if (!p.device.is_cpu()) {  // the backward's snapshot: the caller may reuse its buffers
+      if (p.host_values.shares_storage_with(values)) p.host_values = p.host_values.clone();
+      if (p.host_offsets.shares_storage_with(offsets)) p.host_offsets = p.host_offsets.clone();
+    }
     // Queued (through pinned memory): the host does not wait for the device's earlier work.
     p.values = p.host_values.to(p.device, /*non_blocking=*/true);
     p.offsets = p.host_offsets.to(p.device, /*non_blocking=*/true);
@@ -121,6 +128,7 @@ Prepared prepare(const char* op, const std::vector<Tensor>& tables, const Tensor
              ": expected ", N, " floating per-sample weights, got ",
              dtype_name(per_sample_weights.dtype()), " ", per_sample_weights.shape());
     NoGradGuard ng;
+    // A host copy for the backward (weights given on the device cost a copy back here).
     p.host_weights = per_sample_weights.detach()
                          .reshape({N})
                          .to(dtype == DType::F64 ? DType::F64 : DType::F32)
@@ -128,7 +136,7 @@ Prepared prepare(const char* op, const std::vector<Tensor>& tables, const Tensor
                          .contiguous();
     p.weights = p.host_weights.to(p.device, /*non_blocking=*/true);
   }
-  check_ids(op, p, layout, batch_size);
+  if (!p.device.is_cpu()) check_ids(op, p, layout, batch_size);
   TbePlan& plan = p.plan;
   plan.batch_size = batch_size;
   plan.pooled = pooled;
@@ -160,7 +168,9 @@ Tensor run(const char* op, const std::vector<Tensor>& tables, const Tensor& valu
   const TensorOptions out_options = TensorOptions{}.with_dtype(dtype).with_device(p.device);
   Tensor out = pooled ? empty({batch_size, p.plan.out_width}, out_options)
                       : empty({p.plan.out_width}, out_options);
-  tbe_forward_kernel(p.device, p.tables, p.values, p.offsets, p.weights, p.plan, out);
+  const int64_t bad =
+      tbe_forward_kernel(p.device, p.tables, p.values, p.offsets, p.weights, p.plan, out);
+  if (bad >= 0) fail_at_id(op, p, layout, batch_size, bad);
 
   const bool to_sink = sink != nullptr && GradMode::enabled();
   const bool dense = sink == nullptr && autograd::any_requires_grad(tables);

@@ -326,7 +326,8 @@ Tensor Tensor::to(Device device, bool non_blocking) const {
   {
     NoGradGuard no_grad;
     // A pageable host source is staged in pinned memory so that the copy can be queued.
-    const bool stage = non_blocking && this->device().is_cpu() && !device.is_cpu() && !is_pinned();
+    const bool stage = non_blocking && this->device().is_cpu() && !device.is_cpu() &&
+                       !(is_pinned() && is_contiguous());
     rt.copy_between_devices(stage ? pin_memory() : contiguous(), out, non_blocking);
   }
   const Device from = this->device();
