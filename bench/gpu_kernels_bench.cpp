@@ -6,7 +6,8 @@
 // Bytes are the fewest the kernel must move (each input read once, each output written once);
 // FLOPs are the usual 2 m n k (attention: 4 B H T^2 D, halved for causal; backward 2.5x).
 // Also MoE grouped_mm and DLRM table-batched embedding bags (the ids start on the host, as from
-// a data loader, so that row includes their copy and the id check's sync).
+// a data loader, so those rows include their copy, the host id check and, with the backward, the
+// host grouping by row).
 //
 //   ./build/bench/gpu_kernels_bench [--reps N]      (on the GPU machine: .device/bin/...)
 //
@@ -220,6 +221,19 @@ int run() {
                       embedding_bags_batched(tables, values, offsets, batch, layout);
                     }),
                     4.0 * double(n) * dim + 4.0 * batch * Tn * dim, false});
+    // With the backward into a sink (as the fused row optimizers take it): the ids are grouped
+    // by row on the host, the summed gradient rows written on the device. Bytes: the forward's
+    // twice (each id's gradient row read once, at most one summed row written per id).
+    const Tensor up = rnd({batch, Tn * dim}, f32, dev, "tbe_up");
+    const TableGradSink sink = [](std::vector<RowSparseGrad>&) {};
+    EnableGradGuard grad_on;  // the op records its backward only with grad mode on
+    rows.push_back({"embedding_bags_batched fwd+bwd", "as above, row-sparse grads to a sink",
+                    time_it(dev, [&] {
+                      const Tensor out =
+                          embedding_bags_batched(tables, values, offsets, batch, layout, {}, sink);
+                      sum(mul(out, up)).backward();
+                    }),
+                    2.0 * (4.0 * double(n) * dim + 4.0 * batch * Tn * dim), false});
   }
   // AdamW over ~1.24B f32 parameters in 16 tensors: reads param, grad, m, v; writes param, m, v.
   {
