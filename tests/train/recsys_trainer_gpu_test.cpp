@@ -47,13 +47,13 @@ TEST(RecsysTrainerGpu, SyntheticCriteoTrainsAsOnCpu) {
     const TrainResult gpu = run("cuda", mode, dir.path() / ("cuda_" + mode));
     ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
     for (size_t s = 0; s < cpu.losses.size(); ++s) {
-      EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 1e-3 * cpu.losses[s]) << "step " << s + 1;
-      EXPECT_NEAR(gpu.grad_norms[s], cpu.grad_norms[s], 1e-3 * (1 + cpu.grad_norms[s]))
+      EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 2e-3 * cpu.losses[s]) << "step " << s + 1;
+      EXPECT_NEAR(gpu.grad_norms[s], cpu.grad_norms[s], 5e-3 * (1 + cpu.grad_norms[s]))
           << "step " << s + 1;
     }
     ASSERT_EQ(gpu.val_aucs.size(), 1u);
     ASSERT_EQ(cpu.val_aucs.size(), 1u);
-    EXPECT_NEAR(gpu.val_aucs[0].second, cpu.val_aucs[0].second, 2e-3);
+    EXPECT_NEAR(gpu.val_aucs[0].second, cpu.val_aucs[0].second, 5e-3);
     std::printf(
         "%s: loss %.5f -> %.5f (cpu %.5f -> %.5f), AUC %.4f (cpu %.4f), %.2f s (cpu %.2f)\n",
         mode.c_str(), gpu.losses.front(), gpu.losses.back(), cpu.losses.front(), cpu.losses.back(),
