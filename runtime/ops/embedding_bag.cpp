@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "runtime/autograd/function.h"
+#include "runtime/cpu/loops.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/kernels/embedding_bag.h"
 #include "runtime/ops/factory.h"
@@ -53,11 +54,16 @@ void check_ids(const char* op, const Prepared& p, const TableBatchLayout& layout
   const int64_t* v = p.host_values.data<int64_t>();
   const int64_t* o = p.host_offsets.data<int64_t>();
   for (int64_t f = 0; f < int64_t(layout.feature_table.size()); ++f) {
-    const int64_t rows = p.tables[layout.feature_table[f]].size(0);
-    const int64_t* end = v + o[(f + 1) * batch_size];
-    const int64_t* bad =
-        std::find_if(v + o[f * batch_size], end, [&](int64_t id) { return id < 0 || id >= rows; });
-    if (bad != end) fail_at_id(op, p, layout, batch_size, int64_t(bad - v));
+    // Unsigned: a negative id compares above every row count.
+    const uint64_t rows = uint64_t(p.tables[layout.feature_table[f]].size(0));
+    const int64_t begin = o[f * batch_size], end = o[(f + 1) * batch_size];
+    bool any_bad = false;  // on every thread first (millions of ids per GPU step), then find it
+#pragma omp parallel for reduction(|| : any_bad) if (end - begin > cpu::kParallelGrain)
+    for (int64_t i = begin; i < end; ++i) any_bad = any_bad || uint64_t(v[i]) >= rows;
+    if (!any_bad) continue;
+    const int64_t* bad = std::find_if(v + begin, v + end,
+                                      [&](int64_t id) { return uint64_t(id) >= rows; });
+    fail_at_id(op, p, layout, batch_size, int64_t(bad - v));
   }
 }
 
