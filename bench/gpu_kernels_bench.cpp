@@ -223,7 +223,8 @@ int run() {
                     4.0 * double(n) * dim + 4.0 * batch * Tn * dim, false});
     // With the backward into a sink (as the fused row optimizers take it): the ids are grouped
     // by row on the host, the summed gradient rows written on the device. Bytes: the forward's
-    // twice (each id's gradient row read once, at most one summed row written per id).
+    // twice (the backward reads each id's row of the output gradient and writes at most one
+    // summed row per id: an upper bound, repeated ids write fewer).
     const Tensor up = rnd({batch, Tn * dim}, f32, dev, "tbe_up");
     const TableGradSink sink = [](std::vector<RowSparseGrad>&) {};
     EnableGradGuard grad_on;  // the op records its backward only with grad mode on
@@ -231,7 +232,7 @@ int run() {
                     time_it(dev, [&] {
                       const Tensor out =
                           embedding_bags_batched(tables, values, offsets, batch, layout, {}, sink);
-                      sum(mul(out, up)).backward();
+                      autograd::backward({out}, {up});
                     }),
                     2.0 * (4.0 * double(n) * dim + 4.0 * batch * Tn * dim), false});
   }

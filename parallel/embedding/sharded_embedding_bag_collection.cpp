@@ -156,10 +156,20 @@ ShardedEmbeddingBagCollection::ShardedEmbeddingBagCollection(
       mesh_(std::move(mesh)),
       options_(options) {
   MT_CHECK(group_ != nullptr, "ShardedEmbeddingBagCollection: no process group");
-  MT_CHECK(output_group_->size() == group_->size() && output_group_->rank() == group_->rank(),
-           "ShardedEmbeddingBagCollection: the output group ", output_group_->name(), " (rank ",
-           output_group_->rank(), " of ", output_group_->size(), ") must hold the ranks of ",
-           group_->name(), " in its order (rank ", group_->rank(), " of ", group_->size(), ")");
+  if (output_group_ != group_) {
+    MT_CHECK(output_group_->size() == group_->size(), "ShardedEmbeddingBagCollection: the output ",
+             "group ", output_group_->name(), " has ", output_group_->size(),
+             " ranks but the group ", group_->name(), " has ", group_->size());
+    // Every rank gets the same verdict: the output group's rank of each rank of `group`.
+    const Tensor mine = runtime::from_vector<int64_t>({output_group_->rank()}, {1, 1}, i64());
+    const std::vector<int64_t> order =
+        all_gather_rows(*group_, mine, "sebc.output_group_order").to_vector<int64_t>();
+    for (int64_t r = 0; r < int64_t(order.size()); ++r)
+      MT_CHECK(order[size_t(r)] == r, "ShardedEmbeddingBagCollection: the output group ",
+               output_group_->name(), " must hold the ranks of ", group_->name(),
+               " in its order, but rank ", r, " of ", group_->name(), " is its rank ",
+               order[size_t(r)]);
+  }
   MT_CHECK(options_.gradient_mode != GradientMode::Dense,
            "ShardedEmbeddingBagCollection: GradientMode::Dense is not supported (shards are "
            "stepped by their row optimizers); use Fused or RowSparse");
@@ -238,9 +248,9 @@ void ShardedEmbeddingBagCollection::build() {
     g.table_cfg.push_back(t);
     if (s.num_rows == 0) {
       g.module.push_back(nullptr);
-      g.placeholder.push_back(runtime::zeros(
-          {0, s.num_cols},
-          TensorOptions{}.with_dtype(options_.dtype).with_device(options_.device)));
+      g.placeholder.push_back(
+          runtime::zeros({0, s.num_cols},
+                         TensorOptions{}.with_dtype(options_.dtype).with_device(options_.device)));
       g.opt_index.push_back(-1);
       return;
     }
@@ -696,9 +706,9 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
               out_split[size_t(j)] = Bs[size_t(j)] * P.tw_width[size_t(me)];
             }
             const Tensor send = parts.empty() ? runtime::zeros({0}, opts) : runtime::cat(parts, 0);
-            gl[kTW] = exchange_rows(output_group_, send, out_split, in_split,
-                                    "sebc.tw.output.backward")
-                          .view({G, P.tw_width[size_t(me)]});
+            gl[kTW] =
+                exchange_rows(output_group_, send, out_split, in_split, "sebc.tw.output.backward")
+                    .view({G, P.tw_width[size_t(me)]});
           }
           if (present[kRW]) {
             const Tensor mine = runtime::zeros({Bmax, P.rw_width}, opts);

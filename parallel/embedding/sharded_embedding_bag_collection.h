@@ -68,10 +68,11 @@
 // Devices: options.device holds the shards (drawn on the host, then moved), the lookups and the
 // output, and, from a table's first update on, its optimizer state; the device is fixed at
 // construction (Module::to does not move a sharded collection: build it where it trains). The
-// input KJT stays on the host, where its ids are checked and routed over `group`. Collectives run on their group's device (embedding_dist.h): GPU tables
-// exchange their outputs over an NCCL `output_group` (TorchRec's way), or through host memory
-// when the outputs go over an MPI group; one rank exchanges nothing. table_row_wise outputs go
-// over the mesh's groups (build the mesh over the NCCL group to keep them on the device).
+// input KJT stays on the host, where its ids are checked and routed over `group`. Collectives
+// run on their group's device (embedding_dist.h): GPU tables exchange their outputs over an NCCL
+// `output_group` (TorchRec's way), or through host memory when the outputs go over an MPI group;
+// one rank exchanges nothing. table_row_wise outputs go over the mesh's groups: build the mesh
+// over the output group's ranks (e.g. the NCCL world) to keep them on the device.
 // Tables: f32 or f64. The forward validates the input on each rank (lengths, ids against the
 // global table sizes) before any collective; a rank whose input is bad throws, and the others
 // end at the collective timeout with a report (process_group.h).
@@ -112,7 +113,8 @@ class ShardedEmbeddingBagCollection : public runtime::nn::Module {
   // against the tables and the group (collective only in that every rank must construct it).
   // `output_group`: the same ranks as `group` in the same order, for the pooled outputs'
   // exchange, its backward and the data_parallel gradient sum (null: `group`). With GPU tables
-  // give an NCCL group here and keep `group` on the host (MPI), where the ids are routed.
+  // give an NCCL group here and keep `group` on the host (MPI), where the ids are routed. When
+  // given, every rank checks the order with one all-gather over `group`.
   ShardedEmbeddingBagCollection(std::vector<EmbeddingBagConfig> tables, ShardingPlan plan,
                                 std::shared_ptr<ProcessGroup> group,
                                 std::shared_ptr<DeviceMesh> mesh = nullptr,

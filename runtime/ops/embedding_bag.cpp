@@ -1,10 +1,12 @@
 #include "runtime/ops/embedding_bag.h"
 
+#include <omp.h>
+
 #include <algorithm>
 
 #include "runtime/autograd/function.h"
-#include "runtime/cpu/loops.h"
 #include "runtime/core/grad_mode.h"
+#include "runtime/cpu/loops.h"
 #include "runtime/kernels/embedding_bag.h"
 #include "runtime/ops/factory.h"
 #include "runtime/ops/index.h"
@@ -42,9 +44,9 @@ std::string feature_label(const TableBatchLayout& layout, int64_t f) {
   const int64_t n_bags = int64_t(layout.feature_table.size()) * batch_size;
   const int64_t bag = int64_t(std::upper_bound(o, o + n_bags + 1, bad) - o) - 1;
   const int64_t f = bag / batch_size, t = layout.feature_table[f];
-  MT_FAIL(op, ": id ", p.host_values.data<int64_t>()[bad], " of feature ",
-          feature_label(layout, f), ", sample ", bag % batch_size, " (value ", bad,
-          ") is outside [0, ", p.tables[t].size(0), ") of table ", t);
+  MT_FAIL(op, ": id ", p.host_values.data<int64_t>()[bad], " of feature ", feature_label(layout, f),
+          ", sample ", bag % batch_size, " (value ", bad, ") is outside [0, ", p.tables[t].size(0),
+          ") of table ", t);
 }
 
 // The ids of device tables, checked on their host copies before the launch (the CPU kernel finds
@@ -57,12 +59,14 @@ void check_ids(const char* op, const Prepared& p, const TableBatchLayout& layout
     // Unsigned: a negative id compares above every row count.
     const uint64_t rows = uint64_t(p.tables[layout.feature_table[f]].size(0));
     const int64_t begin = o[f * batch_size], end = o[(f + 1) * batch_size];
-    bool any_bad = false;  // on every thread first (millions of ids per GPU step), then find it
-#pragma omp parallel for reduction(|| : any_bad) if (end - begin > cpu::kParallelGrain)
-    for (int64_t i = begin; i < end; ++i) any_bad = any_bad || uint64_t(v[i]) >= rows;
+    // On every thread first (millions of ids per GPU step), then the first bad one is found.
+    int any_bad = 0;
+    const bool threaded = end - begin > cpu::kParallelGrain && !omp_in_parallel();
+#pragma omp parallel for reduction(max : any_bad) if (threaded)
+    for (int64_t i = begin; i < end; ++i) any_bad = std::max(any_bad, int(uint64_t(v[i]) >= rows));
     if (!any_bad) continue;
-    const int64_t* bad = std::find_if(v + begin, v + end,
-                                      [&](int64_t id) { return uint64_t(id) >= rows; });
+    const int64_t* bad =
+        std::find_if(v + begin, v + end, [&](int64_t id) { return uint64_t(id) >= rows; });
     fail_at_id(op, p, layout, batch_size, int64_t(bad - v));
   }
 }
@@ -140,6 +144,8 @@ Prepared prepare(const char* op, const std::vector<Tensor>& tables, const Tensor
                          .to(dtype == DType::F64 ? DType::F64 : DType::F32)
                          .to(Device::cpu())
                          .contiguous();
+    if (!p.device.is_cpu() && p.host_weights.shares_storage_with(per_sample_weights))
+      p.host_weights = p.host_weights.clone();  // the backward's snapshot, as the ids'
     p.weights = p.host_weights.to(p.device, /*non_blocking=*/true);
   }
   if (!p.device.is_cpu()) check_ids(op, p, layout, batch_size);
