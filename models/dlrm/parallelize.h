@@ -81,7 +81,8 @@ struct DlrmParallelOptions {
   std::shared_ptr<parallel::ProcessGroup> output_group;
   // FSDP's mesh for the dense parts (1-D, or 2-D for HSDP); null: no FSDP.
   std::shared_ptr<parallel::DeviceMesh> dp_mesh;
-  // A (node, local) mesh over `group`, needed when the plan has table_row_wise tables.
+  // A (node, local) mesh over `group`'s ranks, needed when the plan has table_row_wise tables;
+  // it carries their outputs, so build it over output_group when that is given.
   std::shared_ptr<parallel::DeviceMesh> node_mesh;
   // The plan to use as given (validated against the tables). Unset: plan_sharding(planner).
   std::optional<parallel::ShardingPlan> plan;
