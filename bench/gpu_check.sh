@@ -25,10 +25,12 @@ steps=${STEPS:-40}
 common=(--training.steps="$steps" --lr_scheduler.warmup_steps=$((steps / 4)) --metrics.log_freq=1 --validation.enable=false
         --metrics.plot=false --training.dataset_path=$data/tinyshakespeare.txt
         --model.tokenizer_path=$data/gpt2/tokenizer.json)
-# The dense debug model and the MoE one (router + grouped experts on cuBLAS), each on both devices.
-for cfg in debug_model moe_debug; do
+# Trains configs/$1.toml (then its extra flags) on the CPU and on the GPU, prints both loss columns.
+train_both() {
+  local cfg=$1 dev
+  shift
   for dev in cpu cuda; do
-    timeout 300 .device/bin/train --config configs/$cfg.toml "${common[@]}" --training.device=$dev \
+    timeout 300 .device/bin/train --config "configs/$cfg.toml" "$@" --training.device=$dev \
       --job.dump_folder="$dir/${cfg}_$dev" >"$dir/${cfg}_$dev.log" 2>&1
     summary+=("train $cfg $dev rc=$?")
   done
@@ -36,17 +38,11 @@ for cfg in debug_model moe_debug; do
   paste <(grep -oE 'loss[ =:]+[0-9.]+' "$dir/${cfg}_cpu.log" | head -40) \
         <(grep -oE 'loss[ =:]+[0-9.]+' "$dir/${cfg}_cuda.log" | head -40) | awk 'NR%5==1'
   tail -3 "$dir/${cfg}_cuda.log"
-done
+}
+# The dense debug model and the MoE one (router + grouped experts on cuBLAS).
+for cfg in debug_model moe_debug; do train_both "$cfg" "${common[@]}"; done
 # DLRM (synthetic Criteo-like data, no files needed): tables, row optimizers and MLPs on the GPU.
-for dev in cpu cuda; do
-  timeout 300 .device/bin/train --config configs/dlrm_criteo_synthetic.toml --training.steps="$steps" \
-    --metrics.log_freq=1 --validation.freq="$steps" --metrics.plot=false --training.device=$dev \
-    --job.dump_folder="$dir/dlrm_$dev" >"$dir/dlrm_$dev.log" 2>&1
-  summary+=("train dlrm_criteo_synthetic $dev rc=$?")
-done
-echo "---- dlrm_criteo_synthetic losses (cpu | cuda)"
-paste <(grep -oE 'loss[ =:]+[0-9.]+' "$dir/dlrm_cpu.log" | head -40) \
-      <(grep -oE 'loss[ =:]+[0-9.]+' "$dir/dlrm_cuda.log" | head -40) | awk 'NR%5==1'
-tail -3 "$dir/dlrm_cuda.log"
+train_both dlrm_criteo_synthetic --training.steps="$steps" --metrics.log_freq=1 \
+  --validation.freq="$steps" --metrics.plot=false
 echo "---- summary"
 printf '%s\n' "${summary[@]}"

@@ -15,10 +15,6 @@ using runtime::TensorOptions;
 
 namespace {
 
-Tensor on(const Tensor& t, runtime::Device device) {
-  return t.device() == device ? t : t.to(device);
-}
-
 // A 1-rank group whose device is not the tensors' (one GPU, an MPI group): every collective here
 // is the identity, so it is skipped rather than copied to the host and back.
 bool skip(const ProcessGroup& group, const Tensor& t) {
@@ -39,9 +35,9 @@ Tensor exchange_rows(const std::shared_ptr<ProcessGroup>& group, const Tensor& x
              ": one rank must send itself all ", x.size(0), " rows and receive them");
     return x;
   }
-  const Tensor out = all_to_all_rows(group, on(x, group->device()), std::move(out_splits),
+  const Tensor out = all_to_all_rows(group, x.to(group->device()), std::move(out_splits),
                                      std::move(in_splits), name);
-  return on(out, x.device());
+  return out.to(x.device());
 }
 
 Tensor reduce_scatter_rows(ProcessGroup& group, const Tensor& in, const std::string& name) {
@@ -50,8 +46,8 @@ Tensor reduce_scatter_rows(ProcessGroup& group, const Tensor& in, const std::str
   if (skip(group, in)) return in;
   const Tensor out =
       runtime::empty({in.size(0) / group.size(), in.size(1)}, on_group(group, in.dtype()));
-  group.reduce_scatter_into(out, on(in, group.device()), ReduceOp::Sum, name);
-  return on(out, in.device());
+  group.reduce_scatter_into(out, in.to(group.device()), ReduceOp::Sum, name);
+  return out.to(in.device());
 }
 
 Tensor all_gather_rows(ProcessGroup& group, const Tensor& in, const std::string& name) {
@@ -59,8 +55,8 @@ Tensor all_gather_rows(ProcessGroup& group, const Tensor& in, const std::string&
   if (skip(group, in)) return in;
   const Tensor out =
       runtime::empty({group.size() * in.size(0), in.size(1)}, on_group(group, in.dtype()));
-  group.all_gather_into(out, on(in, group.device()), name);
-  return on(out, in.device());
+  group.all_gather_into(out, in.to(group.device()), name);
+  return out.to(in.device());
 }
 
 std::vector<int64_t> all_gather_batch_sizes(ProcessGroup& group, int64_t batch,
@@ -94,8 +90,8 @@ std::vector<RowSparseGrad> all_reduce_row_grads(ProcessGroup& group,
     MT_CHECK(r.table >= 0 && size_t(r.table) < weights.size(), name, ": a gradient names table ",
              r.table, " of ", weights.size());
     const size_t i = size_t(r.table);
-    const Tensor rows = on(r.rows, buf.device());
-    runtime::index_add_(dense_of(i), 0, rows, on(r.values, buf.device()).to(dtype));
+    const Tensor rows = r.rows.to(buf.device());
+    runtime::index_add_(dense_of(i), 0, rows, r.values.to(buf.device()).to(dtype));
     runtime::index_add_(counts_of(i), 0, rows, runtime::ones({rows.numel()}, opts));
   }
   if (!skip(group, buf)) group.all_reduce(buf, ReduceOp::Sum, name);
@@ -110,8 +106,8 @@ std::vector<RowSparseGrad> all_reduce_row_grads(ProcessGroup& group,
     s.table = int64_t(i);
     const Tensor picked =
         runtime::from_vector<int64_t>(rows, {int64_t(rows.size())}, opts.with_dtype(DType::I64));
-    s.rows = on(picked, weights[i].device());
-    s.values = on(runtime::index_select(dense_of(i), 0, picked), weights[i].device());
+    s.rows = picked.to(weights[i].device());
+    s.values = runtime::index_select(dense_of(i), 0, picked).to(weights[i].device());
     s.num_rows = weights[i].size(0);
     summed.push_back(std::move(s));
   }
