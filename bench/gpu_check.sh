@@ -5,6 +5,8 @@
 # .device/bundle.tar.xz (binaries, their libraries and the test data); there (carry [".device"]):
 #   bash bench/gpu_check.sh "$OUT/check"
 # Logs go to RESULT_DIR (default out/gpu_check); the last lines printed are the summary.
+# Environment (defaults): PARTS ("tests train": which halves to run), TEST_TIMEOUT (180 s per test
+# binary), TRAIN_TIMEOUT (300 s per training run), STEPS (40).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-out/gpu_check}
@@ -14,7 +16,8 @@ if [ ! -d .device/bin ] && [ -f .device/bundle.tar.xz ]; then tar xJf .device/bu
 source .device/device-env.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 summary=()
-for t in .device/bin/*_gpu_test; do
+parts=${PARTS:-tests train}
+[[ " $parts " == *" tests "* ]] && for t in .device/bin/*_gpu_test; do
   name=$(basename "$t")
   timeout "${TEST_TIMEOUT:-180}" "$t" >"$dir/$name.log" 2>&1
   rc=$?
@@ -30,7 +33,7 @@ train_both() {
   local cfg=$1 dev
   shift
   for dev in cpu cuda; do
-    timeout 300 .device/bin/train --config "configs/$cfg.toml" "$@" --training.device=$dev \
+    timeout "${TRAIN_TIMEOUT:-300}" .device/bin/train --config "configs/$cfg.toml" "$@" --training.device=$dev \
       --job.dump_folder="$dir/${cfg}_$dev" >"$dir/${cfg}_$dev.log" 2>&1
     summary+=("train $cfg $dev rc=$?")
   done
@@ -40,9 +43,9 @@ train_both() {
   tail -3 "$dir/${cfg}_cuda.log"
 }
 # The dense debug model and the MoE one (router + grouped experts on cuBLAS).
-for cfg in debug_model moe_debug; do train_both "$cfg" "${common[@]}"; done
+[[ " $parts " == *" train "* ]] && for cfg in debug_model moe_debug; do train_both "$cfg" "${common[@]}"; done
 # DLRM (synthetic Criteo-like data, no files needed): tables, row optimizers and MLPs on the GPU.
-train_both dlrm_criteo_synthetic --training.steps="$steps" --metrics.log_freq=1 \
+[[ " $parts " == *" train "* ]] && train_both dlrm_criteo_synthetic --training.steps="$steps" --metrics.log_freq=1 \
   --validation.freq="$steps" --metrics.plot=false
 echo "---- summary"
 printf '%s\n' "${summary[@]}"

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Every GPU check and benchmark in one device-machine call, most important first, each stage under
+# its own time limit so that one hang cannot eat the lease:
+#   1. the GPU tests (bench/gpu_check.sh, PARTS=tests)
+#   2. the kernel table (gpu_kernels_bench)
+#   3. the Llama 1B throughput table against PyTorch eager and torch.compile (gpu_llama_bench.sh)
+#   4. the debug models and the DLRM trained on the CPU and the GPU (gpu_check.sh, PARTS=train)
+# Pack the bundle here first (bash bench/gpu_bundle.sh), then there (carry [".device"]):
+#   bash bench/gpu_all.sh "$OUT"
+# All logs come back as OUT/logs.tgz (a call returns at most 8 files); the summary prints last.
+# Environment: STAGES ("tests kernels llama train"), ALL_TIMEOUT (440 s for all stages), and the
+# variables of the scripts it calls (TEST_TIMEOUT, TRAIN_TIMEOUT, STEPS, MT_TIMEOUT, ...).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: gpu_all.sh OUT_DIR}
+work=$(mktemp -d)
+[ -d .device/bin ] || tar xJf .device/bundle.tar.xz -C .device || exit 1
+stages=${STAGES:-tests kernels llama train}
+has() { [[ " $stages " == *" $1 "* ]]; }
+run_stages() {
+  if has tests; then
+    PARTS=tests TEST_TIMEOUT=${TEST_TIMEOUT:-60} bash bench/gpu_check.sh "$work/check" |
+      tee "$work/tests_summary.txt"
+    grep -h '^\[  FAILED  \] [A-Z]' "$work"/check/*_gpu_test.log | sort -u
+  fi
+  if has kernels; then
+    (source .device/device-env.sh && timeout 90 .device/bin/gpu_kernels_bench) >"$work/kernels.txt" 2>&1
+    echo "gpu_kernels_bench rc=$?"
+  fi
+  if has llama; then
+    (source .device/device-env.sh && BENCH_DIR=$work/llama MT_TIMEOUT=${MT_TIMEOUT:-150} \
+      EAGER_TIMEOUT=${EAGER_TIMEOUT:-90} COMPILE_TIMEOUT=${COMPILE_TIMEOUT:-180} \
+      WARMUP=${WARMUP:-5} STEPS=${LLAMA_STEPS:-15} bash bench/gpu_llama_bench.sh) \
+      >"$work/llama.txt" 2>&1
+    echo "gpu_llama_bench rc=$?"
+  fi
+  if has train; then
+    PARTS=train STEPS=${STEPS:-20} TRAIN_TIMEOUT=${TRAIN_TIMEOUT:-60} \
+      bash bench/gpu_check.sh "$work/check" >"$work/train.txt" 2>&1
+    echo "gpu_check train rc=$?"
+  fi
+}
+export -f run_stages has
+export stages work
+timeout "${ALL_TIMEOUT:-440}" bash -c run_stages
+echo "stages rc=$?"
+tar czf "$out/logs.tgz" --exclude="*.h5" --exclude="*.bin" -C "$work" . && ls -la "$out"
+for f in kernels.txt llama.txt train.txt; do
+  [ -f "$work/$f" ] && { echo "==== $f"; tail -40 "$work/$f"; }
+done
