@@ -8,7 +8,7 @@
 # Pack the bundle here first (bash bench/gpu_bundle.sh), then there (carry [".device"]):
 #   bash bench/gpu_all.sh "$OUT"
 # All logs come back as OUT/logs.tgz (a call returns at most 8 files); the summary prints last.
-# Environment: STAGES ("tests kernels llama train"), ALL_TIMEOUT (440 s for all stages), and the
+# Environment: STAGES ("tests kernels llama train", run in that order), ALL_TIMEOUT (440 s for all stages), and the
 # variables of the scripts it calls (TEST_TIMEOUT, TRAIN_TIMEOUT, STEPS, MT_TIMEOUT, ...).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,31 +16,31 @@ out=${1:?usage: gpu_all.sh OUT_DIR}
 work=$(mktemp -d)
 [ -d .device/bin ] || tar xJf .device/bundle.tar.xz -C .device || exit 1
 stages=${STAGES:-tests kernels llama train}
-has() { [[ " $stages " == *" $1 "* ]]; }
-run_stages() {
-  if has tests; then
-    PARTS=tests TEST_TIMEOUT=${TEST_TIMEOUT:-60} bash bench/gpu_check.sh "$work/check" |
-      tee "$work/tests_summary.txt"
-    grep -h '^\[  FAILED  \] [A-Z]' "$work"/check/*_gpu_test.log | sort -u
-  fi
-  if has kernels; then
-    (source .device/device-env.sh && timeout 90 .device/bin/gpu_kernels_bench) >"$work/kernels.txt" 2>&1
-    echo "gpu_kernels_bench rc=$?"
-  fi
-  if has llama; then
-    (source .device/device-env.sh && BENCH_DIR=$work/llama MT_TIMEOUT=${MT_TIMEOUT:-150} \
-      EAGER_TIMEOUT=${EAGER_TIMEOUT:-90} COMPILE_TIMEOUT=${COMPILE_TIMEOUT:-180} \
-      WARMUP=${WARMUP:-5} STEPS=${LLAMA_STEPS:-15} bash bench/gpu_llama_bench.sh) \
-      >"$work/llama.txt" 2>&1
-    echo "gpu_llama_bench rc=$?"
-  fi
-  if has train; then
-    PARTS=train STEPS=${STEPS:-20} TRAIN_TIMEOUT=${TRAIN_TIMEOUT:-60} \
-      bash bench/gpu_check.sh "$work/check" >"$work/train.txt" 2>&1
-    echo "gpu_check train rc=$?"
-  fi
+run_stage() {
+  case $1 in
+    tests)
+      PARTS=tests TEST_TIMEOUT=${TEST_TIMEOUT:-60} bash bench/gpu_check.sh "$work/check" |
+        tee "$work/tests_summary.txt"
+      grep -h '^\[  FAILED  \] [A-Z]' "$work"/check/*_gpu_test.log | sort -u ;;
+    kernels)
+      (source .device/device-env.sh && timeout 90 .device/bin/gpu_kernels_bench) \
+        >"$work/kernels.txt" 2>&1
+      echo "gpu_kernels_bench rc=$?" ;;
+    llama)
+      (source .device/device-env.sh && BENCH_DIR=$work/llama MT_TIMEOUT=${MT_TIMEOUT:-150} \
+        EAGER_TIMEOUT=${EAGER_TIMEOUT:-90} COMPILE_TIMEOUT=${COMPILE_TIMEOUT:-180} \
+        WARMUP=${WARMUP:-5} STEPS=${LLAMA_STEPS:-15} bash bench/gpu_llama_bench.sh) \
+        >"$work/llama.txt" 2>&1
+      echo "gpu_llama_bench rc=$?" ;;
+    train)
+      PARTS=train STEPS=${STEPS:-20} TRAIN_TIMEOUT=${TRAIN_TIMEOUT:-60} \
+        bash bench/gpu_check.sh "$work/check" >"$work/train.txt" 2>&1
+      echo "gpu_check train rc=$?" ;;
+    *) echo "gpu_all: unknown stage '$1' (tests, kernels, llama, train)" ;;
+  esac
 }
-export -f run_stages has
+run_stages() { for s in $stages; do run_stage "$s"; done; }
+export -f run_stages run_stage
 export stages work
 timeout "${ALL_TIMEOUT:-440}" bash -c run_stages
 echo "stages rc=$?"

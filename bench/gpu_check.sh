@@ -6,7 +6,8 @@
 #   bash bench/gpu_check.sh "$OUT/check"
 # Logs go to RESULT_DIR (default out/gpu_check); the last lines printed are the summary.
 # Environment (defaults): PARTS ("tests train": which halves to run), TEST_TIMEOUT (180 s per test
-# binary), TRAIN_TIMEOUT (300 s per training run), STEPS (40).
+# binary), TRAIN_TIMEOUT (300 s per training run), STEPS (40), TRAIN_CONFIGS ("debug_model moe_debug
+# dlrm_criteo_synthetic": which configs the training half runs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-out/gpu_check}
@@ -42,10 +43,16 @@ train_both() {
         <(grep -oE 'loss[ =:]+[0-9.]+' "$dir/${cfg}_cuda.log" | head -40) | awk 'NR%5==1'
   tail -3 "$dir/${cfg}_cuda.log"
 }
-# The dense debug model and the MoE one (router + grouped experts on cuBLAS).
-[[ " $parts " == *" train "* ]] && for cfg in debug_model moe_debug; do train_both "$cfg" "${common[@]}"; done
-# DLRM (synthetic Criteo-like data, no files needed): tables, row optimizers and MLPs on the GPU.
-[[ " $parts " == *" train "* ]] && train_both dlrm_criteo_synthetic --training.steps="$steps" --metrics.log_freq=1 \
-  --validation.freq="$steps" --metrics.plot=false
+# The dense debug model and the MoE one (router + grouped experts on cuBLAS) on tinyshakespeare;
+# DLRM on synthetic Criteo-like data (no files needed): tables, row optimizers and MLPs.
+[[ " $parts " == *" train "* ]] &&
+  for cfg in ${TRAIN_CONFIGS:-debug_model moe_debug dlrm_criteo_synthetic}; do
+    if [[ $cfg == dlrm* ]]; then
+      train_both "$cfg" --training.steps="$steps" --metrics.log_freq=1 --validation.freq="$steps" \
+        --metrics.plot=false
+    else
+      train_both "$cfg" "${common[@]}"
+    fi
+  done
 echo "---- summary"
 printf '%s\n' "${summary[@]}"

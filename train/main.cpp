@@ -6,6 +6,7 @@
 //
 // Exit status: 0 after training (also when stopped by Ctrl-C at the end of a step), 1 on an error
 // (config, data, tokenizer: the message says what and where), 2 on a bad command line.
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
@@ -29,6 +30,9 @@ std::string rank_prefix() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Each log line reaches a redirected stdout (a job's log file) when it is printed, not when a
+  // block fills: a run killed by its scheduler still shows how far it got.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   namespace config = mt::train::config;
   config::CommandLine command_line;
   try {

@@ -51,6 +51,7 @@ int64_t Tensor::stride(int64_t dim) const {
 }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // no element to walk: any strides will do (as in PyTorch)
   int64_t expected = 1;
   for (int64_t d = dim() - 1; d >= 0; --d) {
     if (shape()[d] == 1) continue;

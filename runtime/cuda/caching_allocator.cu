@@ -1,7 +1,9 @@
 // CUDA caching allocator: see caching_allocator.h.
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -161,7 +163,13 @@ class CachingAllocator final : public Allocator {
     return ptr;
   }
 
-  static double mib(size_t b) { return double(b) / double(1 << 20); }
+  // "4194304", "12.50": whole MiB from 10 MiB up, two decimals below.
+  static std::string mib(size_t b) {
+    const double m = double(b) / double(1 << 20);
+    char text[32];
+    std::snprintf(text, sizeof text, "%.*f", m >= 10 ? 0 : 2, m);
+    return text;
+  }
 
   void release_completed_pending() {
     for (auto it = pending_.begin(); it != pending_.end();) {

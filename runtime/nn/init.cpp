@@ -144,24 +144,12 @@ void init_trunc_normal_(const Tensor& t, const RandomKey& key, double mean, doub
   const double lo = 2.0 * norm_cdf((a - mean) / std) - 1.0;
   const double hi = 2.0 * norm_cdf((b - mean) / std) - 1.0;
 
-  // Row-major walk over the block, tracking the element's index in the full tensor.
-  const int64_t n = t.numel(), nd = t.dim();
-  const Shape full_strides = contiguous_strides(blk.full_shape);
-  std::vector<double> values(static_cast<size_t>(n));
-  Shape idx(size_t(nd), 0);
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t full_index = 0;
-    for (int64_t d = 0; d < nd; ++d) full_index += (idx[d] + blk.offset[d]) * full_strides[d];
-    const double u = uniform_at(key, uint64_t(full_index));
-    double x = erfinv(lo + (hi - lo) * u) * std * std::sqrt(2.0) + mean;
-    values[size_t(i)] = std::min(std::max(x, a), b);
-    for (int64_t d = nd - 1; d >= 0; --d) {
-      if (++idx[d] < t.shape()[d]) break;
-      idx[d] = 0;
-    }
-  }
-  NoGradGuard no_grad;
-  t.copy_(from_f64(values, t.shape(), TensorOptions{}.with_dtype(DType::F64)));
+  fill_on_host(t, [&](const Tensor& h) {
+    fill_slice_by_index(h, blk.full_shape, blk.offset, "init_trunc_normal_", [&](uint64_t i) {
+      const double x = erfinv(lo + (hi - lo) * uniform_at(key, i)) * std * std::sqrt(2.0) + mean;
+      return std::min(std::max(x, a), b);
+    });
+  });
 }
 
 void init_constant_(const Tensor& t, double value) {

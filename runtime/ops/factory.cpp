@@ -112,6 +112,11 @@ void fill_random_slice(const Tensor& out, const Shape& full_shape, const Shape& 
 }
 }  // namespace
 
+void fill_slice_by_index(const Tensor& out, const Shape& full_shape, const Shape& block_offset,
+                         const char* op, const std::function<double(uint64_t)>& draw) {
+  fill_random_slice(out, full_shape, block_offset, op, draw);
+}
+
 void fill_normal_slice(const Tensor& out, const Shape& full_shape, const Shape& block_offset,
                        const RandomKey& key, double mean, double std) {
   fill_random_slice(out, full_shape, block_offset, "randn",

@@ -3,6 +3,7 @@
 // tensor and produce exactly the values the full draw holds there.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "runtime/core/rng.h"
@@ -38,6 +39,12 @@ void fill_normal_slice(const Tensor& out, const Shape& full_shape, const Shape& 
                        const RandomKey& key, double mean = 0.0, double std = 1.0);
 void fill_uniform_slice(const Tensor& out, const Shape& full_shape, const Shape& block_offset,
                         const RandomKey& key, double low = 0.0, double high = 1.0);
+
+// Fill the host tensor `out` with draw(i), i being each element's index in the full_shape tensor
+// whose block at block_offset `out` is (on every thread): for draws this file does not offer,
+// such as nn's truncated normal. op names the caller in errors.
+void fill_slice_by_index(const Tensor& out, const Shape& full_shape, const Shape& block_offset,
+                         const char* op, const std::function<double(uint64_t)>& draw);
 
 // Internal: builds a tensor from f64 values (the from_vector implementation).
 Tensor from_f64(const std::vector<double>& values, const Shape& shape, TensorOptions options);

@@ -172,12 +172,18 @@ TEST(CudaFusedKernels, CrossEntropyMatchesCpuAndRejectsBadTargets) {
         },
         {mul(randn_as({65, 1000}, DType::F32, 1), 3.0).to(t)}, t == DType::F32 ? 2e-5 : 2e-2);
   }
-  // A bad target does not make the host wait: cross_entropy returns, and the next host read
-  // raises the error once, naming the target and its position.
+  // A bad target does not make the host wait: cross_entropy returns while the stream is held
+  // (so its verdict cannot have arrived), and the next host read raises the error once, naming
+  // the target and its position. Unheld, a fast GPU's verdict may arrive before the op returns,
+  // and the op raises it then.
   ids[17] = 1000;
+  const Tensor bad_x = on_cuda(randn_as({65, 1000}, DType::F32, 2));
+  const Tensor bad_t = on_cuda(from_vector<int64_t>(ids, {65}, {DType::I64}));
   Tensor bad_loss;
-  EXPECT_NO_THROW(bad_loss = cross_entropy(on_cuda(randn_as({65, 1000}, DType::F32, 2)),
-                                           on_cuda(from_vector<int64_t>(ids, {65}, {DType::I64}))));
+  {
+    testing::StreamBlocker hold(/*release_after_s=*/3);
+    EXPECT_NO_THROW(bad_loss = cross_entropy(bad_x, bad_t));
+  }
   const std::string err = testing::error_of([&] { (void)bad_loss.item<double>(); });
   EXPECT_NE(err.find("target 1000 at position [17]"), std::string::npos) << err;
   EXPECT_EQ(pending_verdicts(), 0);
@@ -186,8 +192,10 @@ TEST(CudaFusedKernels, CrossEntropyMatchesCpuAndRejectsBadTargets) {
   ids[9] = -1;
   const Tensor x2 = on_cuda(randn_as({65, 1000}, DType::F32, 2)).set_requires_grad(true);
   const Tensor t2 = on_cuda(from_vector<int64_t>(ids, {65}, {DType::I32}));
-  cross_entropy(x2, t2, -100, Reduction::Sum).backward();  // bad rows are skipped, not read
-  const std::string err2 = testing::error_of([&] { synchronize(x2.device()); });
+  const std::string err2 = testing::error_of([&] {
+    cross_entropy(x2, t2, -100, Reduction::Sum).backward();  // bad rows are skipped, not read
+    synchronize(x2.device());
+  });
   EXPECT_NE(err2.find("target -1 at position [9]"), std::string::npos) << err2;
   EXPECT_NO_THROW(synchronize(x2.device()));  // raised once
   ids[9] = ids[17] = 5;

@@ -13,6 +13,7 @@
 #include "runtime/ops/sort.h"
 #include "tests/testing/gpu_compare.h"
 #include "tests/testing/errors.h"
+#include "tests/testing/gpu.h"
 
 namespace mt::runtime::gpu_test {
 namespace {
@@ -122,13 +123,18 @@ TEST_F(IndexGpu, GatherScatterAndBackward) {
                {b, ids({0, 5, 5, 1, 2, 3, 0, 0}, DType::I64, {4, 2})});
 }
 
-// A bad index does not make the host wait: the op returns, the next host read raises the error
-// (naming the index and its position) once, and the device stays usable.
+// A bad index does not make the host wait: the op returns while the stream is held, the next host
+// read raises the error (naming the index and its position) once, and the device stays usable.
+// Unheld, a fast GPU's verdict may arrive before the op returns, and the op raises it then.
 TEST_F(IndexGpu, OutOfRangeIndicesFailAtTheNextHostRead) {
   const Tensor x = on_cuda(rnd({4, 3}));
   const Tensor bad_index = on_cuda(ids({1, 2, 4, -1, 7}));
   Tensor y;
-  EXPECT_NO_THROW(y = index_select(x, 0, bad_index));
+  {
+    // Held: no verdict can arrive before the op returns.
+    testing::StreamBlocker hold(/*release_after_s=*/3);
+    EXPECT_NO_THROW(y = index_select(x, 0, bad_index));
+  }
   const std::string e = testing::error_of([&] { (void)on_cpu(y); });
   EXPECT_THAT(e, ::testing::HasSubstr("index 4 (at position 2 of the index) is out of range"));
   EXPECT_EQ(pending_verdicts(), 0);
@@ -139,8 +145,11 @@ TEST_F(IndexGpu, OutOfRangeIndicesFailAtTheNextHostRead) {
               ::testing::HasSubstr("index 3 (at position 1"));
   // index_add_ skips the bad targets rather than write outside self
   const Tensor self = on_cuda(rnd({4, 3}));
-  index_add_(self, 0, bad_index, on_cuda(rnd({5, 3})));
-  EXPECT_THAT(testing::error_of([&] { synchronize(x.device()); }),
+  const Tensor source = on_cuda(rnd({5, 3}));
+  EXPECT_THAT(testing::error_of([&] {
+                index_add_(self, 0, bad_index, source);  // raises here if the verdict is back
+                synchronize(x.device());
+              }),
               ::testing::HasSubstr("index_add_: index 4"));
   EXPECT_NO_THROW(synchronize(x.device()));
   expect_equal([](const auto& in) { return index_select(in[0], 0, in[1]); },
@@ -202,9 +211,15 @@ TEST_F(EmbeddingGpu, ForwardBackwardMatchCpu) {
   const Tensor w = on_cuda(rnd({10, 4})).set_requires_grad(true);
   const Tensor bad_ids = on_cuda(ids({1, 10, 3}, DType::I32));
   Tensor y;
-  EXPECT_NO_THROW(y = embedding(w, bad_ids));
-  sum(y).backward();
-  EXPECT_THAT(testing::error_of([&] { (void)on_cpu(y); }),
+  {
+    // Held: no verdict can arrive before the op returns.
+    testing::StreamBlocker hold(/*release_after_s=*/3);
+    EXPECT_NO_THROW(y = embedding(w, bad_ids));
+  }
+  EXPECT_THAT(testing::error_of([&] {
+                sum(y).backward();
+                (void)on_cpu(y);
+              }),
               ::testing::HasSubstr("embedding: id 10 at position [1] is outside [0, 10)"));
   EXPECT_EQ(pending_verdicts(), 0);
 }

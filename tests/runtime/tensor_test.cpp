@@ -47,6 +47,18 @@ TEST(Tensor, TransposeSharesStorageAndPermutesValues) {
   EXPECT_TRUE(a.contiguous().same(a));  // no copy when already contiguous
 }
 
+// A tensor without elements is contiguous whatever its strides (a transposed or broadcast empty
+// view): copies between devices take it as it is.
+TEST(Tensor, TensorsWithoutElementsAreContiguous) {
+  const Tensor e = empty({0, 3});
+  EXPECT_TRUE(e.t().is_contiguous());
+  const Tensor b = empty({0, 1}).expand({0, 5});
+  EXPECT_EQ(b.strides()[1], 0);
+  EXPECT_TRUE(b.is_contiguous());
+  EXPECT_TRUE(b.contiguous().same(b));
+  EXPECT_FALSE(iota({1, 3}).expand({2, 3}).is_contiguous());  // elements: strides still count
+}
+
 TEST(Tensor, ViewsWriteThroughToTheBase) {
   Tensor a = zeros({3, 4});
   a.narrow(1, 1, 2).fill_(7);

@@ -25,7 +25,13 @@ double relative_error(const runtime::Tensor& a, const runtime::Tensor& b) {
   return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
 }
 
-StreamBlocker::StreamBlocker() {
+StreamBlocker::StreamBlocker(double release_after_s) {
+  if (release_after_s > 0) {
+    std::thread([released = released_, release_after_s] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(release_after_s));
+      released->store(true);
+    }).detach();
+  }
 #if MT_HAVE_NCCL
   // A host function on the stream that returns once released: the stream waits in it.
   auto* flag = new std::shared_ptr<std::atomic<bool>>(released_);

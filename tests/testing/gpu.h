@@ -19,11 +19,13 @@ inline runtime::Tensor on_cuda(const runtime::Tensor& t) { return t.to(runtime::
 inline runtime::Tensor on_cpu(const runtime::Tensor& t) { return t.to(runtime::Device::cpu()); }
 
 // Holds this thread's current CUDA stream from construction: work queued on it after this waits
-// until release() (or destruction). For tests of what must wait for queued work. Needs a GPU
-// (GPU tests skip before making one); the CPU-only build's does nothing.
+// until release() (or destruction, or release_after_s seconds when that is > 0: a watchdog, so
+// that code which wrongly waits for the stream fails its test rather than hang it). For tests of
+// what must not wait for queued work. Needs a GPU (GPU tests skip before making one); the
+// CPU-only build's does nothing.
 class StreamBlocker {
  public:
-  StreamBlocker();
+  explicit StreamBlocker(double release_after_s = 0);
   ~StreamBlocker() { release(); }
   StreamBlocker(const StreamBlocker&) = delete;
   StreamBlocker& operator=(const StreamBlocker&) = delete;
