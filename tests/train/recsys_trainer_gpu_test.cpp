@@ -4,6 +4,8 @@
 // tolerance. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -46,7 +48,13 @@ TEST(RecsysTrainerGpu, SyntheticCriteoTrainsAsOnCpu) {
     const TrainResult cpu = run("cpu", mode, dir.path() / ("cpu_" + mode));
     const TrainResult gpu = run("cuda", mode, dir.path() / ("cuda_" + mode));
     ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
+    // Tolerances with room for the GPU's f32 arithmetic. The first H200 run (2026-11-26) agreed
+    // to the 5 printed decimals; the largest differences printed below are for tightening them.
+    double loss_diff = 0, norm_diff = 0;
     for (size_t s = 0; s < cpu.losses.size(); ++s) {
+      loss_diff = std::max(loss_diff, std::abs(gpu.losses[s] - cpu.losses[s]) / cpu.losses[s]);
+      norm_diff = std::max(
+          norm_diff, std::abs(gpu.grad_norms[s] - cpu.grad_norms[s]) / (1 + cpu.grad_norms[s]));
       EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 2e-3 * cpu.losses[s]) << "step " << s + 1;
       EXPECT_NEAR(gpu.grad_norms[s], cpu.grad_norms[s], 5e-3 * (1 + cpu.grad_norms[s]))
           << "step " << s + 1;
@@ -58,6 +66,8 @@ TEST(RecsysTrainerGpu, SyntheticCriteoTrainsAsOnCpu) {
         "%s: loss %.5f -> %.5f (cpu %.5f -> %.5f), AUC %.4f (cpu %.4f), %.2f s (cpu %.2f)\n",
         mode.c_str(), gpu.losses.front(), gpu.losses.back(), cpu.losses.front(), cpu.losses.back(),
         gpu.val_aucs[0].second, cpu.val_aucs[0].second, gpu.seconds, cpu.seconds);
+    std::printf("%s: largest relative difference: loss %.2e, grad norm %.2e\n", mode.c_str(),
+                loss_diff, norm_diff);
   }
 }
 
