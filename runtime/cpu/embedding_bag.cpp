@@ -226,3 +226,40 @@ MT_REGISTER_KERNEL(tbe_forward_kernel, DeviceType::CPU, cpu_tbe_forward);
 MT_REGISTER_KERNEL(tbe_backward_kernel, DeviceType::CPU, cpu_tbe_backward);
 
 }  // namespace mt::runtime::cpu
+
+namespace mt::runtime {
+
+template <class C>
+std::vector<TbeRowGroups<C>> tbe_group_rows(const std::vector<int64_t>& dims, const TbePlan& plan,
+                                            const int64_t* values, const int64_t* offsets,
+                                            const C* weights) {
+  const int64_t num_tables = int64_t(dims.size());
+  std::vector<TbeRowGroups<C>> groups(dims.size());
+#pragma omp parallel for schedule(dynamic, 1) if (num_tables > 1 && !omp_in_parallel())
+  for (int64_t t = 0; t < num_tables; ++t) {
+    const std::vector<TbeGradEntry<C>> entries =
+        tbe_grad_entries<C>(t, dims[size_t(t)], plan, values, offsets, weights);
+    if (entries.empty()) continue;
+    TbeRowGroups<C>& g = groups[size_t(t)];
+    g.starts = tbe_run_starts(entries);
+    g.rows.reserve(g.starts.size() - 1);
+    for (size_t u = 0; u + 1 < g.starts.size(); ++u)
+      g.rows.push_back(entries[size_t(g.starts[u])].id);
+    g.src.reserve(entries.size());
+    g.scale.reserve(entries.size());
+    for (const TbeGradEntry<C>& e : entries) {
+      g.src.push_back(e.src);
+      g.scale.push_back(e.scale);
+    }
+  }
+  return groups;
+}
+
+template std::vector<TbeRowGroups<float>> tbe_group_rows<float>(const std::vector<int64_t>&,
+                                                                const TbePlan&, const int64_t*,
+                                                                const int64_t*, const float*);
+template std::vector<TbeRowGroups<double>> tbe_group_rows<double>(const std::vector<int64_t>&,
+                                                                  const TbePlan&, const int64_t*,
+                                                                  const int64_t*, const double*);
+
+}  // namespace mt::runtime

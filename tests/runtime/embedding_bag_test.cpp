@@ -2,13 +2,18 @@
 // sum / mean, per-sample weights, empty bags, MEAN of an empty bag = 0, shared tables), the
 // unpooled lookup equals embedding(); dense gradients against finite differences in f64; the
 // row-sparse gradient handed to a sink equals the plain-ops reference gradient; results are
-// bitwise independent of the thread count; errors name feature, sample and table.
+// bitwise independent of the thread count; errors name feature, sample and table; the backward's
+// host grouping (a radix sort by id) orders as a stable sort and gives every backend the same runs.
 #include "runtime/ops/embedding_bag.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <random>
+
 #include "runtime/autograd/gradcheck.h"
+#include "runtime/kernels/embedding_bag_grad_entries.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/embedding.h"
 #include "runtime/ops/factory.h"
@@ -252,6 +257,81 @@ TEST(EmbeddingBagsBatched, Bf16TablesAccumulateInF32) {
   const Tensor expected =
       embedding_bags_batched(f32, ids_of(b), offsets_of(b), b.B, s.layout, weights_of(b));
   EXPECT_TRUE(all_close(out, expected.to(DType::BF16), 0, 0));
+}
+
+// The radix sort keeps equal ids in their order, as stable_sort, for ids of every width (one
+// digit, several, digits shared by every id, ids past 2^32) and for unchecked negative ids.
+TEST(EmbeddingBagsBatched, GradEntrySortOrdersAsAStableSort) {
+  struct Ids {
+    int64_t distinct, step, first;  // ids first + step * [0, distinct)
+  };
+  std::mt19937_64 rng(7);
+  for (const Ids ids : {Ids{1, 1, 0}, Ids{41, 1, 0}, Ids{41, 100, 0}, Ids{41, 1 << 11, 0},
+                        Ids{41, int64_t(1) << 30, 3}, Ids{9, 1, -4}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << ids.first << " + " << ids.step << " x [0, " << ids.distinct << ")");
+    std::vector<TbeGradEntry<float>> entries;
+    for (int64_t k = 0; k < 5000; ++k)
+      entries.push_back(
+          {ids.first + ids.step * int64_t(rng() % uint64_t(ids.distinct)), k, float(k % 7)});
+    std::vector<TbeGradEntry<float>> expected = entries;
+    std::stable_sort(expected.begin(), expected.end(),
+                     [](const auto& a, const auto& b) { return a.id < b.id; });
+    tbe_sort_by_id(entries);
+    ASSERT_EQ(entries.size(), expected.size());
+    for (size_t k = 0; k < entries.size(); ++k) {
+      ASSERT_EQ(entries[k].id, expected[k].id) << k;
+      ASSERT_EQ(entries[k].src, expected[k].src) << k;
+      ASSERT_EQ(entries[k].scale, expected[k].scale) << k;
+    }
+  }
+}
+
+// tbe_group_rows (every table at once, on all threads: the CUDA backward's input) holds the runs
+// of tbe_grad_entries for each table, MEAN scales and per-sample weights included.
+TEST(EmbeddingBagsBatched, HostGroupsOfEveryTableMatchItsEntries) {
+  TbePlan plan;
+  plan.batch_size = 5;
+  plan.feature_table = {0, 2, 0, 1};  // table 0 read by two features; table 3 by none
+  plan.feature_mean = {0, 1, 1, 0};
+  plan.feature_out = {0, 4, 12, 16};
+  plan.out_width = 19;
+  const std::vector<int64_t> dims = {4, 3, 8, 2};
+  std::mt19937_64 rng(3);
+  std::vector<int64_t> values, offsets{0};
+  std::vector<float> weights;
+  for (int64_t bag = 0; bag < 4 * plan.batch_size; ++bag) {
+    for (int64_t i = int64_t(rng() % 4); i > 0; --i) {
+      values.push_back(int64_t(rng() % 6));
+      weights.push_back(float(rng() % 5) / 4);
+    }
+    offsets.push_back(int64_t(values.size()));
+  }
+  const std::vector<TbeRowGroups<float>> groups =
+      tbe_group_rows<float>(dims, plan, values.data(), offsets.data(), weights.data());
+  ASSERT_EQ(groups.size(), dims.size());
+  for (int64_t t = 0; t < int64_t(dims.size()); ++t) {
+    SCOPED_TRACE(t);
+    const auto entries = tbe_grad_entries<float>(t, dims[size_t(t)], plan, values.data(),
+                                                 offsets.data(), weights.data());
+    const TbeRowGroups<float>& g = groups[size_t(t)];
+    if (entries.empty()) {
+      EXPECT_TRUE(g.rows.empty() && g.starts.empty() && g.src.empty());
+      continue;
+    }
+    EXPECT_EQ(g.starts, tbe_run_starts(entries));
+    ASSERT_EQ(g.src.size(), entries.size());
+    for (size_t k = 0; k < entries.size(); ++k) {
+      EXPECT_EQ(g.src[k], entries[k].src);
+      EXPECT_EQ(g.scale[k], entries[k].scale);
+    }
+    ASSERT_EQ(g.rows.size() + 1, g.starts.size());
+    for (size_t u = 0; u < g.rows.size(); ++u) {
+      EXPECT_EQ(g.rows[u], entries[size_t(g.starts[u])].id);
+      if (u > 0) EXPECT_LT(g.rows[u - 1], g.rows[u]);
+    }
+  }
+  EXPECT_TRUE(groups[3].rows.empty());
 }
 
 TEST(EmbeddingBagsBatched, Errors) {

@@ -1,0 +1,58 @@
+// The host grouping of the table-batched embedding backward (tbe_group_rows in
+// runtime/kernels/embedding_bag_grad_entries.h: every contribution stably sorted by row id, runs
+// found, the arrays a device backend uploads) on gpu_kernels_bench's DLRM workload: 26 tables of
+// 1M rows, batch 8192, 20 uniform ids a bag (4.26M ids). The CUDA backward waits for this on the
+// host, so its time is the lookup backward's floor until the grouping moves to the device.
+//   OMP_NUM_THREADS=2 ./build/bench/tbe_grouping_bench [--reps 5]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "runtime/kernels/embedding_bag_grad_entries.h"
+
+int main(int argc, char** argv) {
+  using namespace mt::runtime;
+  int reps = 5;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+      reps = std::max(1, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: %s [--reps N]\n", argv[0]);
+      return 2;
+    }
+  }
+  const int64_t tables = 26, batch = 8192, per_bag = 20, rows = int64_t(1) << 20, dim = 128;
+  TbePlan plan;
+  plan.batch_size = batch;
+  plan.out_width = tables * dim;
+  for (int64_t t = 0; t < tables; ++t) {
+    plan.feature_table.push_back(t);
+    plan.feature_mean.push_back(0);
+    plan.feature_out.push_back(t * dim);
+  }
+  std::mt19937_64 rng(1);
+  std::uniform_int_distribution<int64_t> id(0, rows - 1);
+  std::vector<int64_t> values(size_t(tables * batch * per_bag)),
+      offsets(size_t(tables * batch + 1));
+  for (int64_t& v : values) v = id(rng);
+  for (size_t i = 0; i < offsets.size(); ++i) offsets[i] = int64_t(i) * per_bag;
+  const std::vector<int64_t> dims(size_t(tables), dim);
+  double best = 1e30;
+  size_t runs = 0;
+  for (int r = 0; r < reps; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto groups = tbe_group_rows<float>(dims, plan, values.data(), offsets.data(), nullptr);
+    best = std::min(
+        best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                  .count());
+    runs = 0;
+    for (const auto& g : groups) runs += g.rows.size();
+  }
+  std::printf("tbe_group_rows: %zu ids of %lld tables -> %zu rows: best of %d %.1f ms\n",
+              values.size(), (long long)tables, runs, reps, best);
+  return 0;
+}
