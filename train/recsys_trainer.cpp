@@ -392,7 +392,9 @@ TrainResult RecsysTrainer::train() {
   for (int64_t step = resumed.step + 1; step <= tc.steps; ++step) {
     const auto t0 = Clock::now();
     const double lr = optimizer_->lr();
+    run.profile_begin(step, device_);
     const double loss = train_step(step);
+    run.profile_end(step);
     const double dt = seconds_since(t0);
     window_seconds += dt;
     ++window_steps;

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "parallel/comm/process_group.h"
+#include "runtime/core/profiler.h"
 #include "runtime/ops/factory.h"
 #include "train/checkpointer.h"
 #include "train/metrics/jsonl_writer.h"
@@ -41,7 +42,34 @@ RunScaffold::RunScaffold(const config::JobConfig& config, const TrainerOptions& 
   }
 }
 
-RunScaffold::~RunScaffold() = default;
+RunScaffold::~RunScaffold() {
+  if (!profiling_step_) return;
+  try {
+    (void)runtime::Profiler::stop();  // a step that threw: close its session
+  } catch (...) {  // the step's own error is the one to report
+  }
+}
+
+void RunScaffold::profile_begin(int64_t step, runtime::Device device) {
+  const config::ProfilingConfig& p = config_.profiling;
+  profiling_step_ = p.enable && step % p.profile_freq == 0;
+  if (profiling_step_) runtime::Profiler::start(device);
+}
+
+void RunScaffold::profile_end(int64_t step) {
+  if (!profiling_step_) return;
+  profiling_step_ = false;
+  const runtime::ProfileReport report = runtime::Profiler::stop();
+  out_ << "profile of step " << step << ": " << report.summary();
+  if (write_files_) {
+    const fs::path dir = fs::path(config_.job.dump_folder) / config_.profiling.save_traces_folder;
+    fs::create_directories(dir);
+    const fs::path trace = dir / ("step_" + std::to_string(step) + ".json");
+    report.write_chrome_trace(trace.string());
+    out_ << "  trace: " << trace.string() << "\n";
+  }
+  out_ << std::flush;
+}
 
 bool RunScaffold::end_of_step(int64_t step, int64_t seen, TrainResult& result) {
   // Every rank stops at the same step when any of them was asked to.

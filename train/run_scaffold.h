@@ -1,7 +1,8 @@
 // RunScaffold: what every trainer's train() does around its steps, written once for the language
-// model Trainer and the RecsysTrainer: the SIGINT/SIGTERM stop request, metrics.jsonl, the end of
-// each step (a checkpoint when due, a stop agreed by every rank) and the end of the run (the
-// background save awaited, loss.svg, the summary line).
+// model Trainer and the RecsysTrainer: the SIGINT/SIGTERM stop request, metrics.jsonl, the
+// [profiling] of every profile_freq-th step, the end of each step (a checkpoint when due, a stop
+// agreed by every rank) and the end of the run (the background save awaited, loss.svg, the
+// summary line).
 #pragma once
 
 #include <chrono>
@@ -9,6 +10,7 @@
 #include <memory>
 #include <ostream>
 
+#include "runtime/core/device.h"
 #include "train/config/job_config.h"
 #include "train/train_result.h"
 
@@ -39,6 +41,13 @@ class RunScaffold {
 
   JsonlWriter* jsonl() const { return jsonl_.get(); }  // null when not written
 
+  // Around a training step's work (not its logging or validation): with profiling.enable, every
+  // profile_freq-th step is recorded by the op profiler (runtime/core/profiler.h), its kernels
+  // on `device` timed there. The log gets the summary (where the step's time went); rank 0
+  // writes a Chrome trace to <dump_folder>/<save_traces_folder>/step_<N>.json.
+  void profile_begin(int64_t step, runtime::Device device);
+  void profile_end(int64_t step);
+
   // Collective. After step `step` (`seen`: tokens or samples so far): saves when due; returns
   // true when the run stops here because any rank was asked to (logged, result marked).
   bool end_of_step(int64_t step, int64_t seen, TrainResult& result);
@@ -57,6 +66,7 @@ class RunScaffold {
   std::ostream& out_;
   std::unique_ptr<StopRequest> stop_;
   std::unique_ptr<JsonlWriter> jsonl_;
+  bool profiling_step_ = false;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 

@@ -613,7 +613,9 @@ TrainResult Trainer::train() {
   for (int64_t step = resumed.step + 1; step <= tc.steps; ++step) {
     const auto t0 = Clock::now();
     const double lr = optimizer_->lr();
+    run.profile_begin(step, device_);
     const double loss = train_step();
+    run.profile_end(step);
     const double dt = seconds_since(t0);
     const double wait_now = loader_->data_wait_seconds();
     window_wait += wait_now - last_wait;

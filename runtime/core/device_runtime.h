@@ -1,19 +1,33 @@
 // Services of a device backend that are not kernels: how many devices there are, waiting for a
-// device's queued work, and copies between host and device memory. The CPU needs none of this;
-// the CUDA backend (runtime/cuda/) registers its DeviceRuntime when it is built, so code outside
-// runtime/cuda asks these functions and never includes a CUDA header.
+// device's queued work, copies between host and device memory, and a clock for the profiler.
+// The CPU needs none of this; the CUDA backend (runtime/cuda/) registers its DeviceRuntime when
+// it is built, so code outside runtime/cuda asks these functions and never includes a CUDA
+// header.
 //
 // Work on a device is asynchronous: kernels are queued on the device's compute stream and the
 // host goes on. Reading values on the host (Tensor::to(cpu), item(), to_vector()) waits for them.
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/core/device.h"
 
 namespace mt::runtime {
 
 class Tensor;
+
+// Timing markers on one device's stream (the op profiler's device clock): mark() queues a marker
+// on this thread's current stream and returns its number; resolve_us() waits for every marker
+// and gives each one's time since marker 0, in microseconds.
+class DeviceTimeline {
+ public:
+  virtual ~DeviceTimeline() = default;
+  virtual int64_t mark() = 0;
+  virtual std::vector<double> resolve_us() = 0;
+};
 
 class DeviceRuntime {
  public:
@@ -26,6 +40,8 @@ class DeviceRuntime {
   // both contiguous. A copy into host memory has completed when this returns; so has a copy from
   // host memory, except a non_blocking one from pinned memory (Tensor::to says more).
   virtual void copy_between_devices(const Tensor& src, const Tensor& dst, bool non_blocking) = 0;
+  // A new timeline on device `index` (null where the backend has no device clock).
+  virtual std::unique_ptr<DeviceTimeline> timeline(int /*index*/) { return nullptr; }
 };
 
 void set_device_runtime(DeviceType type, DeviceRuntime* runtime);

@@ -14,6 +14,7 @@
 
 #include "runtime/core/device.h"
 #include "runtime/core/error.h"
+#include "runtime/core/profiler.h"
 
 namespace mt::runtime {
 
@@ -34,6 +35,9 @@ class KernelTable<R(Args...)> {
     Fn fn = fns_[int(device.type)];
     MT_CHECK(fn != nullptr, op_, ": no kernel for device ", device,
              (device.is_cuda() && !cuda_backend_built() ? " (this build has no CUDA backend)" : ""));
+    if (!t_profiler_records_this_thread) [[likely]]
+      return fn(std::forward<CallArgs>(args)...);
+    ProfiledKernelScope recorded(op_, device);  // this thread records (runtime/core/profiler.h)
     return fn(std::forward<CallArgs>(args)...);
   }
   const char* op() const { return op_; }

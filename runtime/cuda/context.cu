@@ -159,6 +159,39 @@ void check_on_current_device(const Tensor& t, const char* op) {
 
 namespace {
 
+// The profiler's clock: one timing event per marker on the current stream (default flags keep
+// timing on). Resolving synchronises every event, so markers on other streams are read too.
+class CudaTimeline final : public DeviceTimeline {
+ public:
+  explicit CudaTimeline(int device) : device_(device) {}
+  ~CudaTimeline() override {
+    for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
+  }
+  int64_t mark() override {
+    MT_CHECK(current_device() == device_, "profiler: markers of cuda:", device_,
+             " recorded while cuda:", current_device(), " is current");
+    cudaEvent_t e = nullptr;
+    MT_CUDA_CHECK(cudaEventCreate(&e));
+    events_.push_back(e);
+    MT_CUDA_CHECK(cudaEventRecord(e, current_stream()));
+    return int64_t(events_.size()) - 1;
+  }
+  std::vector<double> resolve_us() override {
+    std::vector<double> at;
+    for (cudaEvent_t e : events_) {
+      MT_CUDA_CHECK(cudaEventSynchronize(e));
+      float ms = 0;
+      MT_CUDA_CHECK(cudaEventElapsedTime(&ms, events_.front(), e));
+      at.push_back(double(ms) * 1e3);
+    }
+    return at;
+  }
+
+ private:
+  int device_;
+  std::vector<cudaEvent_t> events_;
+};
+
 class CudaRuntime final : public DeviceRuntime {
  public:
   int device_count() const override { return cuda::device_count(); }
@@ -173,6 +206,10 @@ class CudaRuntime final : public DeviceRuntime {
     MT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
     MT_CUDA_CHECK(cudaDeviceSynchronize());
     raise_arrived_errors();  // every verdict has arrived: bad input queued before fails here
+  }
+  std::unique_ptr<DeviceTimeline> timeline(int index) override {
+    state(index);  // validates
+    return std::make_unique<CudaTimeline>(index);
   }
   void copy_between_devices(const Tensor& src, const Tensor& dst, bool non_blocking) override {
     MT_CHECK(src.is_contiguous() && dst.is_contiguous() && src.dtype() == dst.dtype() &&

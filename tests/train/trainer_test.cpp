@@ -114,6 +114,26 @@ TEST(Trainer, LossFallsAndRunsAreBitForBitReproducible) {
   EXPECT_EQ(a.val_losses, b.val_losses);
 }
 
+// [profiling]: every profile_freq-th step writes a Chrome trace, and profiling changes no result.
+TEST(Trainer, ProfiledStepsWriteTracesAndLeaveTheLossesAlone) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const std::vector<std::string> short_run = {"--training.steps=4", "--validation.enable=false"};
+  std::vector<std::string> profiled = short_run;
+  profiled.insert(profiled.end(), {"--profiling.enable=true", "--profiling.profile_freq=2",
+                                   "--profiling.save_traces_folder=traces"});
+  const fs::path plain_dump = temp_dir("unprofiled"), dump = temp_dir("profiled");
+  const TrainResult plain = run(tiny_config(corpus, plain_dump, short_run), true);
+  const TrainResult with = run(tiny_config(corpus, dump, profiled), true);
+  EXPECT_EQ(with.losses, plain.losses);
+  EXPECT_EQ(with.grad_norms, plain.grad_norms);
+  for (int step = 1; step <= 4; ++step) {
+    const fs::path trace = dump / "traces" / ("step_" + std::to_string(step) + ".json");
+    EXPECT_EQ(fs::exists(trace), step % 2 == 0) << trace;
+    if (step % 2 == 0) EXPECT_GT(fs::file_size(trace), 1000u) << trace;
+  }
+  EXPECT_FALSE(fs::exists(plain_dump / "profile_traces"));
+}
+
 TEST(Trainer, GradientAccumulationMatchesOneLargeBatch) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const fs::path dump = temp_dir("accumulation");

@@ -201,9 +201,10 @@ std::vector<SectionSpec> build_schema() {
           {"plot", &X::plot, "At the end, plot loss against step into job.dump_folder"},
       }));
   s.push_back(section<F>(
-      "profiling", &JobConfig::profiling, "Profiler traces.",
+      "profiling", &JobConfig::profiling,
+      "Op profiler: a step's kernels, summed by op in the log and written as a Chrome trace.",
       {
-          {"enable", &F::enable, "Record profiler traces"},
+          {"enable", &F::enable, "Profile every profile_freq-th step (it runs slower)"},
           {"save_traces_folder", &F::save_traces_folder, "Trace folder, inside job.dump_folder",
            non_empty()},
           {"profile_freq", &F::profile_freq, "Trace one step every this many (> 0 when enabled)"},

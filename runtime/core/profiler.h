@@ -1,0 +1,82 @@
+// Op profiler: while a session is open, every kernel that the starting thread dispatches through
+// a KernelTable (runtime/core/dispatch.h) is recorded with its name, its host begin and end, and,
+// on a device with a timeline (CUDA: events on the current stream), its begin and end on the
+// device. The report sums the ops by name (where the time of a step goes, with the device's idle
+// gaps between kernels) and writes a Chrome trace (chrome://tracing, ui.perfetto.dev).
+//
+// Not recorded: work that does not pass a kernel table (copies between devices, NCCL
+// collectives: on the device they show as gaps between kernels) and other threads' kernels.
+// Outside a session the cost is one thread-local flag test per kernel dispatch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/core/device.h"
+
+namespace mt::runtime {
+
+struct ProfiledOp {
+  const char* name = "";  // the kernel table's op name
+  Device device;
+  int depth = 0;  // 0: dispatched by op code; 1 and more: from inside another kernel
+  double host_begin_us = 0, host_end_us = 0;        // since the session began
+  double device_begin_us = -1, device_end_us = -1;  // since the device's first marker; -1: none
+};
+
+struct OpTotal {
+  std::string name;
+  int64_t calls = 0;
+  double host_ms = 0;    // host time inside the kernel calls (launch cost on a GPU)
+  double device_ms = 0;  // device time between the op's markers (0 where not timed)
+};
+
+struct ProfileReport {
+  std::vector<ProfiledOp> ops;  // in dispatch order
+  Device device;
+  double wall_ms = 0;         // session start to stop
+  bool device_timed = false;  // the device had a timeline: device times are set
+  double device_span_ms = 0;  // first marker to last: the device time the ops cover
+  double device_busy_ms = 0;  // of which inside top-level ops (the rest: gaps between them)
+
+  // Top-level ops summed by name, most device time (or host time, untimed) first.
+  std::vector<OpTotal> totals() const;
+  // A short table: the span, busy and idle device time, then the `top` largest totals.
+  std::string summary(size_t top = 12) const;
+  // Chrome's trace-event JSON: host ops on thread 0, device ops on thread 1 (placed so that the
+  // first marker lines up with the host time its op began). Throws mt::Error if it cannot write.
+  void write_chrome_trace(const std::string& path) const;
+};
+
+// The process's one recording session, from the calling thread.
+class Profiler {
+ public:
+  // Begins recording this thread's kernels, timing those on `device` on its timeline where it
+  // has one. Throws if a session is open.
+  static void start(Device device);
+  // Ends the session: waits for the device's markers and returns the report.
+  static ProfileReport stop();
+  static bool recording();  // a session is open (on any thread)
+
+  // For KernelTable: record one dispatched kernel (only on the session's thread).
+  static int64_t begin_op(const char* name, Device device);
+  static void end_op(int64_t index);
+};
+
+// This thread opened the current session (the test KernelTable makes on every dispatch).
+inline thread_local bool t_profiler_records_this_thread = false;
+
+// Wraps one kernel dispatch while this thread records (KernelTable uses it).
+class ProfiledKernelScope {
+ public:
+  ProfiledKernelScope(const char* name, Device device) : index_(Profiler::begin_op(name, device)) {}
+  ~ProfiledKernelScope() { Profiler::end_op(index_); }
+  ProfiledKernelScope(const ProfiledKernelScope&) = delete;
+  ProfiledKernelScope& operator=(const ProfiledKernelScope&) = delete;
+
+ private:
+  int64_t index_;
+};
+
+}  // namespace mt::runtime
