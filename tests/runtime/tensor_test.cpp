@@ -72,7 +72,7 @@ TEST(Tensor, ReshapeViewsWhenPossibleAndCopiesOtherwise) {
   EXPECT_TRUE(v.shares_storage_with(a));
   Tensor w = a.view({-1, 12});
   EXPECT_EQ(w.shape(), (Shape{2, 12}));
-  Tensor t = a.transpose(1, 2);  // [2, 4, 3], not viewable as [8, 3]? it is: dims 0,1 merge
+  Tensor t = a.transpose(1, 2);   // [2, 4, 3], not viewable as [8, 3]? it is: dims 0,1 merge
   Tensor r = t.reshape({2, 12});  // needs a copy
   EXPECT_FALSE(r.shares_storage_with(a));
   EXPECT_EQ(r.to_vector<float>()[1], 4.0f);
@@ -144,6 +144,39 @@ TEST(Tensor, CopyBroadcastsCastsAndHandlesOverlap) {
   dst.fill_(1);
   EXPECT_GT(dst.version(), v0);
   EXPECT_THROW(dst.copy_(zeros({4})), Error);
+}
+
+// Transposed copies go by tiles (runtime/cpu/copy.cpp): every element lands where the element
+// loop would put it, for sizes off the tile grid, outer dims, casts, a transposed destination and
+// a broadcast source.
+TEST(Tensor, TransposedCopiesPutEveryElementInPlace) {
+  for (const Shape& brc :
+       {Shape{3, 70, 130}, Shape{1, 64, 64}, Shape{2, 1, 5}, Shape{4, 129, 2}, Shape{1, 300, 65}}) {
+    const int64_t B = brc[0], R = brc[1], C = brc[2];
+    SCOPED_TRACE(::testing::Message() << B << " x " << R << " x " << C);
+    const Tensor src = iota({B, C, R});  // read as [B, R, C] through a permute
+    auto expected = [&](int64_t b, int64_t r, int64_t c) { return double((b * C + c) * R + r); };
+    const std::vector<double> out = src.permute({0, 2, 1}).contiguous().to_vector<double>();
+    Tensor wide = empty({B, R, C}, TensorOptions{}.with_dtype(DType::F64));
+    wide.copy_(src.permute({0, 2, 1}));  // with a cast
+    const std::vector<double> cast = wide.to_vector<double>();
+    // A transposed destination: [B, R, C] written through a view of a [B, C, R] tensor.
+    Tensor base = empty({B, C, R});
+    base.permute({0, 2, 1}).copy_(src.permute({0, 2, 1}));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t c = 0; c < C; ++c) {
+          const size_t i = size_t((b * R + r) * C + c);
+          ASSERT_EQ(out[i], expected(b, r, c)) << b << "," << r << "," << c;
+          ASSERT_EQ(cast[i], expected(b, r, c)) << b << "," << r << "," << c;
+        }
+    EXPECT_EQ(base.to_vector<double>(), src.to_vector<double>());
+  }
+  // A column broadcast along the rows of a contiguous destination.
+  Tensor dst = empty({70, 90});
+  dst.copy_(iota({70, 1}).expand({70, 90}));
+  const std::vector<float> got = dst.to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], float(i / 90)) << i;
 }
 
 TEST(Tensor, FactoriesFillValues) {
