@@ -5,11 +5,13 @@
 #   2. the kernel table (gpu_kernels_bench)
 #   3. the Llama 1B throughput table against PyTorch eager and torch.compile (gpu_llama_bench.sh)
 #   4. the debug models and the DLRM trained on the CPU and the GPU (gpu_check.sh, PARTS=train)
+#   5. (stage "profile", not in the default list) Llama 1B's 4th step through the op profiler
 # Pack the bundle here first (bash bench/gpu_bundle.sh), then there (carry [".device"]):
 #   bash bench/gpu_all.sh "$OUT"
 # All logs come back as OUT/logs.tgz (a call returns at most 8 files); the summary prints last.
-# Environment: STAGES ("tests kernels llama train", run in that order), ALL_TIMEOUT (440 s for all stages), and the
-# variables of the scripts it calls (TEST_TIMEOUT, TRAIN_TIMEOUT, STEPS, MT_TIMEOUT, ...).
+# Environment: STAGES ("tests kernels llama train", run in that order), ALL_TIMEOUT (440 s for
+# all stages), PROFILE_TIMEOUT (120 s), and the variables of the scripts it calls (TEST_TIMEOUT,
+# TRAIN_TIMEOUT, STEPS, MT_TIMEOUT, ...).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: gpu_all.sh OUT_DIR}
@@ -32,11 +34,21 @@ run_stage() {
         WARMUP=${WARMUP:-5} STEPS=${LLAMA_STEPS:-15} bash bench/gpu_llama_bench.sh) \
         >"$work/llama.txt" 2>&1
       echo "gpu_llama_bench rc=$?" ;;
+    profile)  # Llama 1B: 4 steps, the 4th recorded by the op profiler (where the step's time goes)
+      (source .device/device-env.sh
+       data=$work/llama/data
+       [ -f "$data/tokens.h5" ] || { data=$work/profile_data
+         python3 bench/make_bench_data.py --out "$data" >/dev/null || exit 1; }
+       timeout "${PROFILE_TIMEOUT:-120}" .device/bin/train --config configs/llama3_1b_bench.toml \
+         --job.dump_folder="$work/profile" --model.tokenizer_path="$data/tokenizer" \
+         --training.dataset_path="$data/tokens.h5" --training.steps=4 \
+         --profiling.enable=true --profiling.profile_freq=4) >"$work/profile.txt" 2>&1
+      echo "profile rc=$?" ;;
     train)
       PARTS=train STEPS=${STEPS:-20} TRAIN_TIMEOUT=${TRAIN_TIMEOUT:-60} \
         bash bench/gpu_check.sh "$work/check" >"$work/train.txt" 2>&1
       echo "gpu_check train rc=$?" ;;
-    *) echo "gpu_all: unknown stage '$1' (tests, kernels, llama, train)" ;;
+    *) echo "gpu_all: unknown stage '$1' (tests, kernels, llama, train, profile)" ;;
   esac
 }
 run_stages() { for s in $stages; do run_stage "$s"; done; }
@@ -45,6 +57,6 @@ export stages work
 timeout "${ALL_TIMEOUT:-440}" bash -c run_stages
 echo "stages rc=$?"
 tar czf "$out/logs.tgz" --exclude="*.h5" --exclude="*.bin" -C "$work" . && ls -la "$out"
-for f in kernels.txt llama.txt train.txt; do
+for f in kernels.txt llama.txt train.txt profile.txt; do
   [ -f "$work/$f" ] && { echo "==== $f"; tail -40 "$work/$f"; }
 done
