@@ -72,10 +72,10 @@ int64_t Profiler::begin_op(const char* name, Device device) {
   ProfiledOp op;
   op.name = name;
   op.device = device;
-  op.depth = s.depth++;
   op.host_begin_us = us_since(s.start);
   const bool timed = s.timeline != nullptr && device == s.device;
-  s.marks.emplace_back(timed ? s.timeline->mark() : -1, -1);
+  s.marks.emplace_back(timed ? s.timeline->mark() : -1, -1);  // may throw: nothing changed yet
+  op.depth = s.depth++;
   s.ops.push_back(op);
   return int64_t(s.ops.size()) - 1;
 }
@@ -84,14 +84,24 @@ void Profiler::end_op(int64_t index) {
   Session& s = *g_session;
   --s.depth;
   auto& [begin, end] = s.marks[size_t(index)];
-  if (begin >= 0) end = s.timeline->mark();
+  if (begin >= 0) {
+    try {  // called from a destructor: a failing device leaves the op untimed, and the error
+      end = s.timeline->mark();  // surfaces at the device's next call
+    } catch (...) {
+      begin = -1;
+    }
+  }
   s.ops[size_t(index)].host_end_us = us_since(s.start);
 }
 
 ProfileReport Profiler::stop() {
   MT_CHECK(recording() && t_profiler_records_this_thread,
            "Profiler::stop: no session is open on this thread");
+  // The session ends here, also when reading the device's clock fails below.
   std::unique_ptr<Session> s(g_session);
+  g_session = nullptr;
+  t_profiler_records_this_thread = false;
+  g_recording.store(false);
   ProfileReport r;
   r.device = s->device;
   if (s->timeline != nullptr) {
@@ -112,9 +122,6 @@ ProfileReport Profiler::stop() {
   }
   r.wall_ms = us_since(s->start) / 1e3;
   r.ops = std::move(s->ops);
-  g_session = nullptr;
-  t_profiler_records_this_thread = false;
-  g_recording.store(false);
   return r;
 }
 
