@@ -15,8 +15,8 @@ mkdir -p "$dir"
 if [ ! -d .device/bin ] && [ -f .device/bundle.tar.xz ]; then tar xJf .device/bundle.tar.xz -C .device; fi
 # shellcheck disable=SC1091
 source .device/device-env.sh
-# The CPU runs: spinning OpenMP threads fight OpenBLAS's own threads (README, "Training"); the
-# first H200 run's CPU debug model managed 683 tokens/s on 16 cores without this.
+# The CPU runs: spinning OpenMP threads fight OpenBLAS's own threads (README, "Training"), the
+# likely reason the first H200 run's CPU debug model managed only 683 tokens/s on 16 cores.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 summary=()
