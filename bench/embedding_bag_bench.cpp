@@ -1,6 +1,7 @@
 // Table-batched embedding bags (runtime/ops/embedding_bag.h) against (a) the machine's memory
 // bandwidth measured in the same run and (b) a loop of single-table lookups through the existing
 // ops (embedding() + a per-bag sum by index_add, then cat of the pooled features: the same output).
+// One more row times the lookup with its backward into a row-sparse sink (the ids grouped by row).
 //
 // Workload (Criteo-like, scaled to this machine): 26 tables, rows log-spaced from --rows-min to
 // --rows-max, dim --dim, f32, one feature per table, SUM pooling, bag lengths uniform in
@@ -25,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/autograd/engine.h"
+#include "runtime/core/grad_mode.h"
 #include "runtime/ops/embedding.h"
 #include "runtime/ops/embedding_bag.h"
 #include "runtime/ops/factory.h"
@@ -229,17 +232,28 @@ int run(int argc, char** argv) {
     }
     loop_out = cat(pooled, 1);
   };
+  // The lookup with its backward into a sink (as the fused row optimizers take it): the ids
+  // grouped by row, each touched row's gradient summed.
+  const Tensor up = full({B, T * D}, 0.5);
+  const TableGradSink sink = [](std::vector<RowSparseGrad>&) {};
+  auto batched_backward = [&] {
+    EnableGradGuard grad_on;  // the op records its backward only with grad mode on
+    const Tensor out = embedding_bags_batched(tables, v, o, B, layout, {}, sink);
+    autograd::backward({out}, {up});
+  };
   batched();  // warm-up
+  batched_backward();
   loop();
   std::vector<int64_t> feature_begin;
   for (int64_t t = 0; t <= T; ++t) feature_begin.push_back(offsets[size_t(t * B)]);
   std::vector<float> gather_sink(size_t(omp_get_max_threads()), 0.0f);
-  Timing t_read, t_copy, t_batched, t_loop, t_gather;
+  Timing t_read, t_copy, t_batched, t_backward, t_loop, t_gather;
   for (int64_t r = 0; r < a.iters; ++r) {
     t_read.measure([&] { stream_read(buf); });
     t_copy.measure([&] { parallel_memcpy(buf, dst); });
     t_gather.measure([&] { raw_gather(tables, values, feature_begin, gather_sink); });
     t_batched.measure(batched);
+    t_backward.measure(batched_backward);
     t_loop.measure(loop);
   }
   // Same output (summation order differs only within a bag: index_add adds in id order too).
@@ -279,6 +293,7 @@ int run(int argc, char** argv) {
   row("random-row read yardstick (same rows, no pooling)", t_gather, row_bytes, false);
   row("batched kernel (embedding_bags_batched), rows read", t_batched, row_bytes, true);
   row("per-table loop (embedding + index_add + cat), rows read", t_loop, row_bytes, true);
+  row("batched kernel forward + backward to a sink, rows read", t_backward, row_bytes, false);
   return 0;
 }
 
