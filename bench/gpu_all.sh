@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
 # Every GPU check and benchmark in one device-machine call, most important first, each stage under
 # its own time limit so that one hang cannot eat the lease:
-#   1. the GPU tests (bench/gpu_check.sh, PARTS=tests)
-#   2. the kernel table (gpu_kernels_bench)
-#   3. the Llama 1B throughput table against PyTorch eager and torch.compile (gpu_llama_bench.sh)
-#   4. the debug models and the DLRM trained on the CPU and the GPU (gpu_check.sh, PARTS=train)
-#   5. (stage "profile", not in the default list) Llama 1B's 4th step through the op profiler
+#   tests    the GPU tests (bench/gpu_check.sh, PARTS=tests)
+#   llama    the Llama 1B throughput table against PyTorch eager and torch.compile
+#            (gpu_llama_bench.sh)
+#   profile  Llama 1B's 4th step through the op profiler: where the step's time goes
+#   kernels  the kernel table (gpu_kernels_bench)
+#   train    the debug models and the DLRM trained on the CPU and the GPU (gpu_check.sh,
+#            PARTS=train)
 # Pack the bundle here first (bash bench/gpu_bundle.sh), then there (carry [".device"]):
 #   bash bench/gpu_all.sh "$OUT"
 # All logs come back as OUT/logs.tgz (a call returns at most 8 files); the summary prints last.
-# Environment: STAGES ("tests kernels llama train", run in that order), ALL_TIMEOUT (440 s for
-# all stages), PROFILE_TIMEOUT (120 s), and the variables of the scripts it calls (TEST_TIMEOUT,
-# TRAIN_TIMEOUT, STEPS, MT_TIMEOUT, ...).
+# Environment: STAGES ("tests llama profile kernels train", run in that order), ALL_TIMEOUT
+# (440 s for all stages), PROFILE_TIMEOUT (120 s), and the variables of the scripts it calls
+# (TEST_TIMEOUT, TRAIN_TIMEOUT, STEPS, MT_TIMEOUT, ...).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: gpu_all.sh OUT_DIR}
 work=$(mktemp -d)
 [ -d .device/bin ] || tar xJf .device/bundle.tar.xz -C .device || exit 1
-stages=${STAGES:-tests kernels llama train}
+stages=${STAGES:-tests llama profile kernels train}
 run_stage() {
   case $1 in
     tests)
@@ -34,7 +36,7 @@ run_stage() {
         WARMUP=${WARMUP:-5} STEPS=${LLAMA_STEPS:-15} bash bench/gpu_llama_bench.sh) \
         >"$work/llama.txt" 2>&1
       echo "gpu_llama_bench rc=$?" ;;
-    profile)  # Llama 1B: 4 steps, the 4th recorded by the op profiler (where the step's time goes)
+    profile)  # Llama 1B: 4 steps, the 4th recorded (reuses the llama stage's data when it ran)
       (source .device/device-env.sh
        data=$work/llama/data
        [ -f "$data/tokens.h5" ] || { data=$work/profile_data
