@@ -363,7 +363,7 @@ TrainResult RecsysTrainer::train() {
       << config_.optimizer.lr << "; tables " << config_.embedding.optimizer << " lr "
       << config_.embedding.lr << ", "
       << (fused ? "fused into backward (not clipped)" : "row-sparse gradients (clipped)")
-      << "; seed " << tc.seed << "; " << omp_get_max_threads() << " threads\n"
+      << "; seed " << tc.seed << "; " << cpu_threads_text() << "\n"
       << "tables sharded over " << world_size() << " rank" << (world_size() > 1 ? "s" : "")
       << (dp_mesh_ ? ", dense layers FSDP over " + dp_mesh_->describe() : std::string()) << ":\n"
       << plan_text_ << "device: " << runtime::device_description(device_) << "\n"

@@ -1,6 +1,9 @@
 // RunScaffold (see run_scaffold.h).
 #include "train/run_scaffold.h"
 
+#include <omp.h>
+
+#include <cstdlib>
 #include <filesystem>
 
 #include "parallel/comm/process_group.h"
@@ -14,6 +17,12 @@
 namespace mt::train {
 
 namespace fs = std::filesystem;
+
+std::string cpu_threads_text() {
+  const char* wait = std::getenv("OMP_WAIT_POLICY");
+  return std::to_string(omp_get_max_threads()) +
+         " threads (OMP_WAIT_POLICY=" + (wait != nullptr ? wait : "unset") + ")";
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -46,7 +55,7 @@ RunScaffold::~RunScaffold() {
   if (!profiling_step_) return;
   try {
     (void)runtime::Profiler::stop();  // a step that threw: close its session
-  } catch (...) {  // the step's own error is the one to report
+  } catch (...) {                     // the step's own error is the one to report
   }
 }
 

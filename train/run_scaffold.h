@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <ostream>
+#include <string>
 
 #include "runtime/core/device.h"
 #include "train/config/job_config.h"
@@ -24,6 +25,9 @@ class JsonlWriter;
 class StopRequest;
 class TrainCheckpointer;
 struct TrainerOptions;
+
+// "8 threads (OMP_WAIT_POLICY=PASSIVE)": the CPU threads of the run, for the log.
+std::string cpu_threads_text();
 
 // Seconds from t0 to now (steady clock).
 double seconds_since(std::chrono::steady_clock::time_point t0);

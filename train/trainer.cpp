@@ -564,8 +564,7 @@ TrainResult Trainer::train() {
       << tc.local_batch_size << " x " << tc.seq_len << " tokens per rank ("
       << tokens_per_step * world_size() << " tokens/step on " << world_size() << " rank"
       << (world_size() > 1 ? "s" : "") << "); " << config_.optimizer.name << " lr "
-      << config_.optimizer.lr << "; seed " << tc.seed << "; " << omp_get_max_threads()
-      << " threads\n"
+      << config_.optimizer.lr << "; seed " << tc.seed << "; " << cpu_threads_text() << "\n"
       << std::flush;
   if (device_.is_cuda()) {  // which peak the MFU column is measured against
     std::ostringstream peak_text;
