@@ -5,8 +5,10 @@
 #include <atomic>
 #include <chrono>
 #include <numeric>
+#include <optional>
 
 #include "runtime/core/error.h"
+#include "runtime/core/profiler.h"
 
 namespace mt::parallel {
 
@@ -308,6 +310,10 @@ Work ProcessGroup::submit(const char* collective, const std::string& name, int64
     } finish{this, name, t0};
     fn();
   });
+  // The profiler shows each call as an op of the issuing thread: the whole call when it is
+  // synchronous on the host (MPI), the time to queue it otherwise.
+  std::optional<runtime::ProfiledKernelScope> recorded;
+  if (runtime::t_profiler_records_this_thread) recorded.emplace(collective, device());
   return dispatch(collective, std::move(task), async_op, tensors);
 }
 

@@ -1,6 +1,9 @@
 #include "runtime/core/device_runtime.h"
 
+#include <optional>
+
 #include "runtime/core/error.h"
+#include "runtime/core/profiler.h"
 
 namespace mt::runtime {
 namespace {
@@ -34,6 +37,8 @@ DeviceRuntime& runtime_of(Device device) {
 
 void synchronize(Device device) {
   if (device.is_cpu()) return;
+  std::optional<ProfiledKernelScope> recorded;  // a host wait, in the profiler's summary
+  if (t_profiler_records_this_thread) recorded.emplace("synchronize", device);
   runtime_of(device).synchronize(device.index);
 }
 

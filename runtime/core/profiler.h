@@ -4,8 +4,11 @@
 // device. The report sums the ops by name (where the time of a step goes, with the device's idle
 // gaps between kernels) and writes a Chrome trace (chrome://tracing, ui.perfetto.dev).
 //
-// Not recorded: work that does not pass a kernel table (copies between devices, NCCL
-// collectives: on the device they show as gaps between kernels) and other threads' kernels.
+// Also recorded, as ops of their own: copies between the host and a device ("copy_to_host",
+// "copy_to_device"), synchronize(), and collectives (named by kind: "all_gather_into", ...; the
+// whole call where it blocks the host, the time to queue it on NCCL's stream otherwise). Not
+// recorded: other threads' work, and NCCL's kernels themselves (their own stream; where the
+// compute stream waits for them, the wait falls in the op that follows).
 // Outside a session the cost is one thread-local flag test per kernel dispatch.
 #pragma once
 

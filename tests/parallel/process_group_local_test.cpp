@@ -2,9 +2,11 @@
 // copy, plus the frontend's argument checks and stats (no mpirun needed).
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "parallel/comm/mpi_process_group.h"
+#include "runtime/core/profiler.h"
 #include "runtime/ops/factory.h"
 
 namespace mt::parallel {
@@ -27,6 +29,20 @@ class LocalProcessGroupTest : public ::testing::Test {
   }
   std::unique_ptr<MpiProcessGroup> pg;
 };
+
+// Collectives are ops of the op profiler (runtime/core/profiler.h), named by their kind.
+TEST_F(LocalProcessGroupTest, CollectivesShowInTheOpProfiler) {
+  Tensor t = from_vector(values(6), {2, 3}, {DType::F32});
+  Tensor out = runtime::zeros({2, 3}, {DType::F32});
+  runtime::Profiler::start(runtime::Device::cpu());
+  pg->all_reduce(t, ReduceOp::Sum, "ar");
+  pg->all_gather_into(out, t, "ag");
+  const runtime::ProfileReport report = runtime::Profiler::stop();
+  std::vector<std::string> top_level;
+  for (const runtime::ProfiledOp& op : report.ops)
+    if (op.depth == 0) top_level.push_back(op.name);
+  EXPECT_EQ(top_level, (std::vector<std::string>{"all_reduce", "all_gather_into"}));
+}
 
 TEST_F(LocalProcessGroupTest, WorldIsOneProcess) {
   EXPECT_EQ(pg->rank(), 0);

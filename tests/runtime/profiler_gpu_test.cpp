@@ -1,7 +1,11 @@
 // The op profiler on a GPU: kernels dispatched on the session's CUDA device are timed between
 // events on the stream (begin <= end, one after another, busy time within the span, matmul's
-// total > 0); a CPU kernel in the same session has host times only. Skips without a GPU.
+// total > 0); a CPU kernel in the same session has host times only; copies between the host and
+// the GPU and synchronize() are recorded as ops. Skips without a GPU.
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 #include "runtime/core/profiler.h"
 #include "runtime/ops/elementwise.h"
@@ -48,6 +52,26 @@ TEST(ProfilerGpu, KernelsAreTimedOnTheDevice) {
   EXPECT_GT(matmul_ms, 2 * 2.0 * 1024 * 1024 * 1024 / 1e15 * 1e3);
   const std::string summary = report.summary();
   EXPECT_NE(summary.find("idle between them"), std::string::npos) << summary;
+}
+
+// Copies between the host and the GPU and synchronize() are ops too: the host's waits show.
+TEST(ProfilerGpu, CopiesAndSynchronizeAreRecorded) {
+  MT_REQUIRE_CUDA();
+  const Tensor host = randn({256, 256}, RandomKey(2, "x"));
+  Profiler::start(Device::cuda());
+  const Tensor on_gpu = host.to(Device::cuda());
+  (void)on_gpu.to(Device::cpu());
+  synchronize(Device::cuda());
+  const ProfileReport report = Profiler::stop();
+  std::vector<std::string> top_level;
+  for (const ProfiledOp& op : report.ops)
+    if (op.depth == 0) top_level.push_back(op.name);
+  EXPECT_EQ(top_level, (std::vector<std::string>{"copy_to_device", "copy_to_host", "synchronize"}));
+  for (const ProfiledOp& op : report.ops) {
+    if (op.depth != 0) continue;
+    EXPECT_TRUE(op.device.is_cuda()) << op.name;
+    EXPECT_GE(op.device_end_us, op.device_begin_us) << op.name;
+  }
 }
 
 }  // namespace
