@@ -8,7 +8,7 @@
 // "copy_to_device"), synchronize(), and collectives (named by kind: "all_gather_into", ...; the
 // whole call where it blocks the host, the time to queue it on NCCL's stream otherwise). Not
 // recorded: other threads' work, and NCCL's kernels themselves (their own stream; where the
-// compute stream waits for them, the wait falls in the op that follows).
+// compute stream waits for them, the wait counts as the device's idle time between ops).
 // Outside a session the cost is one thread-local flag test per kernel dispatch.
 #pragma once
 
