@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -28,6 +29,7 @@
 #include "runtime/ops/loss.h"
 #include "runtime/optim/adamw.h"
 #include "tests/testing/errors.h"
+#include "tests/testing/gpu.h"
 #include "tests/testing/tensor_testing.h"
 
 #if MT_HAVE_NCCL
@@ -284,12 +286,15 @@ TEST_F(NcclProcessGroupTest, PollingAnUnfinishedCallLeavesNoErrorBehind) {
 // the device; returns the losses and norms per step.
 struct FsdpTrace {
   std::vector<double> losses, norms;
+  double held_step_seconds = -1;  // host time of the step run with the stream held
 };
 
 // shard_on_host: fully_shard the model as built (on the host) and move what is left afterwards,
 // as train does; otherwise the whole model moves to `device` first.
+// held_step: that step (forward, backward, clipping, optimizer) runs while the compute stream is
+// held (testing::StreamBlocker, released after 3 s at the latest); its host time is recorded.
 FsdpTrace train_tiny_llama(std::shared_ptr<ProcessGroup> group, Device device,
-                           bool shard_on_host = false) {
+                           bool shard_on_host = false, int held_step = -1) {
   models::llama::ModelArgs a;
   a.dim = 32;
   a.n_layers = 3;
@@ -319,10 +324,14 @@ FsdpTrace train_tiny_llama(std::shared_ptr<ProcessGroup> group, Device device,
     Tensor u = runtime::rand({kBatch, kSeq + 1}, runtime::RandomKey(7, "nccl_fsdp", step % 2));
     Tensor tokens = runtime::mul(u, double(a.vocab_size) - 1e-6).to(DType::I64);
     Tensor loss_sum;
+    std::optional<testing::StreamBlocker> hold;
+    const auto start = std::chrono::steady_clock::now();
+    if (step == held_step) hold.emplace(/*release_after_s=*/3.0);
     for (int m = 0; m < 2; ++m) {
       Tensor part = tokens.narrow(0, m * kBatch / 2, kBatch / 2);
-      Tensor inputs = part.narrow(1, 0, kSeq).contiguous().to(device);
-      Tensor labels = part.narrow(1, 1, kSeq).contiguous().to(device);
+      // Queued through pinned memory, as train's batches: the host does not wait.
+      Tensor inputs = part.narrow(1, 0, kSeq).contiguous().to(device, /*non_blocking=*/true);
+      Tensor labels = part.narrow(1, 1, kSeq).contiguous().to(device, /*non_blocking=*/true);
       Tensor loss = runtime::mul(
           runtime::cross_entropy((*model)(inputs), labels, -100, runtime::Reduction::Sum),
           1.0 / double(kBatch * kSeq));
@@ -332,6 +341,11 @@ FsdpTrace train_tiny_llama(std::shared_ptr<ProcessGroup> group, Device device,
     Tensor norm = clip_grad_norm_on_device_(distributed_parameters(*model), 0.5);
     EXPECT_EQ(norm.device(), device);
     opt.step();
+    if (hold) {
+      trace.held_step_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      hold.reset();  // released: the reads below wait for the step
+    }
     trace.losses.push_back(loss_sum.item<double>());
     trace.norms.push_back(norm.item<double>());
   }
@@ -350,6 +364,16 @@ TEST_F(NcclProcessGroupTest, FsdpMixedPrecisionOnTheNcclMeshMatchesTheCpu) {
   }
   EXPECT_LT(ref.losses[4], ref.losses[0]);  // it trains (steps 0, 2, 4 see the same batch)
   EXPECT_GT(ref.norms[0], 0.5);             // and clips
+}
+
+// No host wait in a training step: with the compute stream held, a step after the first
+// (cuDNN graphs, blocks and NCCL connections made) only queues work, and returns well before
+// the 3 s watchdog would release the stream; the reads of its loss and norm then wait.
+TEST_F(NcclProcessGroupTest, FsdpTrainingStepDoesNotWaitForTheGpu) {
+  const FsdpTrace trace = train_tiny_llama(std::move(pg), Device::cuda(0), false, /*held_step=*/2);
+  EXPECT_GE(trace.held_step_seconds, 0);
+  EXPECT_LT(trace.held_step_seconds, 1.5) << "the step waited for the GPU";
+  for (double loss : trace.losses) EXPECT_TRUE(std::isfinite(loss));
 }
 
 // A model built on the host: FSDP moves each shard to the NCCL group's GPU. Same initial values,
