@@ -29,10 +29,6 @@ std::string rank_prefix() {
   return "";
 }
 
-}  // namespace
-
-namespace {
-
 // OpenMP (libgomp) reads OMP_WAIT_POLICY once, as the process loads it. Its default spins idle
 // threads after each parallel region, and they take the cores that OpenBLAS's own threads need:
 // 10-20% slower steps on a quiet 2-core machine, several times slower on a loaded one. So a
