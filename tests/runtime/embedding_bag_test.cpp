@@ -328,7 +328,9 @@ TEST(EmbeddingBagsBatched, HostGroupsOfEveryTableMatchItsEntries) {
     ASSERT_EQ(g.rows.size() + 1, g.starts.size());
     for (size_t u = 0; u < g.rows.size(); ++u) {
       EXPECT_EQ(g.rows[u], entries[size_t(g.starts[u])].id);
-      if (u > 0) EXPECT_LT(g.rows[u - 1], g.rows[u]);
+      if (u > 0) {
+        EXPECT_LT(g.rows[u - 1], g.rows[u]);
+      }
     }
   }
   EXPECT_TRUE(groups[3].rows.empty());

@@ -129,7 +129,9 @@ TEST(Trainer, ProfiledStepsWriteTracesAndLeaveTheLossesAlone) {
   for (int step = 1; step <= 4; ++step) {
     const fs::path trace = dump / "traces" / ("step_" + std::to_string(step) + ".json");
     EXPECT_EQ(fs::exists(trace), step % 2 == 0) << trace;
-    if (step % 2 == 0) EXPECT_GT(fs::file_size(trace), 1000u) << trace;
+    if (step % 2 == 0) {
+      EXPECT_GT(fs::file_size(trace), 1000u) << trace;
+    }
   }
   EXPECT_FALSE(fs::exists(plain_dump / "profile_traces"));
 }
