@@ -1,42 +1,19 @@
 // CPU copies of transposed views (Tensor::copy_ of a .t() into a contiguous tensor: the tiled
 // path of runtime/cpu/copy.cpp) against a contiguous copy of the same bytes, f32, best of --reps.
 //   OMP_NUM_THREADS=2 ./build/bench/copy_bench [--reps 5]
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <utility>
 
+#include "bench/bench_args.h"
 #include "runtime/core/tensor.h"
 #include "runtime/ops/factory.h"
 
 namespace mt::runtime {
 namespace {
 
-template <class Fn>
-double best_ms(int reps, Fn fn) {
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    best = std::min(
-        best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                  .count());
-  }
-  return best;
-}
-
 int run(int argc, char** argv) {
-  int reps = 5;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
-    } else {
-      std::fprintf(stderr, "usage: %s [--reps N]\n", argv[0]);
-      return 2;
-    }
-  }
+  const int reps = bench::parse_reps(argc, argv, 5);
+  if (reps < 0) return 2;
   std::printf(
       "| f32 [rows, cols] | transposed copy ms | contiguous copy ms |\n| --- | --- | --- |\n");
   for (const auto& [rows, cols] :
@@ -45,8 +22,8 @@ int run(int argc, char** argv) {
     const Tensor same_layout = randn({rows, cols}, RandomKey(1, "source"));
     const Tensor dst = Tensor::empty({rows, cols});
     dst.copy_(same_layout);  // first touch outside the timing
-    const double transposed = best_ms(reps, [&] { dst.copy_(source.t()); });
-    const double contiguous = best_ms(reps, [&] { dst.copy_(same_layout); });
+    const double transposed = bench::best_ms(reps, [&] { dst.copy_(source.t()); });
+    const double contiguous = bench::best_ms(reps, [&] { dst.copy_(same_layout); });
     std::printf("| [%lld, %lld] | %.1f | %.1f |\n", (long long)rows, (long long)cols, transposed,
                 contiguous);
   }

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/core/device_runtime.h"
 #include "runtime/core/grad_mode.h"
@@ -258,14 +259,8 @@ int run() {
 }  // namespace mt::runtime
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-      mt::runtime::g_reps = std::max(1, std::atoi(argv[++i]));
-    } else {
-      std::fprintf(stderr, "usage: %s [--reps N]\n", argv[0]);
-      return 2;
-    }
-  }
+  mt::runtime::g_reps = mt::bench::parse_reps(argc, argv, mt::runtime::g_reps);
+  if (mt::runtime::g_reps < 0) return 2;
   try {
     return mt::runtime::run();
   } catch (const std::exception& e) {

@@ -4,27 +4,17 @@
 // 1M rows, batch 8192, 20 uniform ids a bag (4.26M ids). The CUDA backward waits for this on the
 // host, so its time is the lookup backward's floor until the grouping moves to the device.
 //   OMP_NUM_THREADS=2 ./build/bench/tbe_grouping_bench [--reps 5]
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <random>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "runtime/kernels/embedding_bag_grad_entries.h"
 
 int main(int argc, char** argv) {
   using namespace mt::runtime;
-  int reps = 5;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
-    } else {
-      std::fprintf(stderr, "usage: %s [--reps N]\n", argv[0]);
-      return 2;
-    }
-  }
+  const int reps = mt::bench::parse_reps(argc, argv, 5);
+  if (reps < 0) return 2;
   const int64_t tables = 26, batch = 8192, per_bag = 20, rows = int64_t(1) << 20, dim = 128;
   TbePlan plan;
   plan.batch_size = batch;
@@ -41,17 +31,12 @@ int main(int argc, char** argv) {
   for (int64_t& v : values) v = id(rng);
   for (size_t i = 0; i < offsets.size(); ++i) offsets[i] = int64_t(i) * per_bag;
   const std::vector<int64_t> dims(size_t(tables), dim);
-  double best = 1e30;
   size_t runs = 0;
-  for (int r = 0; r < reps; ++r) {
-    const auto start = std::chrono::steady_clock::now();
+  const double best = mt::bench::best_ms(reps, [&] {
     const auto groups = tbe_group_rows<float>(dims, plan, values.data(), offsets.data(), nullptr);
-    best = std::min(
-        best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                  .count());
     runs = 0;
     for (const auto& g : groups) runs += g.rows.size();
-  }
+  });
   std::printf("tbe_group_rows: %zu ids of %lld tables -> %zu rows: best of %d %.1f ms\n",
               values.size(), (long long)tables, runs, reps, best);
   return 0;
