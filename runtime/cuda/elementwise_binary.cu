@@ -2,7 +2,8 @@
 // (runtime/kernels/elementwise.h), with the CPU backend's semantics (runtime/cpu/elementwise.cpp):
 // integers wrap, integer division truncates and a division by zero throws (a device flag read
 // back after the loop, which synchronises: integer division only), maximum/minimum propagate
-// NaN, 16-bit floats compute in f32. The op is a runtime switch inside one kernel per dtype.
+// NaN, 16-bit floats compute in f32. The op is a runtime switch inside one kernel per dtype;
+// contiguous operands (or a single broadcast element) take the vectorized loop (launch_map).
 #include <cmath>
 
 #include "runtime/cuda/loops.cuh"
@@ -108,35 +109,24 @@ struct DivByZero {
   }
 };
 
-// The (element) strides of `t` broadcast to out's shape.
-Shape strides_in(const Tensor& t, const Tensor& out) {
-  return broadcast_strides(t.shape(), t.strides(), out.shape());
-}
-
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   for (const Tensor* t : std::initializer_list<const Tensor*>{&a, &b, &out})
     check_on_current_device(*t, "binary");
   MT_CHECK(binary_supported(op, a.dtype()), "binary op ", int(op), ": not supported for ",
            dtype_name(a.dtype()));
-  const std::array<Shape, 3> strides{out.strides(), strides_in(a, out), strides_in(b, out)};
   const DivByZero div0(op == BinaryOp::Div && is_integral(a.dtype()));
   int* flag = div0.ptr();
   MT_CUDA_DISPATCH_ALL(a.dtype(), "binary", T, [&] {
     using C = acc_t<T>;
-    const T* ap = ptr<T>(a);
-    const T* bp = ptr<T>(b);
     if (is_predicate(op)) {
-      bool* o = ptr<bool>(out);
-      launch_elementwise<3>(out.shape(), strides, [=] __device__(const int64_t* off) {
-        o[off[0]] = predicate(op, C(ap[off[1]]), C(bp[off[2]]));
-      });
+      launch_map<bool, T, T>(
+          out, [=] __device__(T x, T y) { return predicate(op, C(x), C(y)); }, a, b);
       return;
     }
     if constexpr (!std::is_same_v<T, bool>) {
-      T* o = ptr<T>(out);
-      launch_elementwise<3>(out.shape(), strides, [=] __device__(const int64_t* off) {
-        o[off[0]] = convert<T>(arithmetic(op, C(ap[off[1]]), C(bp[off[2]]), flag));
-      });
+      launch_map<T, T, T>(
+          out, [=] __device__(T x, T y) { return convert<T>(arithmetic(op, C(x), C(y), flag)); },
+          a, b);
     }
   });
   div0.check();
@@ -162,32 +152,28 @@ void binary_scalar(BinaryOp op, const Tensor& a, double scalar, const Tensor& ou
   check_on_current_device(out, "binary_scalar");
   MT_CHECK(binary_supported(op, a.dtype()), "binary op ", int(op), ": not supported for ",
            dtype_name(a.dtype()));
-  const std::array<Shape, 2> strides{out.strides(), strides_in(a, out)};
   const DivByZero div0(op == BinaryOp::Div && is_integral(a.dtype()) && scalar == 0.0);
   int* flag = div0.ptr();
   MT_CUDA_DISPATCH_ALL(a.dtype(), "binary_scalar", T, [&] {
     using C = acc_t<T>;
     const C s = scalar_as<T>(scalar);
-    const T* ap = ptr<T>(a);
     if (is_predicate(op)) {
-      bool* o = ptr<bool>(out);
-      launch_elementwise<2>(out.shape(), strides, [=] __device__(const int64_t* off) {
-        o[off[0]] = predicate(op, C(ap[off[1]]), s);
-      });
+      launch_map<bool, T>(out, [=] __device__(T x) { return predicate(op, C(x), s); }, a);
       return;
     }
     if constexpr (!std::is_same_v<T, bool>) {
-      T* o = ptr<T>(out);
       if (op == BinaryOp::Pow && s == C(2)) {  // as the CPU: x * x, not pow(x, 2)
-        launch_elementwise<2>(out.shape(), strides, [=] __device__(const int64_t* off) {
-          const C v = C(ap[off[1]]);
-          o[off[0]] = convert<T>(C(v * v));
-        });
+        launch_map<T, T>(
+            out,
+            [] __device__(T x) {
+              const C v = C(x);
+              return convert<T>(C(v * v));
+            },
+            a);
         return;
       }
-      launch_elementwise<2>(out.shape(), strides, [=] __device__(const int64_t* off) {
-        o[off[0]] = convert<T>(arithmetic(op, C(ap[off[1]]), s, flag));
-      });
+      launch_map<T, T>(
+          out, [=] __device__(T x) { return convert<T>(arithmetic(op, C(x), s, flag)); }, a);
     }
   });
   div0.check();
@@ -209,17 +195,11 @@ void add_scaled(const Tensor& a, const Tensor& b, double alpha, const Tensor& ou
   for (const Tensor* t : std::initializer_list<const Tensor*>{&a, &b, &out})
     check_on_current_device(*t, "add_");
   MT_CHECK(a.dtype() != DType::Bool, "add_: not supported for bool tensors");
-  const std::array<Shape, 3> strides{out.strides(), strides_in(a, out), strides_in(b, out)};
   MT_CUDA_DISPATCH_ALL(a.dtype(), "add_", T, [&] {
     if constexpr (!std::is_same_v<T, bool>) {
-      using C = acc_t<T>;
-      const C s = scalar_as<T>(alpha);
-      const T* ap = ptr<T>(a);
-      const T* bp = ptr<T>(b);
-      T* o = ptr<T>(out);
-      launch_elementwise<3>(out.shape(), strides, [=] __device__(const int64_t* off) {
-        o[off[0]] = add_scaled_one(ap[off[1]], s, bp[off[2]]);
-      });
+      const acc_t<T> s = scalar_as<T>(alpha);
+      launch_map<T, T, T>(
+          out, [=] __device__(T x, T y) { return add_scaled_one(x, s, y); }, a, b);
     }
   });
 }
@@ -229,16 +209,9 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& o
     check_on_current_device(*t, "where");
   MT_CHECK(cond.dtype() == DType::Bool, "where: expected a bool condition, got ",
            dtype_name(cond.dtype()));
-  const std::array<Shape, 4> strides{out.strides(), strides_in(cond, out), strides_in(a, out),
-                                     strides_in(b, out)};
   MT_CUDA_DISPATCH_ALL(a.dtype(), "where", T, [&] {
-    const bool* cp = ptr<bool>(cond);
-    const T* ap = ptr<T>(a);
-    const T* bp = ptr<T>(b);
-    T* o = ptr<T>(out);
-    launch_elementwise<4>(out.shape(), strides, [=] __device__(const int64_t* off) {
-      o[off[0]] = cp[off[1]] ? ap[off[2]] : bp[off[3]];
-    });
+    launch_map<T, bool, T, T>(
+        out, [] __device__(bool c, T x, T y) { return c ? x : y; }, cond, a, b);
   });
 }
 

@@ -2,6 +2,7 @@
 // CPU backend's semantics (runtime/cpu/elementwise.cpp): integers wrap, 16-bit floats compute in
 // f32, NaN propagates through relu and clamp. The op is a runtime switch inside one kernel per
 // dtype (a uniform branch: the loop is memory-bound), which keeps the number of instantiations low.
+// Contiguous operands take the vectorized loop (launch_map).
 #include <cmath>
 
 #include "runtime/cuda/loops.cuh"
@@ -133,24 +134,14 @@ void unary(UnaryOp op, const Tensor& x, const Tensor& out) {
   check_on_current_device(out, "unary");
   MT_CHECK(unary_supported(op, x.dtype()), "unary op ", int(op), ": not supported for ",
            dtype_name(x.dtype()));
-  const std::array<Shape, 2> strides{out.strides(),
-                                     broadcast_strides(x.shape(), x.strides(), out.shape())};
   MT_CUDA_DISPATCH_ALL(x.dtype(), "unary", T, [&] {
     using C = acc_t<T>;
-    const T* xp = ptr<T>(x);
     if (op == UnaryOp::LogicalNot) {
-      bool* op_ = ptr<bool>(out);
-      launch_elementwise<2>(out.shape(), strides, [=] __device__(const int64_t* off) {
-        op_[off[0]] = C(xp[off[1]]) == C(0);
-      });
+      launch_map<bool, T>(out, [] __device__(T v) { return C(v) == C(0); }, x);
       return;
     }
-    if constexpr (!std::is_same_v<T, bool>) {
-      T* o = ptr<T>(out);
-      launch_elementwise<2>(out.shape(), strides, [=] __device__(const int64_t* off) {
-        o[off[0]] = apply_unary(op, xp[off[1]]);
-      });
-    }
+    if constexpr (!std::is_same_v<T, bool>)
+      launch_map<T, T>(out, [=] __device__(T v) { return apply_unary(op, v); }, x);
   });
 }
 
@@ -167,8 +158,6 @@ void clamp(const Tensor& x, double lo, double hi, const Tensor& out) {
   check_on_current_device(x, "clamp");
   check_on_current_device(out, "clamp");
   MT_CHECK(x.dtype() != DType::Bool, "clamp: not supported for bool tensors");
-  const std::array<Shape, 2> strides{out.strides(),
-                                     broadcast_strides(x.shape(), x.strides(), out.shape())};
   MT_CUDA_DISPATCH_ALL(x.dtype(), "clamp", T, [&] {
     if constexpr (!std::is_same_v<T, bool>) {
       using C = acc_t<T>;
@@ -180,14 +169,15 @@ void clamp(const Tensor& x, double lo, double hi, const Tensor& out) {
         l = C(lo);
         h = C(hi);
       }
-      const T* xp = ptr<T>(x);
-      T* o = ptr<T>(out);
-      launch_elementwise<2>(out.shape(), strides, [=] __device__(const int64_t* off) {
-        const C v = C(xp[off[1]]);
-        C r = v < l ? l : v;  // NaN stays NaN
-        r = r > h ? h : r;
-        o[off[0]] = convert<T>(r);
-      });
+      launch_map<T, T>(
+          out,
+          [=] __device__(T e) {
+            const C v = C(e);
+            C r = v < l ? l : v;  // NaN stays NaN
+            r = r > h ? h : r;
+            return convert<T>(r);
+          },
+          x);
     }
   });
 }
