@@ -47,4 +47,26 @@ __device__ inline A block_max(A v, A lowest) {
   return warp_max(r);
 }
 
+// NaN-propagating maximum (max() and fmax() drop a NaN operand).
+template <class A>
+__device__ inline A nan_max(A a, A b) {
+  return (a > b || a != a) ? a : b;
+}
+
+// `op` over the block, `identity` its neutral value (blockDim.x a multiple of 32, at most 1024).
+template <class A, class Op>
+__device__ inline A block_reduce(A v, A identity, Op op) {
+  __shared__ A partial[32];
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  A r = lane < int(blockDim.x / 32) ? partial[lane] : identity;
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) r = op(r, __shfl_xor_sync(0xffffffffu, r, o));
+  return r;
+}
+
 }  // namespace mt::runtime::cuda

@@ -1,7 +1,9 @@
 // CUDA kernels of the fused optimizer updates (runtime/kernels/optim.h): one pass per parameter
-// (one thread per element) or one launch per 48 parameters (multi-tensor AdamW), with the CPU
-// kernels' arithmetic (runtime/kernels/optim_update.h).
+// (one thread per element) or one launch per 48 parameters (multi-tensor AdamW, vector loads),
+// with the CPU kernels' arithmetic (runtime/kernels/optim_update.h).
 #include "runtime/cuda/loops.cuh"
+#include "runtime/cuda/multi_tensor.cuh"
+#include "runtime/cuda/packed.cuh"
 #include "runtime/kernels/optim.h"
 #include "runtime/kernels/optim_update.h"
 
@@ -29,37 +31,45 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
   });
 }
 
-// Multi-tensor AdamW (apex's multi_tensor_apply idea): up to kMaxTensors parameters per launch,
-// their pointers, sizes and coefficients in the kernel's parameter space (__grid_constant__, so
-// indexing them by tensor does not copy the table to local memory); each block updates
-// kBlockElems elements of one tensor, found from the cumulative block counts.
-constexpr int kMaxTensors = 48;
-constexpr int64_t kBlockElems = 4 * kThreads;
+// Multi-tensor AdamW (multi_tensor.cuh): each block updates kBlockElems elements of one
+// parameter, by packs of V elements (16-byte loads of bf16/f32 parameters) when every pointer of
+// the launch is aligned for them.
+constexpr int64_t kBlockElems = 8 * kThreads;
 
 template <class P, class S>
 struct AdamWLaunch {
-  P* p[kMaxTensors];
-  const P* g[kMaxTensors];
-  S* m[kMaxTensors];
-  S* v[kMaxTensors];
-  int64_t numel[kMaxTensors];
-  int64_t blocks_end[kMaxTensors];  // cumulative block count through tensor t
-  AdamWCoefficients<S> c[kMaxTensors];
-  int count = 0;
+  P* p[kMaxTensorsPerLaunch];
+  const P* g[kMaxTensorsPerLaunch];
+  S* m[kMaxTensorsPerLaunch];
+  S* v[kMaxTensorsPerLaunch];
+  AdamWCoefficients<S> c[kMaxTensorsPerLaunch];
+  TensorBlocks blocks;
 };
 
-template <class P, class S>
+template <class P, class S, int V>
 __global__ void adamw_multi_tensor_kernel_impl(const __grid_constant__ AdamWLaunch<P, S> a) {
-  const int64_t b = blockIdx.x;
-  int t = 0;
-  while (t + 1 < a.count && b >= a.blocks_end[t]) ++t;
-  const int64_t start = (b - (t == 0 ? 0 : a.blocks_end[t - 1])) * kBlockElems;
-  const int64_t end = start + kBlockElems < a.numel[t] ? start + kBlockElems : a.numel[t];
+  int64_t begin, end;
+  const int t = a.blocks.locate(blockIdx.x, kBlockElems, begin, end);
   P* p = a.p[t];
   const P* g = a.g[t];
   S* m = a.m[t];
   S* v = a.v[t];
-  for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
+  const int64_t packs_end = begin / V + (end - begin) / V;  // begin is a multiple of V
+  for (int64_t i = begin / V + threadIdx.x; i < packs_end; i += blockDim.x) {
+    Pack<P, V> pp = load_pack<V>(p, i);
+    const Pack<P, V> gp = load_pack<V>(g, i);
+    Pack<S, V> mp = load_pack<V>(m, i), vp = load_pack<V>(v, i);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      S pj = S(pp.v[j]);
+      adamw_update(S(gp.v[j]), pj, mp.v[j], vp.v[j], a.c[t]);
+      pp.v[j] = P(pj);
+    }
+    store_pack<V>(p, i, pp);
+    store_pack<V>(m, i, mp);
+    store_pack<V>(v, i, vp);
+  }
+  for (int64_t i = packs_end * V + threadIdx.x; i < end; i += blockDim.x) {
     S pi = S(p[i]);
     adamw_update(S(g[i]), pi, m[i], v[i], a.c[t]);
     p[i] = P(pi);
@@ -80,30 +90,32 @@ void adamw_multi_tensor_step(const std::vector<AdamWOperands>& tensors, double l
   }
   MT_CUDA_DISPATCH_FLOATING(dtype, "adamw_multi_tensor_step", P, [&] {
     using S = std::conditional_t<std::is_same_v<P, double>, double, float>;
+    constexpr int V = pack_width<P, S>();
     AdamWLaunch<P, S> launch;
-    int64_t blocks = 0;
+    bool aligned = true;
     auto flush = [&] {
-      if (launch.count == 0) return;
-      adamw_multi_tensor_kernel_impl<P, S>
-          <<<unsigned(blocks), kThreads, 0, current_stream()>>>(launch);
+      if (launch.blocks.count == 0) return;
+      const auto grid = unsigned(launch.blocks.blocks);
+      if (aligned) {
+        adamw_multi_tensor_kernel_impl<P, S, V><<<grid, kThreads, 0, current_stream()>>>(launch);
+      } else {
+        adamw_multi_tensor_kernel_impl<P, S, 1><<<grid, kThreads, 0, current_stream()>>>(launch);
+      }
       MT_CUDA_CHECK_LAUNCH();
-      launch.count = 0;
-      blocks = 0;
+      launch.blocks.clear();
+      aligned = true;
     };
     for (const AdamWOperands& t : tensors) {
       const int64_t n = t.param.numel();
       if (n == 0) continue;
-      const int k = launch.count++;
+      const int k = launch.blocks.add(n, kBlockElems);
       launch.p[k] = ptr<P>(t.param);
       launch.g[k] = ptr<P>(t.grad);
       launch.m[k] = ptr<S>(t.exp_avg);
       launch.v[k] = ptr<S>(t.exp_avg_sq);
-      launch.numel[k] = n;
-      blocks += (n + kBlockElems - 1) / kBlockElems;
-      launch.blocks_end[k] = blocks;
       launch.c[k] = AdamWCoefficients<S>::make(lr, beta1, beta2, eps, weight_decay, t.step);
-      // Full table, or a grid near the launch limit (2^31 - 1 blocks): launch what is queued.
-      if (launch.count == kMaxTensors || blocks > (int64_t(1) << 30)) flush();
+      aligned = aligned && packable<V>(launch.p[k], launch.g[k], launch.m[k], launch.v[k]);
+      if (launch.blocks.full()) flush();
     }
     flush();
   });

@@ -38,6 +38,20 @@ inline constinit KernelTable<void(const std::vector<AdamWOperands>& tensors, dou
                                   double beta1, double beta2, double eps, double weight_decay)>
     adamw_multi_tensor_kernel{"adamw_multi_tensor_step"};
 
+// Gradient clipping over many tensors in a few launches (runtime/optim/clip_grad.h), for
+// backends that provide it (CUDA); the optimizer code runs its per-tensor ops elsewhere.
+// Tensors are contiguous, floating and on one device; dtypes may differ.
+// norm_pow: `out` (0-D f64 on that device) = sum |x|^p over every element (max |x| for p = +inf,
+// NaN propagating), accumulated in f64 in an order fixed by the sizes alone (deterministic; it
+// differs from a tensor-by-tensor sum, so results agree with the CPU to f64 rounding).
+inline constinit KernelTable<void(const std::vector<Tensor>& tensors, double norm_type,
+                                  const Tensor& out)>
+    norm_pow_multi_tensor_kernel{"norm_pow_multi_tensor"};
+// scale: every tensor *= scale (0-D f64 on that device), computed in f32 (f64 for f64 tensors)
+// and rounded once: the values of mul_ by the scale converted to f32 (f64).
+inline constinit KernelTable<void(const std::vector<Tensor>& tensors, const Tensor& scale)>
+    scale_multi_tensor_kernel{"scale_multi_tensor_"};
+
 // SGD (torch.optim.SGD semantics):
 //   d = g + weight_decay * p
 //   if momentum != 0: buf = first_step ? d : momentum * buf + (1 - dampening) * d

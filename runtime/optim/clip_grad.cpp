@@ -6,6 +6,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
+#include "runtime/kernels/optim.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
 #include "runtime/ops/reduce.h"
@@ -28,27 +29,64 @@ Tensor grad_norm_pow(const Tensor& grad, double p) {
   if (p == 1.0) return sum(abs(g));
   return sum(pow(abs(g), p));
 }
+
+// The gradients of `params` that count (defined, nonempty), grouped by device in order of first
+// appearance.
+std::vector<std::vector<Tensor>> grads_by_device(const std::vector<Tensor>& params,
+                                                 const char* op) {
+  std::vector<std::vector<Tensor>> groups;
+  for (const Tensor& param : params) {
+    if (!param.defined()) continue;
+    const Tensor grad = param.grad();
+    if (!grad.defined() || grad.numel() == 0) continue;
+    MT_CHECK(grad.is_floating_point(), op, ": gradient of parameter '", param.name(),
+             "' has dtype ", dtype_name(grad.dtype()), ", expected a floating dtype");
+    size_t k = 0;
+    while (k < groups.size() && groups[k].front().device() != grad.device()) ++k;
+    if (k == groups.size()) groups.emplace_back();
+    groups[k].push_back(grad);
+  }
+  return groups;
+}
+
+// Whether the device's backend has the multi-tensor kernel and every tensor suits it.
+template <class Table>
+bool fused(const Table& kernel, const std::vector<Tensor>& grads) {
+  if (!kernel.has(grads.front().device().type)) return false;
+  for (const Tensor& g : grads)
+    if (!g.is_contiguous()) return false;
+  return true;
+}
+
+// sum |g|^p (max |g|) over grads of one device, a 0-D f64 tensor on it.
+Tensor device_norm_pow(const std::vector<Tensor>& grads, double p) {
+  if (fused(norm_pow_multi_tensor_kernel, grads)) {
+    Tensor out = scalar_tensor(0.0, grads.front().options().with_dtype(DType::F64));
+    norm_pow_multi_tensor_kernel(out.device(), grads, p, out);
+    return out;
+  }
+  Tensor acc;  // tensor by tensor, in order
+  for (const Tensor& grad : grads) {
+    const Tensor part = grad_norm_pow(grad, p);
+    acc = !acc.defined() ? part : is_inf_norm(p) ? maximum(acc, part) : add(acc, part);
+  }
+  return acc;
+}
 }  // namespace
 
 Tensor local_norm_pow_tensor(const std::vector<Tensor>& params, double norm_type) {
   check_norm_type("local_norm_pow", norm_type);
   NoGradGuard no_grad;
-  const bool inf = is_inf_norm(norm_type);
-  // Partials stay on the device of the first gradient and are combined in `params` order.
+  // Partials stay on the device of the first gradient and are combined in device order.
   Tensor acc;
-  for (const Tensor& param : params) {
-    if (!param.defined()) continue;
-    const Tensor grad = param.grad();
-    if (!grad.defined() || grad.numel() == 0) continue;
-    MT_CHECK(grad.is_floating_point(), "local_norm_pow: gradient of parameter '", param.name(),
-             "' has dtype ", dtype_name(grad.dtype()), ", expected a floating dtype");
-    Tensor part = grad_norm_pow(grad, norm_type);
+  for (const std::vector<Tensor>& grads : grads_by_device(params, "local_norm_pow")) {
+    Tensor part = device_norm_pow(grads, norm_type);
     if (!acc.defined()) {
       acc = part;
       continue;
     }
-    if (part.device() != acc.device()) part = part.to(acc.device());
-    acc = inf ? maximum(acc, part) : add(acc, part);
+    part = part.to(acc.device());
+    acc = is_inf_norm(norm_type) ? maximum(acc, part) : add(acc, part);
   }
   return acc.defined() ? acc : scalar_tensor(0.0, TensorOptions{}.with_dtype(DType::F64));
 }
@@ -116,23 +154,21 @@ void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm,
   const Tensor max_t = scalar_tensor(max_norm, total.options());
   const Tensor coef =
       where(gt(total, max_norm), div(max_t, add(total, 1e-6)), scalar_tensor(1.0, total.options()));
-  std::vector<std::pair<Device, Tensor>> coef_f32, coef_f64;  // per device, made once
-  auto on = [&](std::vector<std::pair<Device, Tensor>>& cache, Device d, DType t) {
-    for (const auto& [dev, c] : cache)
-      if (dev == d) return c;
-    cache.emplace_back(d, coef.to(d).to(t));
-    return cache.back().second;
-  };
-  for (const Tensor& param : params) {
-    if (!param.defined()) continue;
-    const Tensor grad = param.grad();
-    if (!grad.defined() || grad.numel() == 0) continue;
-    if (grad.dtype() == DType::F64) {
-      mul_(grad, on(coef_f64, grad.device(), DType::F64));
-    } else if (grad.dtype() == DType::F32) {
-      mul_(grad, on(coef_f32, grad.device(), DType::F32));
-    } else {  // 16-bit: the product in f32, rounded once (as the host path's scalar multiply)
-      grad.copy_(mul(grad.to(DType::F32), on(coef_f32, grad.device(), DType::F32)));
+  for (const std::vector<Tensor>& grads : grads_by_device(params, "clip_grads_with_norm_")) {
+    const Tensor c = coef.to(grads.front().device());
+    if (fused(scale_multi_tensor_kernel, grads)) {
+      scale_multi_tensor_kernel(c.device(), grads, c);
+      continue;
+    }
+    const Tensor c32 = c.to(DType::F32);
+    for (const Tensor& grad : grads) {
+      if (grad.dtype() == DType::F64) {
+        mul_(grad, c);
+      } else if (grad.dtype() == DType::F32) {
+        mul_(grad, c32);
+      } else {  // 16-bit: the product in f32, rounded once (as the host path's scalar multiply)
+        grad.copy_(mul(grad.to(DType::F32), c32));
+      }
     }
   }
 }

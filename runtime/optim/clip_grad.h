@@ -3,7 +3,10 @@
 // The total norm is taken over the gradients of all given parameters together, as if they were
 // one flat vector: (sum_i |g_i|^p)^(1/p), or max_i |g_i| for p = inf. Parameters without a
 // gradient are skipped. Partial sums are computed in f64 (whatever the gradient dtype) and
-// combined in the order of `params`, so the result does not depend on the thread count.
+// combined in the order of `params` (device by device), so the result does not depend on the
+// thread count. On a backend with multi-tensor kernels (CUDA; runtime/kernels/optim.h) a device's
+// contiguous gradients are reduced, and scaled, in a few launches; their f64 sum is then taken in
+// a fixed order of its own, equal to the tensor-by-tensor one to f64 rounding.
 //
 // The work is split so the distributed case can reuse it (the FSDP issue, in parallel/):
 //   partial = local_norm_pow(local_shards, p)           // sum |g|^p (max |g| for inf) of a shard

@@ -1,10 +1,11 @@
 // The CUDA backend's device plumbing (copies, caching allocator) and its matmul and fused kernels
-// (rms_norm, rope, swiglu, cross-entropy, AdamW, SGD) against the CPU backend, forward and
+// (rms_norm, rope, swiglu, cross-entropy, AdamW, SGD, gradient clipping) against the CPU backend, forward and
 // backward, on random inputs. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "runtime/core/allocator.h"
 #include "runtime/core/deferred_errors.h"
@@ -18,6 +19,7 @@
 #include "runtime/ops/rope.h"
 #include "runtime/ops/swiglu.h"
 #include "runtime/optim/adamw.h"
+#include "runtime/optim/clip_grad.h"
 #include "runtime/optim/sgd.h"
 #include "tests/testing/errors.h"
 #include "tests/testing/gpu.h"
@@ -301,6 +303,55 @@ TEST(CudaOptimizers, MultiTensorAdamWMatchesCpuPerParameter) {
       EXPECT_REL_NEAR(gpu[i], cpu[i], tol) << "parameter " << i;
     }
   }
+}
+
+
+// Clipping on CUDA reduces and scales every gradient of a device in a few multi-tensor launches:
+// 61 gradients of mixed dtypes and sizes (51 f32: two 48-tensor tables; several blocks each),
+// one of them a view that is not 16-byte aligned (the unpacked path), against the CPU's
+// tensor-by-tensor ops. Norms agree to f64 rounding and propagate NaN; with the same total the
+// scaled gradients are bitwise the CPU's.
+TEST(CudaClipGrad, MultiTensorNormAndScaleMatchCpu) {
+  MT_REQUIRE_CUDA();
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const std::vector<int64_t> sizes = {0, 1, 7, 1024, 1025, 5000, 40000, 70001};
+  std::vector<Tensor> cpu, gpu;
+  for (int i = 0; i < 60; ++i) {
+    const Shape shape{sizes[size_t(i) % sizes.size()]};
+    const DType t = i < 50 ? DType::F32 : i % 2 == 0 ? DType::BF16 : DType::F64;
+    const Tensor g = randn_as(shape, t, 300 + uint64_t(i));
+    cpu.push_back(zeros(shape, TensorOptions{}.with_dtype(t)));
+    gpu.push_back(on_cuda(cpu.back()));
+    cpu.back().set_grad(g.clone());
+    gpu.back().set_grad(on_cuda(g));
+  }
+  const Tensor odd = randn_as({4097}, DType::F32, 999);  // its view from element 1 is misaligned
+  cpu.push_back(zeros({4096}));
+  gpu.push_back(on_cuda(cpu.back()));
+  cpu.back().set_grad(odd.narrow(0, 1, 4096).clone());
+  gpu.back().set_grad(on_cuda(odd).narrow(0, 1, 4096));
+  ASSERT_NE(reinterpret_cast<uintptr_t>(gpu.back().grad().data_ptr()) % 16, 0u);
+
+  for (double p : {2.0, 1.0, 3.0, kInf}) {
+    SCOPED_TRACE(p);
+    const Tensor norm_g = optim::local_norm_pow_tensor(gpu, p);
+    EXPECT_TRUE(norm_g.device().is_cuda());
+    const double want = optim::local_norm_pow(cpu, p);
+    EXPECT_NEAR(norm_g.item<double>(), want, 1e-12 * want);
+  }
+  const Tensor total_c = optim::norm_from_pow(optim::local_norm_pow_tensor(cpu, 2.0), 2.0);
+  optim::clip_grads_with_norm_(cpu, 1.0, total_c);
+  optim::clip_grads_with_norm_(gpu, 1.0, on_cuda(total_c));
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    if (cpu[i].numel() == 0) continue;
+    EXPECT_TRUE(testing::all_close(gpu[i].grad(), cpu[i].grad(), 0, 0)) << "gradient " << i;
+  }
+  {
+    NoGradGuard no_grad;
+    gpu[5].grad().narrow(0, 3, 1).fill_(NAN);
+  }
+  for (double p : {2.0, kInf})
+    EXPECT_TRUE(std::isnan(optim::local_norm_pow_tensor(gpu, p).item<double>())) << p;
 }
 
 }  // namespace
