@@ -14,11 +14,14 @@
 //   dk, dv:  one block per (b, kv head, key), over the group's query heads and visible queries:
 //            dv_j = sum_i p_ij dout_i,  dk_j = scale * sum_i p_ij (dp_ij - delta_i) q_i;
 // with p_ij = exp(scale q_i.k_j - lse_i), dp_ij = dout_i.v_j, delta_i = dout_i.out_i.
+// They take contiguous operands: views (the op passes transposed activations, since cuDNN takes
+// them) are copied in and out around them.
 #include <limits>
 
 #include "runtime/cuda/attention_cudnn.h"
 #include "runtime/cuda/loops.cuh"
 #include "runtime/kernels/attention.h"
+#include "runtime/kernels/copy.h"
 
 namespace mt::runtime::cuda {
 namespace {
@@ -302,12 +305,32 @@ bool try_cudnn(const Tensor& q, const Tensor& k, const Tensor& v) {
          q.size(-2) == k.size(-2);
 }
 
+// The reference kernels take contiguous operands (the op may pass views, see
+// attention_takes_views_kernel): views are copied in, and outputs that are views copied out.
+Tensor contiguous_in(const Tensor& t) {
+  if (!t.defined() || t.is_contiguous()) return t;
+  Tensor c = Tensor::empty(t.shape(), t.options());
+  copy_kernel(t.device(), t, c);
+  return c;
+}
+
+// A contiguous stand-in for an output that is a view (the output itself otherwise).
+Tensor contiguous_out(const Tensor& t) {
+  return !t.defined() || t.is_contiguous() ? t : Tensor::empty(t.shape(), t.options());
+}
+
+void copy_back(const Tensor& result, const Tensor& out) {
+  if (out.defined() && result.data_ptr() != out.data_ptr()) copy_kernel(out.device(), result, out);
+}
+
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                        Tensor& out, Tensor& lse) {
   check_devices({&q, &k, &v, &out, &lse}, "scaled_dot_product_attention");
   if (try_cudnn(q, k, v) && cudnn_attention_forward(q, k, v, causal, scale, out, lse))
     return;
-  reference_forward(q, k, v, causal, scale, out, lse);
+  Tensor o = contiguous_out(out);
+  reference_forward(contiguous_in(q), contiguous_in(k), contiguous_in(v), causal, scale, o, lse);
+  copy_back(o, out);
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -318,14 +341,21 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   if (try_cudnn(q, k, v) &&
       cudnn_attention_backward(dout, q, k, v, out, lse, causal, scale, dq, dk, dv))
     return;
-  reference_backward(dout, q, k, v, out, lse, causal, scale, dq, dk, dv);
+  Tensor gq = contiguous_out(dq), gk = contiguous_out(dk), gv = contiguous_out(dv);
+  reference_backward(contiguous_in(dout), contiguous_in(q), contiguous_in(k), contiguous_in(v),
+                     contiguous_in(out), lse, causal, scale, gq, gk, gv);
+  copy_back(gq, dq);
+  copy_back(gk, dk);
+  copy_back(gv, dv);
 }
 
 bool takes_16bit() { return true; }
+bool takes_views() { return true; }
 
 MT_REGISTER_KERNEL(attention_forward_kernel, DeviceType::CUDA, attention_forward);
 MT_REGISTER_KERNEL(attention_backward_kernel, DeviceType::CUDA, attention_backward);
 MT_REGISTER_KERNEL(attention_takes_16bit_kernel, DeviceType::CUDA, takes_16bit);
+MT_REGISTER_KERNEL(attention_takes_views_kernel, DeviceType::CUDA, takes_views);
 
 }  // namespace
 }  // namespace mt::runtime::cuda

@@ -1,5 +1,5 @@
 // cuDNN fused flash attention for bf16/f16 (see attention_cudnn.h). Graphs are built once per
-// (device, shapes, causal, scale, dtype, direction) and cached; each device has one cuDNN handle,
+// (device, shapes, strides, causal, scale, dtype, direction) and cached; each device has one cuDNN handle,
 // set to the current stream before every call; workspaces come from cuda::workspace().
 // cuDNN's stats are the natural-log logsumexp of the scaled scores in f32, our lse.
 // Causal masks: top-left when T == S (the same as bottom-right), bottom-right when T < S; T > S
@@ -83,7 +83,15 @@ struct Key {
   bool causal;
   uint64_t scale_bits;
   bool deterministic;  // backward: cuDNN's deterministic algorithm
+  // The operands' strides, 4 per operand in Uid order without the stats (always contiguous):
+  // q, k, v, o, and for the backward dout, dq, dk, dv.
+  std::vector<int64_t> strides;
   auto operator<=>(const Key&) const = default;
+
+  std::vector<int64_t> strides_of(Uid uid) const {
+    const size_t at = 4 * size_t(uid > kStats ? uid - 2 : uid - 1);
+    return {strides.begin() + at, strides.begin() + at + 4};
+  }
 };
 
 // A built graph, or why cuDNN cannot run the configuration (graph null).
@@ -119,8 +127,7 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& dims) {
 
 std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& g, const char* name,
                                                     int64_t uid, std::vector<int64_t> dims,
-                                                    fe::DataType_t type) {
-  const auto st = contiguous_strides(dims);
+                                                    std::vector<int64_t> st, fe::DataType_t type) {
   return g.tensor(fe::graph::Tensor_attributes()
                       .set_name(name)
                       .set_uid(uid)
@@ -130,8 +137,7 @@ std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& g, const c
 }
 
 void mark_output(const std::shared_ptr<fe::graph::Tensor_attributes>& t, int64_t uid,
-                 std::vector<int64_t> dims, fe::DataType_t type) {
-  const auto st = contiguous_strides(dims);
+                 std::vector<int64_t> dims, std::vector<int64_t> st, fe::DataType_t type) {
   t->set_output(true).set_uid(uid).set_dim(std::move(dims)).set_stride(st).set_data_type(type);
 }
 
@@ -152,8 +158,9 @@ std::shared_ptr<fe::graph::Graph> make_graph(const Key& key) {
   const std::vector<int64_t> qd{key.batch, key.hq, key.t, key.d},
       kd{key.batch, key.hkv, key.s, key.d}, vd{key.batch, key.hkv, key.s, key.dv},
       od{key.batch, key.hq, key.t, key.dv}, sd{key.batch, key.hq, key.t, 1};
-  auto q = input(*g, "q", kQ, qd, io), k = input(*g, "k", kK, kd, io),
-       v = input(*g, "v", kV, vd, io);
+  auto q = input(*g, "q", kQ, qd, key.strides_of(kQ), io),
+       k = input(*g, "k", kK, kd, key.strides_of(kK), io),
+       v = input(*g, "v", kV, vd, key.strides_of(kV), io);
   const float scale = float(std::bit_cast<double>(key.scale_bits));
   if (!key.backward) {
     auto attrs =
@@ -161,20 +168,21 @@ std::shared_ptr<fe::graph::Graph> make_graph(const Key& key) {
             scale);
     set_mask(attrs, key);
     auto [o, stats] = g->sdpa(q, k, v, attrs);
-    mark_output(o, kO, od, io);
-    mark_output(stats, kStats, sd, f32);
+    mark_output(o, kO, od, key.strides_of(kO), io);
+    mark_output(stats, kStats, sd, contiguous_strides(sd), f32);
   } else {
-    auto o = input(*g, "o", kO, od, io), dout = input(*g, "dout", kDO, od, io),
-         stats = input(*g, "stats", kStats, sd, f32);
+    auto o = input(*g, "o", kO, od, key.strides_of(kO), io),
+         dout = input(*g, "dout", kDO, od, key.strides_of(kDO), io),
+         stats = input(*g, "stats", kStats, sd, contiguous_strides(sd), f32);
     auto attrs = fe::graph::SDPA_backward_attributes()
                      .set_name("sdpa_backward")
                      .set_attn_scale(scale)
                      .set_deterministic_algorithm(key.deterministic);
     set_mask(attrs, key);
     auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, attrs);
-    mark_output(dq, kDQ, qd, io);
-    mark_output(dk, kDK, kd, io);
-    mark_output(dv, kDV, vd, io);
+    mark_output(dq, kDQ, qd, key.strides_of(kDQ), io);
+    mark_output(dk, kDK, kd, key.strides_of(kDK), io);
+    mark_output(dv, kDV, vd, key.strides_of(kDV), io);
   }
   return g;
 }
@@ -204,7 +212,8 @@ Entry build(const Key& key, cudnnHandle_t handle) {
 std::string describe(const Key& k) {
   return ::mt::detail::concat(k.backward ? "backward" : "forward", " ", dtype_name(k.dtype),
                               " B=", k.batch, " Hq=", k.hq, " Hkv=", k.hkv, " T=", k.t, " S=", k.s,
-                              " D=", k.d, " Dv=", k.dv, k.causal ? " causal" : "");
+                              " D=", k.d, " Dv=", k.dv, k.causal ? " causal" : "", " strides ",
+                              Shape(k.strides.begin(), k.strides.end()));
 }
 
 bool aligned(const Tensor& t) {
@@ -250,9 +259,12 @@ bool run(Key key, std::unordered_map<int64_t, void*> pack) {
   return true;
 }
 
+// `operands` in Uid order without the stats: q, k, v, out (, dout, dq, dk, dv).
 Key key_of(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
-           bool backward) {
+           bool backward, std::initializer_list<const Tensor*> operands) {
   const Shape &qs = q.shape(), &ks = k.shape();
+  std::vector<int64_t> strides;
+  for (const Tensor* t : operands) strides.insert(strides.end(), t->strides().begin(), t->strides().end());
   return {current_device(),
           backward,
           q.dtype(),
@@ -265,7 +277,8 @@ Key key_of(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, doubl
           v.shape()[3],
           causal,
           std::bit_cast<uint64_t>(scale),
-          /*deterministic=*/true};
+          /*deterministic=*/true,
+          std::move(strides)};
 }
 
 }  // namespace
@@ -276,7 +289,7 @@ bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
     warn_once("an operand is not 16-byte aligned");
     return false;
   }
-  return run(key_of(q, k, v, causal, scale, false), {{kQ, q.data_ptr()},
+  return run(key_of(q, k, v, causal, scale, false, {&q, &k, &v, &out}), {{kQ, q.data_ptr()},
                                                      {kK, k.data_ptr()},
                                                      {kV, v.data_ptr()},
                                                      {kO, out.data_ptr()},
@@ -295,7 +308,8 @@ bool cudnn_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
       warn_once("an operand is not 16-byte aligned");
       return false;
     }
-  return run(key_of(q, k, v, causal, scale, true), {{kQ, q.data_ptr()},
+  return run(key_of(q, k, v, causal, scale, true, {&q, &k, &v, &out, &dout, &gq, &gk, &gv}),
+             {{kQ, q.data_ptr()},
                                                     {kK, k.data_ptr()},
                                                     {kV, v.data_ptr()},
                                                     {kO, out.data_ptr()},

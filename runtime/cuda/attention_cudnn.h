@@ -1,6 +1,7 @@
 // cuDNN's fused flash attention (SDPA forward with stats and SDPA backward, through the cuDNN
 // frontend graph API) for bf16/f16 operands, as runtime/cuda/attention.cu's fast path. Operands
-// follow runtime/kernels/attention.h (contiguous, one 16-bit dtype, lse f32). Each call returns
+// follow runtime/kernels/attention.h (views with stride 1 in the last dim, one 16-bit dtype,
+// lse f32). Each call returns
 // false, having written nothing, when cuDNN cannot run the configuration (a build without the
 // cuDNN frontend, a causal T > S, a head dim cuDNN does not take, ...); the reason is printed on
 // stderr once. The caller then runs its own kernel.

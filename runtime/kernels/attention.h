@@ -1,5 +1,7 @@
 // Kernel tables of the attention family (the op is in runtime/ops/attention.h).
-// Operands are contiguous, q, k, v, out, dout, dq, dk and dv of one dtype:
+// Operands are contiguous (on a device whose backend registers attention_takes_views_kernel
+// (CUDA), q, k, v, out, dout, dq, dk and dv may be any views with stride 1 in their last dim;
+// lse stays contiguous), q, k, v, out, dout, dq, dk and dv of one dtype:
 // q [B, Hq, T, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv], out and dout [B, Hq, T, Dv],
 // lse [B, Hq, T] (the logsumexp of each row's scaled scores; -inf for a row with no visible key).
 // The dtype is f32 or f64 (lse alike), or, on a device whose backend registers
@@ -27,5 +29,9 @@ inline constinit KernelTable<void(const Tensor& dout, const Tensor& q, const Ten
 // Registered, returning true, by a backend whose kernels take bf16/f16 operands natively (see
 // above); the op asks it instead of knowing about devices.
 inline constinit KernelTable<bool()> attention_takes_16bit_kernel{"attention_takes_16bit"};
+
+// Registered, returning true, by a backend whose kernels take views (see above), so the op can
+// pass transposed [B, T, H, D] activations without copies and lay its outputs out that way.
+inline constinit KernelTable<bool()> attention_takes_views_kernel{"attention_takes_views"};
 
 }  // namespace mt::runtime

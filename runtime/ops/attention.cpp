@@ -50,11 +50,21 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                       attention_takes_16bit_kernel.has(q.device().type) &&
                       attention_takes_16bit_kernel(q.device());
   const DType work = native ? dtype : stats;
+  // Where the kernels take views, q, k, v (usually transposed [B, T, H, D] activations) are not
+  // copied, and out and the gradients are laid out as [B, T, H, D] in memory: the layout the
+  // caller's transpose(1, 2) and reshape to [B, T, H * D] read without a copy.
+  const bool views = attention_takes_views_kernel.has(q.device().type) &&
+                     attention_takes_views_kernel(q.device());
+  const auto operand = [views](const Tensor& t) {
+    return views && t.stride(3) == 1 ? t : t.contiguous();
+  };
+  const auto empty_bhtd = [views](const Shape& s, TensorOptions options) {
+    return views ? empty({s[0], s[2], s[1], s[3]}, options).transpose(1, 2) : empty(s, options);
+  };
 
-  const Tensor qc = q.detach().contiguous(), kc = k.detach().contiguous(),
-               vc = v.detach().contiguous();
+  const Tensor qc = operand(q.detach()), kc = operand(k.detach()), vc = operand(v.detach());
   const Shape& qs = q.shape();
-  Tensor out_w = empty({qs[0], qs[1], qs[2], v.shape()[3]}, q.options().with_dtype(work));
+  Tensor out_w = empty_bhtd({qs[0], qs[1], qs[2], v.shape()[3]}, q.options().with_dtype(work));
   Tensor lse = empty({qs[0], qs[1], qs[2]}, q.options().with_dtype(stats));
   attention_forward_kernel(q.device(), qc.to(work), kc.to(work), vc.to(work), causal, sc, out_w,
                            lse);
@@ -68,14 +78,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
         [sq = autograd::SavedTensor(qc), sk = autograd::SavedTensor(kc),
          sv = autograd::SavedTensor(vc), so = autograd::SavedTensor(out),
          sl = autograd::SavedTensor(lse), causal, sc, dtype,
-         work](const autograd::BackwardArgs& args) -> std::vector<Tensor> {
+         work, operand, empty_bhtd](const autograd::BackwardArgs& args) -> std::vector<Tensor> {
           const Tensor qw = sq.get().to(work), kw = sk.get().to(work), vw = sv.get().to(work);
-          const Tensor dout = args.grad(0).to(work).contiguous();
-          Tensor dq = args.needs(0) ? empty(qw.shape(), qw.options()) : Tensor();
+          const Tensor dout = operand(args.grad(0).to(work));
+          Tensor dq = args.needs(0) ? empty_bhtd(qw.shape(), qw.options()) : Tensor();
           Tensor dk, dv;
           if (args.needs(1) || args.needs(2)) {
-            dk = empty(kw.shape(), kw.options());
-            dv = empty(vw.shape(), vw.options());
+            dk = empty_bhtd(kw.shape(), kw.options());
+            dv = empty_bhtd(vw.shape(), vw.options());
           }
           attention_backward_kernel(qw.device(), dout, qw, kw, vw, so.get().to(work), sl.get(),
                                     causal, sc, dq, dk, dv);
