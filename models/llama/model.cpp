@@ -189,20 +189,24 @@ void Transformer::check_tokens(const Tensor& tokens) const {
   check_token_batch(tokens, args_.max_seq_len, "llama Transformer");
 }
 
-Tensor Transformer::logits_from_hidden(const Tensor& h) {
+Tensor Transformer::logits_from_hidden(const Tensor& h, bool f32_logits) {
   Tensor logits = (*output)((*norm)(h));
   const DType dt = logits.dtype();
-  return (dt == DType::BF16 || dt == DType::F16) ? logits.to(DType::F32) : logits;
+  return f32_logits && (dt == DType::BF16 || dt == DType::F16) ? logits.to(DType::F32) : logits;
 }
 
-Tensor Transformer::operator()(const Tensor& tokens) {
+Tensor Transformer::forward(const Tensor& tokens, bool f32_logits) {
   check_tokens(tokens);
-  return call({tokens}, [this](const std::vector<Tensor>& in) {
+  return call({tokens}, [this, f32_logits](const std::vector<Tensor>& in) {
     Tensor h = (*tok_embeddings)(in[0]);
     for (const auto& block : blocks) h = (*block)(h, rope_cos, rope_sin);
-    return logits_from_hidden(h);
+    return logits_from_hidden(h, f32_logits);
   });
 }
+
+Tensor Transformer::operator()(const Tensor& tokens) { return forward(tokens, true); }
+
+Tensor Transformer::loss_logits(const Tensor& tokens) { return forward(tokens, false); }
 
 Tensor Transformer::forward_cached(const Tensor& tokens, KVCache& cache) {
   check_tokens(tokens);
@@ -223,7 +227,7 @@ Tensor Transformer::forward_cached(const Tensor& tokens, KVCache& cache) {
     Tensor logits = call({tokens}, [this, &cache](const std::vector<Tensor>& in) {
       Tensor h = (*tok_embeddings)(in[0]);
       for (const auto& block : blocks) h = (*block)(h, rope_cos, rope_sin, &cache);
-      return logits_from_hidden(h);
+      return logits_from_hidden(h, true);
     });
     cache.advance(t);
     return logits;

@@ -30,7 +30,8 @@
 // drawn with the key of its FQN tok_embeddings.weight.
 //
 // Logits come back in the parameters' dtype, except 16-bit parameters, whose logits are cast to
-// f32 (torchtitan's `output(h).float()`).
+// f32 (torchtitan's `output(h).float()`). The training loss skips that cast (loss_logits): the
+// cross-entropy kernels read 16-bit logits in f32, the same values without an [N, V] f32 copy.
 //
 // Incremental decoding (inference): forward_cached(tokens, cache) runs the same layers over new
 // tokens at position offset p = cache.length() (RoPE at p + t), appending their keys and values to
@@ -137,6 +138,8 @@ class Transformer : public nn::Module {
 
   // tokens [B, T] (i64 or i32, values in [0, vocab_size), T <= max_seq_len) -> logits [B, T, V].
   Tensor operator()(const Tensor& tokens);
+  // The same logits, but in the parameters' (compute) dtype also when that is 16-bit.
+  Tensor loss_logits(const Tensor& tokens);
 
   // Incremental decoding, always without autograd: tokens [B, T] at positions
   // [cache.length(), cache.length() + T) -> logits [B, T, V] (as operator()); appends the tokens'
@@ -164,7 +167,8 @@ class Transformer : public nn::Module {
 
  private:
   void check_tokens(const Tensor& tokens) const;
-  Tensor logits_from_hidden(const Tensor& h);
+  Tensor forward(const Tensor& tokens, bool f32_logits);
+  Tensor logits_from_hidden(const Tensor& h, bool f32_logits);
 
   ModelArgs args_;
 };

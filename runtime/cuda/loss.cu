@@ -1,5 +1,6 @@
-// CUDA fused cross-entropy (runtime/kernels/loss.h): one block per row; the forward keeps only the
-// row's logsumexp (no softmax is stored), the backward recomputes softmax from it. Targets are
+// CUDA fused cross-entropy (runtime/kernels/loss.h): one block per row, read by 16-byte packs where
+// the rows are aligned for them; the forward keeps only the row's logsumexp (no softmax is
+// stored), the backward recomputes softmax from it. Targets are
 // validated on the device and a bad one reported to the host later (deferred_verdict.cuh): the
 // loss never makes the host wait.
 #include <cuda/std/limits>
@@ -7,6 +8,7 @@
 #include "runtime/cuda/block_reduce.cuh"
 #include "runtime/cuda/deferred_verdict.cuh"
 #include "runtime/cuda/loops.cuh"
+#include "runtime/cuda/packed.cuh"
 #include "runtime/kernels/loss.h"
 
 namespace mt::runtime::cuda {
@@ -24,7 +26,20 @@ __global__ void check_targets(const I* t, int64_t n, int64_t v, int64_t ignore_i
   }
 }
 
-template <class T, class A, class I>
+// f(j, x[j]) for the row's elements this thread owns: by packs of V (the row aligned for them),
+// then the n % V last elements one by one.
+template <int V, class T, class F>
+__device__ inline void for_each_in_row(const T* row, int64_t n, F&& f) {
+  const int64_t packs = n / V;
+  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+    const Pack<T, V> pk = load_pack<V>(row, p);
+#pragma unroll
+    for (int k = 0; k < V; ++k) f(p * V + k, pk.v[k]);
+  }
+  for (int64_t j = packs * V + threadIdx.x; j < n; j += blockDim.x) f(j, row[j]);
+}
+
+template <class T, class A, class I, int V>
 __global__ void forward_rows(const T* x, const I* t, int64_t v, int64_t ignore_index, A* losses,
                              A* lse) {
   const int64_t r = blockIdx.x;
@@ -38,10 +53,10 @@ __global__ void forward_rows(const T* x, const I* t, int64_t v, int64_t ignore_i
   }
   const T* row = x + r * v;
   A mx = -::cuda::std::numeric_limits<A>::infinity();
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = max(mx, A(row[j]));
+  for_each_in_row<V>(row, v, [&](int64_t, T xj) { mx = max(mx, A(xj)); });
   mx = block_max(mx, -::cuda::std::numeric_limits<A>::infinity());
   A s = 0;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += exp(A(row[j]) - mx);
+  for_each_in_row<V>(row, v, [&](int64_t, T xj) { s += exp(A(xj) - mx); });
   s = block_sum(s);
   if (threadIdx.x == 0) {
     const A l = mx + log(s);
@@ -50,20 +65,33 @@ __global__ void forward_rows(const T* x, const I* t, int64_t v, int64_t ignore_i
   }
 }
 
-template <class T, class A, class I>
+template <class T, class A, class I, int V>
 __global__ void backward_rows(const T* x, const I* t, const A* lse, const A* grad, bool per_row,
                               int64_t v, int64_t ignore_index, T* dx) {
   const int64_t r = blockIdx.x;
   const int64_t tr = int64_t(t[r]);
   T* drow = dx + r * v;
-  if (tr == ignore_index || tr < 0 || tr >= v) {  // ignored, or invalid (see forward_rows)
-    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) drow[j] = T(A(0));
-    return;
-  }
+  const bool skip = tr == ignore_index || tr < 0 || tr >= v;  // ignored, or invalid (forward_rows)
   const T* row = x + r * v;
-  const A g = grad[per_row ? r : 0], l = lse[r];
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
-    drow[j] = T(exp(A(row[j]) - l) * g - (j == tr ? g : A(0)));
+  const A g = skip ? A(0) : grad[per_row ? r : 0], l = skip ? A(0) : lse[r];
+  const auto d = [&](int64_t j, T xj) {
+    return skip ? T(A(0)) : T(exp(A(xj) - l) * g - (j == tr ? g : A(0)));
+  };
+  const int64_t packs = v / V;
+  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+    Pack<T, V> pk = load_pack<V>(row, p);
+#pragma unroll
+    for (int k = 0; k < V; ++k) pk.v[k] = d(p * V + k, pk.v[k]);
+    store_pack<V>(drow, p, pk);
+  }
+  for (int64_t j = packs * V + threadIdx.x; j < v; j += blockDim.x) drow[j] = d(j, row[j]);
+}
+
+// Rows by packs when every row of x (and dx) starts aligned for them.
+template <class T>
+bool rows_packable(int64_t v, const T* x, const T* dx = nullptr) {
+  constexpr int V = pack_width<T>();
+  return v % V == 0 && packable<V>(x, dx);
 }
 
 template <class F>
@@ -88,8 +116,15 @@ void forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
     defer_verdict_of(verdict, pt, bad_target);
     MT_CUDA_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", T, [&] {
       using A = acc_t<T>;
-      forward_rows<T, A><<<unsigned(N), kRowThreads, 0, current_stream()>>>(
-          ptr<T>(logits), pt, V, ignore_index, ptr<A>(losses), ptr<A>(lse));
+      using I = std::remove_cv_t<std::remove_pointer_t<decltype(pt)>>;
+      const T* x = ptr<T>(logits);
+      if (rows_packable(V, x)) {
+        forward_rows<T, A, I, pack_width<T>()><<<unsigned(N), kRowThreads, 0, current_stream()>>>(
+            x, pt, V, ignore_index, ptr<A>(losses), ptr<A>(lse));
+      } else {
+        forward_rows<T, A, I, 1><<<unsigned(N), kRowThreads, 0, current_stream()>>>(
+            x, pt, V, ignore_index, ptr<A>(losses), ptr<A>(lse));
+      }
       MT_CUDA_CHECK_LAUNCH();
     });
   });
@@ -103,9 +138,17 @@ void backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, co
   dispatch_index(targets, [&](auto* pt) {
     MT_CUDA_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_backward", T, [&] {
       using A = acc_t<T>;
-      backward_rows<T, A><<<unsigned(N), kRowThreads, 0, current_stream()>>>(
-          ptr<T>(logits), pt, ptr<A>(lse), ptr<A>(grad), grad.numel() != 1, V,
-          ignore_index, ptr<T>(grad_logits));
+      using I = std::remove_cv_t<std::remove_pointer_t<decltype(pt)>>;
+      const T* x = ptr<T>(logits);
+      T* dx = ptr<T>(grad_logits);
+      const bool per_row = grad.numel() != 1;
+      if (rows_packable<T>(V, x, dx)) {
+        backward_rows<T, A, I, pack_width<T>()><<<unsigned(N), kRowThreads, 0, current_stream()>>>(
+            x, pt, ptr<A>(lse), ptr<A>(grad), per_row, V, ignore_index, dx);
+      } else {
+        backward_rows<T, A, I, 1><<<unsigned(N), kRowThreads, 0, current_stream()>>>(
+            x, pt, ptr<A>(lse), ptr<A>(grad), per_row, V, ignore_index, dx);
+      }
       MT_CUDA_CHECK_LAUNCH();
     });
   });

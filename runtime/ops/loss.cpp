@@ -8,7 +8,7 @@
 namespace mt::runtime {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                     Reduction reduction) {
+                     Reduction reduction, std::optional<DType> out_dtype) {
   MT_CHECK(is_floating(logits.dtype()) && logits.dim() >= 1,
            "cross_entropy: expected floating logits [..., V], got ", dtype_name(logits.dtype()),
            " of shape ", logits.shape());
@@ -22,6 +22,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   const int64_t N = numel_of(lead), V = logits.size(-1);
   const DType acc = logits.dtype() == DType::F64 ? DType::F64 : DType::F32;
   const TensorOptions acc_options = logits.options().with_dtype(acc);
+  const DType result = out_dtype.value_or(logits.dtype());
+  MT_CHECK(is_floating(result), "cross_entropy: expected a floating out_dtype, got ",
+           dtype_name(result));
 
   const Tensor x = logits.detach().reshape({N, V}).contiguous();
   const Tensor t = targets.reshape({N}).contiguous();
@@ -41,16 +44,16 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   Tensor mean_divisor;  // Mean: the count of valid targets (at least 1), kept on the device
   switch (reduction) {
     case Reduction::None:
-      out = losses.reshape(targets.shape()).to(logits.dtype());
+      out = losses.reshape(targets.shape()).to(result);
       break;
     case Reduction::Sum:
-      out = sum(losses).to(logits.dtype());
+      out = sum(losses).to(result);
       break;
     case Reduction::Mean:
       // No valid target: the sum is 0 and so is the mean (not 0/0).
       mean_divisor =
           clamp(sum(ne(t, double(ignore_index)).to(DType::I64)).to(acc), 1.0, std::nullopt);
-      out = div(sum(losses), mean_divisor).to(logits.dtype());
+      out = div(sum(losses), mean_divisor).to(result);
       break;
   }
   if (autograd::any_requires_grad({logits})) {

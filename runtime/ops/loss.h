@@ -1,9 +1,12 @@
 // Losses. cross_entropy is fused: the forward keeps only the per-row logsumexp ([N] floats) and
 // the backward rebuilds softmax from the logits on the fly, so no [N, V] probability tensor is
-// ever stored. Computed in f32 for 16-bit logits, f64 for f64; the result has the logits' dtype.
+// ever stored. Computed in f32 for 16-bit logits, f64 for f64; the result has the logits' dtype
+// unless `out_dtype` says otherwise (f32 for a training loss over bf16 logits: a 16-bit loss would
+// round it).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "runtime/core/tensor.h"
 
@@ -18,6 +21,7 @@ enum class Reduction : uint8_t { None, Mean, Sum };
 // ignored targets); Sum -> 0-D sum; Mean -> 0-D sum / (number of non-ignored targets), and 0 (not
 // NaN) when every target is ignored. Differentiable w.r.t. logits.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
-                     Reduction reduction = Reduction::Mean);
+                     Reduction reduction = Reduction::Mean,
+                     std::optional<DType> out_dtype = std::nullopt);
 
 }  // namespace mt::runtime
