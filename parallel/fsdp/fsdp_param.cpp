@@ -132,15 +132,39 @@ void FSDPParam::copy_grad_in(const Tensor& grad, const Tensor& flat, int64_t ran
 }
 
 void FSDPParam::accumulate_sharded_grad(const Tensor& reduced, int64_t offset) const {
+  add_to_sharded_grad(padded_view(reduced, offset, sharded_.size(tensor_dim_)));
+}
+
+void FSDPParam::add_to_sharded_grad(const Tensor& reduced) const {
   NoGradGuard no_grad;
-  Tensor g = padded_view(reduced, offset, sharded_.size(tensor_dim_));
-  g = g.dtype() != sharded_.dtype() ? g.to(sharded_.dtype()) : g.contiguous();
+  const Tensor g =
+      reduced.dtype() != sharded_.dtype() ? reduced.to(sharded_.dtype()) : reduced.contiguous();
   const Tensor existing = sharded_.grad();
   if (existing.defined()) {
     runtime::add_(existing, g);
   } else {
     sharded_.set_grad(g);
   }
+}
+
+void FSDPParam::cast_shard_into_unsharded() const {
+  MT_CHECK(num_shards_ == 1, "FSDPParam::cast_shard_into_unsharded: '", fqn_, "' has ",
+           num_shards_, " shards");
+  alloc_unsharded();
+  // The copy kernel itself, as in copy_out: saved tensors must not see a new version.
+  runtime::copy_kernel(unsharded_.device(), sharded_, unsharded_);
+}
+
+void FSDPParam::accumulate_whole_grad(const Tensor& grad, runtime::DType reduce_dtype,
+                                      double scale) const {
+  MT_CHECK(num_shards_ == 1 && grad.shape() == sharded_.shape(),
+           "FSDPParam::accumulate_whole_grad: '", fqn_, "' has ", num_shards_,
+           " shards of shape ", sharded_.shape(), ", gradient ", grad.shape());
+  NoGradGuard no_grad;
+  Tensor g = grad.to(reduce_dtype);
+  if (g.data_ptr() == grad.data_ptr()) g = g.clone();  // the reduced gradient is a new tensor
+  if (scale != 1.0) runtime::mul_(g, scale);
+  add_to_sharded_grad(g);
 }
 
 }  // namespace mt::parallel

@@ -74,7 +74,15 @@ class FSDPParam {
   // Adds (or sets) this rank's reduced gradient: `reduced` elements [offset, offset + valid).
   void accumulate_sharded_grad(const Tensor& reduced, int64_t offset) const;
 
+  // One shard (a mesh dim of size 1), where the collectives are copies and the shard is the
+  // whole parameter: the shard cast straight into the unsharded tensor (allocated), and the
+  // unsharded gradient cast to `reduce_dtype`, multiplied by `scale` (unless 1), and added (or
+  // set) as the shard's. The same values as the flat-buffer path, without its copies.
+  void cast_shard_into_unsharded() const;
+  void accumulate_whole_grad(const Tensor& grad, runtime::DType reduce_dtype, double scale) const;
+
  private:
+  void add_to_sharded_grad(const Tensor& reduced) const;  // cast to the shard's dtype
   std::string fqn_;
   Tensor* slot_;
   DTensor nested_dtensor(const Tensor& full, const DeviceMesh& mesh, int64_t mesh_dim,

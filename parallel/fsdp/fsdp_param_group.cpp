@@ -49,6 +49,11 @@ void FSDPParamGroup::unshard(bool async) {
   if (state_ != State::Sharded) return;
   runtime::NoGradGuard no_grad;
   const int64_t n = shard_group_->size();
+  if (n == 1) {  // the all-gather would be a copy: cast each shard straight into place
+    for (const auto& p : params_) p->cast_shard_into_unsharded();
+    state_ = State::Unsharded;
+    return;
+  }
   const auto opts = runtime::TensorOptions{}.with_dtype(compute_dtype_).with_device(device_);
   all_gather_in_ = runtime::empty({shard_numel_}, opts);
   all_gather_out_ = runtime::empty({n * shard_numel_}, opts);
@@ -99,6 +104,15 @@ bool FSDPParamGroup::start_reduce_scatter() {
   }
   if (!any) return false;
   const int64_t n = shard_group_->size();
+  if (n == 1 && replicate_group_ == nullptr) {  // nothing to reduce: no flat buffers, no wait
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!has_grad_[i]) continue;
+      params_[i]->accumulate_whole_grad(params_[i]->unsharded().grad(), reduce_dtype_,
+                                        1.0 / gradient_divide_factor_);
+      params_[i]->unsharded().set_grad(Tensor());
+    }
+    return true;
+  }
   const auto opts = runtime::TensorOptions{}.with_dtype(reduce_dtype_).with_device(device_);
   reduce_in_ = runtime::zeros({n * shard_numel_}, opts);
   reduce_out_ = runtime::empty({shard_numel_}, opts);

@@ -41,7 +41,8 @@ class FSDPParamGroup {
   State state() const { return state_; }
   int64_t unsharded_bytes() const;  // all parameters, in the compute dtype
 
-  // Sharded -> Unsharding (async) or Unsharded. No-op unless Sharded.
+  // Sharded -> Unsharding (async) or Unsharded. No-op unless Sharded. A shard group of one rank
+  // goes straight to Unsharded (no collective: each shard is cast into place).
   void unshard(bool async);
   // Unsharding -> Unsharded (waits for the all-gather, copies out). No-op unless Unsharding.
   void wait_for_unshard();
@@ -52,7 +53,8 @@ class FSDPParamGroup {
   void use_sharded_params() const;
 
   // Starts reducing the unsharded gradients (async) and drops them. False when no parameter
-  // has a gradient (nothing started).
+  // has a gradient (nothing started). With one rank and no replicate group the gradients land on
+  // the shards right away (cast to the reduce dtype and scaled as the collectives would).
   bool start_reduce_scatter();
   // Finishes the reduction started above: gradients land on the shards. No-op when none runs.
   void wait_for_reduce_scatter();
