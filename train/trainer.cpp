@@ -455,16 +455,18 @@ double Trainer::train_step() {
   }
   // On the CPU the norm is read at once (and gradients under max_norm are not touched); on a GPU
   // it stays on the device until the loss is read at the end of the step, so the host queues the
-  // whole step without waiting for it.
-  Tensor grad_norm_on_device;
+  // whole step without waiting for it, and the clipping coefficient goes to the optimizer, which
+  // applies it as it reads the gradients (no pass over them of its own).
+  Tensor grad_norm_on_device, clip_scale;
   if (device_.is_cpu()) {
     last_grad_norm_ = parallel::clip_grad_norm_(parallel::distributed_parameters(*model_),
                                                 config_.training.max_norm);
   } else {
-    grad_norm_on_device = parallel::clip_grad_norm_on_device_(
-        parallel::distributed_parameters(*model_), config_.training.max_norm);
+    grad_norm_on_device =
+        parallel::total_grad_norm_tensor(parallel::distributed_parameters(*model_));
+    clip_scale = runtime::optim::clip_coefficient(grad_norm_on_device, config_.training.max_norm);
   }
-  optimizer_->step();
+  optimizer_->step(clip_scale);
   scheduler_->step();
   if (spec_->after_optimizer_step) {  // e.g. MoE load balancing, with counts summed over ranks
     last_model_metrics_ = spec_->after_optimizer_step(*model_, [this](Tensor& t) {

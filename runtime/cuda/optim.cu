@@ -46,8 +46,12 @@ struct AdamWLaunch {
   TensorBlocks blocks;
 };
 
+// scale: the grad_scale (null: none).
 template <class P, class S, int V>
-__global__ void adamw_multi_tensor_kernel_impl(const __grid_constant__ AdamWLaunch<P, S> a) {
+__global__ void adamw_multi_tensor_kernel_impl(const __grid_constant__ AdamWLaunch<P, S> a,
+                                               const double* scale) {
+  const S s = scale != nullptr ? S(*scale) : S(1);
+  const auto grad = [&](P g) { return scale != nullptr ? scaled_grad(g, s) : S(g); };
   int64_t begin, end;
   const int t = a.blocks.locate(blockIdx.x, kBlockElems, begin, end);
   P* p = a.p[t];
@@ -62,7 +66,7 @@ __global__ void adamw_multi_tensor_kernel_impl(const __grid_constant__ AdamWLaun
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       S pj = S(pp.v[j]);
-      adamw_update(S(gp.v[j]), pj, mp.v[j], vp.v[j], a.c[t]);
+      adamw_update(grad(gp.v[j]), pj, mp.v[j], vp.v[j], a.c[t]);
       pp.v[j] = P(pj);
     }
     store_pack<V>(p, i, pp);
@@ -71,15 +75,18 @@ __global__ void adamw_multi_tensor_kernel_impl(const __grid_constant__ AdamWLaun
   }
   for (int64_t i = packs_end * V + threadIdx.x; i < end; i += blockDim.x) {
     S pi = S(p[i]);
-    adamw_update(S(g[i]), pi, m[i], v[i], a.c[t]);
+    adamw_update(grad(g[i]), pi, m[i], v[i], a.c[t]);
     p[i] = P(pi);
   }
 }
 
 void adamw_multi_tensor_step(const std::vector<AdamWOperands>& tensors, double lr, double beta1,
-                             double beta2, double eps, double weight_decay) {
+                             double beta2, double eps, double weight_decay,
+                             const Tensor& grad_scale) {
   if (tensors.empty()) return;
   const DType dtype = tensors.front().param.dtype();
+  check_grad_scale("adamw_multi_tensor_step", grad_scale, tensors.front().param.device());
+  const double* scale = grad_scale.defined() ? ptr<double>(grad_scale) : nullptr;
   for (const AdamWOperands& t : tensors) {
     check_optimizer_operands("adamw_multi_tensor_step", t.param, t.grad,
                              {&t.exp_avg, &t.exp_avg_sq});
@@ -97,9 +104,11 @@ void adamw_multi_tensor_step(const std::vector<AdamWOperands>& tensors, double l
       if (launch.blocks.count == 0) return;
       const auto grid = unsigned(launch.blocks.blocks);
       if (aligned) {
-        adamw_multi_tensor_kernel_impl<P, S, V><<<grid, kThreads, 0, current_stream()>>>(launch);
+        adamw_multi_tensor_kernel_impl<P, S, V>
+            <<<grid, kThreads, 0, current_stream()>>>(launch, scale);
       } else {
-        adamw_multi_tensor_kernel_impl<P, S, 1><<<grid, kThreads, 0, current_stream()>>>(launch);
+        adamw_multi_tensor_kernel_impl<P, S, 1>
+            <<<grid, kThreads, 0, current_stream()>>>(launch, scale);
       }
       MT_CUDA_CHECK_LAUNCH();
       launch.blocks.clear();

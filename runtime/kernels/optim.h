@@ -30,12 +30,16 @@ inline constinit KernelTable<void(const Tensor& param, const Tensor& grad, const
 // AdamW over several parameters of one device and dtype, each with its own state and step count,
 // in as few launches as the backend can (CUDA: one per kMaxTensorsPerLaunch parameters; the CPU
 // runs adamw_step_kernel's arithmetic on each). The same results as adamw_step_kernel per tensor.
+// grad_scale (undefined: none) is a one-element f64 tensor on the device: each gradient element
+// is used as scaled_grad(g, grad_scale) (optim_update.h), so clipping's scaling costs no pass of
+// its own; the gradients are not written.
 struct AdamWOperands {
   Tensor param, grad, exp_avg, exp_avg_sq;
   int64_t step = 0;
 };
 inline constinit KernelTable<void(const std::vector<AdamWOperands>& tensors, double lr,
-                                  double beta1, double beta2, double eps, double weight_decay)>
+                                  double beta1, double beta2, double eps, double weight_decay,
+                                  const Tensor& grad_scale)>
     adamw_multi_tensor_kernel{"adamw_multi_tensor_step"};
 
 // Gradient clipping over many tensors in a few launches (runtime/optim/clip_grad.h), for
@@ -62,6 +66,14 @@ inline constinit KernelTable<void(
     const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, double lr,
     double momentum, double dampening, double weight_decay, bool nesterov, bool first_step)>
     sgd_step_kernel{"sgd_step"};
+
+// Validates a grad_scale (above): undefined, or one f64 element on `device`.
+inline void check_grad_scale(const char* op, const Tensor& grad_scale, Device device) {
+  MT_CHECK(!grad_scale.defined() || (grad_scale.numel() == 1 &&
+                                     grad_scale.dtype() == DType::F64 &&
+                                     grad_scale.device() == device),
+           op, ": grad_scale must be one f64 value on ", device);
+}
 
 // Validates the contract above for one parameter; `op` names the optimizer in errors.
 inline void check_optimizer_operands(const char* op, const Tensor& param, const Tensor& grad,

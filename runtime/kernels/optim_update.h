@@ -31,6 +31,13 @@ struct AdamWCoefficients {
   }
 };
 
+// A gradient element multiplied by a clipping coefficient in S and rounded to its dtype P: the
+// value clip_grads_with_norm_ leaves in a gradient (runtime/optim/clip_grad.h).
+template <class P, class S>
+MT_HOST_DEVICE inline S scaled_grad(P g, S scale) {
+  return S(P(S(g) * scale));
+}
+
 // One AdamW element: p, m, v updated in place from gradient g.
 template <class S>
 MT_HOST_DEVICE inline void adamw_update(S g, S& p, S& m, S& v, const AdamWCoefficients<S>& c) {

@@ -52,13 +52,16 @@ void AdamW::update(const ParamGroup& group, const Tensor& param, const Tensor& g
                     group.beta1, group.beta2, group.eps, group.weight_decay, state.step);
 }
 
-void AdamW::update_group(const ParamGroup& group, std::vector<UpdateItem>& items) {
+void AdamW::update_group(const ParamGroup& group, std::vector<UpdateItem>& items,
+                         const Tensor& grad_scale) {
   // One multi-tensor call per (device, dtype) run of parameters, in the group's order.
   std::vector<AdamWOperands> batch;
   auto flush = [&] {
     if (batch.empty()) return;
-    adamw_multi_tensor_kernel(batch.front().param.device(), batch, group.lr, group.beta1,
-                              group.beta2, group.eps, group.weight_decay);
+    const Device device = batch.front().param.device();
+    adamw_multi_tensor_kernel(device, batch, group.lr, group.beta1, group.beta2, group.eps,
+                              group.weight_decay,
+                              grad_scale.defined() ? grad_scale.to(device) : grad_scale);
     batch.clear();
   };
   for (const UpdateItem& item : items) {

@@ -33,8 +33,10 @@ class AdamW : public Optimizer {
  protected:
   void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
               ParamState& state) override;
-  // Every parameter of the group through adamw_multi_tensor_kernel (one CUDA launch per 48).
-  void update_group(const ParamGroup& group, std::vector<UpdateItem>& items) override;
+  // Every parameter of the group through adamw_multi_tensor_kernel (one CUDA launch per 48),
+  // which applies grad_scale as it reads the gradients.
+  void update_group(const ParamGroup& group, std::vector<UpdateItem>& items,
+                    const Tensor& grad_scale) override;
   std::vector<std::pair<std::string, double*>> hyperparams(ParamGroup& group) const override;
   void validate(const ParamGroup& group, size_t index) const override;
 };

@@ -141,19 +141,30 @@ double clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm,
   return coef;
 }
 
-void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm,
-                           const Tensor& total_norm) {
+Tensor clip_coefficient(const Tensor& total_norm, double max_norm) {
   MT_CHECK(std::isfinite(max_norm) && max_norm >= 0,
-           "clip_grads_with_norm_: max_norm must be a finite value >= 0, got ", max_norm);
+           "clip_coefficient: max_norm must be a finite value >= 0, got ", max_norm);
   MT_CHECK(total_norm.defined() && total_norm.numel() == 1 && total_norm.dtype() == DType::F64,
-           "clip_grads_with_norm_: expected the total norm as one f64 value");
+           "clip_coefficient: expected the total norm as one f64 value");
   NoGradGuard no_grad;
   // The coefficient the host path uses, computed where the norm is: max_norm / (total + 1e-6)
   // when total > max_norm (never for NaN), else 1 (multiplying by 1 changes no value).
   const Tensor total = total_norm.reshape({});
   const Tensor max_t = scalar_tensor(max_norm, total.options());
-  const Tensor coef =
-      where(gt(total, max_norm), div(max_t, add(total, 1e-6)), scalar_tensor(1.0, total.options()));
+  return where(gt(total, max_norm), div(max_t, add(total, 1e-6)),
+               scalar_tensor(1.0, total.options()));
+}
+
+Tensor scaled_by(const Tensor& grad, const Tensor& coef) {
+  NoGradGuard no_grad;
+  if (grad.dtype() == DType::F64) return mul(grad, coef.to(DType::F64));
+  return mul(grad.to(DType::F32), coef.to(DType::F32)).to(grad.dtype());
+}
+
+void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm,
+                           const Tensor& total_norm) {
+  const Tensor coef = clip_coefficient(total_norm, max_norm);
+  NoGradGuard no_grad;
   for (const std::vector<Tensor>& grads : grads_by_device(params, "clip_grads_with_norm_")) {
     const Tensor c = coef.to(grads.front().device());
     if (fused(scale_multi_tensor_kernel, grads)) {
@@ -162,12 +173,10 @@ void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm,
     }
     const Tensor c32 = c.to(DType::F32);
     for (const Tensor& grad : grads) {
-      if (grad.dtype() == DType::F64) {
-        mul_(grad, c);
-      } else if (grad.dtype() == DType::F32) {
-        mul_(grad, c32);
-      } else {  // 16-bit: the product in f32, rounded once (as the host path's scalar multiply)
-        grad.copy_(mul(grad.to(DType::F32), c32));
+      if (grad.dtype() == DType::F32) {
+        mul_(grad, c32);  // in place: no new tensor
+      } else {
+        grad.copy_(scaled_by(grad, c));
       }
     }
   }

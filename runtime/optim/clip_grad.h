@@ -55,6 +55,12 @@ Tensor local_norm_pow_tensor(const std::vector<Tensor>& params, double norm_type
 Tensor norm_from_pow(const Tensor& partial, double norm_type = 2.0);
 void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm,
                            const Tensor& total_norm);
+// The coefficient those apply, a 0-D f64 tensor where total_norm is: for Optimizer::step's
+// grad_scale, which folds the scaling into the update instead of writing every gradient.
+Tensor clip_coefficient(const Tensor& total_norm, double max_norm);
+// A gradient multiplied by such a coefficient, as a new tensor with the values the in-place
+// scaling writes: the product in f32 (f64 for f64) rounded once to the gradient's dtype.
+Tensor scaled_by(const Tensor& grad, const Tensor& coef);
 
 // Computes the total norm, clips (see above) and returns the total norm (before clipping).
 // With error_if_nonfinite, a NaN or infinite total throws mt::Error and leaves the grads as they

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "runtime/core/grad_mode.h"
+#include "runtime/optim/clip_grad.h"
 #include "runtime/ops/factory.h"
 
 namespace mt::runtime::optim {
@@ -111,8 +112,12 @@ std::vector<std::pair<std::string, double*>> Optimizer::hyperparams(ParamGroup& 
   return common_hyperparams(group);
 }
 
-void Optimizer::step() {
+void Optimizer::step(const Tensor& grad_scale) {
   NoGradGuard no_grad;
+  MT_CHECK(!grad_scale.defined() || (grad_scale.numel() == 1 && grad_scale.dtype() == DType::F64),
+           name_, ": grad_scale must be one f64 value, got ",
+           grad_scale.defined() ? grad_scale.shape() : Shape{}, " ",
+           grad_scale.defined() ? dtype_name(grad_scale.dtype()) : "undefined");
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
     std::vector<UpdateItem> items;
@@ -136,7 +141,7 @@ void Optimizer::step() {
       indices.push_back(i);
     }
     if (items.empty()) continue;
-    update_group(group, items);
+    update_group(group, items, grad_scale);
     for (size_t k = 0; k < items.size(); ++k) {
       const Tensor& p = group.params[indices[k]];
       if (items[k].param.same(p)) {
@@ -149,8 +154,13 @@ void Optimizer::step() {
   }
 }
 
-void Optimizer::update_group(const ParamGroup& group, std::vector<UpdateItem>& items) {
-  for (UpdateItem& item : items) update(group, item.param, item.grad, *item.state);
+void Optimizer::update_group(const ParamGroup& group, std::vector<UpdateItem>& items,
+                             const Tensor& grad_scale) {
+  for (UpdateItem& item : items) {
+    const Tensor grad =
+        grad_scale.defined() ? scaled_by(item.grad, grad_scale.to(item.grad.device())) : item.grad;
+    update(group, item.param, grad, *item.state);
+  }
 }
 
 void Optimizer::zero_grad(bool set_to_none) {

@@ -57,8 +57,12 @@ class Optimizer {
 
   const std::string& name() const { return name_; }
 
-  // Updates every parameter with a gradient (no_grad).
-  void step();
+  // Updates every parameter with a gradient (no_grad). grad_scale (undefined: none), a one-element
+  // f64 tensor on the parameters' device, folds clipping into the update: each gradient counts as
+  // clip_grads_with_norm_ would leave it after multiplying by grad_scale (clip_coefficient(),
+  // runtime/optim/clip_grad.h), but stays as it is. Multi-tensor kernels apply it as they read
+  // (no extra pass); other optimizers get scaled copies.
+  void step(const Tensor& grad_scale = Tensor());
   // Drops (set_to_none) or zeroes the gradients of all parameters.
   void zero_grad(bool set_to_none = true);
 
@@ -92,9 +96,11 @@ class Optimizer {
     Tensor param, grad;
     ParamState* state;
   };
-  // Updates every item of one group; the default calls update() on each. Optimizers with a
-  // multi-tensor kernel override it to update many parameters per launch.
-  virtual void update_group(const ParamGroup& group, std::vector<UpdateItem>& items);
+  // Updates every item of one group; the default calls update() on each (with scaled copies of
+  // the gradients when grad_scale is defined, see step()). Optimizers with a multi-tensor kernel
+  // override it to update many parameters per launch.
+  virtual void update_group(const ParamGroup& group, std::vector<UpdateItem>& items,
+                            const Tensor& grad_scale);
   // The group's hyper-parameters saved in state_dict() (pointers into `group`).
   virtual std::vector<std::pair<std::string, double*>> hyperparams(ParamGroup& group) const;
   // Throws naming the optimizer and the bad value.

@@ -21,6 +21,7 @@
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/clip_grad.h"
 #include "runtime/optim/sgd.h"
+#include "tests/runtime/grad_scale_check.h"
 #include "tests/testing/errors.h"
 #include "tests/testing/gpu.h"
 #include "tests/testing/tensor_testing.h"
@@ -352,6 +353,12 @@ TEST(CudaClipGrad, MultiTensorNormAndScaleMatchCpu) {
   }
   for (double p : {2.0, kInf})
     EXPECT_TRUE(std::isnan(optim::local_norm_pow_tensor(gpu, p).item<double>())) << p;
+}
+
+// Clipping folded into the update: the multi-tensor AdamW kernel scales as it reads.
+TEST(CudaOptimizers, GradScaleEqualsClippingFirstBitwise) {
+  MT_REQUIRE_CUDA();
+  optim::expect_grad_scale_equals_clipping_first(Device::cuda(0));
 }
 
 }  // namespace

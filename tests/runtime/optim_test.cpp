@@ -10,6 +10,8 @@
 #include "runtime/ops/factory.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/sgd.h"
+#include "tests/runtime/grad_scale_check.h"
+#include "tests/testing/errors.h"
 #include "tests/testing/tensor_testing.h"
 
 namespace mt::runtime::optim {
@@ -268,6 +270,21 @@ TEST(SGD, ZeroGradAndErrors) {
   set_grad_for_step(p, 1);
   opt.step();
   EXPECT_TRUE(opt.state_dict().contains("state.0.0.momentum_buffer"));
+}
+
+TEST(Optimizers, GradScaleEqualsClippingFirstBitwise) {
+  expect_grad_scale_equals_clipping_first(Device::cpu());
+}
+
+TEST(Optimizers, BadGradScaleIsRejected) {
+  Tensor p = param_of({1.0, 2.0});
+  set_grad_for_step(p, 1);
+  AdamW opt(std::vector<Tensor>{p});
+  for (const Tensor& bad : {scalar_tensor(0.5, opts(DType::F32)), zeros({2}, opts(DType::F64))}) {
+    const std::string msg = testing::error_of([&] { opt.step(bad); });
+    EXPECT_NE(msg.find("AdamW: grad_scale must be one f64 value"), std::string::npos) << msg;
+  }
+  EXPECT_TRUE(all_close(p, from_vector<double>({1.0, 2.0}, {2}), 0, 0));  // nothing stepped
 }
 
 }  // namespace
