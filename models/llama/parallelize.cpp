@@ -18,7 +18,13 @@ void parallelize(runtime::nn::Module& model, const ParallelContext& context) {
   options.reshard_after_forward = context.reshard_after_forward;
   options.mp_policy = context.mp_policy;
   options.gradient_divide_factor = context.gradient_divide_factor;
-  for (const auto& block : llama->blocks) parallel::fully_shard(*block, context.dp_mesh, options);
+  // The last block's parameters are the first the backward needs: like the root's, they stay
+  // unsharded after the forward unless resharding is "always" (torchtitan's default policy).
+  for (const auto& block : llama->blocks) {
+    if (block == llama->blocks.back())
+      options.reshard_after_forward = context.reshard_root_after_forward;
+    parallel::fully_shard(*block, context.dp_mesh, options);
+  }
   options.reshard_after_forward = context.reshard_root_after_forward;
   parallel::fully_shard(model, context.dp_mesh, options);
 }
