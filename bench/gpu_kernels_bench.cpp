@@ -166,19 +166,28 @@ int run() {
                       autograd::backward({cross_entropy(logits, targets)});
                     }),
                     3.0 * 4 * N * V, false});
+    logits = rnd({N, V}, bf16, dev, "logits16").set_requires_grad(true);  // llama's loss input
+    rows.push_back({"cross_entropy fwd+bwd", "8192x128256 bf16", time_it(dev, [&] {
+                      autograd::backward({cross_entropy(logits, targets, -100, Reduction::Mean,
+                                                        DType::F32)});
+                    }),
+                    3.0 * 2 * N * V, false});
     logits = Tensor();
-    Tensor q = rnd({B, Hq, T, hd}, bf16, dev, "q").set_requires_grad(true);
-    Tensor k = rnd({B, Hkv, T, hd}, bf16, dev, "k").set_requires_grad(true);
-    Tensor v = rnd({B, Hkv, T, hd}, bf16, dev, "v").set_requires_grad(true);
+    // As the model passes them: transposed views of [B, T, H, D] activations.
+    Tensor q_bthd = rnd({B, T, Hq, hd}, bf16, dev, "q").set_requires_grad(true);
+    Tensor k_bthd = rnd({B, T, Hkv, hd}, bf16, dev, "k").set_requires_grad(true);
+    Tensor v_bthd = rnd({B, T, Hkv, hd}, bf16, dev, "v").set_requires_grad(true);
+    const Tensor q = q_bthd.transpose(1, 2), k = k_bthd.transpose(1, 2),
+                 v = v_bthd.transpose(1, 2);
     const double attn_flops = 4.0 * B * Hq * double(T) * T * hd / 2;  // causal
     {
       NoGradGuard no_grad;
-      rows.push_back({"attention fwd (cuDNN, causal GQA)", "4x32x2048x64 bf16",
+      rows.push_back({"attention fwd (cuDNN, causal GQA)", "4x32x2048x64 bf16 BTHD",
                       time_it(dev, [&] { scaled_dot_product_attention(q, k, v, true); }),
                       attn_flops, true});
     }
-    Tensor dout = rnd({B, Hq, T, hd}, bf16, dev, "dout");
-    rows.push_back({"attention fwd+bwd", "4x32x2048x64 bf16", time_it(dev, [&] {
+    Tensor dout = rnd({B, T, Hq, hd}, bf16, dev, "dout").transpose(1, 2);
+    rows.push_back({"attention fwd+bwd", "4x32x2048x64 bf16 BTHD", time_it(dev, [&] {
                       autograd::backward({scaled_dot_product_attention(q, k, v, true)}, {dout});
                     }),
                     3.5 * attn_flops, true});
