@@ -147,24 +147,13 @@ void FSDPParam::add_to_sharded_grad(const Tensor& reduced) const {
   }
 }
 
-void FSDPParam::cast_shard_into_unsharded() const {
-  MT_CHECK(num_shards_ == 1, "FSDPParam::cast_shard_into_unsharded: '", fqn_, "' has ",
-           num_shards_, " shards");
-  alloc_unsharded();
-  // The copy kernel itself, as in copy_out: saved tensors must not see a new version.
-  runtime::copy_kernel(unsharded_.device(), sharded_, unsharded_);
-}
-
-void FSDPParam::accumulate_whole_grad(const Tensor& grad, runtime::DType reduce_dtype,
-                                      double scale) const {
-  MT_CHECK(num_shards_ == 1 && grad.shape() == sharded_.shape(),
+void FSDPParam::accumulate_whole_grad(const Tensor& reduced, double scale) const {
+  MT_CHECK(num_shards_ == 1 && reduced.shape() == sharded_.shape(),
            "FSDPParam::accumulate_whole_grad: '", fqn_, "' has ", num_shards_,
-           " shards of shape ", sharded_.shape(), ", gradient ", grad.shape());
+           " shards of shape ", sharded_.shape(), ", gradient ", reduced.shape());
   NoGradGuard no_grad;
-  Tensor g = grad.to(reduce_dtype);
-  if (g.data_ptr() == grad.data_ptr()) g = g.clone();  // the reduced gradient is a new tensor
-  if (scale != 1.0) runtime::mul_(g, scale);
-  add_to_sharded_grad(g);
+  if (scale != 1.0) runtime::mul_(reduced, scale);
+  add_to_sharded_grad(reduced);
 }
 
 }  // namespace mt::parallel

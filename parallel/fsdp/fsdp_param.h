@@ -75,11 +75,11 @@ class FSDPParam {
   void accumulate_sharded_grad(const Tensor& reduced, int64_t offset) const;
 
   // One shard (a mesh dim of size 1), where the collectives are copies and the shard is the
-  // whole parameter: the shard cast straight into the unsharded tensor (allocated), and the
-  // unsharded gradient cast to `reduce_dtype`, multiplied by `scale` (unless 1), and added (or
-  // set) as the shard's. The same values as the flat-buffer path, without its copies.
-  void cast_shard_into_unsharded() const;
-  void accumulate_whole_grad(const Tensor& grad, runtime::DType reduce_dtype, double scale) const;
+  // whole parameter, so the group casts the shard straight into the unsharded tensor and the
+  // unsharded gradient straight into a reduce-dtype tensor (all of a group's at once): this adds
+  // that reduced gradient, multiplied by `scale` (unless 1), to the shard's (or sets it). The
+  // same values as the flat-buffer path, without its copies.
+  void accumulate_whole_grad(const Tensor& reduced, double scale) const;
 
  private:
   void add_to_sharded_grad(const Tensor& reduced) const;  // cast to the shard's dtype

@@ -3,10 +3,29 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
+#include "runtime/kernels/copy.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
 
 namespace mt::parallel {
+
+namespace {
+// dsts[k] = srcs[k] converted: in a few launches where the device's backend has the multi-tensor
+// copy (CUDA) and every tensor is contiguous, else pair by pair. The copy kernels themselves, not
+// Tensor::copy_: new values of the same parameters, so saved tensors must not see a new version.
+void copy_pairs(const std::vector<Tensor>& srcs, const std::vector<Tensor>& dsts) {
+  if (srcs.empty()) return;
+  const runtime::Device device = dsts.front().device();
+  bool fused = runtime::copy_multi_tensor_kernel.has(device.type);
+  for (size_t k = 0; k < srcs.size() && fused; ++k)
+    fused = srcs[k].is_contiguous() && dsts[k].is_contiguous();
+  if (fused) {
+    runtime::copy_multi_tensor_kernel(device, srcs, dsts);
+    return;
+  }
+  for (size_t k = 0; k < srcs.size(); ++k) runtime::copy_kernel(device, srcs[k], dsts[k]);
+}
+}  // namespace
 
 FSDPParamGroup::FSDPParamGroup(std::string module_fqn,
                                std::vector<std::unique_ptr<FSDPParam>> params,
@@ -49,8 +68,14 @@ void FSDPParamGroup::unshard(bool async) {
   if (state_ != State::Sharded) return;
   runtime::NoGradGuard no_grad;
   const int64_t n = shard_group_->size();
-  if (n == 1) {  // the all-gather would be a copy: cast each shard straight into place
-    for (const auto& p : params_) p->cast_shard_into_unsharded();
+  if (n == 1) {  // the all-gather would be a copy: cast the shards straight into place
+    std::vector<Tensor> shards, unsharded;
+    for (const auto& p : params_) {
+      p->alloc_unsharded();
+      shards.push_back(p->sharded());
+      unsharded.push_back(p->unsharded());
+    }
+    copy_pairs(shards, unsharded);
     state_ = State::Unsharded;
     return;
   }
@@ -105,12 +130,18 @@ bool FSDPParamGroup::start_reduce_scatter() {
   if (!any) return false;
   const int64_t n = shard_group_->size();
   if (n == 1 && replicate_group_ == nullptr) {  // nothing to reduce: no flat buffers, no wait
+    std::vector<Tensor> grads, reduced;
     for (size_t i = 0; i < params_.size(); ++i) {
       if (!has_grad_[i]) continue;
-      params_[i]->accumulate_whole_grad(params_[i]->unsharded().grad(), reduce_dtype_,
-                                        1.0 / gradient_divide_factor_);
+      const Tensor grad = params_[i]->unsharded().grad();
+      grads.push_back(grad);
+      reduced.push_back(runtime::empty(grad.shape(), grad.options().with_dtype(reduce_dtype_)));
       params_[i]->unsharded().set_grad(Tensor());
     }
+    copy_pairs(grads, reduced);
+    const double scale = 1.0 / gradient_divide_factor_;
+    for (size_t i = 0, k = 0; i < params_.size(); ++i)
+      if (has_grad_[i]) params_[i]->accumulate_whole_grad(reduced[k++], scale);
     return true;
   }
   const auto opts = runtime::TensorOptions{}.with_dtype(reduce_dtype_).with_device(device_);

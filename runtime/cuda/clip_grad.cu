@@ -55,7 +55,8 @@ __global__ void norm_pow_partials(const __grid_constant__ TensorTable<const T> a
   for (int64_t i = begin / V + threadIdx.x; i < packs_end; i += blockDim.x) {
     const Pack<T, V> pk = load_pack<V>(x, i);
 #pragma unroll
-    for (int j = 0; j < V; ++j) acc = norm_combine(kind, acc, norm_term(kind, convert<double>(pk.v[j]), p));
+    for (int j = 0; j < V; ++j)
+      acc = norm_combine(kind, acc, norm_term(kind, convert<double>(pk.v[j]), p));
   }
   for (int64_t i = packs_end * V + threadIdx.x; i < end; i += blockDim.x)
     acc = norm_combine(kind, acc, norm_term(kind, convert<double>(x[i]), p));

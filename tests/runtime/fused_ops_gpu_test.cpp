@@ -1,6 +1,6 @@
-// The CUDA backend's device plumbing (copies, caching allocator) and its matmul and fused kernels
-// (rms_norm, rope, swiglu, cross-entropy, AdamW, SGD, gradient clipping) against the CPU backend, forward and
-// backward, on random inputs. Skips without a GPU.
+// The CUDA backend's device plumbing (copies, multi-tensor copies, caching allocator) and its
+// matmul and fused kernels (rms_norm, rope, swiglu, cross-entropy, AdamW, SGD, gradient clipping)
+// against the CPU backend, forward and backward, on random inputs. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +11,7 @@
 #include "runtime/core/deferred_errors.h"
 #include "runtime/core/device_runtime.h"
 #include "runtime/core/grad_mode.h"
+#include "runtime/kernels/copy.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
 #include "runtime/ops/loss.h"
@@ -359,6 +360,36 @@ TEST(CudaClipGrad, MultiTensorNormAndScaleMatchCpu) {
 TEST(CudaOptimizers, GradScaleEqualsClippingFirstBitwise) {
   MT_REQUIRE_CUDA();
   optim::expect_grad_scale_equals_clipping_first(Device::cuda(0));
+}
+
+// FSDP's casts of a block's parameters and gradients on one GPU go through copy_multi_tensor_:
+// 53 pairs of four dtype pairs (f32 -> bf16: two 48-pair tables), sizes from empty to several
+// blocks, one source view that is not 16-byte aligned; bitwise against copy_kernel pair by pair.
+TEST(CudaDevice, MultiTensorCopyEqualsPairByPair) {
+  MT_REQUIRE_CUDA();
+  const std::vector<int64_t> sizes = {0, 1, 7, 1024, 1025, 9000, 40001};
+  std::vector<Tensor> srcs, fused, single;
+  for (int i = 0; i < 52; ++i) {
+    const DType from = i < 50 ? DType::F32 : DType::BF16;
+    const DType to = i < 50 ? DType::BF16 : i % 2 == 0 ? DType::F32 : DType::F64;
+    const Tensor src = on_cuda(randn_as({sizes[size_t(i) % sizes.size()]}, from, 500 + i));
+    srcs.push_back(src);
+    fused.push_back(Tensor::empty(src.shape(), src.options().with_dtype(to)));
+    single.push_back(Tensor::empty(src.shape(), src.options().with_dtype(to)));
+  }
+  const Tensor odd = on_cuda(randn_as({4097}, DType::F32, 999)).narrow(0, 1, 4096);
+  ASSERT_NE(reinterpret_cast<uintptr_t>(odd.data_ptr()) % 16, 0u);
+  srcs.push_back(odd);
+  fused.push_back(Tensor::empty({4096}, odd.options().with_dtype(DType::BF16)));
+  single.push_back(Tensor::empty({4096}, odd.options().with_dtype(DType::BF16)));
+  copy_multi_tensor_kernel(srcs.front().device(), srcs, fused);
+  for (size_t k = 0; k < srcs.size(); ++k) copy_kernel(srcs[k].device(), srcs[k], single[k]);
+  for (size_t k = 0; k < srcs.size(); ++k)
+    EXPECT_TRUE(testing::all_close(fused[k], single[k], 0, 0)) << "pair " << k;
+  const std::string msg = testing::error_of([&] {  // 1024 elements into 1025
+    copy_multi_tensor_kernel(srcs[3].device(), std::vector{srcs[3]}, std::vector{fused[4]});
+  });
+  EXPECT_NE(msg.find("expected contiguous floating tensors of one size"), std::string::npos) << msg;
 }
 
 }  // namespace
