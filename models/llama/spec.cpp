@@ -44,9 +44,8 @@ ModelSpec make_model_spec(const std::string& flavor) {
                  runtime::Reduction reduction) {
     // f32 loss over the compute-dtype logits: the values of the f32 logits' loss (see model.h).
     const Tensor logits = as_llama(model).loss_logits(tokens);
-    const runtime::DType loss_dtype =
-        logits.dtype() == runtime::DType::F64 ? runtime::DType::F64 : runtime::DType::F32;
-    return runtime::cross_entropy(logits, targets, -100, reduction, loss_dtype);
+    return runtime::cross_entropy(logits, targets, -100, reduction,
+                                  runtime::accumulation_dtype(logits.dtype()));
   };
   spec.parallelize = parallelize;
   spec.num_params = [args]() { return count_parameters(args()).total; };

@@ -82,9 +82,9 @@ Transformer::Transformer(const ModelArgs& args, uint64_t seed, TensorOptions opt
   init_weights(seed);
 }
 
-Transformer::Output Transformer::forward_with_aux(const Tensor& tokens) {
+Transformer::Output Transformer::forward_with_aux(const Tensor& tokens, bool f32_logits) {
   llama::check_token_batch(tokens, args_.max_seq_len, "moe Transformer");
-  std::vector<Tensor> out = call_multi({tokens}, [this](const std::vector<Tensor>& in) {
+  std::vector<Tensor> out = call_multi({tokens}, [this, f32_logits](const std::vector<Tensor>& in) {
     Tensor h = (*tok_embeddings)(in[0]);
     Tensor aux;
     for (const auto& block : blocks) {
@@ -94,7 +94,7 @@ Transformer::Output Transformer::forward_with_aux(const Tensor& tokens) {
     }
     Tensor logits = (*output)((*norm)(h));
     const DType dt = logits.dtype();
-    if (dt == DType::BF16 || dt == DType::F16) logits = logits.to(DType::F32);
+    if (f32_logits && (dt == DType::BF16 || dt == DType::F16)) logits = logits.to(DType::F32);
     return aux.defined() ? std::vector<Tensor>{logits, aux} : std::vector<Tensor>{logits};
   });
   return Output{out[0], out.size() > 1 ? out[1] : Tensor()};

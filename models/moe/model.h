@@ -64,8 +64,10 @@ class Transformer : public nn::Module {
     Tensor logits;    // [B, T, V]
     Tensor aux_loss;  // 0-dim sum of the MoE blocks' auxiliary losses; undefined when off
   };
-  // tokens [B, T] (i64 or i32, values in [0, vocab_size), T <= max_seq_len).
-  Output forward_with_aux(const Tensor& tokens);
+  // tokens [B, T] (i64 or i32, values in [0, vocab_size), T <= max_seq_len). Logits of 16-bit
+  // parameters are cast to f32 unless f32_logits is false (the training loss, which reads them
+  // in f32 anyway: see llama's model.h).
+  Output forward_with_aux(const Tensor& tokens, bool f32_logits = true);
   // The logits alone.
   Tensor operator()(const Tensor& tokens) { return forward_with_aux(tokens).logits; }
 

@@ -47,8 +47,10 @@ ModelSpec make_model_spec(const std::string& flavor) {
   };
   spec.loss = [](runtime::nn::Module& model, const Tensor& tokens, const Tensor& targets,
                  runtime::Reduction reduction) {
-    const Transformer::Output out = as_moe(model).forward_with_aux(tokens);
-    Tensor loss = runtime::cross_entropy(out.logits, targets, -100, reduction);
+    // f32 loss over the compute-dtype logits (the f32 logits' values, without their copy).
+    const Transformer::Output out = as_moe(model).forward_with_aux(tokens, false);
+    Tensor loss = runtime::cross_entropy(out.logits, targets, -100, reduction,
+                                         runtime::accumulation_dtype(out.logits.dtype()));
     if (out.aux_loss.defined() && runtime::GradMode::enabled() &&
         reduction != runtime::Reduction::None) {
       Tensor aux = out.aux_loss.to(loss.dtype());

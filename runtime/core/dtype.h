@@ -49,6 +49,8 @@ std::string_view dtype_name(DType t);  // "f32", "bf16", ...
 DType dtype_from_name(std::string_view name);  // throws naming the valid names
 bool is_floating(DType t);
 bool is_integral(DType t);  // i32, i64 (not bool)
+// Where floating math on t accumulates: f64 for f64, f32 otherwise (16-bit floats included).
+inline DType accumulation_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
 std::ostream& operator<<(std::ostream& os, DType t);
 
 template <class T> struct dtype_of;

@@ -20,7 +20,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   MT_CHECK(logits.device() == targets.device(), "cross_entropy: logits on ", logits.device(),
            " but targets on ", targets.device());
   const int64_t N = numel_of(lead), V = logits.size(-1);
-  const DType acc = logits.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  const DType acc = accumulation_dtype(logits.dtype());
   const TensorOptions acc_options = logits.options().with_dtype(acc);
   const DType result = out_dtype.value_or(logits.dtype());
   MT_CHECK(is_floating(result), "cross_entropy: expected a floating out_dtype, got ",
