@@ -336,6 +336,30 @@ TEST(Registry, BuildsLlamaAndComputesLoss) {
   EXPECT_THROW(spec.build({.activation_checkpoint = "sometimes"}), mt::Error);
 }
 
+// The training loss of a bf16 model reads its bf16 logits (loss_logits) instead of the f32 cast
+// that operator() returns: the loss (f32) and every gradient must be the cast path's, bitwise.
+TEST(Registry, Bf16LossReadsBf16LogitsWithTheF32LogitsValues) {
+  ModelSpec spec = get_model_spec("llama3", "debugmodel");
+  std::any_cast<ModelArgs&>(*spec.args) = tiny_args(2);
+  auto fused = spec.build({.seed = 3, .dtype = DType::BF16});
+  auto cast = spec.build({.seed = 3, .dtype = DType::BF16});
+  Tensor tokens = random_tokens(2, 6, 37, 1), targets = random_tokens(2, 6, 37, 2);
+  const Tensor logits = spec.forward(*cast, tokens);  // operator(): f32 logits
+  ASSERT_EQ(logits.dtype(), DType::F32);
+  const Tensor want = runtime::cross_entropy(logits, targets);
+  const Tensor got = spec.loss(*fused, tokens, targets, runtime::Reduction::Mean);
+  ASSERT_EQ(got.dtype(), DType::F32);
+  EXPECT_EQ(got.item<double>(), want.item<double>());
+  got.backward();
+  want.backward();
+  auto pf = fused->named_parameters(), pc = cast->named_parameters();
+  ASSERT_EQ(pf.size(), pc.size());
+  for (size_t i = 0; i < pf.size(); ++i) {
+    ASSERT_TRUE(pf[i].second.grad().defined()) << pf[i].first;
+    EXPECT_TRUE(all_close(pf[i].second.grad(), pc[i].second.grad(), 0, 0)) << pf[i].first;
+  }
+}
+
 TEST(Registry, UnknownNamesAndFlavorsListTheValidOnes) {
   EXPECT_EQ(model_names(), (std::vector<std::string>{"llama3", "deepseek_v3"}));
   EXPECT_EQ(model_flavors("llama3"),

@@ -659,6 +659,34 @@ TEST(MoeModel, Bf16ParametersGiveF32LogitsCloseToF32) {
   EXPECT_TRUE(all_close(b, a, 0.05, 0.05));
 }
 
+// As for llama: the training loss of a bf16 model reads its bf16 logits, with the values (loss
+// in f32, aux loss added, gradients) of the f32 cast that operator() returns, bitwise.
+TEST(MoeModel, Bf16LossReadsBf16LogitsWithTheF32LogitsValues) {
+  ModelSpec spec = get_model_spec("deepseek_v3", "moe_debug");
+  std::any_cast<ModelArgs&>(*spec.args).vocab_size = 64;
+  auto fused = spec.build({.seed = 41, .dtype = DType::BF16});
+  auto cast = spec.build({.seed = 41, .dtype = DType::BF16});
+  Tensor tokens = random_tokens(2, 8, 64, 42), targets = random_tokens(2, 8, 64, 43);
+  const Transformer::Output o = dynamic_cast<Transformer&>(*cast).forward_with_aux(tokens);
+  ASSERT_EQ(o.logits.dtype(), DType::F32);
+  Tensor want = runtime::cross_entropy(o.logits, targets);
+  if (o.aux_loss.defined()) want = runtime::add(want, o.aux_loss.to(want.dtype()));
+  const Tensor got = spec.loss(*fused, tokens, targets, runtime::Reduction::Mean);
+  ASSERT_EQ(got.dtype(), DType::F32);
+  EXPECT_EQ(got.item<double>(), want.item<double>());
+  got.backward();
+  want.backward();
+  auto pf = fused->named_parameters(), pc = cast->named_parameters();
+  ASSERT_EQ(pf.size(), pc.size());
+  size_t compared = 0;
+  for (size_t i = 0; i < pf.size(); ++i) {
+    if (!pc[i].second.grad().defined()) continue;  // e.g. non-trainable expert biases
+    EXPECT_TRUE(all_close(pf[i].second.grad(), pc[i].second.grad(), 0, 0)) << pf[i].first;
+    ++compared;
+  }
+  EXPECT_GT(compared, pf.size() / 2);
+}
+
 TEST(MoeFlavors, SizesCloseToPublished) {
   // Published (MLA attention): DeepSeek-V2-Lite 15.7B total / 2.4B active, DeepSeek-V3 671B /
   // 37B. GQA's 4 dim^2 attention parameters differ from MLA's (+3M/layer for 16B, +18M/layer for
