@@ -11,7 +11,8 @@
 // index j into load(j) (returns what it read) and store(j, loaded): load_then_store runs kUnroll
 // loads per thread before their stores, so several packs per thread are in flight (the compiler
 // cannot move a load above a store that may alias it). launch_packed_op runs such an op over
-// contiguous operands, on packs where the pointers allow it.
+// contiguous operands, on packs where the pointers allow it. (For out = f(inputs) ops, loops.cuh's
+// launch_packed / launch_map are simpler: one output, f on values.)
 #pragma once
 
 #include <cstdint>
