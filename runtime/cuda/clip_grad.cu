@@ -96,27 +96,23 @@ void check_operands(const std::vector<Tensor>& tensors, const char* op) {
   }
 }
 
-// Runs launch(table, first_block) for the nonempty tensors of dtype T in `tensors`, up to
-// kMaxTensorsPerLaunch per launch, packed (V of pack_width<T>) when every pointer of the launch
-// is aligned for it. Returns the number of blocks launched.
+// Runs launch(table, width, first_block) for the nonempty tensors of dtype T in `tensors`, up to
+// kMaxTensorsPerLaunch per launch, `width` the pack width (launch_blocks: pack_width<T>, or 1
+// when a pointer is not aligned for it). Returns the number of blocks launched.
 template <class T, class Elem, class Launch>
 int64_t for_each_launch(const std::vector<Tensor>& tensors, DType dtype, int64_t elems_per_block,
                         Launch&& launch) {
   TensorTable<Elem> table;
-  bool aligned = true;
   int64_t launched = 0;
   auto flush = [&] {
-    if (table.blocks.count == 0) return;
-    launch(table, aligned, launched);
+    const int64_t first = launched;
     launched += table.blocks.blocks;
-    table.blocks.clear();
-    aligned = true;
+    launch_blocks<pack_width<T>()>(table.blocks, [&](auto width) { launch(table, width, first); });
   };
   for (const Tensor& t : tensors) {
     if (t.dtype() != dtype || t.numel() == 0) continue;
     Elem* p = ptr<T>(t);
-    aligned = aligned && packable<pack_width<T>()>(p);
-    table.x[table.blocks.add(t.numel(), elems_per_block)] = p;
+    table.x[table.blocks.add(t.numel(), elems_per_block, packable<pack_width<T>()>(p))] = p;
     if (table.blocks.full()) flush();
   }
   flush();
@@ -144,15 +140,10 @@ void norm_pow_multi_tensor(const std::vector<Tensor>& tensors, double norm_type,
       double* base = ptr<double>(slots) + filled;
       filled += for_each_launch<T, const T>(
           tensors, dtype, kNormBlockElems,
-          [&](const TensorTable<const T>& table, bool aligned, int64_t first) {
-            const auto grid = unsigned(table.blocks.blocks);
-            if (aligned) {
-              norm_pow_partials<T, pack_width<T>()><<<grid, kThreads, 0, current_stream()>>>(
-                  table, kind, norm_type, base + first);
-            } else {
-              norm_pow_partials<T, 1>
-                  <<<grid, kThreads, 0, current_stream()>>>(table, kind, norm_type, base + first);
-            }
+          [&](const TensorTable<const T>& table, auto width, int64_t first) {
+            norm_pow_partials<T, decltype(width)::value>
+                <<<unsigned(table.blocks.blocks), kThreads, 0, current_stream()>>>(
+                    table, kind, norm_type, base + first);
             MT_CUDA_CHECK_LAUNCH();
           });
     });
@@ -171,15 +162,10 @@ void scale_multi_tensor(const std::vector<Tensor>& tensors, const Tensor& scale)
   for (DType dtype : {DType::F32, DType::BF16, DType::F16, DType::F64}) {
     MT_CUDA_DISPATCH_FLOATING(dtype, "scale_multi_tensor_", T, [&] {
       for_each_launch<T, T>(tensors, dtype, kScaleBlockElems,
-                            [&](const TensorTable<T>& table, bool aligned, int64_t) {
-                              const auto grid = unsigned(table.blocks.blocks);
-                              if (aligned) {
-                                scale_blocks<T, pack_width<T>()>
-                                    <<<grid, kThreads, 0, current_stream()>>>(table, s);
-                              } else {
-                                scale_blocks<T, 1>
-                                    <<<grid, kThreads, 0, current_stream()>>>(table, s);
-                              }
+                            [&](const TensorTable<T>& table, auto width, int64_t) {
+                              scale_blocks<T, decltype(width)::value>
+                                  <<<unsigned(table.blocks.blocks), kThreads, 0,
+                                     current_stream()>>>(table, s);
                               MT_CUDA_CHECK_LAUNCH();
                             });
     });

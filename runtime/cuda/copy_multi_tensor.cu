@@ -45,24 +45,19 @@ void copy_pairs_of(const std::vector<Tensor>& srcs, const std::vector<Tensor>& d
                    const std::vector<size_t>& pairs) {
   constexpr int V = pack_width<S, D>();
   CopyTable<S, D> table;
-  bool aligned = true;
   auto flush = [&] {
-    if (table.blocks.count == 0) return;
-    const auto grid = unsigned(table.blocks.blocks);
-    if (aligned) {
-      copy_blocks<S, D, V><<<grid, kThreads, 0, current_stream()>>>(table);
-    } else {
-      copy_blocks<S, D, 1><<<grid, kThreads, 0, current_stream()>>>(table);
-    }
-    MT_CUDA_CHECK_LAUNCH();
-    table.blocks.clear();
-    aligned = true;
+    launch_blocks<V>(table.blocks, [&](auto width) {
+      copy_blocks<S, D, decltype(width)::value>
+          <<<unsigned(table.blocks.blocks), kThreads, 0, current_stream()>>>(table);
+      MT_CUDA_CHECK_LAUNCH();
+    });
   };
   for (size_t k : pairs) {
-    const int slot = table.blocks.add(srcs[k].numel(), kCopyBlockElems);
-    table.src[slot] = ptr<S>(srcs[k]);
-    table.dst[slot] = ptr<D>(dsts[k]);
-    aligned = aligned && packable<V>(table.src[slot], table.dst[slot]);
+    const S* src = ptr<S>(srcs[k]);
+    D* dst = ptr<D>(dsts[k]);
+    const int slot = table.blocks.add(srcs[k].numel(), kCopyBlockElems, packable<V>(src, dst));
+    table.src[slot] = src;
+    table.dst[slot] = dst;
     if (table.blocks.full()) flush();
   }
   flush();

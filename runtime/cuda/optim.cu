@@ -99,31 +99,26 @@ void adamw_multi_tensor_step(const std::vector<AdamWOperands>& tensors, double l
     using S = std::conditional_t<std::is_same_v<P, double>, double, float>;
     constexpr int V = pack_width<P, S>();
     AdamWLaunch<P, S> launch;
-    bool aligned = true;
     auto flush = [&] {
-      if (launch.blocks.count == 0) return;
-      const auto grid = unsigned(launch.blocks.blocks);
-      if (aligned) {
-        adamw_multi_tensor_kernel_impl<P, S, V>
-            <<<grid, kThreads, 0, current_stream()>>>(launch, scale);
-      } else {
-        adamw_multi_tensor_kernel_impl<P, S, 1>
-            <<<grid, kThreads, 0, current_stream()>>>(launch, scale);
-      }
-      MT_CUDA_CHECK_LAUNCH();
-      launch.blocks.clear();
-      aligned = true;
+      launch_blocks<V>(launch.blocks, [&](auto width) {
+        adamw_multi_tensor_kernel_impl<P, S, decltype(width)::value>
+            <<<unsigned(launch.blocks.blocks), kThreads, 0, current_stream()>>>(launch, scale);
+        MT_CUDA_CHECK_LAUNCH();
+      });
     };
     for (const AdamWOperands& t : tensors) {
       const int64_t n = t.param.numel();
       if (n == 0) continue;
-      const int k = launch.blocks.add(n, kBlockElems);
-      launch.p[k] = ptr<P>(t.param);
-      launch.g[k] = ptr<P>(t.grad);
-      launch.m[k] = ptr<S>(t.exp_avg);
-      launch.v[k] = ptr<S>(t.exp_avg_sq);
+      P* p = ptr<P>(t.param);
+      const P* g = ptr<P>(t.grad);
+      S* m = ptr<S>(t.exp_avg);
+      S* v = ptr<S>(t.exp_avg_sq);
+      const int k = launch.blocks.add(n, kBlockElems, packable<V>(p, g, m, v));
+      launch.p[k] = p;
+      launch.g[k] = g;
+      launch.m[k] = m;
+      launch.v[k] = v;
       launch.c[k] = AdamWCoefficients<S>::make(lr, beta1, beta2, eps, weight_decay, t.step);
-      aligned = aligned && packable<V>(launch.p[k], launch.g[k], launch.m[k], launch.v[k]);
       if (launch.blocks.full()) flush();
     }
     flush();
