@@ -67,4 +67,23 @@ int64_t ravel(const std::vector<int64_t>& coords, const Shape& shape) {
          << va[worst] << " vs " << vb[worst] << " (atol " << atol << ", rtol " << rtol << ")";
 }
 
+size_t expect_same_gradients(const std::vector<std::pair<std::string, Tensor>>& got,
+                             const std::vector<std::pair<std::string, Tensor>>& want) {
+  if (got.size() != want.size()) {
+    ADD_FAILURE() << got.size() << " parameters against " << want.size();
+    return 0;
+  }
+  size_t compared = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!want[i].second.grad().defined()) continue;
+    if (!got[i].second.grad().defined()) {
+      ADD_FAILURE() << got[i].first << " has no gradient";
+      continue;
+    }
+    EXPECT_TRUE(all_close(got[i].second.grad(), want[i].second.grad(), 0, 0)) << got[i].first;
+    ++compared;
+  }
+  return compared;
+}
+
 }  // namespace mt::testing

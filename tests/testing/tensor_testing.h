@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/core/tensor.h"
@@ -32,5 +33,11 @@ int64_t ravel(const std::vector<int64_t>& coords, const Shape& shape);
 // in f64); otherwise a message with the worst element.
 ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, double atol = 1e-6,
                                      double rtol = 1e-5);
+
+// Two models' named parameters (same order): expects each gradient of `got` bitwise equal to
+// `want`'s, skipping parameters without a gradient in `want` (a failure when `got` has none, or
+// the counts differ). Returns how many gradients were compared.
+size_t expect_same_gradients(const std::vector<std::pair<std::string, Tensor>>& got,
+                             const std::vector<std::pair<std::string, Tensor>>& want);
 
 }  // namespace mt::testing
