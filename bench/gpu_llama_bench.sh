@@ -8,6 +8,11 @@
 #
 #   source .device/device-env.sh && bash bench/gpu_llama_bench.sh
 #
+# minititan logs (and so reads its loss on the host, waiting for the GPU) every LOG_FREQ steps,
+# by default the largest period with a line at the end of the warm-up and at the last step: the
+# PyTorch runs time their steps back to back and read the loss once, after the last. LOG_FREQ=1
+# makes minititan wait for every step.
+#
 # Environment (defaults): BATCH (4), SEQ (2048), WARMUP (10 untimed steps), STEPS (20 timed),
 # TRAIN (.device/bin/train), PYTHON (python3, with torch >= 2.0, numpy, h5py), BENCH_DIR
 # (out/gpu_llama_bench), MODES ("eager compile"), and time limits in seconds per run: MT_TIMEOUT
@@ -22,6 +27,8 @@ BATCH=${BATCH:-4} SEQ=${SEQ:-2048} WARMUP=${WARMUP:-10} STEPS=${STEPS:-20}
 TRAIN=${TRAIN:-.device/bin/train} PYTHON=${PYTHON:-python3}
 BENCH_DIR=${BENCH_DIR:-out/gpu_llama_bench}  # removed and made again; not $OUT, which it leaves be
 MODES=${MODES:-eager compile}
+gcd() { local a=$1 b=$2; while [ "$b" -ne 0 ]; do set -- "$b" $((a % b)); a=$1 b=$2; done; echo "$a"; }
+LOG_FREQ=${LOG_FREQ:-$(gcd "$WARMUP" "$STEPS")}
 shape=(--preset 1b --batch "$BATCH" --seq "$SEQ" --warmup "$WARMUP" --steps "$STEPS" ${TORCH_ARGS:-})
 
 # Python without the bundle's libraries (.device/lib: this build machine's zlib, HDF5, ... could
@@ -42,7 +49,7 @@ last_error() {  # the log's last error line, else its last line
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 echo "$(date -u +%Y-%m-%dT%H:%MZ)  ${gpu:-no nvidia-smi}"
 echo "torch $(py -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)' 2>&1 | tail -1)"
-echo "batch $BATCH x seq $SEQ, $WARMUP warm-up + $STEPS timed steps"
+echo "batch $BATCH x seq $SEQ, $WARMUP warm-up + $STEPS timed steps; minititan logs every $LOG_FREQ"
 
 py bench/make_bench_data.py --out "$BENCH_DIR/data" || exit 1
 
@@ -55,7 +62,8 @@ else
   timeout "${MT_TIMEOUT:-240}" "$TRAIN" --config configs/llama3_1b_bench.toml \
     --job.dump_folder="$BENCH_DIR/minititan" --model.tokenizer_path="$BENCH_DIR/data/tokenizer" \
     --training.dataset_path="$BENCH_DIR/data/tokens.h5" --training.local_batch_size="$BATCH" \
-    --training.seq_len="$SEQ" --training.steps=$((WARMUP + STEPS)) ${TRAIN_ARGS:-} \
+    --training.seq_len="$SEQ" --training.steps=$((WARMUP + STEPS)) \
+    --metrics.log_freq="$LOG_FREQ" ${TRAIN_ARGS:-} \
     >"$BENCH_DIR/minititan.log" 2>&1
   rc=$?
   grep -E '^(model|note|step +[0-9]+ )' "$BENCH_DIR/minititan.log" | sed -n '1,3p;$p'

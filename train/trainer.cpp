@@ -12,6 +12,7 @@
 #include <iomanip>
 #include <initializer_list>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -432,7 +433,15 @@ double Trainer::sum_over_ranks(double value, const char* name) const {
 
 int64_t Trainer::num_params() const { return spec_->num_params(); }
 
-double Trainer::train_step() {
+struct Trainer::StepValues {
+  Tensor loss_sum;      // the micro-batches' summed token losses, on the training device
+  double valid = 0.0;   // valid tokens over every rank: loss = sum over ranks of loss_sum / valid
+  Tensor grad_norm;     // on the device; undefined where the norm was read at once
+  double host_grad_norm = 0.0;
+  std::map<std::string, double> model_metrics;  // the model's after_optimizer_step hook
+};
+
+Trainer::StepValues Trainer::train_step() {
   // All micro-batches first: the loss is normalised by their total count of valid tokens.
   std::vector<data::Batch> batches;
   batches.reserve(size_t(grad_accum_));
@@ -443,42 +452,49 @@ double Trainer::train_step() {
     batches.back().inputs = batch_to_device(batches.back().inputs, device_);
     batches.back().labels = batch_to_device(batches.back().labels, device_);
   }
-  const double valid = sum_over_ranks(double(local_valid), "train.valid_tokens");
-  MT_CHECK(valid > 0, "train: a step's batches hold no valid label");
+  StepValues values;
+  values.valid = sum_over_ranks(double(local_valid), "train.valid_tokens");
+  MT_CHECK(values.valid > 0, "train: a step's batches hold no valid label");
   optimizer_->zero_grad();
-  // The micro-batches' loss sums stay on the device; the host reads them once, after backward.
-  Tensor loss_sum;
   for (const data::Batch& b : batches) {
     const Tensor sum = spec_->loss(*model_, b.inputs, b.labels, runtime::Reduction::Sum);
-    (sum * (1.0 / valid)).backward();
-    loss_sum = loss_sum.defined() ? runtime::add(loss_sum, sum.detach()) : sum.detach();
+    (sum * (1.0 / values.valid)).backward();
+    values.loss_sum =
+        values.loss_sum.defined() ? runtime::add(values.loss_sum, sum.detach()) : sum.detach();
   }
   // On the CPU the norm is read at once (and gradients under max_norm are not touched); on a GPU
-  // it stays on the device until the loss is read at the end of the step, so the host queues the
-  // whole step without waiting for it, and the clipping coefficient goes to the optimizer, which
-  // applies it as it reads the gradients (no pass over them of its own).
-  Tensor grad_norm_on_device, clip_scale;
+  // it stays on the device, so the host queues the whole step without waiting for it, and the
+  // clipping coefficient goes to the optimizer, which applies it as it reads the gradients (no
+  // pass over them of its own).
+  Tensor clip_scale;
   if (device_.is_cpu()) {
-    last_grad_norm_ = parallel::clip_grad_norm_(parallel::distributed_parameters(*model_),
-                                                config_.training.max_norm);
+    values.host_grad_norm = parallel::clip_grad_norm_(parallel::distributed_parameters(*model_),
+                                                      config_.training.max_norm);
   } else {
-    grad_norm_on_device =
-        parallel::total_grad_norm_tensor(parallel::distributed_parameters(*model_));
-    clip_scale = runtime::optim::clip_coefficient(grad_norm_on_device, config_.training.max_norm);
+    values.grad_norm = parallel::total_grad_norm_tensor(parallel::distributed_parameters(*model_));
+    clip_scale = runtime::optim::clip_coefficient(values.grad_norm, config_.training.max_norm);
   }
   optimizer_->step(clip_scale);
   scheduler_->step();
   if (spec_->after_optimizer_step) {  // e.g. MoE load balancing, with counts summed over ranks
-    last_model_metrics_ = spec_->after_optimizer_step(*model_, [this](Tensor& t) {
+    values.model_metrics = spec_->after_optimizer_step(*model_, [this](Tensor& t) {
       if (world_size() == 1) return;
       Tensor host = t.device().is_cpu() ? t : t.to(runtime::Device::cpu());
       world_->all_reduce(host, parallel::ReduceOp::Sum, "train.model_counts");
       if (!t.device().is_cpu()) t.copy_(host);
     });
   }
-  const double loss = sum_over_ranks(loss_sum.item<double>(), "train.loss") / valid;
-  if (grad_norm_on_device.defined()) last_grad_norm_ = grad_norm_on_device.item<double>();
-  return loss;
+  return values;
+}
+
+void Trainer::read_steps(std::vector<StepValues>& unread, TrainResult& result) const {
+  for (StepValues& v : unread) {  // every rank reads the same steps: the sums pair up
+    result.losses.push_back(sum_over_ranks(v.loss_sum.item<double>(), "train.loss") / v.valid);
+    result.grad_norms.push_back(v.grad_norm.defined() ? v.grad_norm.item<double>()
+                                                      : v.host_grad_norm);
+    result.model_metrics.push_back(std::move(v.model_metrics));
+  }
+  unread.clear();
 }
 
 std::optional<double> Trainer::validation_loss(int64_t max_batches) const {
@@ -588,7 +604,9 @@ TrainResult Trainer::train() {
   }
 
   TrainResult result;
-  EtaEstimator eta(tc.steps);
+  // Between logged steps the host runs ahead of a GPU, so a step's own time is spread over the
+  // steps up to the next logged one: the average covers at least one such window.
+  EtaEstimator eta(tc.steps, 3, size_t(std::max<int64_t>(20, config_.metrics.log_freq)));
   const int width = step_width_for(tc.steps);
   double window_seconds = 0.0, window_wait = 0.0;
   int64_t window_steps = 0;
@@ -611,12 +629,16 @@ TrainResult Trainer::train() {
     out << "nothing to train: the checkpoint is at step " << resumed.step << " of " << tc.steps
         << "\n";
   }
+  std::vector<StepValues> unread;  // steps whose loss the host has not read yet
   for (int64_t step = resumed.step + 1; step <= tc.steps; ++step) {
     const auto t0 = Clock::now();
     const double lr = optimizer_->lr();
     run.profile_begin(step, device_);
-    const double loss = train_step();
+    unread.push_back(train_step());
     run.profile_end(step);
+    const bool log_line = step == 1 || step % config_.metrics.log_freq == 0 || step == tc.steps;
+    // The wait for the device, at a logged step: the window's time is the steps' wall time.
+    if (log_line) read_steps(unread, result);
     const double dt = seconds_since(t0);
     const double wait_now = loader_->data_wait_seconds();
     window_wait += wait_now - last_wait;
@@ -624,17 +646,14 @@ TrainResult Trainer::train() {
     window_seconds += dt;
     ++window_steps;
     eta.record(dt);
-    result.losses.push_back(loss);
-    result.grad_norms.push_back(last_grad_norm_);
-    result.model_metrics.push_back(last_model_metrics_);
     result.steps_done = step;
     tokens_seen += tokens_per_step * world_size();
 
-    if (step == 1 || step % config_.metrics.log_freq == 0 || step == tc.steps) {
+    if (log_line) {
       StepMetrics m;
       m.step = step;
-      m.loss = loss;
-      m.grad_norm = last_grad_norm_;
+      m.loss = result.losses.back();
+      m.grad_norm = result.grad_norms.back();
       m.lr = lr;
       m.tokens_per_sec = double(window_steps * tokens_per_step) / std::max(window_seconds, 1e-9);
       m.mfu = mfu(flops_per_token, m.tokens_per_sec, peak);
@@ -644,7 +663,7 @@ TrainResult Trainer::train() {
       m.data_wait_fraction = window_wait / std::max(window_seconds, 1e-9);
       m.elapsed_sec = run.elapsed_seconds();
       m.eta_sec = eta.eta(step);
-      m.model_metrics = last_model_metrics_;
+      m.model_metrics = result.model_metrics.back();
       out << format_step_line(m, width) << "\n" << std::flush;
       if (jsonl) jsonl->write(m);
       window_seconds = window_wait = 0.0;
@@ -654,6 +673,7 @@ TrainResult Trainer::train() {
       run_validation(step);
     if (run.end_of_step(step, tokens_seen, result)) break;
   }
+  read_steps(unread, result);  // a stop between logged steps
   run.finish(result);
   out << "\n" << std::flush;
 

@@ -41,7 +41,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -133,7 +132,14 @@ class Trainer {
   std::ostream& log() const;
   bool shards_parameters() const;  // FSDP (and mixed precision) wrap the model
   void setup_parallelism();         // FSDP over the data-parallel (and expert) meshes
-  double train_step();  // one optimizer step; returns the loss, sets last_grad_norm_
+  // One step's loss and gradient norm where the step left them (trainer.cpp).
+  struct StepValues;
+  // One optimizer step. Its values stay where they are: on a GPU the host reads them only at a
+  // logged step (read_steps), so it queues the next steps instead of waiting for each to end.
+  StepValues train_step();
+  // Reads the steps' values on the host, in order, into result (losses, norms, model metrics),
+  // and clears `unread`: a wait for the device when they are on one.
+  void read_steps(std::vector<StepValues>& unread, TrainResult& result) const;
   // Runs fn on rank 0, then (when it succeeded) on the other ranks; rank 0's error stops all.
   template <class Fn>
   auto on_rank0_first(const char* what, Fn&& fn) -> decltype(fn());
@@ -153,8 +159,6 @@ class Trainer {
   std::shared_ptr<parallel::DeviceMesh> dp_mesh_;
   // (dp_replicate, ep, efsdp) when parallelism.expert_parallel_degree > 1, else null.
   std::shared_ptr<parallel::DeviceMesh> expert_mesh_;
-  // What the model's after_optimizer_step hook returned last (e.g. MoE load imbalance).
-  std::map<std::string, double> last_model_metrics_;
   std::unique_ptr<data::BpeTokenizer> tokenizer_;
   std::filesystem::path token_file_;
   std::unique_ptr<data::Loader> loader_;
@@ -165,7 +169,6 @@ class Trainer {
   std::unique_ptr<TrainCheckpointer>
       checkpointer_;  // null without [checkpoint] enable / initial load
   int64_t grad_accum_ = 1;
-  double last_grad_norm_ = 0.0;
   mutable std::ostream null_log_{nullptr};  // discards (TrainerOptions::quiet)
 };
 

@@ -136,6 +136,38 @@ TEST(Trainer, ProfiledStepsWriteTracesAndLeaveTheLossesAlone) {
   EXPECT_FALSE(fs::exists(plain_dump / "profile_traces"));
 }
 
+// Between logged steps the host does not read the losses (on a GPU it queues the next steps):
+// every step's loss and norm still reach the result, and the logged lines show their own step's.
+TEST(Trainer, LossesReadAtLoggedStepsAreEveryStepsLosses) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const std::vector<std::string> short_run = {"--training.steps=7", "--validation.enable=false"};
+  std::vector<std::string> sparse = short_run, every = short_run;
+  sparse.push_back("--metrics.log_freq=3");
+  every.push_back("--metrics.log_freq=1");
+  const fs::path dump = temp_dir("log_freq_3");
+  const TrainResult each = run(tiny_config(corpus, temp_dir("log_freq_1"), every));
+  const TrainResult logged = run(tiny_config(corpus, dump, sparse), /*write_files=*/true);
+  ASSERT_EQ(each.losses.size(), 7u);
+  EXPECT_EQ(logged.losses, each.losses);
+  EXPECT_EQ(logged.grad_norms, each.grad_norms);
+  EXPECT_EQ(logged.model_metrics.size(), 7u);
+  std::ifstream jsonl(dump / "metrics.jsonl");
+  std::vector<int> steps;
+  for (std::string line; std::getline(jsonl, line);) {
+    const auto field = [&](const std::string& key) {
+      const size_t at = line.find("\"" + key + "\":");
+      EXPECT_NE(at, std::string::npos) << key << " in " << line;
+      return at == std::string::npos ? std::nan("") : std::stod(line.substr(at + key.size() + 3));
+    };
+    const int step = int(field("step"));
+    steps.push_back(step);
+    if (step >= 1 && step <= 7) {
+      EXPECT_DOUBLE_EQ(field("loss"), each.losses[size_t(step - 1)]) << line;
+    }
+  }
+  EXPECT_EQ(steps, (std::vector<int>{1, 3, 6, 7}));
+}
+
 TEST(Trainer, GradientAccumulationMatchesOneLargeBatch) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const fs::path dump = temp_dir("accumulation");
