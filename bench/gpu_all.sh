@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Every GPU check and benchmark in one device-machine call, most important first, each stage under
 # its own time limit so that one hang cannot eat the lease:
+#   llama    the Llama 1B throughput table against PyTorch eager and torch.compile
+#            (gpu_llama_bench.sh, with MT_BASELINE=1: a second minititan row as before the host
+#            ran ahead of the GPU and attention's backward could be non-deterministic)
 #   tests    the GPU tests (bench/gpu_check.sh, PARTS=tests)
 #   profile  Llama 1B's 4th step through the op profiler: where the step's time goes
-#   llama    the Llama 1B throughput table against PyTorch eager and torch.compile
-#            (gpu_llama_bench.sh)
 #   kernels  the kernel table (gpu_kernels_bench)
 #   train    the debug models and the DLRM trained on the CPU and the GPU (gpu_check.sh,
 #            PARTS=train)
 # Pack the bundle here first (bash bench/gpu_bundle.sh), then there (carry [".device"]):
 #   bash bench/gpu_all.sh "$OUT"
 # All logs come back as OUT/logs.tgz (a call returns at most 8 files); the summary prints last.
-# Environment: STAGES ("tests profile llama kernels train", run in that order), ALL_TIMEOUT
+# Environment: STAGES ("llama tests profile kernels train", run in that order), ALL_TIMEOUT
 # (440 s for all stages), PROFILE_TIMEOUT (120 s), and the variables of the scripts it calls
 # (TEST_TIMEOUT, TRAIN_TIMEOUT, STEPS, MT_TIMEOUT, ...).
 set -uo pipefail
@@ -19,7 +20,7 @@ cd "$(dirname "$0")/.."
 out=${1:?usage: gpu_all.sh OUT_DIR}
 work=$(mktemp -d)
 [ -d .device/bin ] || tar xJf .device/bundle.tar.xz -C .device || exit 1
-stages=${STAGES:-tests profile llama kernels train}
+stages=${STAGES:-llama tests profile kernels train}
 run_stage() {
   case $1 in
     tests)
@@ -33,7 +34,8 @@ run_stage() {
     llama)
       (source .device/device-env.sh && BENCH_DIR=$work/llama MT_TIMEOUT=${MT_TIMEOUT:-150} \
         EAGER_TIMEOUT=${EAGER_TIMEOUT:-90} COMPILE_TIMEOUT=${COMPILE_TIMEOUT:-180} \
-        WARMUP=${WARMUP:-5} STEPS=${LLAMA_STEPS:-15} bash bench/gpu_llama_bench.sh) \
+        WARMUP=${WARMUP:-5} STEPS=${LLAMA_STEPS:-15} MT_BASELINE=${MT_BASELINE:-1} \
+        bash bench/gpu_llama_bench.sh) \
         >"$work/llama.txt" 2>&1
       echo "gpu_llama_bench rc=$?" ;;
     profile)  # Llama 1B: 4 steps, the 4th recorded (the llama stage's data if it ran first)

@@ -24,6 +24,7 @@
 
 #include "bench/bench_args.h"
 #include "runtime/autograd/engine.h"
+#include "runtime/core/determinism.h"
 #include "runtime/core/device_runtime.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/attention.h"
@@ -187,10 +188,15 @@ int run() {
                       attn_flops, true});
     }
     Tensor dout = rnd({B, T, Hq, hd}, bf16, dev, "dout").transpose(1, 2);
-    rows.push_back({"attention fwd+bwd", "4x32x2048x64 bf16 BTHD", time_it(dev, [&] {
-                      autograd::backward({scaled_dot_product_attention(q, k, v, true)}, {dout});
-                    }),
-                    3.5 * attn_flops, true});
+    for (bool deterministic : {true, false}) {  // training's default: [training] deterministic
+      DeterministicAlgorithmsGuard mode(deterministic);
+      rows.push_back({deterministic ? "attention fwd+bwd (deterministic)"
+                                    : "attention fwd+bwd (non-deterministic)",
+                      "4x32x2048x64 bf16 BTHD", time_it(dev, [&] {
+                        autograd::backward({scaled_dot_product_attention(q, k, v, true)}, {dout});
+                      }),
+                      3.5 * attn_flops, true});
+    }
     GradMode::set_enabled(false);
   }
   // MoE experts (DeepSeek-V3-like, scaled down): 8192 tokens x top 8 over 64 experts, dim 2048,

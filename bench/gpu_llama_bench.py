@@ -13,8 +13,8 @@ steps (torch.compile compiles during the first one). MFU = flops_per_token x tok
 with minititan's FLOP formula and its peak table (H100 SXM: 989 TFLOP/s bf16 dense).
 
 --results FILE appends each mode's row as a JSON line; --table FILE prints the rows of FILE as a
-table, with minititan's row from its run (--minititan-dump: the dump folder's metrics.jsonl,
---minititan-log: its log, for the parameter count and the assumed peak).
+table, with a row per minititan run (--minititan NAME DUMP LOG: the dump folder's metrics.jsonl,
+and the log, for the parameter count and the assumed peak).
 """
 import argparse
 import gc
@@ -133,7 +133,7 @@ def run_mode(mode, margs, a, device):
 
 # ---- minititan's row, from its run ----------------------------------------------------------
 
-def minititan_row(dump, log_path, batch, seq, warmup, margs):
+def minititan_row(name, dump, log_path, batch, seq, warmup, margs):
     """Aggregates the metrics lines of steps > warmup (metrics.jsonl: one line per logged step;
     a line's tokens_per_sec covers the steps since the previous logged line)."""
     from llama_torch_model import count_parameters, flops_per_token
@@ -160,7 +160,7 @@ def minititan_row(dump, log_path, batch, seq, warmup, margs):
     peak_line = re.search(r"^.*peak.*(?:FLOP|flop).*$", log, re.M)
     fpt = flops_per_token(margs, seq)
     peaks = [m["mem_peak_bytes"] for m in lines if m.get("mem_peak_bytes") is not None]
-    return dict(name="minititan", framework="minititan", device_name=None,
+    return dict(name=name, framework="minititan", device_name=None,
                 params=int(params.group(1)) if params else count_parameters(margs),
                 flops_per_token=fpt, batch=batch, seq=seq, steps=steps, warmup=warmup,
                 tokens_per_s=tps, step_ms=1e3 * batch * seq / tps,
@@ -187,13 +187,13 @@ def print_table(rows, peak_tflops, margs, batch, seq, gpu_name=None):
           f"{flops_per_token(margs, seq) / 1e9:.2f} GFLOP/token; batch {batch} x seq {seq}; "
           "timed steps after warm-up")
     note = None
-    head = (f"{'framework':<16} {'tokens/s':>10} {'step ms':>9} {'MFU':>7} {'peak mem':>10} "
+    head = (f"{'framework':<24} {'tokens/s':>10} {'step ms':>9} {'MFU':>7} {'peak mem':>10} "
             f"{'loss first->last':>18} {'params':>12}")
     print(head)
     print("-" * len(head))
     for r in rows:
         if "error" in r:
-            print(f"{r['name']:<16} failed: {r['error']}")
+            print(f"{r['name']:<24} failed: {r['error']}")
             continue
         mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") is not None else "n/a"
         if r.get("mfu") is None and peak:  # the run knew no peak: the same formula, here
@@ -201,7 +201,7 @@ def print_table(rows, peak_tflops, margs, batch, seq, gpu_name=None):
             note = "*: MFU computed here (the run reported none)"
         mem = f"{r['peak_mem_bytes'] / gib:.1f} GiB" if r.get("peak_mem_bytes") else "n/a"
         loss = f"{r['loss_first']:.3f}->{r['loss_last']:.3f}"
-        print(f"{r['name']:<16} {r['tokens_per_s']:>10.0f} {r['step_ms']:>9.1f} {mfu:>7} "
+        print(f"{r['name']:<24} {r['tokens_per_s']:>10.0f} {r['step_ms']:>9.1f} {mfu:>7} "
               f"{mem:>10} {loss:>18} {r['params']:>12}")
     if note:
         print(note)
@@ -242,8 +242,9 @@ def main():
     p.add_argument("--peak-tflops", type=float, default=None, help="override the peak table")
     p.add_argument("--results", help="append each mode's row to this JSON-lines file")
     p.add_argument("--table", help="print the rows of this JSON-lines file (no training)")
-    p.add_argument("--minititan-dump", help="with --table: minititan's dump folder")
-    p.add_argument("--minititan-log", help="with --table: minititan's log")
+    p.add_argument("--minititan", nargs=3, action="append", default=[],
+                   metavar=("NAME", "DUMP", "LOG"),
+                   help="with --table: a row NAME from a minititan run's dump folder and log")
     p.add_argument("--gpu-name", help="with --table: the GPU, when no PyTorch row names it")
     a = p.parse_args()
     a.warmup = max(a.warmup, 1)
@@ -252,12 +253,11 @@ def main():
 
     if a.table:
         rows = []
-        if a.minititan_dump:
+        for name, dump, log in a.minititan:
             try:
-                rows.append(minititan_row(a.minititan_dump, a.minititan_log, a.batch, a.seq,
-                                          a.warmup, margs))
+                rows.append(minititan_row(name, dump, log, a.batch, a.seq, a.warmup, margs))
             except (OSError, ValueError, KeyError) as e:
-                rows.append(dict(name="minititan", error=str(e)))
+                rows.append(dict(name=name, error=str(e)))
         if os.path.exists(a.table):
             with open(a.table) as f:
                 rows += [json.loads(line) for line in f if line.strip()]

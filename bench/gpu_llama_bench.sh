@@ -16,11 +16,12 @@
 # Environment (defaults): BATCH (4), SEQ (2048), WARMUP (10 untimed steps), STEPS (20 timed),
 # TRAIN (.device/bin/train), PYTHON (python3, with torch >= 2.0, numpy, h5py), BENCH_DIR
 # (out/gpu_llama_bench), MODES ("eager compile"), and time limits in seconds per run: MT_TIMEOUT
-# (240), EAGER_TIMEOUT (120), COMPILE_TIMEOUT (240); TRAIN_ARGS and TORCH_ARGS: more flags for
-# `train` (e.g. --activation_checkpoint.mode=full) and for gpu_llama_bench.py. minititan's
-# numbers are its own metrics (BENCH_DIR/minititan/metrics.jsonl, the steps after WARMUP), not
-# measured again here. To bring the logs back from the device machine: cp BENCH_DIR/*.log
-# BENCH_DIR/rows.jsonl BENCH_DIR/minititan/metrics.jsonl "$OUT"/ afterwards.
+# (240), EAGER_TIMEOUT (120), COMPILE_TIMEOUT (240); MT_BASELINE (0; 1: a second minititan
+# row that waits for every step and runs deterministic kernels); TRAIN_ARGS and TORCH_ARGS: more
+# flags for `train` (e.g. --activation_checkpoint.mode=full) and for gpu_llama_bench.py.
+# minititan's numbers are its own metrics (BENCH_DIR/minititan/metrics.jsonl, the steps after
+# WARMUP), not measured again here. The logs are BENCH_DIR/*.log; to bring them back from the
+# device machine: cp BENCH_DIR/*.log BENCH_DIR/rows.jsonl "$OUT"/ afterwards.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BATCH=${BATCH:-4} SEQ=${SEQ:-2048} WARMUP=${WARMUP:-10} STEPS=${STEPS:-20}
@@ -53,26 +54,36 @@ echo "batch $BATCH x seq $SEQ, $WARMUP warm-up + $STEPS timed steps; minititan l
 
 py bench/make_bench_data.py --out "$BENCH_DIR/data" || exit 1
 
-# minititan: its train log's metrics, one line per step.
-echo "minititan: $TRAIN (log: $BENCH_DIR/minititan.log)"
-mt_dump=()
-if [ ! -x "$TRAIN" ]; then
-  error_row minititan "no executable $TRAIN (bundle it with ../shared/tools/device-bundle)"
-else
-  timeout "${MT_TIMEOUT:-240}" "$TRAIN" --config configs/llama3_1b_bench.toml \
-    --job.dump_folder="$BENCH_DIR/minititan" --model.tokenizer_path="$BENCH_DIR/data/tokenizer" \
-    --training.dataset_path="$BENCH_DIR/data/tokens.h5" --training.local_batch_size="$BATCH" \
-    --training.seq_len="$SEQ" --training.steps=$((WARMUP + STEPS)) \
-    --metrics.log_freq="$LOG_FREQ" ${TRAIN_ARGS:-} \
-    >"$BENCH_DIR/minititan.log" 2>&1
-  rc=$?
-  grep -E '^(model|note|step +[0-9]+ )' "$BENCH_DIR/minititan.log" | sed -n '1,3p;$p'
-  if [ $rc -eq 0 ]; then
-    mt_dump=(--minititan-dump "$BENCH_DIR/minititan" --minititan-log "$BENCH_DIR/minititan.log")
-  else
-    tail -5 "$BENCH_DIR/minititan.log"
-    error_row minititan "exit $rc$([ $rc -eq 124 ] && echo ' (timed out)'): $(last_error "$BENCH_DIR/minititan.log")"
+# minititan: its train log's metrics (run_minititan NAME FOLDER ARGS...: a row named NAME).
+mt_rows=()
+run_minititan() {
+  local name=$1 dir=$BENCH_DIR/$2 rc
+  shift 2
+  echo "$name: $TRAIN (log: $dir.log)"
+  if [ ! -x "$TRAIN" ]; then
+    error_row "$name" "no executable $TRAIN (bundle it with ../shared/tools/device-bundle)"
+    return
   fi
+  timeout "${MT_TIMEOUT:-240}" "$TRAIN" --config configs/llama3_1b_bench.toml \
+    --job.dump_folder="$dir" --model.tokenizer_path="$BENCH_DIR/data/tokenizer" \
+    --training.dataset_path="$BENCH_DIR/data/tokens.h5" --training.local_batch_size="$BATCH" \
+    --training.seq_len="$SEQ" --training.steps=$((WARMUP + STEPS)) "$@" ${TRAIN_ARGS:-} \
+    >"$dir.log" 2>&1
+  rc=$?
+  grep -E '^(model|note|step +[0-9]+ )' "$dir.log" | sed -n '1,3p;$p'
+  if [ $rc -eq 0 ]; then
+    mt_rows+=(--minititan "$name" "$dir" "$dir.log")
+  else
+    tail -5 "$dir.log"
+    error_row "$name" "exit $rc$([ $rc -eq 124 ] && echo ' (timed out)'): $(last_error "$dir.log")"
+  fi
+}
+run_minititan minititan minititan --metrics.log_freq="$LOG_FREQ"
+# MT_BASELINE=1: again as before the host ran ahead and attention's backward could be
+# non-deterministic: a wait for every step, cuDNN's deterministic backward.
+if [ "${MT_BASELINE:-0}" = 1 ]; then
+  run_minititan "minititan (sync, det.)" minititan_baseline --metrics.log_freq=1 \
+    --training.deterministic=true
 fi
 
 # PyTorch: one process per mode, so each peak memory is its own.
@@ -92,4 +103,4 @@ for mode in $MODES; do
 done
 
 echo
-py bench/gpu_llama_bench.py "${shape[@]}" --table "$rows" "${mt_dump[@]}" --gpu-name "$gpu"
+py bench/gpu_llama_bench.py "${shape[@]}" --table "$rows" "${mt_rows[@]}" --gpu-name "$gpu"

@@ -39,6 +39,7 @@ RunScaffold::RunScaffold(const config::JobConfig& config, const TrainerOptions& 
                          parallel::ProcessGroup& world, TrainCheckpointer* checkpointer,
                          std::ostream& out)
     : config_(config),
+      deterministic_(config.training.deterministic),
       write_files_(options.write_files),
       world_(world),
       checkpointer_(checkpointer),

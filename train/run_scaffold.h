@@ -1,5 +1,6 @@
 // RunScaffold: what every trainer's train() does around its steps, written once for the language
-// model Trainer and the RecsysTrainer: the SIGINT/SIGTERM stop request, metrics.jsonl, the
+// model Trainer and the RecsysTrainer: [training] deterministic (runtime/core/determinism.h) for
+// the run, the SIGINT/SIGTERM stop request, metrics.jsonl, the
 // [profiling] of every profile_freq-th step, the end of each step (a checkpoint when due, a stop
 // agreed by every rank) and the end of the run (the background save awaited, loss.svg, the
 // summary line).
@@ -11,6 +12,7 @@
 #include <ostream>
 #include <string>
 
+#include "runtime/core/determinism.h"
 #include "runtime/core/device.h"
 #include "train/config/job_config.h"
 #include "train/train_result.h"
@@ -64,6 +66,7 @@ class RunScaffold {
 
  private:
   const config::JobConfig& config_;
+  runtime::DeterministicAlgorithmsGuard deterministic_;  // restored when the run ends
   bool write_files_;
   parallel::ProcessGroup& world_;
   TrainCheckpointer* checkpointer_;

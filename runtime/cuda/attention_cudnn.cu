@@ -3,16 +3,18 @@
 // set to the current stream before every call; workspaces come from cuda::workspace().
 // cuDNN's stats are the natural-log logsumexp of the scaled scores in f32, our lse.
 // Causal masks: top-left when T == S (the same as bottom-right), bottom-right when T < S; T > S
-// (rows that see no key) is left to the caller's kernel. The backward asks for cuDNN's
-// deterministic algorithm (the kernel contract says deterministic), whose workspace grows as
-// B x H x T x S: where that would exceed an eighth of the GPU's memory (long sequences), it takes
-// the non-deterministic one for that shape instead, saying so once.
+// (rows that see no key) is left to the caller's kernel. Under deterministic_algorithms()
+// (runtime/core/determinism.h) the backward asks for cuDNN's deterministic algorithm, whose
+// workspace grows as B x H x T x S: where that would exceed an eighth of the GPU's memory (long
+// sequences), it takes the non-deterministic one for that shape instead, saying so once.
+// Otherwise it runs the non-deterministic one, with no such workspace, as PyTorch does.
 #include <cstdio>
 #include <mutex>
 #include <set>
 #include <string>
 
 #include "runtime/cuda/attention_cudnn.h"
+#include "runtime/core/determinism.h"
 #include "runtime/cuda/context.h"
 
 #if MT_HAVE_CUDNN_FRONTEND
@@ -277,7 +279,7 @@ Key key_of(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, doubl
           v.shape()[3],
           causal,
           std::bit_cast<uint64_t>(scale),
-          /*deterministic=*/true,
+          /*deterministic=*/backward && deterministic_algorithms(),
           std::move(strides)};
 }
 

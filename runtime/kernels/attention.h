@@ -20,7 +20,9 @@ inline constinit KernelTable<void(const Tensor& q, const Tensor& k, const Tensor
     attention_forward_kernel{"scaled_dot_product_attention"};
 
 // Writes dq (like q) and dk, dv (like k, v) from the saved out and lse; an undefined dq, or
-// undefined dk and dv, is not computed (dk and dv come together). Deterministic.
+// undefined dk and dv, is not computed (dk and dv come together). Deterministic while
+// deterministic_algorithms() (runtime/core/determinism.h); else a backend may run a faster kernel
+// whose last bits vary between runs (CUDA: cuDNN's non-deterministic backward).
 inline constinit KernelTable<void(const Tensor& dout, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& out, const Tensor& lse,
                                   bool causal, double scale, Tensor& dq, Tensor& dk, Tensor& dv)>

@@ -4,7 +4,8 @@
 // the upcast 16-bit values. MHA and GQA, causal and not, T = S in {1, 17, 128, 256}, D in
 // {64, 128}; T != S (bottom-right causal), rows with no key, odd head dims, strided inputs,
 // partial gradients, custom scales, grids past the launch cap, empty tensors, bit-identical
-// reruns. Skips without a CUDA device.
+// reruns (deterministic algorithms) and cuDNN's non-deterministic backward. Skips without a CUDA
+// device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/core/determinism.h"
 #include "runtime/core/device_runtime.h"
 #include "runtime/kernels/attention.h"
 #include "runtime/ops/attention.h"
@@ -268,8 +270,20 @@ TEST(AttentionGpu, EmptyTensors) {
   }
 }
 
+// With deterministic algorithms off, bf16 runs cuDNN's non-deterministic backward (the one
+// training uses by default): the same gradients within the tolerance, for q as [B, T, H, D] too.
+TEST(AttentionGpu, NonDeterministicBackwardMatchesCpu) {
+  SKIP_WITHOUT_CUDA();
+  DeterministicAlgorithmsGuard fast(false);
+  check_case({2, 8, 2, 256, 256, 128, 128, true, DType::BF16}, 1100);
+  check_case({2, 8, 2, 256, 256, 64, 64, true, DType::BF16}, 1101, /*strided_q=*/true);
+  check_case({2, 4, 4, 128, 128, 64, 64, false, DType::BF16}, 1102);
+}
+
+// Deterministic algorithms (the default): two runs give the same bits.
 TEST(AttentionGpu, BitIdenticalReruns) {
   SKIP_WITHOUT_CUDA();
+  DeterministicAlgorithmsGuard deterministic(true);
   for (DType dtype : {DType::BF16, DType::F32}) {
     SCOPED_TRACE(dtype_name(dtype));
     const Tensor q = random({2, 8, 96, 64}, dtype, 1000, "q"),

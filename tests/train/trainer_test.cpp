@@ -17,10 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "parallel/comm/mpi_process_group.h"
+#include "runtime/core/determinism.h"
 #include "runtime/core/error.h"
 #include "tests/testing/shared_data.h"
 #include "tests/testing/trainer_fixtures.h"
 #include "train/config/load.h"
+#include "train/run_scaffold.h"
 
 namespace mt::train {
 namespace {
@@ -166,6 +169,26 @@ TEST(Trainer, LossesReadAtLoggedStepsAreEveryStepsLosses) {
     }
   }
   EXPECT_EQ(steps, (std::vector<int>{1, 3, 6, 7}));
+}
+
+// [training] deterministic holds for the run (RunScaffold, around every trainer's steps), and
+// the process's mode comes back after it.
+TEST(Trainer, DeterministicConfigHoldsForTheRun) {
+  ASSERT_TRUE(runtime::deterministic_algorithms());
+  auto world = parallel::MpiProcessGroup::world();
+  TrainerOptions options;
+  options.handle_signals = false;
+  options.write_files = false;
+  std::ostringstream out;
+  for (bool deterministic : {false, true}) {
+    const config::JobConfig cfg = config::load_config(
+        fs::path(), {std::string("--training.deterministic=") + (deterministic ? "true" : "false")});
+    {
+      RunScaffold run(cfg, options, *world, nullptr, out);
+      EXPECT_EQ(runtime::deterministic_algorithms(), deterministic);
+    }
+    EXPECT_TRUE(runtime::deterministic_algorithms());
+  }
 }
 
 TEST(Trainer, GradientAccumulationMatchesOneLargeBatch) {

@@ -144,7 +144,8 @@ std::vector<SectionSpec> build_schema() {
           {"mixed_precision_reduce", &T::mixed_precision_reduce,
            "Dtype of gradient reductions across ranks", one_of({"float32", "bfloat16"})},
           {"deterministic", &T::deterministic,
-           "Use only deterministic kernels (bit-for-bit reproducible runs, maybe slower)"},
+           "Use only deterministic kernels: bit-for-bit reproducible runs on a GPU too, with "
+           "cuDNN's slower attention backward (CPU kernels are deterministic either way)"},
       }));
   s.push_back(section<P>(
       "parallelism", &JobConfig::parallelism, "How ranks split the work.",
