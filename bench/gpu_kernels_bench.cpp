@@ -252,19 +252,39 @@ int run() {
                     }),
                     2.0 * (4.0 * double(n) * dim + 4.0 * batch * Tn * dim), false});
   }
-  // AdamW over ~1.24B f32 parameters in 16 tensors: reads param, grad, m, v; writes param, m, v.
-  {
+  // AdamW over f32 parameters: reads param, grad, m, v; writes param, m, v. First 16 tensors of
+  // 64M (1.07e9 parameters), then the 146 tensors of the Llama 3 1B that training updates (its
+  // shapes; 1.24e9 parameters), without and with a clipping scale read from the device.
+  const auto adamw_rows = [&](const std::vector<Shape>& shapes, const std::string& name,
+                              const std::string& what, bool with_scale_too) {
     std::vector<Tensor> params;
-    const int64_t per = int64_t(1) << 26;
-    for (int i = 0; i < 16; ++i) {
-      Tensor p = rnd({per}, f32, dev, "p");
+    double numel = 0;
+    for (const Shape& shape : shapes) {
+      Tensor p = rnd(shape, f32, dev, "p");
       p.set_requires_grad(true);
-      p.set_grad(rnd({per}, f32, dev, "grad"));
+      p.set_grad(rnd(shape, f32, dev, "grad"));
+      numel += double(p.numel());
       params.push_back(p);
     }
     optim::AdamW opt(params, {.lr = 1e-4});
-    rows.push_back({"AdamW step (16 x 64M f32)", "1.07e9 params", time_it(dev, [&] { opt.step(); }),
-                    7.0 * 4 * 16 * double(per), false});
+    rows.push_back({name, what, time_it(dev, [&] { opt.step(); }), 7.0 * 4 * numel, false});
+    if (!with_scale_too) return;
+    const Tensor scale = scalar_tensor(0.5, TensorOptions{}.with_dtype(DType::F64).with_device(dev));
+    rows.push_back({name + ", clip scale", what, time_it(dev, [&] { opt.step(scale); }),
+                    7.0 * 4 * numel, false});
+  };
+  adamw_rows(std::vector<Shape>(16, Shape{int64_t(1) << 26}), "AdamW step (16 x 64M f32)",
+             "1.07e9 params", false);
+  {
+    const int64_t dim = 2048, kv = 512, ffn = 8192, vocab = 128256, layers = 16;
+    std::vector<Shape> llama{{vocab, dim}};  // tied embedding and output
+    for (int64_t l = 0; l < layers; ++l) {
+      for (Shape s : {Shape{dim, dim}, Shape{kv, dim}, Shape{kv, dim}, Shape{dim, dim},
+                      Shape{ffn, dim}, Shape{dim, ffn}, Shape{ffn, dim}, Shape{dim}, Shape{dim}})
+        llama.push_back(s);
+    }
+    llama.push_back({dim});  // the final norm
+    adamw_rows(llama, "AdamW step (Llama 3 1B's tensors)", "146 tensors, 1.24e9", true);
   }
   print(rows, tb_per_s, tflop_per_s);
   return 0;
