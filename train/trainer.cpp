@@ -393,8 +393,16 @@ void Trainer::setup_parallelism() {
         {"dp_replicate", "ep", "efsdp"});
     ctx.expert_mesh = expert_mesh_;
   }
-  ctx.reshard_after_forward = p.fsdp_reshard_after_forward != "never";
+  // "default": the blocks reshard when their shard group has several ranks (each gather saved is
+  // memory given back). On one there is nothing to gather, and resharding would only trade the
+  // blocks' compute-dtype copies (half the f32 weights' bytes) for casting them all again in the
+  // backward, so they stay, as autocast keeps its casts between forward and backward.
+  ctx.reshard_after_forward = p.fsdp_reshard_after_forward == "always" ||
+                              (p.fsdp_reshard_after_forward == "default" && layout.dp_shard > 1);
   ctx.reshard_root_after_forward = p.fsdp_reshard_after_forward == "always";
+  reshard_text_ = p.fsdp_reshard_after_forward + " (blocks: " +
+                  (ctx.reshard_after_forward ? "yes" : "no") + ", root: " +
+                  (ctx.reshard_root_after_forward ? "yes" : "no") + ")";
   ctx.mp_policy.param_dtype = dtype_from_config(config_.training.mixed_precision_param);
   ctx.mp_policy.reduce_dtype = dtype_from_config(config_.training.mixed_precision_reduce);
   ctx.gradient_divide_factor = 1.0;  // the loss is normalised by the global token count
@@ -599,8 +607,7 @@ TrainResult Trainer::train() {
     out << "parallelism: " << world_size() << " rank" << (world_size() > 1 ? "s" : "")
         << ", FSDP over " << dp_mesh_->describe() << "; parameters computed in "
         << tc.mixed_precision_param << ", gradients reduced in " << tc.mixed_precision_reduce
-        << ", float32 master weights; reshard after forward: "
-        << config_.parallelism.fsdp_reshard_after_forward << "\n";
+        << ", float32 master weights; reshard after forward: " << reshard_text_ << "\n";
   }
 
   TrainResult result;

@@ -159,6 +159,7 @@ class Trainer {
   std::shared_ptr<parallel::DeviceMesh> dp_mesh_;
   // (dp_replicate, ep, efsdp) when parallelism.expert_parallel_degree > 1, else null.
   std::shared_ptr<parallel::DeviceMesh> expert_mesh_;
+  std::string reshard_text_;  // fsdp_reshard_after_forward as applied, for the log
   std::unique_ptr<data::BpeTokenizer> tokenizer_;
   std::filesystem::path token_file_;
   std::unique_ptr<data::Loader> loader_;

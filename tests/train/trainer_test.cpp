@@ -238,6 +238,41 @@ TEST(Trainer, OneProcessAppliesBf16MixedPrecision) {
   EXPECT_LT(mean_last(bf16.losses, 3), bf16.losses.front() - 0.5);
 }
 
+// On one shard rank "default" keeps the blocks' bf16 copies from forward to backward (nothing to
+// gather, so no memory is worth casting them again); "always" casts again: the same losses.
+TEST(Trainer, OneRankDefaultKeepsTheBlocksUnshardedWithTheSameLosses) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  auto train_with = [&](const std::string& reshard, std::string& log) {
+    const config::JobConfig cfg = tiny_config(
+        corpus, temp_dir("reshard_" + reshard),
+        {"--training.steps=4", "--validation.enable=false",
+         "--training.mixed_precision_param=bfloat16",
+         "--parallelism.fsdp_reshard_after_forward=" + reshard});
+    TrainerOptions options;
+    options.edit_model_args = testing::shrink_llama;
+    std::ostringstream out;
+    options.log = &out;
+    options.handle_signals = false;
+    options.write_files = false;
+    options.sample_tokens = 0;
+    const TrainResult r = Trainer(cfg, options).train();
+    log = out.str();
+    return r;
+  };
+  std::string default_log, always_log;
+  const TrainResult kept = train_with("default", default_log);
+  const TrainResult recast = train_with("always", always_log);
+  EXPECT_NE(default_log.find("reshard after forward: default (blocks: no, root: no)"),
+            std::string::npos)
+      << default_log;
+  EXPECT_NE(always_log.find("reshard after forward: always (blocks: yes, root: yes)"),
+            std::string::npos)
+      << always_log;
+  ASSERT_EQ(kept.losses.size(), 4u);
+  EXPECT_EQ(kept.losses, recast.losses);
+  EXPECT_EQ(kept.grad_norms, recast.grad_norms);
+}
+
 TEST(Trainer, GeneratesASample) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const fs::path dump = temp_dir("sample");

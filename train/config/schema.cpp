@@ -160,8 +160,8 @@ std::vector<SectionSpec> build_schema() {
            positive()},
           {"fsdp_reshard_after_forward", &P::fsdp_reshard_after_forward,
            "Free gathered parameters after each block's forward (all-gather again for backward): "
-           "default = yes for the blocks, no for the root; always; never (more memory, less "
-           "communication)",
+           "default = yes for the blocks when they are sharded over several ranks (on one, no: "
+           "nothing to gather), no for the root; always; never (more memory, less communication)",
            one_of({"default", "always", "never"})},
       }));
   s.push_back(section<C>(
