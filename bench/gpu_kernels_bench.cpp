@@ -269,7 +269,8 @@ int run() {
     optim::AdamW opt(params, {.lr = 1e-4});
     rows.push_back({name, what, time_it(dev, [&] { opt.step(); }), 7.0 * 4 * numel, false});
     if (!with_scale_too) return;
-    const Tensor scale = scalar_tensor(0.5, TensorOptions{}.with_dtype(DType::F64).with_device(dev));
+    const Tensor scale =
+        scalar_tensor(0.5, TensorOptions{}.with_dtype(DType::F64).with_device(dev));
     rows.push_back({name + ", clip scale", what, time_it(dev, [&] { opt.step(scale); }),
                     7.0 * 4 * numel, false});
   };

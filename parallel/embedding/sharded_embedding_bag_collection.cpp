@@ -804,9 +804,7 @@ void ShardedEmbeddingBagCollection::reset_rows(const std::string& table_name,
   for (const auto& g : groups_)
     for (size_t j = 0; j < g->table_cfg.size(); ++j) {
       if (g->table_cfg[j] != t || !g->module[j]) continue;
-      const std::vector<int64_t> local = g->module[j]->reset_rows(global_rows, step);
-      for (const auto& [name, state] : g->optimizer.table_state(size_t(g->opt_index[j])))
-        for (int64_t r : local) state.narrow(0, r, 1).zero_();
+      g->optimizer.zero_rows(size_t(g->opt_index[j]), g->module[j]->reset_rows(global_rows, step));
     }
 }
 

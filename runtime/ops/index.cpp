@@ -43,12 +43,13 @@ Tensor index_1d(const Tensor& index, const char* op) {
   return index.detach().contiguous().reshape({index.numel()});
 }
 
-// Shape checks shared by index_add and index_add_; returns the wrapped dim.
-int64_t check_index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
-                        const char* op) {
+// Shape checks shared by index_add, index_add_ and index_copy_ (`adds`: bool is rejected);
+// returns the wrapped dim.
+int64_t check_index_rows(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
+                         bool adds, const char* op) {
   check_index(x, index, op);
   check_values(x, source, "source", op);
-  MT_CHECK(x.dtype() != DType::Bool, op, ": bool tensors cannot be added");
+  MT_CHECK(!adds || x.dtype() != DType::Bool, op, ": bool tensors cannot be added");
   MT_CHECK(x.dim() >= 1, op, ": expected x with at least one dim, got shape ", x.shape());
   dim = wrap_dim(dim, x.dim(), op);
   Shape expected = x.shape();
@@ -141,6 +142,21 @@ Tensor scatter_op(const Tensor& x, int64_t dim, const Tensor& index, const Tenso
   return out;
 }
 
+// kernel(target) on a contiguous tensor holding self's values: self itself (its version bumped),
+// or a copy written back into a self of any layout.
+template <class Kernel>
+void update_in_place(const Tensor& self, Kernel&& kernel) {
+  if (self.is_contiguous()) {
+    Tensor target = self.detach();
+    kernel(target);
+    self.bump_version();
+  } else {
+    Tensor target = copy_of(self);
+    kernel(target);
+    self.copy_(target);
+  }
+}
+
 }  // namespace
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
@@ -170,7 +186,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
                  double alpha) {
   constexpr const char* op = "index_add";
-  dim = check_index_add(x, dim, index, source, op);
+  dim = check_index_rows(x, dim, index, source, /*adds=*/true, op);
   MT_CHECK(x.is_floating_point() || alpha == std::trunc(alpha), op,
            ": alpha must be a whole number for ", x.dtype(), " tensors, got ", alpha);
   const Tensor idx = index_1d(index, op);
@@ -196,7 +212,7 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
 const Tensor& index_add_(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source,
                          double alpha) {
   constexpr const char* op = "index_add_";
-  dim = check_index_add(self, dim, index, source, op);
+  dim = check_index_rows(self, dim, index, source, /*adds=*/true, op);
   MT_CHECK(!(GradMode::enabled() && self.requires_grad()), op,
            ": in-place update of a tensor that requires grad (use index_add, or no_grad)");
   MT_CHECK(self.is_floating_point() || alpha == std::trunc(alpha), op,
@@ -205,15 +221,29 @@ const Tensor& index_add_(const Tensor& self, int64_t dim, const Tensor& index, c
   check_range(idx, self.size(dim), dim, op);
   Tensor src = source.detach().contiguous();
   if (src.shares_storage_with(self)) src = copy_of(src);  // source aliasing self
-  if (self.is_contiguous()) {
-    Tensor target = self.detach();
+  update_in_place(self, [&](Tensor& target) {
     index_add_kernel(self.device(), target, dim, idx, src, alpha);
-    self.bump_version();
-  } else {
-    Tensor target = copy_of(self);
-    index_add_kernel(self.device(), target, dim, idx, src, alpha);
-    self.copy_(target);
-  }
+  });
+  return self;
+}
+
+const Tensor& index_copy_(const Tensor& self, int64_t dim, const Tensor& index,
+                          const Tensor& source) {
+  constexpr const char* op = "index_copy_";
+  dim = check_index_rows(self, dim, index, source, /*adds=*/false, op);
+  MT_CHECK(!(GradMode::enabled() && self.requires_grad()), op,
+           ": in-place update of a tensor that requires grad (use no_grad)");
+  const Tensor idx = index_1d(index, op);
+  check_range(idx, self.size(dim), dim, op);
+  // scatter's index has the source's shape: each element names its row along dim.
+  Shape along(size_t(self.dim()), 1);
+  along[size_t(dim)] = idx.numel();
+  const Tensor element_index = idx.reshape(along).expand(source.shape()).contiguous();
+  Tensor src = source.detach();
+  if (src.shares_storage_with(self)) src = copy_of(src);
+  update_in_place(self, [&](Tensor& target) {
+    scatter_kernel(self.device(), target, dim, element_index, src, /*accumulate=*/false);
+  });
   return self;
 }
 

@@ -1,4 +1,5 @@
-// Indexing ops with torch semantics: index_select, index_add(_), gather, scatter, scatter_add.
+// Indexing ops with torch semantics: index_select, index_add(_), index_copy_, gather, scatter,
+// scatter_add.
 // Indices are i64 (i32 accepted) and must lie in [0, size): anything else throws an mt::Error
 // naming the op, the index value, its position, the dim and its size (no negative wrap-around).
 // Accumulating ops are deterministic: repeated indices add up in index order, whatever the thread
@@ -21,6 +22,12 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
 // grad mode is on). For integer dtypes alpha must be a whole number.
 const Tensor& index_add_(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source,
                          double alpha = 1.0);
+
+// self[..., index[i], ...] = source[..., i, ...] along `dim`, in place (any layout; source any
+// strides, x's shape with size index.numel() at `dim`); with repeated indices the last one wins.
+// Not recorded by autograd (throws if `self` requires grad while grad mode is on).
+const Tensor& index_copy_(const Tensor& self, int64_t dim, const Tensor& index,
+                          const Tensor& source);
 
 // out[p] = x[p with p[dim] = index[p]]; index has x's ndim and index.size(d) <= x.size(d) for
 // d != dim; out has index's shape. Differentiable w.r.t. x (backward: scatter_add into zeros).

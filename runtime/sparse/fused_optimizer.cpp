@@ -6,6 +6,7 @@
 
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/factory.h"
+#include "runtime/ops/index.h"
 
 namespace mt::runtime::sparse {
 
@@ -117,6 +118,18 @@ std::vector<std::pair<std::string, Tensor>> FusedEmbeddingOptimizer::table_state
   if (t.momentum1.defined()) out.emplace_back("momentum1", t.momentum1);
   if (t.momentum2.defined()) out.emplace_back("momentum2", t.momentum2);
   return out;
+}
+
+void FusedEmbeddingOptimizer::zero_rows(size_t table, const std::vector<int64_t>& rows) const {
+  if (rows.empty()) return;
+  NoGradGuard no_grad;
+  for (const auto& [name, state] : table_state(table)) {
+    const TensorOptions on = TensorOptions{}.with_dtype(DType::I64).with_device(state.device());
+    Shape shape = state.shape();
+    shape[0] = int64_t(rows.size());
+    index_copy_(state, 0, from_vector<int64_t>(rows, {int64_t(rows.size())}, on),
+                zeros({}, state.options()).expand(shape));
+  }
 }
 
 nn::StateDict FusedEmbeddingOptimizer::state_dict() const {

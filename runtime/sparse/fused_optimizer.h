@@ -41,6 +41,9 @@ class FusedEmbeddingOptimizer {
   int64_t step_count(size_t table) const { return tables_.at(table).step; }
   // Named state tensors of one table ("momentum1", "momentum2"), the optimizer's own tensors.
   std::vector<std::pair<std::string, Tensor>> table_state(size_t table) const;
+  // Zeroes the state of local rows `rows` of one table (evicted ids start over): one write per
+  // state tensor, wherever it lives (no_grad).
+  void zero_rows(size_t table, const std::vector<int64_t>& rows) const;
 
   // "<key>.momentum1", "<key>.momentum2" (as present) and "<key>.step" (0-D i64) per table.
   nn::StateDict state_dict() const;

@@ -5,6 +5,7 @@
 
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/factory.h"
+#include "runtime/ops/index.h"
 #include "runtime/sparse/row_sparse_grad.h"
 
 namespace mt::runtime::sparse {
@@ -64,18 +65,27 @@ std::vector<int64_t> EmbeddingTable::reset_rows(const std::vector<int64_t>& glob
   const auto [lo, hi] = init_bounds(config_);
   const RandomKey key = init_.key("weight.reset").with_offset(uint64_t(step));
   NoGradGuard no_grad;
-  std::vector<int64_t> local;
+  std::vector<int64_t> local, global;
   for (int64_t row : global_rows) {
     MT_CHECK(row >= 0 && row < config_.num_embeddings, "EmbeddingTable '", config_.name,
              "': reset_rows: row ", row, " is outside the table's ", config_.num_embeddings,
              " rows");
     const int64_t r = row - config_.shard.row_offset;
     if (r < 0 || r >= rows_) continue;
-    nn::init_uniform_(weight.narrow(0, r, 1), key, lo, hi,
-                      {config_.num_embeddings, config_.embedding_dim},
-                      {row, config_.shard.col_offset});
     local.push_back(r);
+    global.push_back(row);
   }
+  if (local.empty()) return local;
+  // Drawn on the host row by row (each keyed by its global row), written in one go.
+  const int64_t n = int64_t(local.size());
+  const Tensor fresh = empty({n, cols_}, TensorOptions{}.with_dtype(weight.dtype()));
+  for (int64_t i = 0; i < n; ++i) {
+    nn::init_uniform_(fresh.narrow(0, i, 1), key, lo, hi,
+                      {config_.num_embeddings, config_.embedding_dim},
+                      {global[size_t(i)], config_.shard.col_offset});
+  }
+  const TensorOptions on = TensorOptions{}.with_dtype(DType::I64).with_device(weight.device());
+  index_copy_(weight, 0, from_vector<int64_t>(local, {n}, on), fresh.to(weight.device(), true));
   return local;
 }
 
@@ -126,8 +136,7 @@ void TableCollection::reset_rows(const std::string& table_name,
   size_t t = 0;
   while (t < configs_.size() && configs_[t].name != table_name) ++t;
   MT_CHECK(t < configs_.size(), type_name(), ": reset_rows: no table named '", table_name, "'");
-  for (int64_t r : tables_[t]->reset_rows(global_rows, step))
-    for (const auto& [name, state] : optimizer_.table_state(t)) state.narrow(0, r, 1).zero_();
+  optimizer_.zero_rows(t, tables_[t]->reset_rows(global_rows, step));
 }
 
 KeyedJaggedTensor TableCollection::arrange(const KeyedJaggedTensor& features) const {

@@ -1,7 +1,8 @@
-// CUDA backend vs CPU backend: index_select, index_add(_), gather, scatter(_add), sort / argsort /
-// topk and embedding, forward and backward, with repeated indices (deterministic accumulation:
-// f32 results equal the CPU's bitwise), i32 and i64 indices, ties, NaN and -0 in sorts, odd
-// sizes, empty tensors and out-of-range errors (raised at the next host read). Skips without a GPU.
+// CUDA backend vs CPU backend: index_select, index_add(_), index_copy_, gather, scatter(_add),
+// sort / argsort / topk and embedding, forward and backward, with repeated indices (deterministic
+// accumulation: f32 results equal the CPU's bitwise), i32 and i64 indices, ties, NaN and -0 in
+// sorts, odd sizes, empty tensors and out-of-range errors (raised at the next host read). Skips
+// without a GPU.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -89,6 +90,28 @@ TEST_F(IndexGpu, IndexAddRepeatsAreDeterministic) {
   const Tensor xi = ids({1, 2, 3, 4}, DType::I32);
   expect_equal([](const auto& in) { return index_add(in[0], 0, in[1], in[2], 3.0); },
                {xi, ids({3, 3, 0}), ids({5, -1, 7}, DType::I32)});
+}
+
+// index_copy_ copies values: equal to the CPU's bitwise, repeated rows included (the last wins),
+// on a transposed self, from an expanded source (zeroing rows, as evictions do).
+TEST_F(IndexGpu, IndexCopyInPlace) {
+  for (DType t : kIndexFloats) {
+    const Tensor idx = random_ids({30}, 40, DType::I64, 7);
+    expect_equal(
+        [](const auto& in) {
+          Tensor self = in[0].clone();
+          index_copy_(self, 1, in[1], in[2]);
+          return self;
+        },
+        {rnd({5, 40, 3}, t, 8), idx, rnd({5, 30, 3}, t, 9)});
+    expect_equal(
+        [](const auto& in) {
+          Tensor self = in[0].clone().t();
+          index_copy_(self, 0, in[1], zeros({}, self.options()).expand({3, 6}));
+          return self;
+        },
+        {rnd({6, 40}, t, 10), ids({39, 0, 39}, DType::I32)});
+  }
 }
 
 TEST_F(IndexGpu, GatherScatterAndBackward) {

@@ -296,6 +296,71 @@ TEST(IndexAdd, BadInputsThrow) {
   EXPECT_THROW(index_add(b, 0, idx, b), mt::Error);
 }
 
+// ---- index_copy_ -----------------------------------------------------------------------------
+
+// index_copy_ is scatter along dim with a whole slice per index: the reference is ref_scatter with
+// the index spread over the source's shape.
+Tensor ref_index_copy(const Tensor& x, int64_t dim, const std::vector<int64_t>& idx,
+                      const Tensor& source) {
+  std::vector<int64_t> spread(size_t(source.numel()));
+  for (int64_t f = 0; f < source.numel(); ++f)
+    spread[size_t(f)] = idx[size_t(unravel(f, source.shape())[size_t(dim)])];
+  return ref_scatter(x, dim, make_index(spread, source.shape()), source, false);
+}
+
+TEST(IndexCopy, MatchesReferenceEveryDimLastRepeatWins) {
+  for (int64_t dim : {0, 1, 2}) {
+    const Tensor x = randn64({4, 3, 5}, 30 + uint64_t(dim), false);
+    const std::vector<int64_t> idx = random_indices(6, x.size(dim), 40 + uint32_t(dim));
+    Shape src_shape = x.shape();
+    src_shape[size_t(dim)] = 6;
+    const Tensor src = randn64(src_shape, 50 + uint64_t(dim), false);
+    const Tensor expected = ref_index_copy(x, dim, idx, src);
+    const Tensor self = x.clone();
+    const uint64_t v0 = self.version();
+    EXPECT_TRUE(index_copy_(self, dim, make_index(idx, {6}), src).same(self));
+    EXPECT_GT(self.version(), v0);
+    EXPECT_EQ(self.to_vector<double>(), expected.to_vector<double>()) << "dim " << dim;
+  }
+  // Repeated rows: the last one's values.
+  const Tensor self = zeros({3, 2}, TensorOptions{}.with_dtype(DType::F64));
+  index_copy_(self, 0, make_index({1, 1}, {2}), from_ref({1, 2, 3, 4}, {2, 2}));
+  EXPECT_EQ(self.to_vector<double>(), (std::vector<double>{0, 0, 3, 4, 0, 0}));
+}
+
+TEST(IndexCopy, StridedSelfExpandedSourceI32IndexAndIntegers) {
+  const Tensor base = randn64({3, 4}, 60, false);  // self is its [4, 3] transpose
+  const Tensor view = base.t();
+  const Tensor expected =
+      ref_index_copy(view.contiguous(), 0, {3, 0}, zeros({2, 3}, view.options()));
+  index_copy_(view, 0, make_index({3, 0}, {2}, DType::I32),
+              zeros({1, 1}, view.options()).expand({2, 3}));
+  EXPECT_EQ(base.t().contiguous().to_vector<double>(), expected.to_vector<double>());
+
+  const Tensor ints = from_vector<int64_t>({1, 2, 3, 4}, {4}, i64());
+  index_copy_(ints, 0, make_index({2}, {1}), from_vector<int64_t>({9}, {1}, i64()));
+  EXPECT_EQ(ints.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 9, 4}));
+}
+
+TEST(IndexCopy, BadInputsThrow) {
+  const Tensor x = randn64({4, 5}, 70, false);
+  const Tensor idx = make_index({0, 1}, {2});
+  const std::string shape = error_of([&] { index_copy_(x, 0, idx, randn64({2, 4}, 71, false)); });
+  EXPECT_NE(shape.find("index_copy_"), std::string::npos) << shape;
+  EXPECT_NE(shape.find("[2, 5]"), std::string::npos) << shape;
+  const std::string range = error_of([&] {
+    index_copy_(x, 1, make_index({5}, {1}), zeros({4, 1}, x.options()));
+  });
+  EXPECT_NE(range.find("index_copy_: index 5"), std::string::npos) << range;
+  EXPECT_THROW(index_copy_(x, 0, idx, zeros({2, 5})), mt::Error);  // f32 source into f64
+  const Tensor leaf = randn64({4, 5}, 72);
+  EXPECT_THROW(index_copy_(leaf, 0, idx, zeros({2, 5}, x.options())), mt::Error);
+  {
+    NoGradGuard guard;
+    EXPECT_NO_THROW(index_copy_(leaf, 0, idx, zeros({2, 5}, x.options())));
+  }
+}
+
 // ---- gather ----------------------------------------------------------------------------------
 
 TEST(Gather, MatchesReferenceEveryDim) {

@@ -181,8 +181,9 @@ TEST(Trainer, DeterministicConfigHoldsForTheRun) {
   options.write_files = false;
   std::ostringstream out;
   for (bool deterministic : {false, true}) {
-    const config::JobConfig cfg = config::load_config(
-        fs::path(), {std::string("--training.deterministic=") + (deterministic ? "true" : "false")});
+    const std::string flag = deterministic ? "true" : "false";
+    const config::JobConfig cfg =
+        config::load_config(fs::path(), {"--training.deterministic=" + flag});
     {
       RunScaffold run(cfg, options, *world, nullptr, out);
       EXPECT_EQ(runtime::deterministic_algorithms(), deterministic);
