@@ -34,7 +34,7 @@ run_stage() {
     llama)
       (source .device/device-env.sh && BENCH_DIR=$work/llama MT_TIMEOUT=${MT_TIMEOUT:-150} \
         EAGER_TIMEOUT=${EAGER_TIMEOUT:-90} COMPILE_TIMEOUT=${COMPILE_TIMEOUT:-180} \
-        WARMUP=${WARMUP:-5} STEPS=${LLAMA_STEPS:-15} MT_BASELINE=${MT_BASELINE:-1} \
+        WARMUP=${WARMUP:-15} STEPS=${LLAMA_STEPS:-15} MT_BASELINE=${MT_BASELINE:-1} \
         bash bench/gpu_llama_bench.sh) \
         >"$work/llama.txt" 2>&1
       echo "gpu_llama_bench rc=$?" ;;
