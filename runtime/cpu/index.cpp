@@ -133,6 +133,26 @@ void index_add(Tensor& self, int64_t dim, const Tensor& index, const Tensor& sou
   });
 }
 
+// Rows in index order, so the last of repeated indices is the one left; parallel over outer.
+void index_copy(Tensor& self, int64_t dim, const Tensor& index, const Tensor& source) {
+  dispatch_index(index.dtype(), "index_copy", [&](auto iv) {
+    using I = decltype(iv);
+    const DimSplit s = split_at(self.shape(), dim);
+    const int64_t n = index.numel();
+    const size_t row_bytes = size_t(s.inner) * self.element_size();
+    char* sp = static_cast<char*>(self.data_ptr());
+    const char* src = static_cast<const char*>(source.data_ptr());
+    const I* ip = index.data<I>();
+    const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n * s.inner, 1));
+    parallel_for(s.outer, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o)
+        for (int64_t i = 0; i < n; ++i)
+          std::memcpy(sp + size_t(o * s.size + int64_t(ip[i])) * row_bytes,
+                      src + size_t(o * n + i) * row_bytes, row_bytes);
+    });
+  });
+}
+
 template <class T, class I>
 void gather_impl(const Tensor& x, int64_t dim, const Tensor& index, Tensor& out) {
   Shape xs = x.strides();
@@ -207,6 +227,7 @@ void scatter(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, 
 MT_REGISTER_KERNEL(index_bounds_kernel, DeviceType::CPU, index_bounds);
 MT_REGISTER_KERNEL(index_select_kernel, DeviceType::CPU, index_select);
 MT_REGISTER_KERNEL(index_add_kernel, DeviceType::CPU, index_add);
+MT_REGISTER_KERNEL(index_copy_kernel, DeviceType::CPU, index_copy);
 MT_REGISTER_KERNEL(gather_kernel, DeviceType::CPU, gather);
 MT_REGISTER_KERNEL(scatter_kernel, DeviceType::CPU, scatter);
 

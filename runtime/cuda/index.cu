@@ -1,5 +1,6 @@
-// CUDA kernels of the index family (runtime/kernels/index.h). Copies (index_select, gather, the
-// non-accumulating scatter) move elements by size, one instantiation per element width. The
+// CUDA kernels of the index family (runtime/kernels/index.h). Copies (index_select, index_copy,
+// gather, the non-accumulating scatter) move elements by size, one instantiation per element
+// width. The
 // accumulating kernels follow the CPU's schedule so they stay deterministic without atomics:
 // index_add gives each thread one (outer, inner) position and walks the index in order (a long
 // index is sorted by target first, and each run of equal targets walked in order); scatter
@@ -150,6 +151,30 @@ void index_add(Tensor& self, int64_t dim, const Tensor& index, const Tensor& sou
   });
 }
 
+// index_copy: positions sorted stably by target (sorted_positions.cuh), so the last of each run
+// of equal targets is the one the CPU leaves; one thread per (outer, position, inner element)
+// copies only for those, every element written once, in parallel.
+void index_copy(Tensor& self, int64_t dim, const Tensor& index, const Tensor& source) {
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&self, &index, &source})
+    check_on_current_device(*t, "index_copy");
+  const DimSplit s = split_at(self.shape(), dim);
+  const int64_t n = index.numel(), inner = s.inner, size = s.size;
+  if (n == 0 || s.outer * inner == 0) return;
+  const SortedPositions sorted = sort_positions_by_value(index, size, "index_copy");
+  MT_CUDA_DISPATCH_BYTES(self.element_size(), "index_copy", E, [&] {
+    E* sp = ptr<E>(self);
+    const E* src = ptr<E>(source);
+    const int64_t* keys = ptr<int64_t>(sorted.keys);
+    const int32_t* order = ptr<int32_t>(sorted.order);
+    launch_linear(s.outer * n * inner, [=] __device__(int64_t e) {
+      const int64_t r = e / inner, j = e % inner;
+      const int64_t o = r / n, p = r % n, k = keys[p];
+      if (!in_range(k, size) || (p + 1 < n && keys[p + 1] == k)) return;  // not the last
+      sp[(o * size + k) * inner + j] = src[(o * n + order[p]) * inner + j];
+    });
+  });
+}
+
 void gather(const Tensor& x, int64_t dim, const Tensor& index, Tensor& out) {
   for (const Tensor* t : std::initializer_list<const Tensor*>{&x, &index, &out})
     check_on_current_device(*t, "gather");
@@ -211,6 +236,7 @@ void scatter(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, 
 MT_REGISTER_KERNEL(index_bounds_kernel, DeviceType::CUDA, index_bounds);
 MT_REGISTER_KERNEL(index_select_kernel, DeviceType::CUDA, index_select);
 MT_REGISTER_KERNEL(index_add_kernel, DeviceType::CUDA, index_add);
+MT_REGISTER_KERNEL(index_copy_kernel, DeviceType::CUDA, index_copy);
 MT_REGISTER_KERNEL(gather_kernel, DeviceType::CUDA, gather);
 MT_REGISTER_KERNEL(scatter_kernel, DeviceType::CUDA, scatter);
 

@@ -28,6 +28,12 @@ inline constinit KernelTable<void(Tensor& self, int64_t dim, const Tensor& index
                                   const Tensor& source, double alpha)>
     index_add_kernel{"index_add"};
 
+// self and source contiguous, index 1-D: self[..., index[i], ...] = source[..., i, ...]; of
+// repeated indices the last one's slice is written.
+inline constinit KernelTable<void(Tensor& self, int64_t dim, const Tensor& index,
+                                  const Tensor& source)>
+    index_copy_kernel{"index_copy"};
+
 // x any strides, index of x's ndim (contiguous), out contiguous of index's shape:
 // out[p] = x[p with p[dim] = index[p]].
 inline constinit KernelTable<void(const Tensor& x, int64_t dim, const Tensor& index, Tensor& out)>

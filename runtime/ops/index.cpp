@@ -235,15 +235,10 @@ const Tensor& index_copy_(const Tensor& self, int64_t dim, const Tensor& index,
            ": in-place update of a tensor that requires grad (use no_grad)");
   const Tensor idx = index_1d(index, op);
   check_range(idx, self.size(dim), dim, op);
-  // scatter's index has the source's shape: each element names its row along dim.
-  Shape along(size_t(self.dim()), 1);
-  along[size_t(dim)] = idx.numel();
-  const Tensor element_index = idx.reshape(along).expand(source.shape()).contiguous();
-  Tensor src = source.detach();
+  Tensor src = source.detach().contiguous();
   if (src.shares_storage_with(self)) src = copy_of(src);
-  update_in_place(self, [&](Tensor& target) {
-    scatter_kernel(self.device(), target, dim, element_index, src, /*accumulate=*/false);
-  });
+  update_in_place(self,
+                  [&](Tensor& target) { index_copy_kernel(self.device(), target, dim, idx, src); });
   return self;
 }
 
