@@ -5,9 +5,9 @@
 // ones. Prints one row per kernel: median time, achieved TB/s or TFLOP/s, and % of the ceiling.
 // Bytes are the fewest the kernel must move (each input read once, each output written once);
 // FLOPs are the usual 2 m n k (attention: 4 B H T^2 D, halved for causal; backward 2.5x).
-// Also MoE grouped_mm and DLRM table-batched embedding bags (the ids start on the host, as from
-// a data loader, so those rows include their copy, the host id check and, with the backward, the
-// host grouping by row).
+// Also MoE grouped_mm, DLRM table-batched embedding bags (the ids start on the host, as from a
+// data loader, so those rows include their copy, the host id check and, with the backward, the
+// host grouping by row), and AdamW and FSDP's one-rank casts over the 1B's own 146 tensors.
 //
 //   ./build/bench/gpu_kernels_bench [--reps N]      (on the GPU machine: .device/bin/...)
 //
@@ -27,6 +27,7 @@
 #include "runtime/core/determinism.h"
 #include "runtime/core/device_runtime.h"
 #include "runtime/core/grad_mode.h"
+#include "runtime/kernels/copy.h"
 #include "runtime/ops/attention.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/embedding.h"
@@ -286,6 +287,23 @@ int run() {
     }
     llama.push_back({dim});  // the final norm
     adamw_rows(llama, "AdamW step (Llama 3 1B's tensors)", "146 tensors, 1.24e9", true);
+    // FSDP's one-rank cast of the same tensors, f32 shards into bf16 (once a step; the gradients
+    // go back the other way): one launch per tensor against the multi-tensor copy.
+    std::vector<Tensor> shards, casts;
+    double numel = 0;
+    for (const Shape& shape : llama) {
+      shards.push_back(rnd(shape, f32, dev, "shard"));
+      casts.push_back(empty(shape, TensorOptions{}.with_dtype(bf16).with_device(dev)));
+      numel += double(shards.back().numel());
+    }
+    rows.push_back({"f32->bf16 casts, per tensor", "146 tensors, 1.24e9", time_it(dev, [&] {
+                      for (size_t k = 0; k < shards.size(); ++k)
+                        copy_kernel(dev, shards[k], casts[k]);
+                    }),
+                    6.0 * numel, false});
+    rows.push_back({"f32->bf16 casts, multi-tensor", "146 tensors, 1.24e9",
+                    time_it(dev, [&] { copy_multi_tensor_kernel(dev, shards, casts); }),
+                    6.0 * numel, false});
   }
   print(rows, tb_per_s, tflop_per_s);
   return 0;
