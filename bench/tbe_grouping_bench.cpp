@@ -1,9 +1,11 @@
-// The host grouping of the table-batched embedding backward (tbe_group_rows in
-// runtime/kernels/embedding_bag_grad_entries.h: every contribution stably sorted by row id, runs
-// found, the arrays a device backend uploads) on gpu_kernels_bench's DLRM workload: 26 tables of
-// 1M rows, batch 8192, 20 uniform ids a bag (4.26M ids). The CUDA backward waits for this on the
-// host, so its time is the lookup backward's floor until the grouping moves to the device.
-//   OMP_NUM_THREADS=2 ./build/bench/tbe_grouping_bench [--reps 5]
+// The host grouping of the CPU kernel of the table-batched embedding backward
+// (tbe_grad_entries in runtime/kernels/embedding_bag_grad_entries.h: every contribution of a
+// table stably sorted by row id, the runs found), table after table (the CPU backward runs the
+// tables on all threads), on gpu_kernels_bench's DLRM workload: 26 tables of 1M rows, batch
+// 8192, 20 uniform ids a bag (4.26M ids). Then the host part of the CUDA backward, which groups
+// on the device: tbe_table_counts (each table's contributions and distinct rows, the tables on
+// all threads).
+//   OMP_NUM_THREADS=1 ./build/bench/tbe_grouping_bench [--reps 5]
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -30,14 +32,24 @@ int main(int argc, char** argv) {
       offsets(size_t(tables * batch + 1));
   for (int64_t& v : values) v = id(rng);
   for (size_t i = 0; i < offsets.size(); ++i) offsets[i] = int64_t(i) * per_bag;
-  const std::vector<int64_t> dims(size_t(tables), dim);
   size_t runs = 0;
   const double best = mt::bench::best_ms(reps, [&] {
-    const auto groups = tbe_group_rows<float>(dims, plan, values.data(), offsets.data(), nullptr);
     runs = 0;
-    for (const auto& g : groups) runs += g.rows.size();
+    for (int64_t t = 0; t < tables; ++t) {
+      const auto entries =
+          tbe_grad_entries<float>(t, dim, plan, values.data(), offsets.data(), nullptr);
+      runs += tbe_run_starts(entries).size() - 1;
+    }
   });
-  std::printf("tbe_group_rows: %zu ids of %lld tables -> %zu rows: best of %d %.1f ms\n",
+  std::printf("tbe_grad_entries: %zu ids of %lld tables -> %zu rows: best of %d %.1f ms\n",
               values.size(), (long long)tables, runs, reps, best);
+  const std::vector<int64_t> table_rows(size_t(tables), rows);
+  size_t counted = 0;
+  const double counts_ms = mt::bench::best_ms(reps, [&] {
+    counted = 0;
+    const auto counts = tbe_table_counts(table_rows, plan, values.data(), offsets.data());
+    for (const TbeTableCounts& c : counts) counted += size_t(c.rows);
+  });
+  std::printf("tbe_table_counts: %zu rows: best of %d %.1f ms\n", counted, reps, counts_ms);
   return 0;
 }

@@ -229,37 +229,36 @@ MT_REGISTER_KERNEL(tbe_backward_kernel, DeviceType::CPU, cpu_tbe_backward);
 
 namespace mt::runtime {
 
-template <class C>
-std::vector<TbeRowGroups<C>> tbe_group_rows(const std::vector<int64_t>& dims, const TbePlan& plan,
-                                            const int64_t* values, const int64_t* offsets,
-                                            const C* weights) {
-  const int64_t num_tables = int64_t(dims.size());
-  std::vector<TbeRowGroups<C>> groups(dims.size());
+std::vector<TbeTableCounts> tbe_table_counts(const std::vector<int64_t>& table_rows,
+                                             const TbePlan& plan, const int64_t* values,
+                                             const int64_t* offsets) {
+  const int64_t num_tables = int64_t(table_rows.size()), B = plan.batch_size;
+  std::vector<TbeTableCounts> counts(table_rows.size());
 #pragma omp parallel for schedule(dynamic, 1) if (num_tables > 1 && !omp_in_parallel())
   for (int64_t t = 0; t < num_tables; ++t) {
-    const std::vector<TbeGradEntry<C>> entries =
-        tbe_grad_entries<C>(t, dims[size_t(t)], plan, values, offsets, weights);
-    if (entries.empty()) continue;
-    TbeRowGroups<C>& g = groups[size_t(t)];
-    g.starts = tbe_run_starts(entries);
-    g.rows.reserve(g.starts.size() - 1);
-    for (size_t u = 0; u + 1 < g.starts.size(); ++u)
-      g.rows.push_back(entries[size_t(g.starts[u])].id);
-    g.src.reserve(entries.size());
-    g.scale.reserve(entries.size());
-    for (const TbeGradEntry<C>& e : entries) {
-      g.src.push_back(e.src);
-      g.scale.push_back(e.scale);
+    const int64_t rows = table_rows[size_t(t)];
+    std::vector<int64_t> ids;
+    for (size_t f = 0; f < plan.feature_table.size(); ++f) {
+      if (plan.feature_table[f] != t) continue;
+      for (int64_t i = offsets[int64_t(f) * B]; i < offsets[int64_t(f + 1) * B]; ++i)
+        if (values[i] >= 0 && values[i] < rows) ids.push_back(values[i]);
+    }
+    TbeTableCounts& c = counts[size_t(t)];
+    c.entries = int64_t(ids.size());
+    if (ids.size() * 64 >= size_t(rows)) {  // a bitmap of the rows is the cheaper count
+      std::vector<uint64_t> seen(size_t(rows + 63) / 64, 0);
+      for (int64_t id : ids) {
+        uint64_t& word = seen[size_t(id) / 64];
+        const uint64_t bit = uint64_t(1) << (id % 64);
+        c.rows += (word & bit) == 0;
+        word |= bit;
+      }
+    } else {
+      std::sort(ids.begin(), ids.end());
+      c.rows = int64_t(std::unique(ids.begin(), ids.end()) - ids.begin());
     }
   }
-  return groups;
+  return counts;
 }
-
-template std::vector<TbeRowGroups<float>> tbe_group_rows<float>(const std::vector<int64_t>&,
-                                                                const TbePlan&, const int64_t*,
-                                                                const int64_t*, const float*);
-template std::vector<TbeRowGroups<double>> tbe_group_rows<double>(const std::vector<int64_t>&,
-                                                                  const TbePlan&, const int64_t*,
-                                                                  const int64_t*, const double*);
 
 }  // namespace mt::runtime

@@ -5,17 +5,21 @@
 // them. The per-feature table, rows, dim and output position travel as one small device array.
 // The op has checked the ids on the host; an id outside its table is skipped all the same, and
 // not reported (the CPU kernel's report comes for free, this one would cost a host wait).
-// Backward: the grouping of contributions by row is the CPU kernel's host code
-// (runtime/kernels/embedding_bag_grad_entries.h, on the op's host copies of values, offsets and
-// weights; a radix sort per table, the tables on all host threads), and one warp per touched row
-// sums its gradient rows on the device in that order, so the result is the CPU's up to the
-// compute dtype's rounding. Every host-to-device copy here is queued through pinned memory:
-// neither pass makes the host wait for the GPU. Grouping on the device (a radix sort as in
-// embedding.cu) would remove the host work; not done yet.
+// Backward: the contributions are grouped by row on the device (a stable radix sort of every
+// value position by its row, numbered over all tables; group_on_device), in the order the CPU
+// kernel's host grouping gives (runtime/kernels/embedding_bag_grad_entries.h: by row, then
+// increasing value position), and one warp per touched row sums its gradient rows in that order,
+// so the result is the CPU's up to the compute dtype's rounding. The host only counts, on the
+// op's host copies of the ids, each table's contributions and distinct rows (tbe_table_counts,
+// on all host threads), which size the gradients: neither pass waits for the GPU, and every
+// host-to-device copy is queued through pinned memory.
+#include <cub/device/device_scan.cuh>
+
 #include <cstring>
 #include <vector>
 
 #include "runtime/cuda/loops.cuh"
+#include "runtime/cuda/sorted_positions.cuh"
 #include "runtime/kernels/embedding_bag.h"
 #include "runtime/kernels/embedding_bag_grad_entries.h"
 #include "runtime/ops/factory.h"
@@ -133,32 +137,137 @@ __global__ void sum_runs(const int64_t* starts, const int64_t* src, const acc_t<
   }
 }
 
-// Table `table`'s RowSparseGrad from its host groups: uploads them (queued through pinned memory,
-// from_vector on a device: the host does not wait) and sums each run's gradient rows.
+// The backward's grouping, on the device. Every value position i gets the key
+// row_base[table of its feature] + id (one row numbering over all tables; an id outside its table
+// gets the total row count and joins no run), and positions are sorted stably by key
+// (sorted_positions.cuh): a run of equal keys is one row of one table's RowSparseGrad, its
+// contributions in increasing value position, the CPU's order, and a table's runs are contiguous.
+struct DeviceGroups {
+  SortedPositions sorted;
+  Tensor run_id;  // i64 [N]: 1 + the run of sorted position k, counted over all tables
+  Tensor src;     // i64 [N]: element offset in grad_out of sorted position k's gradient row
+  Tensor scale;   // C [N]: its weight (1 without weights), divided by the bag length for MEAN
+};
+
+// Where each table's rows start in one numbering over all tables, and the total (T + 1 entries).
+std::vector<int64_t> table_row_bases(const std::vector<Tensor>& tables) {
+  std::vector<int64_t> base(tables.size() + 1, 0);
+  for (size_t t = 0; t < tables.size(); ++t) base[t + 1] = base[t] + tables[t].size(0);
+  return base;
+}
+
+// Per bag (one thread each): the keys of its values and their bag.
+__global__ void tbe_keys(const int64_t* values, const int64_t* offsets, const int64_t* bag_table,
+                         const int64_t* row_base, int64_t num_bags, int64_t B, int64_t total_rows,
+                         int64_t* keys, int64_t* bag_of) {
+  for (int64_t bag = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; bag < num_bags;
+       bag += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = bag_table[bag / B], base = row_base[t], rows = row_base[t + 1] - base;
+    for (int64_t i = offsets[bag]; i < offsets[bag + 1]; ++i) {
+      const int64_t id = values[i];
+      keys[i] = id >= 0 && id < rows ? base + id : total_rows;
+      bag_of[i] = bag;
+    }
+  }
+}
+
+template <class C>
+DeviceGroups group_on_device(const std::vector<Tensor>& tables, const Tensor& values,
+                             const Tensor& offsets, const Tensor& weights, const TbePlan& plan) {
+  const int64_t N = values.numel(), F = int64_t(plan.feature_table.size()), B = plan.batch_size;
+  const int64_t num_tables = int64_t(tables.size());
+  const TensorOptions i64 = TensorOptions{}.with_dtype(DType::I64).with_device(values.device());
+  // Small per-feature and per-table arrays, queued through pinned memory.
+  const std::vector<int64_t> row_base = table_row_bases(tables);
+  std::vector<int64_t> feature(size_t(4 * F));  // table, mean flag, output position, dim
+  for (int64_t f = 0; f < F; ++f) {
+    const int64_t t = plan.feature_table[size_t(f)];
+    feature[size_t(f)] = t;
+    feature[size_t(F + f)] = plan.feature_mean[size_t(f)];
+    feature[size_t(2 * F + f)] = plan.feature_out[size_t(f)];
+    feature[size_t(3 * F + f)] = tables[size_t(t)].size(1);
+  }
+  const Tensor row_base_d = from_vector<int64_t>(row_base, {num_tables + 1}, i64);
+  const Tensor feature_d = from_vector<int64_t>(feature, {4 * F}, i64);
+  const int64_t total_rows = row_base.back();
+
+  Tensor keys = empty({N}, i64), bag_of = empty({N}, i64);
+  tbe_keys<<<blocks_for(F * B), kThreads, 0, current_stream()>>>(
+      ptr<int64_t>(values), ptr<int64_t>(offsets), ptr<int64_t>(feature_d),
+      ptr<int64_t>(row_base_d), F * B, B, total_rows, ptr<int64_t>(keys), ptr<int64_t>(bag_of));
+  MT_CUDA_CHECK_LAUNCH();
+
+  DeviceGroups g{sort_positions_by_value(keys, total_rows, "embedding_bags_batched_backward"),
+                 empty({N}, i64), empty({N}, i64),
+                 empty({N}, i64.with_dtype(sizeof(C) == 8 ? DType::F64 : DType::F32))};
+  const int64_t* sk = ptr<int64_t>(g.sorted.keys);
+  const int32_t* order = ptr<int32_t>(g.sorted.order);
+  const int64_t* bags = ptr<int64_t>(bag_of);
+  const int64_t* o = ptr<int64_t>(offsets);
+  const int64_t* fd = ptr<int64_t>(feature_d);
+  const C* w = weights.defined() ? ptr<C>(weights) : nullptr;
+  const Tensor run_starts = empty({N}, i64);  // 1 where a run starts: summed into run_id below
+  int64_t* starts_flag = ptr<int64_t>(run_starts);
+  int64_t* src = ptr<int64_t>(g.src);
+  C* scale = ptr<C>(g.scale);
+  const bool pooled = plan.pooled;
+  const int64_t out_width = plan.out_width;
+  launch_linear(N, [=] __device__(int64_t k) {
+    starts_flag[k] = k == 0 || sk[k] != sk[k - 1];
+    const int64_t i = order[k], bag = bags[i], f = bag / B, b = bag % B;
+    const int64_t s = o[bag], e = o[bag + 1];
+    // As tbe_grad_entries (runtime/kernels/embedding_bag_grad_entries.h) computes them.
+    const C mean_scale = fd[F + f] != 0 && e > s ? C(1) / C(e - s) : C(1);
+    scale[k] = (w != nullptr ? w[i] : C(1)) * mean_scale;
+    const int64_t at = fd[2 * F + f];
+    src[k] = pooled ? b * out_width + at : at + (i - o[f * B]) * fd[3 * F + f];
+  });
+  size_t temp_bytes = 0;
+  int64_t* run_id = ptr<int64_t>(g.run_id);
+  MT_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, temp_bytes, starts_flag, run_id, int(N),
+                                              current_stream()));
+  const Tensor temp = empty({int64_t(temp_bytes / 8 + 1)}, i64);
+  MT_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp.data_ptr(), temp_bytes, starts_flag, run_id,
+                                              int(N), current_stream()));
+  return g;
+}
+
+// Table `table`'s RowSparseGrad from its sorted positions [kb, ke), with `runs_before` runs before
+// kb, U runs of its own and its rows numbered from row_base: its rows and run starts, then one
+// warp per row summing the gradient rows of its run.
 template <class T>
-RowSparseGrad table_grad(int64_t table, const Tensor& weight, const TbeRowGroups<acc_t<T>>& groups,
+RowSparseGrad table_grad(int64_t table, const Tensor& weight, const DeviceGroups& g, int64_t kb,
+                         int64_t ke, int64_t runs_before, int64_t U, int64_t row_base,
                          const Tensor& grad_out) {
   using C = acc_t<T>;
-  RowSparseGrad g;
-  if (groups.rows.empty()) return g;
-  const int64_t D = weight.size(1), U = int64_t(groups.rows.size());
-  const int64_t n = int64_t(groups.src.size());
+  const int64_t D = weight.size(1);
   const TensorOptions i64 = TensorOptions{}.with_dtype(DType::I64).with_device(weight.device());
-  const Tensor starts_d = from_vector<int64_t>(groups.starts, {U + 1}, i64);
-  const Tensor src_d = from_vector<int64_t>(groups.src, {n}, i64);
-  const TensorOptions acc = i64.with_dtype(sizeof(C) == 8 ? DType::F64 : DType::F32);
-  const Tensor scale_d = from_vector<C>(groups.scale, {n}, acc);
-  g.table = table;
-  g.num_rows = weight.size(0);
-  g.rows = from_vector<int64_t>(groups.rows, {U}, i64);
-  g.values = empty({U, D}, weight.options());
+  RowSparseGrad r;
+  r.table = table;
+  r.num_rows = weight.size(0);
+  r.rows = empty({U}, i64);
+  r.values = empty({U, D}, weight.options());
+  Tensor starts = empty({U + 1}, i64);
+  const int64_t* sk = ptr<int64_t>(g.sorted.keys);
+  const int64_t* run = ptr<int64_t>(g.run_id);
+  int64_t* rows = ptr<int64_t>(r.rows);
+  int64_t* st = ptr<int64_t>(starts);
+  launch_linear(ke - kb, [=] __device__(int64_t j) {
+    const int64_t k = kb + j;
+    if (k == kb || sk[k] != sk[k - 1]) {
+      const int64_t u = run[k] - 1 - runs_before;
+      st[u] = j;
+      rows[u] = sk[k] - row_base;
+    }
+    if (k == ke - 1) st[U] = ke - kb;
+  });
   if (D > 0) {
     sum_runs<T><<<blocks_for(U * kWarp), kThreads, 0, current_stream()>>>(
-        ptr<int64_t>(starts_d), ptr<int64_t>(src_d), ptr<C>(scale_d), ptr<T>(grad_out),
-        ptr<T>(g.values), U, D);
+        st, ptr<int64_t>(g.src) + kb, ptr<C>(g.scale) + kb, ptr<T>(grad_out), ptr<T>(r.values),
+        U, D);
     MT_CUDA_CHECK_LAUNCH();
   }
-  return g;
+  return r;
 }
 
 std::vector<RowSparseGrad> cuda_tbe_backward(const std::vector<Tensor>& tables,
@@ -172,20 +281,29 @@ std::vector<RowSparseGrad> cuda_tbe_backward(const std::vector<Tensor>& tables,
              "embedding_bags_batched_backward: values, offsets and weights must be the op's host "
              "copies, got a tensor on ",
              t->device());
-  const Tensor& v = values;
-  const Tensor& o = offsets;
-  const Tensor& w = weights;
-  std::vector<int64_t> dims;
-  for (const Tensor& t : tables) dims.push_back(t.size(1));
   std::vector<RowSparseGrad> out;
-  MT_CUDA_DISPATCH_FLOATING(grad_out.dtype(), "embedding_bags_batched_backward", T, [&] {
-    using C = acc_t<T>;
-    const std::vector<TbeRowGroups<C>> groups =
-        tbe_group_rows<C>(dims, plan, v.data<int64_t>(), o.data<int64_t>(),
-                          w.defined() ? static_cast<const C*>(w.data_ptr()) : nullptr);
-    for (int64_t t = 0; t < int64_t(tables.size()); ++t) {
-      RowSparseGrad g = table_grad<T>(t, tables[size_t(t)], groups[size_t(t)], grad_out);
-      if (g.table >= 0) out.push_back(std::move(g));
+  if (values.numel() == 0 || plan.feature_table.empty() || plan.batch_size == 0) return out;
+  // Each table's sorted positions and runs, counted on the host: nothing is read back.
+  const std::vector<int64_t> row_base = table_row_bases(tables);
+  std::vector<int64_t> rows;
+  for (const Tensor& t : tables) rows.push_back(t.size(0));
+  const std::vector<TbeTableCounts> counts =
+      tbe_table_counts(rows, plan, values.data<int64_t>(), offsets.data<int64_t>());
+  // Queued through pinned memory: the host does not wait.
+  const Device device = grad_out.device();
+  const Tensor values_d = values.to(device, true), offsets_d = offsets.to(device, true);
+  const Tensor weights_d = weights.defined() ? weights.to(device, true) : Tensor();
+  MT_CUDA_DISPATCH_FLOATING(grad_out.dtype(), "embedding_bags_batched_backward", TT, [&] {
+    const DeviceGroups g =
+        group_on_device<acc_t<TT>>(tables, values_d, offsets_d, weights_d, plan);
+    int64_t kb = 0, runs_before = 0;
+    for (size_t t = 0; t < tables.size(); ++t) {
+      const TbeTableCounts& c = counts[t];
+      if (c.entries > 0)
+        out.push_back(table_grad<TT>(int64_t(t), tables[t], g, kb, kb + c.entries, runs_before,
+                                     c.rows, row_base[t], grad_out));
+      kb += c.entries;
+      runs_before += c.rows;
     }
   });
   return out;

@@ -1,6 +1,7 @@
-// The host-side grouping of the table-batched embedding backward (runtime/kernels/embedding_bag.h),
-// written once for the CPU kernel (runtime/cpu/embedding_bag.cpp) and the CUDA kernel
-// (runtime/cuda/embedding_bag.cu): every gradient contribution a batch makes to one table, as
+// The host-side grouping of the CPU kernel of the table-batched embedding backward
+// (runtime/kernels/embedding_bag.h, runtime/cpu/embedding_bag.cpp; the CUDA kernel groups on the
+// device in the same order, sized by tbe_table_counts): every gradient contribution a batch makes
+// to one table, as
 // (row id, where its gradient row starts in grad_out, scale), stably sorted by id. A run of equal
 // ids is one row of the table's RowSparseGrad, its contributions summed in the order given here
 // (increasing value position), so results do not depend on threads or devices.
@@ -95,24 +96,16 @@ std::vector<int64_t> tbe_run_starts(const std::vector<TbeGradEntry<C>>& entries)
   return starts;
 }
 
-// One table's contributions grouped by row, as a device backend uploads them: run u sums
-// scale[k] x the gradient row at src[k] for k in [starts[u], starts[u + 1]) into row rows[u].
-template <class C>
-struct TbeRowGroups {
-  std::vector<int64_t> rows, starts, src;
-  std::vector<C> scale;
+// Per table, what a device backend needs to size the table's RowSparseGrad without reading its
+// grouping back from the device: the batch's contributions to it (`entries`, ids inside the table
+// only) and the distinct rows they touch (`rows`). table_rows[t] is table t's row count. The
+// tables on all OpenMP threads: compiled in runtime/cpu/embedding_bag.cpp (the CUDA backend's
+// nvcc-compiled files are not OpenMP).
+struct TbeTableCounts {
+  int64_t entries = 0, rows = 0;
 };
-
-// The groups of every table (dims[t] is table t's dim; a table the batch does not touch has no
-// runs), the tables spread over the OpenMP threads: instantiated in runtime/cpu/embedding_bag.cpp,
-// which is compiled with OpenMP, for the CUDA backend (whose nvcc-compiled files are not).
-template <class C>
-std::vector<TbeRowGroups<C>> tbe_group_rows(const std::vector<int64_t>& dims, const TbePlan& plan,
-                                            const int64_t* values, const int64_t* offsets,
-                                            const C* weights);
-extern template std::vector<TbeRowGroups<float>> tbe_group_rows<float>(
-    const std::vector<int64_t>&, const TbePlan&, const int64_t*, const int64_t*, const float*);
-extern template std::vector<TbeRowGroups<double>> tbe_group_rows<double>(
-    const std::vector<int64_t>&, const TbePlan&, const int64_t*, const int64_t*, const double*);
+std::vector<TbeTableCounts> tbe_table_counts(const std::vector<int64_t>& table_rows,
+                                             const TbePlan& plan, const int64_t* values,
+                                             const int64_t* offsets);
 
 }  // namespace mt::runtime

@@ -287,53 +287,41 @@ TEST(EmbeddingBagsBatched, GradEntrySortOrdersAsAStableSort) {
   }
 }
 
-// tbe_group_rows (every table at once, on all threads: the CUDA backward's input) holds the runs
-// of tbe_grad_entries for each table, MEAN scales and per-sample weights included.
-TEST(EmbeddingBagsBatched, HostGroupsOfEveryTableMatchItsEntries) {
+// tbe_table_counts (what sizes the CUDA backward's gradients) counts, per table, the entries and
+// the runs of tbe_grad_entries: ids outside their table left out, small tables counted with a
+// bitmap and a large one (few ids for its rows) by sorting.
+TEST(EmbeddingBagsBatched, TableCountsAreTheGroupingsEntriesAndRuns) {
   TbePlan plan;
   plan.batch_size = 5;
   plan.feature_table = {0, 2, 0, 1};  // table 0 read by two features; table 3 by none
   plan.feature_mean = {0, 1, 1, 0};
   plan.feature_out = {0, 4, 12, 16};
   plan.out_width = 19;
-  const std::vector<int64_t> dims = {4, 3, 8, 2};
+  const std::vector<int64_t> dims = {4, 3, 8, 2}, rows = {6, 5, int64_t(1) << 20, 6};
   std::mt19937_64 rng(3);
   std::vector<int64_t> values, offsets{0};
-  std::vector<float> weights;
   for (int64_t bag = 0; bag < 4 * plan.batch_size; ++bag) {
-    for (int64_t i = int64_t(rng() % 4); i > 0; --i) {
-      values.push_back(int64_t(rng() % 6));
-      weights.push_back(float(rng() % 5) / 4);
-    }
+    for (int64_t i = int64_t(rng() % 4); i > 0; --i) values.push_back(int64_t(rng() % 7) - 1);
     offsets.push_back(int64_t(values.size()));
   }
-  const std::vector<TbeRowGroups<float>> groups =
-      tbe_group_rows<float>(dims, plan, values.data(), offsets.data(), weights.data());
-  ASSERT_EQ(groups.size(), dims.size());
-  for (int64_t t = 0; t < int64_t(dims.size()); ++t) {
+  const std::vector<TbeTableCounts> counts =
+      tbe_table_counts(rows, plan, values.data(), offsets.data());
+  ASSERT_EQ(counts.size(), rows.size());
+  ASSERT_NE(std::count(values.begin(), values.end(), -1), 0);  // outside every table
+  int64_t counted = 0;
+  for (int64_t t = 0; t < int64_t(rows.size()); ++t) {
     SCOPED_TRACE(t);
-    const auto entries = tbe_grad_entries<float>(t, dims[size_t(t)], plan, values.data(),
-                                                 offsets.data(), weights.data());
-    const TbeRowGroups<float>& g = groups[size_t(t)];
-    if (entries.empty()) {
-      EXPECT_TRUE(g.rows.empty() && g.starts.empty() && g.src.empty());
-      continue;
-    }
-    EXPECT_EQ(g.starts, tbe_run_starts(entries));
-    ASSERT_EQ(g.src.size(), entries.size());
-    for (size_t k = 0; k < entries.size(); ++k) {
-      EXPECT_EQ(g.src[k], entries[k].src);
-      EXPECT_EQ(g.scale[k], entries[k].scale);
-    }
-    ASSERT_EQ(g.rows.size() + 1, g.starts.size());
-    for (size_t u = 0; u < g.rows.size(); ++u) {
-      EXPECT_EQ(g.rows[u], entries[size_t(g.starts[u])].id);
-      if (u > 0) {
-        EXPECT_LT(g.rows[u - 1], g.rows[u]);
-      }
-    }
+    std::vector<TbeGradEntry<float>> entries =
+        tbe_grad_entries<float>(t, dims[size_t(t)], plan, values.data(), offsets.data(), nullptr);
+    std::erase_if(entries, [&](const auto& e) { return e.id < 0 || e.id >= rows[size_t(t)]; });
+    EXPECT_EQ(counts[size_t(t)].entries, int64_t(entries.size()));
+    EXPECT_EQ(counts[size_t(t)].rows,
+              entries.empty() ? 0 : int64_t(tbe_run_starts(entries).size()) - 1);
+    counted += counts[size_t(t)].entries;
   }
-  EXPECT_TRUE(groups[3].rows.empty());
+  EXPECT_EQ(counts[3].entries, 0);
+  EXPECT_GT(counts[2].rows, 0);
+  EXPECT_LT(counted, int64_t(values.size()));  // the -1s left out
 }
 
 TEST(EmbeddingBagsBatched, Errors) {
