@@ -317,7 +317,9 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   if (options_.edit_model_args) options_.edit_model_args(*spec_->args);
   models::BuildOptions bo;
   bo.seed = uint64_t(tc.seed);
-  bo.activation_checkpoint = config_.activation_checkpoint.mode == "full" ? "full" : "none";
+  const config::ActivationCheckpointConfig& ac = config_.activation_checkpoint;
+  bo.activation_checkpoint =
+      ac.mode == "selective" ? "selective:" + ac.selective_ac_option : ac.mode;  // validated
   // FSDP shards a model built on the host without values and moves this rank's shards to its
   // device, then each rank draws its shards only (the same values as the whole model's init):
   // no rank holds the whole model. The buffers (and an unsharded model) move after.
@@ -440,6 +442,20 @@ double Trainer::sum_over_ranks(double value, const char* name) const {
 }
 
 int64_t Trainer::num_params() const { return spec_->num_params(); }
+
+std::string Trainer::activation_checkpointing_text() const {
+  const config::ActivationCheckpointConfig& ac = config_.activation_checkpoint;
+  int64_t recomputed = 0;
+  for (const auto& [name, module] : model_->named_modules())
+    recomputed += module->activation_checkpointing();
+  std::string what = ac.mode;
+  if (ac.mode == "selective") {
+    const std::string& n = ac.selective_ac_option;
+    what += ", every " + n + (n == "1" ? " block" : " blocks");
+  }
+  return what + " (" + std::to_string(recomputed) + " block" + (recomputed == 1 ? "" : "s") +
+         " recomputed in backward)";
+}
 
 struct Trainer::StepValues {
   Tensor loss_sum;      // the micro-batches' summed token losses, on the training device
@@ -582,7 +598,8 @@ TrainResult Trainer::train() {
   out << "job: " << config_.job.description << " -> " << dump.string() << "\n"
       << "model: " << config_.model.name << " " << config_.model.flavor << ", " << num_params()
       << " parameters, vocab " << tokenizer_->vocab_size() << ", " << std::setprecision(3)
-      << flops_per_token / 1e6 << " MFLOPs/token\n"
+      << flops_per_token / 1e6 << " MFLOPs/token; activation checkpointing: "
+      << activation_checkpointing_text() << "\n"
       << "data: " << token_file_.string() << ": " << loader_->info().num_tokens << " tokens, "
       << loader_->num_train_windows() << " training + " << loader_->num_val_windows()
       << " validation windows of " << tc.seq_len << "\n"

@@ -131,6 +131,8 @@ class Trainer {
  private:
   std::ostream& log() const;
   bool shards_parameters() const;  // FSDP (and mixed precision) wrap the model
+  // "selective, every 2 blocks (8 blocks recomputed in backward)": what the log says.
+  std::string activation_checkpointing_text() const;
   void setup_parallelism();         // FSDP over the data-parallel (and expert) meshes
   // One step's loss and gradient norm where the step left them (trainer.cpp).
   struct StepValues;

@@ -1,5 +1,6 @@
 #include "models/llama/model.h"
 
+#include <charconv>
 #include <cmath>
 #include <tuple>
 #include <vector>
@@ -125,10 +126,18 @@ Tensor TransformerBlock::operator()(const Tensor& x, const Tensor& cos, const Te
   });
 }
 
-ActivationCheckpointMode parse_activation_checkpoint_mode(const std::string& mode) {
-  if (mode == "none") return ActivationCheckpointMode::None;
-  if (mode == "full") return ActivationCheckpointMode::Full;
-  MT_FAIL("activation_checkpoint: unknown mode '", mode, "'; valid modes: none, full");
+ActivationCheckpointing parse_activation_checkpointing(const std::string& spec) {
+  if (spec == "none") return {0};
+  if (spec == "full") return {1};
+  const std::string prefix = "selective:";
+  if (spec.starts_with(prefix)) {
+    const std::string n = spec.substr(prefix.size());
+    int64_t period = 0;
+    const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), period);
+    if (ec == std::errc() && end == n.data() + n.size() && period > 0) return {period};
+  }
+  MT_FAIL("activation_checkpoint: unknown setting '", spec,
+          "'; valid: none, full, selective:N (every N-th block, N > 0)");
 }
 
 // ---- transformer ---------------------------------------------------------------------------
@@ -245,10 +254,9 @@ KVCache Transformer::make_kv_cache(int64_t batch, int64_t max_seq,
                  max_seq);
 }
 
-void Transformer::set_activation_checkpoint_mode(ActivationCheckpointMode mode) {
-  for (const auto& block : blocks) {
-    block->set_activation_checkpointing(mode == ActivationCheckpointMode::Full);
-  }
+void Transformer::set_activation_checkpointing(ActivationCheckpointing ac) {
+  for (size_t i = 0; i < blocks.size(); ++i)
+    blocks[i]->set_activation_checkpointing(ac.checkpoints(int64_t(i)));
 }
 
 }  // namespace mt::models::llama

@@ -127,9 +127,16 @@ class TransformerBlock : public nn::Module {
 // names the model in the message ("llama Transformer"). Shared by the decoders in models/.
 void check_token_batch(const Tensor& tokens, int64_t max_seq_len, const char* model);
 
-enum class ActivationCheckpointMode { None, Full };
-// "none" | "full"; anything else throws naming the valid modes.
-ActivationCheckpointMode parse_activation_checkpoint_mode(const std::string& mode);
+// Which transformer blocks run under activation checkpointing (recomputed in backward): every
+// `period`-th, counted from 1 as torchtitan's selective option counts (period 2: the blocks at
+// index 1, 3, 5, ...); 0: none; 1: all ("full").
+struct ActivationCheckpointing {
+  int64_t period = 0;
+  bool checkpoints(int64_t block) const { return period > 0 && (block + 1) % period == 0; }
+};
+// "none", "full", or "selective:N" (every N-th block, N > 0); anything else throws naming the
+// valid forms.
+ActivationCheckpointing parse_activation_checkpointing(const std::string& spec);
 
 class Transformer : public nn::Module {
  public:
@@ -153,8 +160,8 @@ class Transformer : public nn::Module {
   KVCache make_kv_cache(int64_t batch, int64_t max_seq = 0,
                         std::optional<runtime::DType> dtype = std::nullopt) const;
 
-  // Full: every TransformerBlock runs under activation checkpointing (recomputed in backward).
-  void set_activation_checkpoint_mode(ActivationCheckpointMode mode);
+  // The TransformerBlocks `ac` names run under activation checkpointing; the others do not.
+  void set_activation_checkpointing(ActivationCheckpointing ac);
 
   const ModelArgs& args() const { return args_; }
 

@@ -31,10 +31,10 @@ ModelSpec make_model_spec(const std::string& flavor) {
     return *a;
   };
   spec.build = [args](const BuildOptions& options) -> std::shared_ptr<runtime::nn::Module> {
-    const auto mode = parse_activation_checkpoint_mode(options.activation_checkpoint);
+    const auto ac = parse_activation_checkpointing(options.activation_checkpoint);
     auto model = std::make_shared<Transformer>(args(), options.seed,
                                                TensorOptions{}.with_dtype(options.dtype));
-    model->set_activation_checkpoint_mode(mode);
+    model->set_activation_checkpointing(ac);
     return model;
   };
   spec.forward = [](runtime::nn::Module& model, const Tensor& tokens) {

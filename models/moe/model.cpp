@@ -100,10 +100,9 @@ Transformer::Output Transformer::forward_with_aux(const Tensor& tokens, bool f32
   return Output{out[0], out.size() > 1 ? out[1] : Tensor()};
 }
 
-void Transformer::set_activation_checkpoint_mode(llama::ActivationCheckpointMode mode) {
-  for (const auto& block : blocks) {
-    block->set_activation_checkpointing(mode == llama::ActivationCheckpointMode::Full);
-  }
+void Transformer::set_activation_checkpointing(llama::ActivationCheckpointing ac) {
+  for (size_t i = 0; i < blocks.size(); ++i)
+    blocks[i]->set_activation_checkpointing(ac.checkpoints(int64_t(i)));
 }
 
 std::vector<std::shared_ptr<MoE>> Transformer::moe_layers() const {

@@ -71,8 +71,8 @@ class Transformer : public nn::Module {
   // The logits alone.
   Tensor operator()(const Tensor& tokens) { return forward_with_aux(tokens).logits; }
 
-  // Full: every TransformerBlock runs under activation checkpointing.
-  void set_activation_checkpoint_mode(llama::ActivationCheckpointMode mode);
+  // The TransformerBlocks `ac` names run under activation checkpointing; the others do not.
+  void set_activation_checkpointing(llama::ActivationCheckpointing ac);
 
   // The MoE layers, in block order.
   std::vector<std::shared_ptr<MoE>> moe_layers() const;

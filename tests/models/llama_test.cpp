@@ -184,21 +184,34 @@ TEST(Llama, CausalFutureTokensDoNotChangeEarlierLogits) {
   EXPECT_FALSE(all_close(l0.narrow(1, 5, 1), l1.narrow(1, 5, 1), 1e-6, 0));
 }
 
+// Full and selective checkpointing (every second block, torchtitan's count: blocks 1 and 3 of 4)
+// recompute exactly: the same loss and gradients, bitwise.
 TEST(Llama, ActivationCheckpointingGivesIdenticalGradients) {
-  ModelArgs a = tiny_args(2);
+  ModelArgs a = tiny_args(4);
   Tensor tokens = random_tokens(2, 8, a.vocab_size, 21);
   Tensor targets = random_tokens(2, 8, a.vocab_size, 22);
-  Transformer plain(a, 5), ckpt(a, 5);
-  ckpt.set_activation_checkpoint_mode(parse_activation_checkpoint_mode("full"));
-  EXPECT_TRUE(ckpt.blocks[1]->activation_checkpointing());
+  Transformer plain(a, 5);
   Tensor l0 = runtime::cross_entropy(plain(tokens), targets);
-  Tensor l1 = runtime::cross_entropy(ckpt(tokens), targets);
-  EXPECT_EQ(l0.item<double>(), l1.item<double>());
   l0.backward();
-  l1.backward();
   const auto p0 = plain.named_parameters();
-  EXPECT_EQ(testing::expect_same_gradients(ckpt.named_parameters(), p0), p0.size());
-  EXPECT_THROW(parse_activation_checkpoint_mode("selective"), mt::Error);
+  for (const std::string spec : {"full", "selective:2"}) {
+    SCOPED_TRACE(spec);
+    Transformer ckpt(a, 5);
+    ckpt.set_activation_checkpointing(parse_activation_checkpointing(spec));
+    std::vector<bool> checkpointed;
+    for (const auto& block : ckpt.blocks) checkpointed.push_back(block->activation_checkpointing());
+    const std::vector<bool> expected = spec == "full" ? std::vector<bool>{true, true, true, true}
+                                                      : std::vector<bool>{false, true, false, true};
+    EXPECT_EQ(checkpointed, expected);
+    Tensor l1 = runtime::cross_entropy(ckpt(tokens), targets);
+    EXPECT_EQ(l0.item<double>(), l1.item<double>());
+    l1.backward();
+    EXPECT_EQ(testing::expect_same_gradients(ckpt.named_parameters(), p0), p0.size());
+  }
+  EXPECT_EQ(parse_activation_checkpointing("none").period, 0);
+  EXPECT_EQ(parse_activation_checkpointing("selective:3").period, 3);
+  for (const char* bad : {"selective", "selective:0", "selective:op", "selective:2x", "partial"})
+    EXPECT_THROW(parse_activation_checkpointing(bad), mt::Error) << bad;
 }
 
 TEST(Llama, InitIsIndependentOfThreadCount) {

@@ -508,8 +508,7 @@ TEST(MoeModel, ActivationCheckpointingSameLossGradsAndCounts) {
   args.aux_loss_alpha = 0.05;
   auto run = [&](bool checkpoint) {
     Transformer model(args, 26, kF64);
-    model.set_activation_checkpoint_mode(checkpoint ? llama::ActivationCheckpointMode::Full
-                                                    : llama::ActivationCheckpointMode::None);
+    model.set_activation_checkpointing({checkpoint ? 1 : 0});
     Tensor tokens = random_tokens(2, 8, args.vocab_size, 27);
     Transformer::Output o = model.forward_with_aux(tokens);
     Tensor loss =

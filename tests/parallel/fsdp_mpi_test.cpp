@@ -84,9 +84,7 @@ struct RunConfig {
 // 1), clip to 0.5 (it clips: the norms are larger), AdamW. Returns the global loss and norm.
 Trace train(const RunConfig& cfg) {
   auto model = std::make_shared<Transformer>(tiny_args(), /*seed=*/3);
-  model->set_activation_checkpoint_mode(cfg.activation_checkpointing
-                                            ? models::llama::ActivationCheckpointMode::Full
-                                            : models::llama::ActivationCheckpointMode::None);
+  model->set_activation_checkpointing({cfg.activation_checkpointing ? 1 : 0});
   if (cfg.mesh) {
     models::ParallelContext ctx;
     ctx.dp_mesh = cfg.mesh;

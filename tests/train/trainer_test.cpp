@@ -12,6 +12,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -70,6 +71,20 @@ config::JobConfig tiny_config(const fs::path& corpus, const fs::path& dump,
   };
   args.insert(args.end(), extra.begin(), extra.end());
   return config::load_config(fs::path(), args);
+}
+
+// As run(), keeping the log in `log`.
+TrainResult run_logged(const config::JobConfig& cfg, std::string& log) {
+  TrainerOptions options;
+  options.edit_model_args = testing::shrink_llama;
+  std::ostringstream out;
+  options.log = &out;
+  options.handle_signals = false;
+  options.write_files = false;
+  options.sample_tokens = 0;
+  TrainResult r = Trainer(cfg, options).train();
+  log = out.str();
+  return r;
 }
 
 TrainResult run(const config::JobConfig& cfg, bool write_files = false) {
@@ -244,21 +259,11 @@ TEST(Trainer, OneProcessAppliesBf16MixedPrecision) {
 TEST(Trainer, OneRankDefaultKeepsTheBlocksUnshardedWithTheSameLosses) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   auto train_with = [&](const std::string& reshard, std::string& log) {
-    const config::JobConfig cfg = tiny_config(
-        corpus, temp_dir("reshard_" + reshard),
-        {"--training.steps=4", "--validation.enable=false",
-         "--training.mixed_precision_param=bfloat16",
-         "--parallelism.fsdp_reshard_after_forward=" + reshard});
-    TrainerOptions options;
-    options.edit_model_args = testing::shrink_llama;
-    std::ostringstream out;
-    options.log = &out;
-    options.handle_signals = false;
-    options.write_files = false;
-    options.sample_tokens = 0;
-    const TrainResult r = Trainer(cfg, options).train();
-    log = out.str();
-    return r;
+    return run_logged(tiny_config(corpus, temp_dir("reshard_" + reshard),
+                                  {"--training.steps=4", "--validation.enable=false",
+                                   "--training.mixed_precision_param=bfloat16",
+                                   "--parallelism.fsdp_reshard_after_forward=" + reshard}),
+                      log);
   };
   std::string default_log, always_log;
   const TrainResult kept = train_with("default", default_log);
@@ -272,6 +277,35 @@ TEST(Trainer, OneRankDefaultKeepsTheBlocksUnshardedWithTheSameLosses) {
   ASSERT_EQ(kept.losses.size(), 4u);
   EXPECT_EQ(kept.losses, recast.losses);
   EXPECT_EQ(kept.grad_norms, recast.grad_norms);
+}
+
+// [activation_checkpoint]: the default (selective, every 2 blocks, as torchtitan's) recomputes
+// every second block, full every block; both give the losses of none, bitwise.
+TEST(Trainer, ActivationCheckpointingAppliesAndKeepsTheLosses) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  std::map<std::string, TrainResult> runs;
+  std::map<std::string, std::string> logs;
+  for (const std::string mode : {"none", "full", "default"}) {
+    std::vector<std::string> flags = {"--training.steps=3", "--validation.enable=false"};
+    if (mode != "default") flags.push_back("--activation_checkpoint.mode=" + mode);
+    runs[mode] = run_logged(tiny_config(corpus, temp_dir("ac_" + mode), flags), logs[mode]);
+  }
+  const int64_t blocks = 2;  // testing::shrink_llama
+  EXPECT_NE(logs["none"].find("activation checkpointing: none (0 blocks recomputed"),
+            std::string::npos)
+      << logs["none"];
+  EXPECT_NE(logs["full"].find("activation checkpointing: full (" + std::to_string(blocks) +
+                              " blocks recomputed"),
+            std::string::npos)
+      << logs["full"];
+  EXPECT_NE(logs["default"].find("activation checkpointing: selective, every 2 blocks (1 block "
+                                 "recomputed"),
+            std::string::npos)
+      << logs["default"];
+  ASSERT_EQ(runs["none"].losses.size(), 3u);
+  EXPECT_EQ(runs["full"].losses, runs["none"].losses);
+  EXPECT_EQ(runs["default"].losses, runs["none"].losses);
+  EXPECT_EQ(runs["default"].grad_norms, runs["none"].grad_norms);
 }
 
 TEST(Trainer, GeneratesASample) {
