@@ -28,21 +28,33 @@ namespace mt::runtime::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kFeatureFields = 5;  // table pointer, rows, dim, output position, MEAN flag
+// Per feature: table pointer, rows, dim, output position, MEAN flag, and the first row of its
+// table in one numbering over all tables (the backward's sort key).
+constexpr int kFeatureFields = 6;
+
+// Where each table's rows start in one numbering over all tables, and the total (T + 1 entries).
+std::vector<int64_t> table_row_bases(const std::vector<Tensor>& tables) {
+  std::vector<int64_t> base(tables.size() + 1, 0);
+  for (size_t t = 0; t < tables.size(); ++t) base[t + 1] = base[t] + tables[t].size(0);
+  return base;
+}
 
 // [F, kFeatureFields] i64 on the device: what each feature's bags read and where they write.
 Tensor feature_table_on_device(const std::vector<Tensor>& tables, const TbePlan& plan,
                                Device device) {
   const int64_t F = int64_t(plan.feature_table.size());
+  const std::vector<int64_t> row_base = table_row_bases(tables);
   std::vector<int64_t> meta(size_t(F * kFeatureFields));
   for (int64_t f = 0; f < F; ++f) {
-    const Tensor& t = tables[size_t(plan.feature_table[size_t(f)])];
+    const size_t table = size_t(plan.feature_table[size_t(f)]);
+    const Tensor& t = tables[table];
     int64_t* m = meta.data() + f * kFeatureFields;
     m[0] = int64_t(reinterpret_cast<intptr_t>(t.data_ptr()));
     m[1] = t.size(0);
     m[2] = t.size(1);
     m[3] = plan.feature_out[size_t(f)];
     m[4] = plan.feature_mean[size_t(f)];
+    m[5] = row_base[table];
   }
   return from_vector<int64_t>(meta, {F, kFeatureFields},
                               TensorOptions{}.with_dtype(DType::I64).with_device(device));
@@ -149,20 +161,14 @@ struct DeviceGroups {
   Tensor scale;   // C [N]: its weight (1 without weights), divided by the bag length for MEAN
 };
 
-// Where each table's rows start in one numbering over all tables, and the total (T + 1 entries).
-std::vector<int64_t> table_row_bases(const std::vector<Tensor>& tables) {
-  std::vector<int64_t> base(tables.size() + 1, 0);
-  for (size_t t = 0; t < tables.size(); ++t) base[t + 1] = base[t] + tables[t].size(0);
-  return base;
-}
-
 // Per bag (one thread each): the keys of its values and their bag.
-__global__ void tbe_keys(const int64_t* values, const int64_t* offsets, const int64_t* bag_table,
-                         const int64_t* row_base, int64_t num_bags, int64_t B, int64_t total_rows,
-                         int64_t* keys, int64_t* bag_of) {
+__global__ void tbe_keys(const int64_t* values, const int64_t* offsets, const int64_t* meta,
+                         int64_t num_bags, int64_t B, int64_t total_rows, int64_t* keys,
+                         int64_t* bag_of) {
   for (int64_t bag = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; bag < num_bags;
        bag += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t t = bag_table[bag / B], base = row_base[t], rows = row_base[t + 1] - base;
+    const int64_t* m = meta + bag / B * kFeatureFields;
+    const int64_t rows = m[1], base = m[5];
     for (int64_t i = offsets[bag]; i < offsets[bag + 1]; ++i) {
       const int64_t id = values[i];
       keys[i] = id >= 0 && id < rows ? base + id : total_rows;
@@ -171,30 +177,19 @@ __global__ void tbe_keys(const int64_t* values, const int64_t* offsets, const in
   }
 }
 
+// total_rows: the tables' rows together (the key of an id outside its table).
 template <class C>
 DeviceGroups group_on_device(const std::vector<Tensor>& tables, const Tensor& values,
-                             const Tensor& offsets, const Tensor& weights, const TbePlan& plan) {
+                             const Tensor& offsets, const Tensor& weights, const TbePlan& plan,
+                             int64_t total_rows) {
   const int64_t N = values.numel(), F = int64_t(plan.feature_table.size()), B = plan.batch_size;
-  const int64_t num_tables = int64_t(tables.size());
   const TensorOptions i64 = TensorOptions{}.with_dtype(DType::I64).with_device(values.device());
-  // Small per-feature and per-table arrays, queued through pinned memory.
-  const std::vector<int64_t> row_base = table_row_bases(tables);
-  std::vector<int64_t> feature(size_t(4 * F));  // table, mean flag, output position, dim
-  for (int64_t f = 0; f < F; ++f) {
-    const int64_t t = plan.feature_table[size_t(f)];
-    feature[size_t(f)] = t;
-    feature[size_t(F + f)] = plan.feature_mean[size_t(f)];
-    feature[size_t(2 * F + f)] = plan.feature_out[size_t(f)];
-    feature[size_t(3 * F + f)] = tables[size_t(t)].size(1);
-  }
-  const Tensor row_base_d = from_vector<int64_t>(row_base, {num_tables + 1}, i64);
-  const Tensor feature_d = from_vector<int64_t>(feature, {4 * F}, i64);
-  const int64_t total_rows = row_base.back();
+  const Tensor meta = feature_table_on_device(tables, plan, values.device());
 
   Tensor keys = empty({N}, i64), bag_of = empty({N}, i64);
   tbe_keys<<<blocks_for(F * B), kThreads, 0, current_stream()>>>(
-      ptr<int64_t>(values), ptr<int64_t>(offsets), ptr<int64_t>(feature_d),
-      ptr<int64_t>(row_base_d), F * B, B, total_rows, ptr<int64_t>(keys), ptr<int64_t>(bag_of));
+      ptr<int64_t>(values), ptr<int64_t>(offsets), ptr<int64_t>(meta), F * B, B, total_rows,
+      ptr<int64_t>(keys), ptr<int64_t>(bag_of));
   MT_CUDA_CHECK_LAUNCH();
 
   DeviceGroups g{sort_positions_by_value(keys, total_rows, "embedding_bags_batched_backward"),
@@ -204,7 +199,7 @@ DeviceGroups group_on_device(const std::vector<Tensor>& tables, const Tensor& va
   const int32_t* order = ptr<int32_t>(g.sorted.order);
   const int64_t* bags = ptr<int64_t>(bag_of);
   const int64_t* o = ptr<int64_t>(offsets);
-  const int64_t* fd = ptr<int64_t>(feature_d);
+  const int64_t* md = ptr<int64_t>(meta);
   const C* w = weights.defined() ? ptr<C>(weights) : nullptr;
   const Tensor run_starts = empty({N}, i64);  // 1 where a run starts: summed into run_id below
   int64_t* starts_flag = ptr<int64_t>(run_starts);
@@ -217,10 +212,10 @@ DeviceGroups group_on_device(const std::vector<Tensor>& tables, const Tensor& va
     const int64_t i = order[k], bag = bags[i], f = bag / B, b = bag % B;
     const int64_t s = o[bag], e = o[bag + 1];
     // As tbe_grad_entries (runtime/kernels/embedding_bag_grad_entries.h) computes them.
-    const C mean_scale = fd[F + f] != 0 && e > s ? C(1) / C(e - s) : C(1);
+    const int64_t* m = md + f * kFeatureFields;
+    const C mean_scale = m[4] != 0 && e > s ? C(1) / C(e - s) : C(1);
     scale[k] = (w != nullptr ? w[i] : C(1)) * mean_scale;
-    const int64_t at = fd[2 * F + f];
-    src[k] = pooled ? b * out_width + at : at + (i - o[f * B]) * fd[3 * F + f];
+    src[k] = pooled ? b * out_width + m[3] : m[3] + (i - o[f * B]) * m[2];
   });
   size_t temp_bytes = 0;
   int64_t* run_id = ptr<int64_t>(g.run_id);
@@ -295,7 +290,7 @@ std::vector<RowSparseGrad> cuda_tbe_backward(const std::vector<Tensor>& tables,
   const Tensor weights_d = weights.defined() ? weights.to(device, true) : Tensor();
   MT_CUDA_DISPATCH_FLOATING(grad_out.dtype(), "embedding_bags_batched_backward", TT, [&] {
     const DeviceGroups g =
-        group_on_device<acc_t<TT>>(tables, values_d, offsets_d, weights_d, plan);
+        group_on_device<acc_t<TT>>(tables, values_d, offsets_d, weights_d, plan, row_base.back());
     int64_t kb = 0, runs_before = 0;
     for (size_t t = 0; t < tables.size(); ++t) {
       const TbeTableCounts& c = counts[t];

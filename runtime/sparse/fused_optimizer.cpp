@@ -123,12 +123,13 @@ std::vector<std::pair<std::string, Tensor>> FusedEmbeddingOptimizer::table_state
 void FusedEmbeddingOptimizer::zero_rows(size_t table, const std::vector<int64_t>& rows) const {
   if (rows.empty()) return;
   NoGradGuard no_grad;
+  Tensor index;  // uploaded once, to the states' device
   for (const auto& [name, state] : table_state(table)) {
     const TensorOptions on = TensorOptions{}.with_dtype(DType::I64).with_device(state.device());
+    if (!index.defined()) index = from_vector<int64_t>(rows, {int64_t(rows.size())}, on);
     Shape shape = state.shape();
     shape[0] = int64_t(rows.size());
-    index_copy_(state, 0, from_vector<int64_t>(rows, {int64_t(rows.size())}, on),
-                zeros({}, state.options()).expand(shape));
+    index_copy_(state, 0, index, zeros({}, state.options()).expand(shape));
   }
 }
 
