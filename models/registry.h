@@ -34,7 +34,8 @@ struct ParallelContext;
 struct BuildOptions {
   uint64_t seed = 0;                           // init: every parameter keyed by (seed, FQN)
   runtime::DType dtype = runtime::DType::F32;  // parameter dtype
-  // Per transformer block: "none" | "full" | "selective:N" (every N-th block).
+  // Per transformer block: "none" | "full" | "selective:N" (every N-th block) | "selective:op"
+  // (every block, keeping attention and every other matmul output).
   std::string activation_checkpoint = "none";
 };
 

@@ -451,7 +451,8 @@ std::string Trainer::activation_checkpointing_text() const {
   std::string what = ac.mode;
   if (ac.mode == "selective") {
     const std::string& n = ac.selective_ac_option;
-    what += ", every " + n + (n == "1" ? " block" : " blocks");
+    what += n == "op" ? " by op, keeping attention and every other matmul output"
+                      : ", every " + n + (n == "1" ? " block" : " blocks");
   }
   return what + " (" + std::to_string(recomputed) + " block" + (recomputed == 1 ? "" : "s") +
          " recomputed in backward)";

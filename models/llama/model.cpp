@@ -130,6 +130,7 @@ ActivationCheckpointing parse_activation_checkpointing(const std::string& spec) 
   if (spec == "none") return {0};
   if (spec == "full") return {1};
   const std::string prefix = "selective:";
+  if (spec == prefix + "op") return {1, true};
   if (spec.starts_with(prefix)) {
     const std::string n = spec.substr(prefix.size());
     int64_t period = 0;
@@ -137,7 +138,13 @@ ActivationCheckpointing parse_activation_checkpointing(const std::string& spec) 
     if (ec == std::errc() && end == n.data() + n.size() && period > 0) return {period};
   }
   MT_FAIL("activation_checkpoint: unknown setting '", spec,
-          "'; valid: none, full, selective:N (every N-th block, N > 0)");
+          "'; valid: none, full, selective:N (every N-th block, N > 0), selective:op");
+}
+
+void ActivationCheckpointing::apply(nn::Module& block, int64_t index) const {
+  using runtime::autograd::matmul_and_attention_policy;
+  block.set_activation_checkpointing(checkpoints(index),
+                                     keep_ops ? matmul_and_attention_policy() : nullptr);
 }
 
 // ---- transformer ---------------------------------------------------------------------------
@@ -256,7 +263,7 @@ KVCache Transformer::make_kv_cache(int64_t batch, int64_t max_seq,
 
 void Transformer::set_activation_checkpointing(ActivationCheckpointing ac) {
   for (size_t i = 0; i < blocks.size(); ++i)
-    blocks[i]->set_activation_checkpointing(ac.checkpoints(int64_t(i)));
+    ac.apply(*blocks[i], int64_t(i));
 }
 
 }  // namespace mt::models::llama

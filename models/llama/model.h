@@ -129,13 +129,18 @@ void check_token_batch(const Tensor& tokens, int64_t max_seq_len, const char* mo
 
 // Which transformer blocks run under activation checkpointing (recomputed in backward): every
 // `period`-th, counted from 1 as torchtitan's selective option counts (period 2: the blocks at
-// index 1, 3, 5, ...); 0: none; 1: all ("full").
+// index 1, 3, 5, ...); 0: none; 1: all ("full"). With `keep_ops` (torchtitan's op-level "op"
+// option; period 1), each block keeps its attention output and every other matmul output from the
+// forward and recomputes only the rest (autograd::matmul_and_attention_policy).
 struct ActivationCheckpointing {
   int64_t period = 0;
+  bool keep_ops = false;
   bool checkpoints(int64_t block) const { return period > 0 && (block + 1) % period == 0; }
+  // Sets block `index`'s checkpointing (Module::set_activation_checkpointing) as described.
+  void apply(nn::Module& block, int64_t index) const;
 };
-// "none", "full", or "selective:N" (every N-th block, N > 0); anything else throws naming the
-// valid forms.
+// "none", "full", "selective:N" (every N-th block, N > 0) or "selective:op" (every block, by op);
+// anything else throws naming the valid forms.
 ActivationCheckpointing parse_activation_checkpointing(const std::string& spec);
 
 class Transformer : public nn::Module {

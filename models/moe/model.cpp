@@ -102,7 +102,7 @@ Transformer::Output Transformer::forward_with_aux(const Tensor& tokens, bool f32
 
 void Transformer::set_activation_checkpointing(llama::ActivationCheckpointing ac) {
   for (size_t i = 0; i < blocks.size(); ++i)
-    blocks[i]->set_activation_checkpointing(ac.checkpoints(int64_t(i)));
+    ac.apply(*blocks[i], int64_t(i));
 }
 
 std::vector<std::shared_ptr<MoE>> Transformer::moe_layers() const {

@@ -2,6 +2,7 @@
 
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/function.h"
+#include "runtime/autograd/selective_checkpoint.h"
 #include "runtime/core/grad_mode.h"
 
 namespace mt::runtime::autograd {
@@ -28,15 +29,21 @@ class PhaseGuard {
 
 CheckpointPhase checkpoint_phase() { return current_phase; }
 
-std::vector<Tensor> checkpoint_multi(const CheckpointMultiFn& fn,
-                                     const std::vector<Tensor>& inputs) {
+std::vector<Tensor> checkpoint_multi(const CheckpointMultiFn& fn, const std::vector<Tensor>& inputs,
+                                     const SavePolicy& policy) {
   MT_CHECK(fn != nullptr, "checkpoint: empty function");
-  if (!GradMode::enabled()) return fn(inputs);
+  if (!GradMode::enabled()) {
+    // Not counted by an enclosing region's policy, as this region's own run is not either.
+    KeptOutputs::Scope suspend(nullptr, KeptOutputs::Mode::Keep);
+    return fn(inputs);
+  }
 
+  auto kept = policy ? std::make_shared<KeptOutputs>(policy) : nullptr;
   std::vector<Tensor> outputs;
   {
     NoGradGuard no_grad;
     PhaseGuard phase(CheckpointPhase::Forward);
+    KeptOutputs::Scope keep(kept.get(), KeptOutputs::Mode::Keep);
     outputs = fn(inputs);
   }
   // Fresh handles (sharing storage) so that recording never touches a tensor fn returned as is
@@ -57,8 +64,8 @@ std::vector<Tensor> checkpoint_multi(const CheckpointMultiFn& fn,
   }
 
   record("CheckpointBackward", inputs, outputs,
-         [fn, saved = std::move(saved),
-          input_requires_grad](const BackwardArgs& args) -> std::vector<Tensor> {
+         [fn, saved = std::move(saved), input_requires_grad,
+          kept](const BackwardArgs& args) -> std::vector<Tensor> {
            std::vector<Tensor> detached;
            detached.reserve(saved.size());
            for (size_t i = 0; i < saved.size(); ++i) {
@@ -74,6 +81,7 @@ std::vector<Tensor> checkpoint_multi(const CheckpointMultiFn& fn,
            {
              EnableGradGuard grad_on;
              PhaseGuard phase(CheckpointPhase::Recompute);
+             KeptOutputs::Scope reuse(kept.get(), KeptOutputs::Mode::Reuse);
              recomputed = fn(detached);
            }
            MT_CHECK(recomputed.size() == args.grads.size(), "checkpoint: the recompute returned ",
@@ -98,10 +106,12 @@ std::vector<Tensor> checkpoint_multi(const CheckpointMultiFn& fn,
   return outputs;
 }
 
-Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs) {
+Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs,
+                  const SavePolicy& policy) {
   MT_CHECK(fn != nullptr, "checkpoint: empty function");
   return checkpoint_multi(
-      [fn](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in)}; }, inputs)[0];
+      [fn](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in)}; }, inputs,
+      policy)[0];
 }
 
 }  // namespace mt::runtime::autograd

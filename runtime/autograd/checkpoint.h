@@ -14,6 +14,9 @@
 // backward (capture by value), and not modify its inputs in place. The inputs are saved and
 // checked for in-place modification before the recompute.
 //
+// With a SavePolicy (runtime/autograd/selective_checkpoint.h), the forward keeps the outputs of
+// the ops the policy names and the recompute reuses them (op-level selective checkpointing).
+//
 // When grad mode is on, the outputs always require grad (parameters inside `fn` may need
 // gradients even when no input does); under no_grad `fn` simply runs.
 #pragma once
@@ -21,6 +24,7 @@
 #include <functional>
 #include <vector>
 
+#include "runtime/autograd/selective_checkpoint.h"
 #include "runtime/core/tensor.h"
 
 namespace mt::runtime::autograd {
@@ -28,7 +32,8 @@ namespace mt::runtime::autograd {
 using CheckpointFn = std::function<Tensor(const std::vector<Tensor>& inputs)>;
 using CheckpointMultiFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs)>;
 
-Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs);
+Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs,
+                  const SavePolicy& policy = nullptr);
 
 // Where the calling thread stands relative to checkpointed regions: outside them (None), in a
 // region's first run during forward (Forward, under no_grad), or in its re-run during backward
@@ -37,7 +42,7 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs);
 enum class CheckpointPhase { None, Forward, Recompute };
 CheckpointPhase checkpoint_phase();
 // As checkpoint(), for a region with several (floating) outputs.
-std::vector<Tensor> checkpoint_multi(const CheckpointMultiFn& fn,
-                                     const std::vector<Tensor>& inputs);
+std::vector<Tensor> checkpoint_multi(const CheckpointMultiFn& fn, const std::vector<Tensor>& inputs,
+                                     const SavePolicy& policy = nullptr);
 
 }  // namespace mt::runtime::autograd

@@ -403,7 +403,7 @@ std::vector<Tensor> Module::call_multi(std::vector<Tensor> inputs, const MultiBo
 
   std::vector<Tensor> outputs;
   if (checkpointing_ && grad_on) {
-    outputs = autograd::checkpoint_multi(body, body_inputs);
+    outputs = autograd::checkpoint_multi(body, body_inputs, checkpoint_keep_);
   } else {
     outputs = body(body_inputs);
   }

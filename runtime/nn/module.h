@@ -36,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/autograd/selective_checkpoint.h"
 #include "runtime/core/tensor.h"
 #include "runtime/nn/init.h"
 #include "runtime/nn/state_dict.h"
@@ -143,8 +144,13 @@ class Module {
 
   // ---- activation checkpointing --------------------------------------------------------------
   // When on, call() runs the body under autograd::checkpoint: its activations are not kept, and the
-  // body runs again during backward. Hooks stay outside the checkpointed region.
-  void set_activation_checkpointing(bool on) { checkpointing_ = on; }
+  // body runs again during backward. Hooks stay outside the checkpointed region. With a
+  // `keep` policy, the outputs of the ops it names are kept and reused instead of recomputed
+  // (op-level selective checkpointing, runtime/autograd/selective_checkpoint.h).
+  void set_activation_checkpointing(bool on, autograd::SavePolicy keep = nullptr) {
+    checkpointing_ = on;
+    checkpoint_keep_ = on ? std::move(keep) : nullptr;
+  }
   bool activation_checkpointing() const { return checkpointing_; }
 
   // ---- hooks ---------------------------------------------------------------------------------
@@ -193,6 +199,7 @@ class Module {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
   bool checkpointing_ = false;
+  autograd::SavePolicy checkpoint_keep_;
   uint64_t next_hook_id_ = 1;
   std::vector<Hook<ForwardPreHook>> forward_pre_hooks_;
   std::vector<Hook<ForwardHook>> forward_hooks_;

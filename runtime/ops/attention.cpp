@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "runtime/autograd/function.h"
+#include "runtime/autograd/selective_checkpoint.h"
 #include "runtime/kernels/attention.h"
 #include "runtime/ops/factory.h"
 
@@ -64,11 +65,15 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 
   const Tensor qc = operand(q.detach()), kc = operand(k.detach()), vc = operand(v.detach());
   const Shape& qs = q.shape();
-  Tensor out_w = empty_bhtd({qs[0], qs[1], qs[2], v.shape()[3]}, q.options().with_dtype(work));
-  Tensor lse = empty({qs[0], qs[1], qs[2]}, q.options().with_dtype(stats));
-  attention_forward_kernel(q.device(), qc.to(work), kc.to(work), vc.to(work), causal, sc, out_w,
-                           lse);
-  Tensor out = out_w.to(dtype);
+  const std::vector<Tensor> out_lse = autograd::reuse_or_compute("attention", {qc, kc, vc}, [&] {
+    Tensor out_w = empty_bhtd({qs[0], qs[1], qs[2], v.shape()[3]}, q.options().with_dtype(work));
+    Tensor lse = empty({qs[0], qs[1], qs[2]}, q.options().with_dtype(stats));
+    attention_forward_kernel(q.device(), qc.to(work), kc.to(work), vc.to(work), causal, sc, out_w,
+                             lse);
+    return std::vector<Tensor>{out_w.to(dtype), lse};
+  });
+  const Tensor& out = out_lse[0];
+  const Tensor& lse = out_lse[1];
 
   if (autograd::any_requires_grad({q, k, v})) {
     // Saved in the inputs' dtype (no extra copies for 16-bit inputs); upcast again in backward

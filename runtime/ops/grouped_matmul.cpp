@@ -3,6 +3,7 @@
 #include <string>
 
 #include "runtime/autograd/function.h"
+#include "runtime/autograd/selective_checkpoint.h"
 #include "runtime/kernels/grouped_matmul.h"
 #include "runtime/ops/factory.h"
 
@@ -58,8 +59,11 @@ Tensor grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& 
 
   const Tensor xc = x.detach().contiguous();
   const Tensor wc = w.detach().contiguous();
-  Tensor out = empty({x.size(0), m}, x.options());
-  grouped_mm_kernel(x.device(), xc, wc, counts, transpose_w, out);
+  const Tensor out = autograd::reuse_or_compute("grouped_mm", {xc, wc}, [&] {
+    Tensor product = empty({x.size(0), m}, x.options());
+    grouped_mm_kernel(x.device(), xc, wc, counts, transpose_w, product);
+    return product;
+  });
 
   if (autograd::any_requires_grad({x, w})) {
     autograd::record("grouped_mm", {x, w}, {out},

@@ -1,6 +1,7 @@
 #include "runtime/ops/matmul.h"
 
 #include "runtime/autograd/function.h"
+#include "runtime/autograd/selective_checkpoint.h"
 #include "runtime/kernels/matmul.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
@@ -88,8 +89,11 @@ Tensor matmul_2d_plus(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   Shape out_shape = broadcast_shapes(batch_of(a), batch_of(b), "matmul");
   out_shape.push_back(M);
   out_shape.push_back(N);
-  Tensor out = Tensor::empty(out_shape, a.options());
-  matmul_kernel(a.device(), a_l, b_l, out);
+  const Tensor out = autograd::reuse_or_compute("matmul", {a_l, b_l}, [&] {
+    Tensor product = Tensor::empty(out_shape, a.options());
+    matmul_kernel(a.device(), a_l, b_l, product);
+    return product;
+  });
 
   if (autograd::any_requires_grad({a, b})) {
     autograd::record("matmul", {a, b}, {out},

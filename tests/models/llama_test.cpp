@@ -14,6 +14,7 @@
 #include "models/registry.h"
 #include "runtime/autograd/gradcheck.h"
 #include "runtime/core/grad_mode.h"
+#include "runtime/core/profiler.h"
 #include "runtime/core/rng.h"
 #include "runtime/ops/factory.h"
 #include "runtime/ops/loss.h"
@@ -184,33 +185,64 @@ TEST(Llama, CausalFutureTokensDoNotChangeEarlierLogits) {
   EXPECT_FALSE(all_close(l0.narrow(1, 5, 1), l1.narrow(1, 5, 1), 1e-6, 0));
 }
 
-// Full and selective checkpointing (every second block, torchtitan's count: blocks 1 and 3 of 4)
-// recompute exactly: the same loss and gradients, bitwise.
+// The matmul and attention forward kernels one backward runs: the gradients' own, plus the
+// forward ops that checkpointed blocks recompute.
+struct BackwardKernels {
+  int64_t matmuls = 0, attention_forwards = 0;
+};
+BackwardKernels backward_kernels(const Tensor& loss) {
+  runtime::Profiler::start(runtime::Device::cpu());
+  loss.backward();
+  const runtime::ProfileReport report = runtime::Profiler::stop();
+  BackwardKernels k;
+  for (const runtime::ProfiledOp& op : report.ops) {
+    if (op.depth != 0) continue;
+    k.matmuls += std::string(op.name) == "matmul";
+    k.attention_forwards += std::string(op.name) == "scaled_dot_product_attention";
+  }
+  return k;
+}
+
+// Full, selective (every second block, torchtitan's count: blocks 1 and 3 of 4) and op-level
+// checkpointing recompute exactly: the same loss and gradients, bitwise. Each recomputes what it
+// says in backward: a block's 7 matmuls and its attention, or, by op, only the 2nd, 4th and 6th
+// matmul of every block (wk, wo, w3) and no attention.
 TEST(Llama, ActivationCheckpointingGivesIdenticalGradients) {
   ModelArgs a = tiny_args(4);
   Tensor tokens = random_tokens(2, 8, a.vocab_size, 21);
   Tensor targets = random_tokens(2, 8, a.vocab_size, 22);
   Transformer plain(a, 5);
   Tensor l0 = runtime::cross_entropy(plain(tokens), targets);
-  l0.backward();
+  const BackwardKernels k0 = backward_kernels(l0);
+  EXPECT_EQ(k0.attention_forwards, 0);
   const auto p0 = plain.named_parameters();
-  for (const std::string spec : {"full", "selective:2"}) {
-    SCOPED_TRACE(spec);
+  struct Case {
+    std::string spec;
+    std::vector<bool> checkpointed;
+    int64_t recomputed_matmuls, recomputed_attention;
+  };
+  const std::vector<Case> cases = {{"full", {true, true, true, true}, 4 * 7, 4},
+                                   {"selective:2", {false, true, false, true}, 2 * 7, 2},
+                                   {"selective:op", {true, true, true, true}, 4 * 3, 0}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.spec);
     Transformer ckpt(a, 5);
-    ckpt.set_activation_checkpointing(parse_activation_checkpointing(spec));
+    ckpt.set_activation_checkpointing(parse_activation_checkpointing(c.spec));
     std::vector<bool> checkpointed;
     for (const auto& block : ckpt.blocks) checkpointed.push_back(block->activation_checkpointing());
-    const std::vector<bool> expected = spec == "full" ? std::vector<bool>{true, true, true, true}
-                                                      : std::vector<bool>{false, true, false, true};
-    EXPECT_EQ(checkpointed, expected);
+    EXPECT_EQ(checkpointed, c.checkpointed);
     Tensor l1 = runtime::cross_entropy(ckpt(tokens), targets);
     EXPECT_EQ(l0.item<double>(), l1.item<double>());
-    l1.backward();
+    const BackwardKernels k1 = backward_kernels(l1);
+    EXPECT_EQ(k1.matmuls - k0.matmuls, c.recomputed_matmuls);
+    EXPECT_EQ(k1.attention_forwards, c.recomputed_attention);
     EXPECT_EQ(testing::expect_same_gradients(ckpt.named_parameters(), p0), p0.size());
   }
   EXPECT_EQ(parse_activation_checkpointing("none").period, 0);
   EXPECT_EQ(parse_activation_checkpointing("selective:3").period, 3);
-  for (const char* bad : {"selective", "selective:0", "selective:op", "selective:2x", "partial"})
+  EXPECT_FALSE(parse_activation_checkpointing("selective:3").keep_ops);
+  EXPECT_TRUE(parse_activation_checkpointing("selective:op").keep_ops);
+  for (const char* bad : {"selective", "selective:0", "selective:ops", "selective:2x", "partial"})
     EXPECT_THROW(parse_activation_checkpointing(bad), mt::Error) << bad;
 }
 

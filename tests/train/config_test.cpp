@@ -440,10 +440,11 @@ TEST_F(ConfigTest, InvalidValuesNameTheRule) {
       {"[lr_scheduler]\ndecay_type = \"cosin\"\n",
        "lr_scheduler.decay_type: must be one of \"linear\", \"sqrt\", \"cosine\", got \"cosin\""},
       {"[activation_checkpoint]\nselective_ac_option = \"0\"\n",
-       "activation_checkpoint.selective_ac_option: must be a positive integer as a string"},
-      {"[activation_checkpoint]\nselective_ac_option = \"op\"\n",
-       "(\"op\", op-level selective checkpointing, is not supported: use a block period or "
-       "full), got \"op\""},
+       "activation_checkpoint.selective_ac_option: must be a positive integer as a string, or "
+       "\"op\", got \"0\""},
+      {"[activation_checkpoint]\nselective_ac_option = \"ops\"\n",
+       "activation_checkpoint.selective_ac_option: must be a positive integer as a string, or "
+       "\"op\", got \"ops\""},
       {"[job]\ndump_folder = \"\"\n", "job.dump_folder: must be non-empty"},
   };
   for (const auto& c : cases) {

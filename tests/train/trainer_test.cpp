@@ -285,9 +285,10 @@ TEST(Trainer, ActivationCheckpointingAppliesAndKeepsTheLosses) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   std::map<std::string, TrainResult> runs;
   std::map<std::string, std::string> logs;
-  for (const std::string mode : {"none", "full", "default"}) {
+  for (const std::string mode : {"none", "full", "default", "op"}) {
     std::vector<std::string> flags = {"--training.steps=3", "--validation.enable=false"};
-    if (mode != "default") flags.push_back("--activation_checkpoint.mode=" + mode);
+    if (mode == "op") flags.push_back("--activation_checkpoint.selective_ac_option=op");
+    else if (mode != "default") flags.push_back("--activation_checkpoint.mode=" + mode);
     runs[mode] = run_logged(tiny_config(corpus, temp_dir("ac_" + mode), flags), logs[mode]);
   }
   const int64_t blocks = 2;  // testing::shrink_llama
@@ -302,8 +303,14 @@ TEST(Trainer, ActivationCheckpointingAppliesAndKeepsTheLosses) {
                                  "recomputed"),
             std::string::npos)
       << logs["default"];
+  EXPECT_NE(logs["op"].find("activation checkpointing: selective by op, keeping attention and "
+                            "every other matmul output (2 blocks recomputed"),
+            std::string::npos)
+      << logs["op"];
   ASSERT_EQ(runs["none"].losses.size(), 3u);
   EXPECT_EQ(runs["full"].losses, runs["none"].losses);
+  EXPECT_EQ(runs["op"].losses, runs["none"].losses);
+  EXPECT_EQ(runs["op"].grad_norms, runs["none"].grad_norms);
   EXPECT_EQ(runs["default"].losses, runs["none"].losses);
   EXPECT_EQ(runs["default"].grad_norms, runs["none"].grad_norms);
 }

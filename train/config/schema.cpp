@@ -52,11 +52,12 @@ SectionSpec section(std::string_view name, S JobConfig::*sec, std::string_view d
 
 const std::vector<std::string> kFloatDtypes = {"float32", "bfloat16", "float16"};
 
-// activation_checkpoint.selective_ac_option: a positive block period, as a string (torchtitan's
-// form; its "op", op-level selective checkpointing, is not implemented).
-bool positive_int_string(const Value& v) {
+// activation_checkpoint.selective_ac_option: a positive block period as a string, or "op"
+// (op-level), torchtitan's forms.
+bool block_period_or_op(const Value& v) {
   const auto* s = std::get_if<std::string>(&v);
   if (!s) return false;
+  if (*s == "op") return true;
   int64_t n = 0;
   auto [end, ec] = std::from_chars(s->data(), s->data() + s->size(), n);
   return ec == std::errc() && end == s->data() + s->size() && n > 0;
@@ -191,10 +192,9 @@ std::vector<SectionSpec> build_schema() {
                      {"mode", &A::mode, "none, full (every block) or selective",
                       one_of({"none", "full", "selective"})},
                      {"selective_ac_option", &A::selective_ac_option,
-                      "With selective: N, every N-th block (\"op\", op-level, is not supported)",
-                      custom("a positive integer as a string (\"op\", op-level selective "
-                             "checkpointing, is not supported: use a block period or full)",
-                             positive_int_string)},
+                      "With selective: N, every N-th block; or \"op\", every block keeping its "
+                      "attention and every other matmul output",
+                      custom("a positive integer as a string, or \"op\"", block_period_or_op)},
                  }));
   s.push_back(section<X>(
       "metrics", &JobConfig::metrics, "Logging of training metrics.",
