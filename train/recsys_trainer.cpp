@@ -23,6 +23,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/factory.h"
+#include "runtime/optim/clip_grad.h"
 #include "runtime/optim/lr_scheduler.h"
 #include "runtime/optim/optimizer.h"
 #include "train/checkpointer.h"
@@ -285,20 +286,46 @@ runtime::sparse::KeyedJaggedTensor RecsysTrainer::map_ids(
   return std::move(r.features);
 }
 
-double RecsysTrainer::train_step(int64_t step) {
+struct RecsysTrainer::StepValues {
+  Tensor loss;                 // this rank's share of the global mean loss, on the device
+  Tensor grad_norm;            // on the device; undefined where the norm was read at once
+  double host_grad_norm = 0.0;
+};
+
+RecsysTrainer::StepValues RecsysTrainer::train_step(int64_t step) {
   const data::recsys::RecsysBatch batch = data_->next();
   const int64_t global = world_size() * config_.training.local_batch_size;
   optimizer_->zero_grad();
   const Tensor logits = (*model_)(batch.dense, map_ids(batch.sparse, step));
-  const Tensor loss =
+  StepValues values;
+  values.loss =
       dlrm::data_parallel_bce_loss(logits, batch.labels.to(logits.device(), true), global);
-  loss.backward();
-  last_grad_norm_ = dlrm::clip_dlrm_grad_norm_(*model_, config_.training.max_norm);
-  optimizer_->step();
-  if (model_->args().gradient_mode == runtime::sparse::GradientMode::RowSparse)
-    tables().apply_sparse_grads();  // fused tables were stepped inside backward
+  values.loss.backward();
+  values.loss = values.loss.detach();
+  // On a GPU with fused tables the norm stays on the device and the clipping coefficient goes to
+  // the optimizer (as in Trainer); row-sparse tables' norm is summed on the host.
+  const bool row_sparse =
+      model_->args().gradient_mode == runtime::sparse::GradientMode::RowSparse;
+  Tensor clip_scale;
+  if (device_.is_cpu() || row_sparse) {
+    values.host_grad_norm = dlrm::clip_dlrm_grad_norm_(*model_, config_.training.max_norm);
+  } else {
+    values.grad_norm = dlrm::dlrm_dense_grad_norm_tensor(*model_);
+    clip_scale = runtime::optim::clip_coefficient(values.grad_norm, config_.training.max_norm);
+  }
+  optimizer_->step(clip_scale);
+  if (row_sparse) tables().apply_sparse_grads();  // fused tables were stepped inside backward
   scheduler_->step();
-  return sum_over_ranks(*world_, loss.item<double>(), "train.loss");
+  return values;
+}
+
+void RecsysTrainer::read_steps(std::vector<StepValues>& unread, TrainResult& result) const {
+  for (const StepValues& v : unread) {
+    result.losses.push_back(sum_over_ranks(*world_, v.loss.item<double>(), "train.loss"));
+    result.grad_norms.push_back(v.grad_norm.defined() ? v.grad_norm.item<double>()
+                                                      : v.host_grad_norm);
+  }
+  unread.clear();
 }
 
 HeldOutMetrics RecsysTrainer::evaluate(int64_t max_batches) const {
@@ -389,25 +416,27 @@ TrainResult RecsysTrainer::train() {
   const ResumePoint resumed = checkpointer_ ? checkpointer_->resume(out) : ResumePoint{};
   int64_t samples_seen = resumed.tokens_seen;
   result.first_step = resumed.step + 1;
+  std::vector<StepValues> unread;  // steps whose loss the host has not read yet
   for (int64_t step = resumed.step + 1; step <= tc.steps; ++step) {
     const auto t0 = Clock::now();
     const double lr = optimizer_->lr();
     run.profile_begin(step, device_);
-    const double loss = train_step(step);
+    unread.push_back(train_step(step));
     run.profile_end(step);
+    const bool log_line = step == 1 || step % config_.metrics.log_freq == 0 || step == tc.steps;
+    // The wait for the device, at a logged step: the window's time is the steps' wall time.
+    if (log_line) read_steps(unread, result);
     const double dt = seconds_since(t0);
     window_seconds += dt;
     ++window_steps;
     eta.record(dt);
-    result.losses.push_back(loss);
-    result.grad_norms.push_back(last_grad_norm_);
     result.steps_done = step;
     samples_seen += samples_per_step;
-    if (step == 1 || step % config_.metrics.log_freq == 0 || step == tc.steps) {
+    if (log_line) {
       StepMetrics m;
       m.step = step;
-      m.loss = loss;
-      m.grad_norm = last_grad_norm_;
+      m.loss = result.losses.back();
+      m.grad_norm = result.grad_norms.back();
       m.lr = lr;
       m.rate_in_samples = true;
       m.tokens_per_sec = double(window_steps * samples_per_step) / std::max(window_seconds, 1e-9);
@@ -431,6 +460,7 @@ TrainResult RecsysTrainer::train() {
       run_validation(step);
     if (run.end_of_step(step, samples_seen, result)) break;
   }
+  read_steps(unread, result);  // a stop between logged steps
   run.finish(result);
   if (!result.val_aucs.empty())
     out << "; held-out AUC " << std::fixed << std::setprecision(4) << result.val_aucs.back().second

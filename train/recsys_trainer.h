@@ -101,7 +101,13 @@ class RecsysTrainer {
 
  private:
   std::ostream& log() const;
-  double train_step(int64_t step);  // returns the global mean loss, sets last_grad_norm_
+  struct StepValues;
+  // One optimizer step. Its loss (and, on a GPU with fused tables, its gradient norm) stays on the
+  // device: the host reads them at logged steps (read_steps), queueing the steps in between.
+  StepValues train_step(int64_t step);
+  // Reads the steps' global mean losses and norms, in order, into result and clears `unread`.
+  // Collective (every rank reads the same steps).
+  void read_steps(std::vector<StepValues>& unread, TrainResult& result) const;
   // The batch's sparse features with managed-collision ids mapped to rows (evicted rows reset);
   // `features` itself when no feature is managed. Collective.
   runtime::sparse::KeyedJaggedTensor map_ids(const runtime::sparse::KeyedJaggedTensor& features,
@@ -122,7 +128,6 @@ class RecsysTrainer {
   std::unique_ptr<parallel::ShardedManagedCollisionCollection>
       mc_;  // [embedding] managed_collision
   std::unique_ptr<TrainCheckpointer> checkpointer_;
-  double last_grad_norm_ = 0.0;
   mutable std::ostream null_log_{nullptr};
 };
 

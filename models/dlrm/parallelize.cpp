@@ -148,6 +148,13 @@ double dlrm_total_grad_norm(Dlrm& model, double norm_type) {
   return rt::optim::norm_from_pow(rt::optim::combine_norm_pows(partials, norm_type), norm_type);
 }
 
+Tensor dlrm_dense_grad_norm_tensor(Dlrm& model, double norm_type) {
+  MT_CHECK(model.args().gradient_mode != rt::sparse::GradientMode::RowSparse,
+           "dlrm_dense_grad_norm_tensor: the tables' row-sparse gradients count in the norm; use "
+           "clip_dlrm_grad_norm_");
+  return par::total_grad_norm_tensor(dense_params(model), norm_type);
+}
+
 double clip_dlrm_grad_norm_(Dlrm& model, double max_norm, double norm_type) {
   const double total = dlrm_total_grad_norm(model, norm_type);
   std::vector<Tensor> local;

@@ -117,5 +117,11 @@ double dlrm_total_grad_norm(Dlrm& model, double norm_type = 2.0);
 // max_norm / (total + 1e-6) when total > max_norm (runtime/optim/clip_grad.h's rules). Returns
 // the total norm before clipping.
 double clip_dlrm_grad_norm_(Dlrm& model, double max_norm, double norm_type = 2.0);
+// Without a host read (for GPUs): the total norm of a model whose tables' gradients do not count
+// (GradientMode::Fused: applied inside backward), as a 0-D f64 tensor on the dense parameters'
+// device, all-reduced there (parallel::total_grad_norm_tensor). The clipping coefficient
+// (runtime::optim::clip_coefficient) then goes to the dense optimizer's step. Throws for
+// RowSparse models, whose tables' norm is summed on the host.
+Tensor dlrm_dense_grad_norm_tensor(Dlrm& model, double norm_type = 2.0);
 
 }  // namespace mt::models::dlrm

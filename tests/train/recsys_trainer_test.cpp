@@ -1,7 +1,8 @@
 // The `train` loop for recommendation models (train/recsys_trainer.h) on one process: the shipped
 // DLRM configs train to a useful held-out AUC (MovieLens 100K, synthetic Criteo-like data), the
-// row_sparse mode clips the tables with the dense parameters, bad configs get messages naming the
-// key, and the `train` binary dispatches model.name = "dlrm" to this loop.
+// row_sparse mode clips the tables with the dense parameters, losses read at logged steps are
+// every step's, bad configs get messages naming the key, and the `train` binary dispatches
+// model.name = "dlrm" to this loop.
 #include "train/recsys_trainer.h"
 
 #include <gtest/gtest.h>
@@ -100,6 +101,28 @@ TEST(RecsysTrainer, RowSparseTablesAreInTheClippedNorm) {
   const TrainResult clipped = run("row_sparse", sparse.grad_norms[0] / 10);
   EXPECT_EQ(clipped.grad_norms[0], sparse.grad_norms[0]);  // reported before clipping
   EXPECT_GT(std::abs(clipped.losses[1] - sparse.losses[1]), 1e-6);
+}
+
+// The host reads each step's loss and norm at logged steps only; every step's still arrive, in
+// order, the same as when every step is logged (fused and row-sparse tables).
+TEST(RecsysTrainer, LossesReadAtLoggedStepsAreEveryStepsLosses) {
+  testing::ScratchDir dir;
+  for (const std::string mode : {"fused", "row_sparse"}) {
+    SCOPED_TRACE(mode);
+    auto run = [&](int log_freq) {
+      const config::JobConfig c =
+          job("dlrm_criteo_synthetic.toml", dir.path(),
+              {"--training.steps=7", "--lr_scheduler.warmup_steps=0", "--validation.enable=false",
+               "--embedding.gradient_mode=" + mode,
+               "--metrics.log_freq=" + std::to_string(log_freq)});
+      return RecsysTrainer(c, quiet()).train();
+    };
+    const TrainResult each = run(1), logged = run(3);
+    ASSERT_EQ(each.losses.size(), 7u);
+    EXPECT_EQ(logged.losses, each.losses);
+    EXPECT_EQ(logged.grad_norms, each.grad_norms);
+    EXPECT_NE(each.losses[0], each.losses[6]);
+  }
 }
 
 TEST(RecsysTrainer, BadConfigsNameTheKey) {
