@@ -38,6 +38,26 @@ CheckpointState staged_copy(const CheckpointState& state) {
   return copy;
 }
 
+// The same snapshot, copied into `buffers` (one per tensor, kept from the previous save where
+// its shape and dtype still fit; new ones page-locked for tensors on a GPU).
+CheckpointState staged_into(const CheckpointState& state, std::vector<runtime::Tensor>& buffers) {
+  CheckpointState copy = state;
+  buffers.resize(copy.tensors.size());
+  for (size_t i = 0; i < copy.tensors.size(); ++i) {
+    runtime::Tensor& buffer = buffers[i];
+    const runtime::Tensor& src = copy.tensors[i].local;
+    if (!buffer.defined() || buffer.shape() != src.shape() || buffer.dtype() != src.dtype()) {
+      buffer = src.device().is_cpu()
+                   ? runtime::Tensor::empty(src.shape(), runtime::TensorOptions{}.with_dtype(
+                                                             src.dtype()))
+                   : runtime::Tensor::empty_pinned(src.shape(), src.dtype());
+    }
+    buffer.copy_(src);
+    copy.tensors[i].local = buffer;
+  }
+  return copy;
+}
+
 }  // namespace
 
 std::vector<int64_t> complete_checkpoint_steps(const fs::path& folder) {
@@ -64,6 +84,8 @@ CheckpointManager::CheckpointManager(ManagerOptions options,
                                      std::shared_ptr<parallel::ProcessGroup> group)
     : options_(std::move(options)), group_(std::move(group)) {
   MT_CHECK(!options_.folder.empty(), "checkpoint: the checkpoint folder is empty");
+  MT_CHECK(options_.async || !options_.reuse_staging,
+           "checkpoint: reuse_staging needs async saves (it keeps their staging buffers)");
   save_group_ = options_.async ? std::shared_ptr<parallel::ProcessGroup>(group_->split(0, group_->rank()))
                                : group_;
   if (group_->rank() == 0) fs::create_directories(options_.folder);
@@ -108,7 +130,9 @@ void CheckpointManager::save(int64_t step, const CheckpointState& state) {
     remove_old_checkpoints();
     return;
   }
-  auto staged = std::make_shared<CheckpointState>(staged_copy(state));
+  // The previous save has finished (wait() above), so its buffers are free to take this one.
+  auto staged = std::make_shared<CheckpointState>(
+      options_.reuse_staging ? staged_into(state, staging_) : staged_copy(state));
   in_flight_ = std::async(std::launch::async, [this, dir, staged] {
     save_checkpoint(dir, *staged, *save_group_);
     remove_old_checkpoints();

@@ -9,6 +9,11 @@
 //   talks to the other ranks over its own process group (split from the job's at construction,
 //   so its collectives never interleave with training's). At most one save is in flight: a new
 //   save() first waits for the previous one; wait() rethrows a failed background save's error.
+//   With reuse_staging (torchtitan's "async_with_pinned_mem"), the buffers are allocated once,
+//   page-locked where the tensors are on a GPU (faster copies from it), and every later save
+//   copies into them again: a save then blocks training only for the copies, not for allocating
+//   and first touching a snapshot's worth of host memory, at the cost of holding that memory for
+//   the manager's life.
 // - keep_latest_k > 0: after a save completes, rank 0 removes the older complete checkpoints
 //   beyond the newest k (never before the new one is complete).
 #pragma once
@@ -30,6 +35,7 @@ struct ManagerOptions {
   std::filesystem::path folder;  // holds step-N/
   int64_t keep_latest_k = 0;     // <= 0: keep all
   bool async = false;
+  bool reuse_staging = false;  // async only: keep the staging buffers for the next save
 };
 
 class CheckpointManager {
@@ -60,6 +66,7 @@ class CheckpointManager {
   std::shared_ptr<parallel::ProcessGroup> group_;       // the job's ranks (foreground)
   std::shared_ptr<parallel::ProcessGroup> save_group_;  // the background saver's own group
   std::future<void> in_flight_;
+  std::vector<runtime::Tensor> staging_;  // reuse_staging: the buffers, one per state tensor
 };
 
 // Complete checkpoints (step-N folders with an index) in `folder`, oldest first.

@@ -117,15 +117,17 @@ TrainCheckpointer::TrainCheckpointer(const config::JobConfig& config,
       data_(std::move(data)),
       extension_(std::move(extension)) {
   const auto& c = config_.checkpoint;
-  MT_CHECK(c.async_mode == "disabled" || c.async_mode == "async",
-           "[checkpoint] async_mode: expected \"disabled\" or \"async\", got \"", c.async_mode,
-           "\"");
+  const bool pinned = c.async_mode == "async_with_pinned_mem";
+  MT_CHECK(c.async_mode == "disabled" || c.async_mode == "async" || pinned,
+           "[checkpoint] async_mode: expected \"disabled\", \"async\" or "
+           "\"async_with_pinned_mem\", got \"",
+           c.async_mode, "\"");
   export_dtype(c.export_dtype);  // validates
   MT_CHECK(!c.enable || c.interval > 0, "[checkpoint] interval must be > 0, got ", c.interval);
   if (c.enable) {
     manager_ = std::make_unique<checkpoint::CheckpointManager>(
         checkpoint::ManagerOptions{checkpoint_folder(config_), c.keep_latest_k,
-                                   c.async_mode == "async"},
+                                   c.async_mode != "disabled", pinned},
         world_);
   }
 }

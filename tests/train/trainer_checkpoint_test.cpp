@@ -201,14 +201,18 @@ TEST(TrainerCheckpoint, ResumedRunRepeatsTheUninterruptedOneBitwise) {
   ASSERT_EQ(sync.losses.size(), 20u);
   const Steps every_2 = {2, 4, 6, 8, 10, 12, 14, 16, 18, 20};
   EXPECT_EQ(complete_steps(dir / "sync"), every_2);
-  Names async_args = job_args(in, dir / "async", common);
-  async_args.push_back("--checkpoint.async_mode=async");
-  const TrainResult async = train(async_args);
-  EXPECT_EQ(complete_steps(dir / "async"), every_2);
-  expect_same_steps(async, sync);  // saving in the background does not disturb training
-  for (int64_t step : every_2) {
-    EXPECT_EQ(checksums(step_dir(dir / "async", step)), checksums(step_dir(dir / "sync", step)))
-        << "the background save of step " << step << " holds other tensors";
+  // async_with_pinned_mem: the same staging buffers for every save (page-locked on a GPU).
+  for (const std::string mode : {"async", "async_with_pinned_mem"}) {
+    SCOPED_TRACE(mode);
+    Names async_args = job_args(in, dir / mode, common);
+    async_args.push_back("--checkpoint.async_mode=" + mode);
+    const TrainResult async = train(async_args);
+    EXPECT_EQ(complete_steps(dir / mode), every_2);
+    expect_same_steps(async, sync);  // saving in the background does not disturb training
+    for (int64_t step : every_2) {
+      EXPECT_EQ(checksums(step_dir(dir / mode, step)), checksums(step_dir(dir / "sync", step)))
+          << "the background save of step " << step << " holds other tensors";
+    }
   }
   // A new Trainer, in a new dump folder holding only the step-10 checkpoint, trains 11-20.
   for (const char* mode : {"sync", "async"}) {
