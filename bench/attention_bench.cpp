@@ -67,6 +67,7 @@ void Shapes(benchmark::internal::Benchmark* bm) {
   bm->ArgNames({"B", "H", "T", "D", "causal"})
       ->Args({1, 8, 512, 64, 1})
       ->Args({1, 8, 512, 64, 0})
+      ->Args({8, 6, 256, 64, 1})  // the ~20M model's training step (llama_train_step_bench)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
 }

@@ -18,6 +18,7 @@ source .device/device-env.sh
 # The CPU runs: spinning OpenMP threads fight OpenBLAS's own threads (README, "Training"), the
 # likely reason the first H200 run's CPU debug model managed only 683 tokens/s on 16 cores.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+export OPENBLAS_THREAD_TIMEOUT=${OPENBLAS_THREAD_TIMEOUT:-16}  # OpenBLAS threads: short spins too
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 summary=()
 parts=${PARTS:-tests train}

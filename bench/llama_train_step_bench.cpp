@@ -12,6 +12,7 @@
 #include "models/llama/model_args.h"
 #include "models/registry.h"
 #include "runtime/core/allocator.h"
+#include "runtime/core/profiler.h"
 #include "runtime/ops/factory.h"
 #include "runtime/optim/adamw.h"
 
@@ -23,6 +24,7 @@ namespace {
 struct Options {
   std::string model = "debugmodel";
   int64_t batch = 8, seq = 256, steps = 10, warmup = 3, vocab = 2000;
+  bool profile = false;  // prints the op profile of the last step
 };
 
 Options parse(int argc, char** argv) {
@@ -40,8 +42,11 @@ Options parse(int argc, char** argv) {
     else if (flag == "--steps") o.steps = std::atoll(value);
     else if (flag == "--warmup") o.warmup = std::atoll(value);
     else if (flag == "--vocab") o.vocab = std::atoll(value);
+    else if (flag == "--profile") o.profile = std::atoi(value) != 0;
     else {
-      std::fprintf(stderr, "unknown flag %s (valid: --model --batch --seq --steps --warmup --vocab)\n",
+      std::fprintf(stderr,
+                   "unknown flag %s (valid: --model --batch --seq --steps --warmup --vocab "
+                   "--profile 0|1)\n",
                    flag.c_str());
       std::exit(2);
     }
@@ -77,6 +82,8 @@ int main(int argc, char** argv) {
 
   double loss = 0, seconds = 0;
   for (int64_t step = 0; step < o.warmup + o.steps; ++step) {
+    const bool profiled = o.profile && step + 1 == o.warmup + o.steps;
+    if (profiled) runtime::Profiler::start(runtime::Device::cpu());
     const auto t0 = std::chrono::steady_clock::now();
     optimizer.zero_grad();
     Tensor l = spec.loss(*model, inputs, targets, runtime::Reduction::Mean);
@@ -85,6 +92,7 @@ int main(int argc, char** argv) {
     loss = l.item<double>();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (step >= o.warmup) seconds += dt;
+    if (profiled) std::printf("%s", runtime::Profiler::stop().summary(20).c_str());
   }
   const double tokens_per_s = double(o.batch * o.seq * o.steps) / seconds;
   std::printf("framework=minititan model=%s params=%lld batch=%lld seq=%lld tokens_per_s=%.1f "

@@ -35,4 +35,5 @@ fi
 # OpenMP threads sleep instead of spinning while they wait: on a busy machine spinning threads
 # steal the cores the working ones need (3x slower steps measured on a loaded 2-core machine).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+export OPENBLAS_THREAD_TIMEOUT=${OPENBLAS_THREAD_TIMEOUT:-16}  # OpenBLAS threads: short spins too
 exec ./build/train/train --config configs/fortunes_debug.toml "$@"

@@ -21,4 +21,5 @@ cmake --build "$dir" -j "$jobs"
 # without oversubscription; tests that check thread-count independence set their own counts.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+export OPENBLAS_THREAD_TIMEOUT=${OPENBLAS_THREAD_TIMEOUT:-16}  # OpenBLAS threads: short spins too
 ctest --test-dir "$dir" --output-on-failure -j "$jobs" "$@"

@@ -13,6 +13,7 @@
 #include <exception>
 #include <iostream>
 #include <string>
+#include <utility>
 
 #include "runtime/core/error.h"
 #include "train/config/load.h"
@@ -29,21 +30,30 @@ std::string rank_prefix() {
   return "";
 }
 
-// OpenMP (libgomp) reads OMP_WAIT_POLICY once, as the process loads it. Its default spins idle
-// threads after each parallel region, and they take the cores that OpenBLAS's own threads need:
-// 10-20% slower steps on a quiet 2-core machine, several times slower on a loaded one. So a
-// `train` started without the variable starts again, once, with PASSIVE; a value the user set is
-// kept. Where the re-exec fails (no /proc), it goes on with OpenMP's default.
-void restart_with_passive_openmp_waits(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
-  execv("/proc/self/exe", argv);
+// Two thread pools share the cores: OpenMP's (our kernels) and OpenBLAS's own (its pthreads build
+// runs the GEMMs). Each spins its idle threads by default, and spinners take the cores the other
+// pool's working threads need: OpenMP's after each parallel region (10-20% slower steps on a
+// quiet 2-core machine, several times slower on a loaded one), OpenBLAS's for 2^28 cycles (about
+// 0.1 s) after each GEMM (the kernels between GEMMs ran up to 2x slower: 15% a step of a ~20M
+// model on 2 cores). Both libraries read their setting once, as the process loads them, so a
+// `train` started without OMP_WAIT_POLICY or OPENBLAS_THREAD_TIMEOUT starts again, once, with
+// PASSIVE and 16 (2^16 cycles, tens of microseconds); values the user set are kept. Where the
+// re-exec fails (no /proc), it goes on with the libraries' defaults.
+void restart_without_spinning_thread_pools(char** argv) {
+  bool changed = false;
+  for (const auto& [name, value] :
+       {std::pair{"OMP_WAIT_POLICY", "PASSIVE"}, std::pair{"OPENBLAS_THREAD_TIMEOUT", "16"}}) {
+    if (std::getenv(name) != nullptr) continue;
+    if (setenv(name, value, 1) != 0) return;
+    changed = true;
+  }
+  if (changed) execv("/proc/self/exe", argv);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  restart_with_passive_openmp_waits(argv);
+  restart_without_spinning_thread_pools(argv);
   // Each log line reaches a redirected stdout (a job's log file) when it is printed, not when a
   // block fills: a run killed by its scheduler still shows how far it got.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);

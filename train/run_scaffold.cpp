@@ -19,9 +19,12 @@ namespace mt::train {
 namespace fs = std::filesystem;
 
 std::string cpu_threads_text() {
-  const char* wait = std::getenv("OMP_WAIT_POLICY");
-  return std::to_string(omp_get_max_threads()) +
-         " threads (OMP_WAIT_POLICY=" + (wait != nullptr ? wait : "unset") + ")";
+  const auto value = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(name) + "=" + (v != nullptr ? v : "unset");
+  };
+  return std::to_string(omp_get_max_threads()) + " threads (" + value("OMP_WAIT_POLICY") + ", " +
+         value("OPENBLAS_THREAD_TIMEOUT") + ")";
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {

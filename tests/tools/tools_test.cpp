@@ -91,21 +91,33 @@ TEST_F(Tools, TokenizerDatasetAndTrainRunEndToEnd) {
           " --training.steps=3 --lr_scheduler.warmup_steps=1 --training.seq_len=32"
           " --training.local_batch_size=2 --metrics.log_freq=1 --validation.freq=3"
           " --validation.steps=1");
-  // Started without OMP_WAIT_POLICY, train restarts itself with PASSIVE waits.
-  r = run(cat("env -u OMP_WAIT_POLICY ", train));
+  // Started without OMP_WAIT_POLICY and OPENBLAS_THREAD_TIMEOUT, train restarts itself with
+  // PASSIVE waits and short OpenBLAS spins.
+  r = run(cat("env -u OMP_WAIT_POLICY -u OPENBLAS_THREAD_TIMEOUT ", train));
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("step    3  loss"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("threads (OMP_WAIT_POLICY=PASSIVE)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("threads (OMP_WAIT_POLICY=PASSIVE, OPENBLAS_THREAD_TIMEOUT=16)"),
+            std::string::npos)
+      << r.output;
   EXPECT_TRUE(fs::exists(dump / "config.toml"));
   EXPECT_TRUE(fs::exists(dump / "loss.svg"));
   std::ifstream metrics(dump / "metrics.jsonl");
   int64_t metric_lines = 0;
   for (std::string line; std::getline(metrics, line);) metric_lines += !line.empty();
   EXPECT_GE(metric_lines, 3);
-  // A wait policy the user set is kept.
-  r = run(cat("env OMP_WAIT_POLICY=ACTIVE ", train, " --training.steps=1"));
+  // Values the user set are kept; the one not set is still added.
+  r = run(cat("env -u OPENBLAS_THREAD_TIMEOUT OMP_WAIT_POLICY=ACTIVE ", train,
+              " --training.steps=1"));
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("threads (OMP_WAIT_POLICY=ACTIVE)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("threads (OMP_WAIT_POLICY=ACTIVE, OPENBLAS_THREAD_TIMEOUT=16)"),
+            std::string::npos)
+      << r.output;
+  r = run(cat("env OMP_WAIT_POLICY=ACTIVE OPENBLAS_THREAD_TIMEOUT=28 ", train,
+              " --training.steps=1"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("threads (OMP_WAIT_POLICY=ACTIVE, OPENBLAS_THREAD_TIMEOUT=28)"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST_F(Tools, BadInputExitsNonZeroWithAMessage) {
