@@ -1,6 +1,7 @@
 #include "models/moe/moe.h"
 
 #include "runtime/autograd/checkpoint.h"
+#include "runtime/core/host_copy.h"
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/elementwise.h"
@@ -61,9 +62,14 @@ std::vector<Tensor> MoE::forward(const Tensor& x) {
     const int64_t e_count = num_experts_;
     const Tensor xf = x3.reshape({n, d});
     const RouterOutput r = (*router)(xf, expert_bias);
+    // The routing goes to the host (the grouped matmuls' shapes come from it) while the device
+    // runs the shared experts, queued behind the copy: on a GPU the host's wait and its sort
+    // below overlap them.
+    runtime::HostCopy routing(r.indices);
+    const Tensor shared = shared_experts ? (*shared_experts)(xf) : Tensor();
 
     // Stable counting sort of the n*k (token, expert) pairs by expert, on the host.
-    const std::vector<int64_t> chosen = r.indices.to_vector<int64_t>();
+    const std::vector<int64_t> chosen = routing.get().to_vector<int64_t>();
     std::vector<int64_t> counts(size_t(e_count), 0);
     for (int64_t e : chosen) {
       MT_CHECK(e >= 0 && e < e_count, "MoE: router chose expert ", e, " outside [0, ", e_count,
@@ -94,7 +100,7 @@ std::vector<Tensor> MoE::forward(const Tensor& x) {
     Tensor y = (*experts)(x_sorted, counts);
     y = runtime::mul(y.to(w_sorted.dtype()), w_sorted.unsqueeze(1)).to(x3.dtype());
     Tensor out = runtime::index_add(runtime::zeros({n, d}, x3.options()), 0, token_t, y);
-    if (shared_experts) out = runtime::add(out, (*shared_experts)(xf));
+    if (shared.defined()) out = runtime::add(out, shared);
     std::vector<Tensor> result{out.reshape({b, t, d})};
 
     if (aux_loss_alpha_ > 0) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,11 @@ class DeviceRuntime {
   // both contiguous. A copy into host memory has completed when this returns; so has a copy from
   // host memory, except a non_blocking one from pinned memory (Tensor::to says more).
   virtual void copy_between_devices(const Tensor& src, const Tensor& dst, bool non_blocking) = 0;
+  // Queues a copy of src (on this backend's current device) into dst (page-locked host memory),
+  // both contiguous, of one dtype and shape, and returns without waiting; the function returned
+  // waits for that copy only, then raises the deferred errors that have arrived
+  // (runtime/core/host_copy.h is the interface to use).
+  virtual std::function<void()> queue_copy_to_host(const Tensor& src, const Tensor& dst) = 0;
   // A new timeline on device `index` (null where the backend has no device clock).
   virtual std::unique_ptr<DeviceTimeline> timeline(int /*index*/) { return nullptr; }
 };

@@ -233,6 +233,28 @@ class CudaRuntime final : public DeviceRuntime {
       raise_arrived_errors();
     }
   }
+  std::function<void()> queue_copy_to_host(const Tensor& src, const Tensor& dst) override {
+    MT_CHECK(src.is_contiguous() && dst.is_contiguous() && src.dtype() == dst.dtype() &&
+                 src.shape() == dst.shape() && dst.device().is_cpu() && dst.is_pinned(),
+             "queue_copy_to_host: expected contiguous tensors of one dtype and shape, the "
+             "destination in page-locked host memory");
+    check_on_current_device(src, "queue_copy_to_host");
+    if (dst.nbytes() == 0) return [] {};
+    cudaStream_t stream = current_stream();
+    MT_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(),
+                                  cudaMemcpyDeviceToHost, stream));
+    // dst's block is not reused before the copy ran, even if nobody waits for it.
+    pinned_host_allocator()->record_use(dst.storage()->data(), src.device());
+    cudaEvent_t done = nullptr;
+    MT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    MT_CUDA_CHECK(cudaEventRecord(done, stream));
+    // The event outlives a waiter that is dropped unused (std::function needs a copyable one).
+    auto event = std::shared_ptr<CUevent_st>(done, [](cudaEvent_t e) { (void)cudaEventDestroy(e); });
+    return [event] {
+      MT_CUDA_CHECK(cudaEventSynchronize(event.get()));
+      raise_arrived_errors();
+    };
+  }
 };
 
 CudaRuntime g_runtime;

@@ -5,10 +5,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <optional>
 #include <limits>
 
 #include "runtime/core/allocator.h"
+#include "runtime/core/host_copy.h"
 #include "runtime/ops/dropout.h"
 #include "runtime/ops/softmax.h"
 #include "tests/testing/gpu_compare.h"
@@ -99,6 +102,34 @@ TEST_F(ElementwiseGpu, NonBlockingCopyFromPageableMemoryIsQueued) {
   sum(mul(leaf.to(Device::cuda(), /*non_blocking=*/true), 3.0)).backward();
   ASSERT_TRUE(leaf.grad().defined());
   EXPECT_EQ(leaf.grad().to_vector<float>(), (std::vector<float>{3, 3}));
+}
+
+// A HostCopy is queued, not waited for: it returns while the stream is held and holds the values
+// of when it was queued (a strided source in row-major order); get() waits for the copy only, not
+// for the work queued after it; one dropped unread is harmless.
+TEST_F(ElementwiseGpu, HostCopyIsQueuedAndCollectedLater) {
+  const Tensor x =
+      from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}, TensorOptions{}.with_device(Device::cuda()));
+  std::optional<HostCopy> copy, strided;
+  {
+    testing::StreamBlocker hold;
+    copy.emplace(x);
+    strided.emplace(x.t());
+    { HostCopy dropped(x); }
+    hold.release();
+  }
+  {
+    testing::StreamBlocker hold(/*release_after_s=*/5);  // later work waits for it
+    x.fill_(0.0);
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(copy->get().to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.5)
+        << "get() waited for work queued after the copy";
+    EXPECT_EQ(strided->get().to_vector<float>(), (std::vector<float>{1, 4, 2, 5, 3, 6}));
+    EXPECT_EQ(copy->get().to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+    hold.release();
+  }
+  EXPECT_EQ(x.to_vector<float>(), std::vector<float>(6, 0.0f));
 }
 
 Tensor positive(const Tensor& x) { return add(abs(x), 0.25); }

@@ -7,6 +7,7 @@
 #include "runtime/core/allocator.h"
 #include "runtime/core/device_runtime.h"
 #include "runtime/core/grad_mode.h"
+#include "runtime/core/host_copy.h"
 #include "runtime/ops/factory.h"
 #include "tests/testing/errors.h"
 #include "tests/testing/tensor_testing.h"
@@ -240,6 +241,17 @@ TEST(Device, PinnedHostMemoryNeedsAGpu) {
               ::testing::HasSubstr("pinned host memory needs the CUDA backend and a GPU"));
   EXPECT_THAT(testing::error_of([&] { Tensor::empty_pinned({4}, DType::F32); }),
               ::testing::HasSubstr("pinned host memory needs the CUDA backend and a GPU"));
+}
+
+// A HostCopy of a host tensor is the tensor itself, detached (nothing to queue).
+TEST(Device, HostCopyOfAHostTensorIsTheTensor) {
+  const Tensor a = from_vector<float>({1, 2, 3}, {3}, TensorOptions{}.with_requires_grad(true));
+  HostCopy copy(a);
+  const Tensor got = copy.get();
+  EXPECT_TRUE(got.shares_storage_with(a));
+  EXPECT_FALSE(got.requires_grad());
+  EXPECT_EQ(got.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  EXPECT_THROW(HostCopy{Tensor()}, Error);
 }
 
 }  // namespace
