@@ -9,6 +9,8 @@
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/attention.h"
 #include "runtime/ops/elementwise.h"
+#include "runtime/ops/join.h"
+#include "runtime/ops/matmul.h"
 #include "runtime/ops/rope.h"
 #include "runtime/ops/swiglu.h"
 
@@ -66,10 +68,17 @@ Tensor Attention::operator()(const Tensor& x, const Tensor& cos, const Tensor& s
     const Tensor& h = in[0];
     const int64_t b = h.size(0), t = h.size(1);
     const int64_t pos = cache != nullptr ? cache->length() : 0;
+    // One GEMM for the three projections: wq, wk and wv stay separate parameters (checkpoints,
+    // FSDP and Hugging Face see them as ever) and are joined for it, since the narrow k and v
+    // GEMMs alone run well below a GEMM's speed (GQA: N = n_kv_heads * head_dim).
+    const int64_t q_dim = n_heads_ * head_dim_, kv_dim = n_kv_heads_ * head_dim_;
+    const std::vector<Tensor> qkv = runtime::split(
+        runtime::linear(h, runtime::cat({wq->weight, wk->weight, wv->weight}, 0)),
+        {q_dim, kv_dim, kv_dim}, -1);
     // [B, T, H, D]: RoPE works per (token, head); attention wants [B, H, T, D].
-    Tensor xq = (*wq)(h).view({b, t, n_heads_, head_dim_});
-    Tensor xk = (*wk)(h).view({b, t, n_kv_heads_, head_dim_});
-    Tensor xv = (*wv)(h).view({b, t, n_kv_heads_, head_dim_});
+    Tensor xq = qkv[0].view({b, t, n_heads_, head_dim_});
+    Tensor xk = qkv[1].view({b, t, n_kv_heads_, head_dim_});
+    Tensor xv = qkv[2].view({b, t, n_kv_heads_, head_dim_});
     xq = runtime::apply_rope(xq, in[1], in[2], pos);
     xk = runtime::apply_rope(xk, in[1], in[2], pos);
     Tensor keys = xk.transpose(1, 2), values = xv.transpose(1, 2);

@@ -68,6 +68,30 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   return cat(parts, dim);
 }
 
+namespace {
+
+// Views of x of `sizes` along `dim` (which add up to x.size(dim)), recorded as one node: its
+// backward writes the views' gradients into one tensor shaped as x (zeros where a view got none),
+// where a node per view would each fill a whole x-shaped tensor and the engine add them up.
+std::vector<Tensor> split_views(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  const Tensor base = x.detach();
+  std::vector<Tensor> out;
+  int64_t start = 0;
+  for (int64_t s : sizes) {
+    out.push_back(base.narrow(dim, start, s));
+    start += s;
+  }
+  if (autograd::any_requires_grad({x})) {
+    autograd::record("split", {x}, out,
+                     [dim](const autograd::BackwardArgs& args) -> std::vector<Tensor> {
+                       return {cat(args.grads, dim)};
+                     });
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   MT_CHECK(x.defined() && x.dim() > 0, "split: expected a tensor with at least one dim");
   dim = wrap_dim(dim, x.dim(), "split");
@@ -75,11 +99,10 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   MT_CHECK(split_size > 0 || (split_size == 0 && n == 0), "split: split_size must be > 0, got ",
            split_size, " for shape ", x.shape());
   if (n == 0) return {x.narrow(dim, 0, 0)};
-  std::vector<Tensor> out;
-  for (int64_t start = 0; start < n; start += split_size) {
-    out.push_back(x.narrow(dim, start, std::min(split_size, n - start)));
-  }
-  return out;
+  std::vector<int64_t> sizes;
+  for (int64_t start = 0; start < n; start += split_size)
+    sizes.push_back(std::min(split_size, n - start));
+  return split_views(x, sizes, dim);
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
@@ -92,13 +115,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   }
   MT_CHECK(total == x.size(dim), "split: sizes ", Shape(sizes), " add up to ", total,
            ", expected the size ", x.size(dim), " of dim ", dim, " of shape ", x.shape());
-  std::vector<Tensor> out;
-  int64_t start = 0;
-  for (int64_t s : sizes) {
-    out.push_back(x.narrow(dim, start, s));
-    start += s;
-  }
-  return out;
+  return split_views(x, sizes, dim);
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {

@@ -1,6 +1,7 @@
 // Joining and splitting along a dim: cat, stack, split, chunk (torch semantics).
 // cat and stack copy (differentiable: the gradient of each input is a narrow view of the output's
-// gradient); split and chunk return narrow views of x (differentiable like any view).
+// gradient); split and chunk return narrow views of x, differentiable together: one backward
+// writes their gradients into one tensor shaped as x (zeros for views no gradient reached).
 #pragma once
 
 #include <vector>

@@ -205,8 +205,8 @@ BackwardKernels backward_kernels(const Tensor& loss) {
 
 // Full, selective (every second block, torchtitan's count: blocks 1 and 3 of 4) and op-level
 // checkpointing recompute exactly: the same loss and gradients, bitwise. Each recomputes what it
-// says in backward: a block's 7 matmuls and its attention, or, by op, only the 2nd, 4th and 6th
-// matmul of every block (wk, wo, w3) and no attention.
+// says in backward: a block's 5 matmuls (q, k and v in one) and its attention, or, by op, only
+// the 2nd and 4th matmul of every block (wo, w3) and no attention.
 TEST(Llama, ActivationCheckpointingGivesIdenticalGradients) {
   ModelArgs a = tiny_args(4);
   Tensor tokens = random_tokens(2, 8, a.vocab_size, 21);
@@ -221,9 +221,9 @@ TEST(Llama, ActivationCheckpointingGivesIdenticalGradients) {
     std::vector<bool> checkpointed;
     int64_t recomputed_matmuls, recomputed_attention;
   };
-  const std::vector<Case> cases = {{"full", {true, true, true, true}, 4 * 7, 4},
-                                   {"selective:2", {false, true, false, true}, 2 * 7, 2},
-                                   {"selective:op", {true, true, true, true}, 4 * 3, 0}};
+  const std::vector<Case> cases = {{"full", {true, true, true, true}, 4 * 5, 4},
+                                   {"selective:2", {false, true, false, true}, 2 * 5, 2},
+                                   {"selective:op", {true, true, true, true}, 4 * 2, 0}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.spec);
     Transformer ckpt(a, 5);
