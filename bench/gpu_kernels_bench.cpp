@@ -35,6 +35,7 @@
 #include "runtime/ops/factory.h"
 #include "runtime/ops/grouped_matmul.h"
 #include "runtime/ops/loss.h"
+#include "runtime/ops/join.h"
 #include "runtime/ops/matmul.h"
 #include "runtime/ops/reduce.h"
 #include "runtime/ops/rms_norm.h"
@@ -133,6 +134,16 @@ int run() {
                     2.0 * N * D * D, true});
     rows.push_back({"linear x@wk^T (kv proj)", "8192x2048 -> 512", time_it(dev, [&] { linear(x, wkv); }),
                     2.0 * N * D * Hkv * hd, true});
+    // The attention's q, k and v projections as three GEMMs, and joined as the model runs them
+    // (the weights concatenated, one GEMM, split into views).
+    const double qkv_flops = 2.0 * N * D * (D + 2 * Hkv * hd);
+    rows.push_back({"q, k, v projections: 3 GEMMs", "8192x2048 -> 2048+512+512",
+                    time_it(dev, [&] { linear(x, wo), linear(x, wkv), linear(x, wkv); }),
+                    qkv_flops, true});
+    rows.push_back({"q, k, v projections: joined", "8192x2048 -> 3072", time_it(dev, [&] {
+                      split(linear(x, cat({wo, wkv, wkv}, 0)), {D, Hkv * hd, Hkv * hd}, -1);
+                    }),
+                    qkv_flops, true});
   }
   // Memory-bound fused kernels, bf16 activations.
   {
