@@ -8,6 +8,7 @@
 
 #include "checkpoint/index.h"
 #include "parallel/comm/process_group.h"
+#include "runtime/core/device_runtime.h"
 #include "runtime/core/error.h"
 
 namespace mt::checkpoint {
@@ -52,7 +53,12 @@ CheckpointState staged_into(const CheckpointState& state, std::vector<runtime::T
                                                              src.dtype()))
                    : runtime::Tensor::empty_pinned(src.shape(), src.dtype());
     }
-    buffer.copy_(src);
+    if (src.device().is_cpu()) {
+      buffer.copy_(src);
+    } else {  // straight into the page-locked buffer (copy_ would stage it in pageable memory)
+      runtime::device_runtime(src.device().type)
+          ->copy_between_devices(src.contiguous(), buffer, /*non_blocking=*/false);
+    }
     copy.tensors[i].local = buffer;
   }
   return copy;

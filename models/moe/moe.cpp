@@ -1,9 +1,9 @@
 #include "models/moe/moe.h"
 
 #include "runtime/autograd/checkpoint.h"
-#include "runtime/core/host_copy.h"
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
+#include "runtime/core/host_copy.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
 #include "runtime/ops/index.h"
