@@ -31,7 +31,6 @@
 #include "train/config/validate.h"
 #include "train/embedding_checkpoint.h"
 #include "train/metrics/eta.h"
-#include "train/metrics/jsonl_writer.h"
 #include "train/metrics/step_metrics.h"
 #include "train/optimizer_setup.h"
 #include "train/run_scaffold.h"
@@ -376,7 +375,6 @@ TrainResult RecsysTrainer::train() {
   const fs::path dump(config_.job.dump_folder);
   std::ostream& out = log();
   RunScaffold run(config_, options_, *world_, checkpointer_.get(), out);
-  JsonlWriter* jsonl = run.jsonl();
   const RecsysParamCounts params = count_parameters(*model_);
   const int64_t samples_per_step = tc.local_batch_size * world_size();
   const bool fused = config_.embedding.gradient_mode == "fused";
@@ -409,8 +407,7 @@ TrainResult RecsysTrainer::train() {
         << std::setprecision(4) << m.loss << "  auc " << m.auc << "  (" << m.samples
         << " held-out samples)\n"
         << std::defaultfloat << std::flush;
-    if (jsonl)
-      jsonl->write(JsonObject().add("step", step).add("val_loss", m.loss).add("auc", m.auc));
+    run.log_values(step, {{"val_loss", m.loss}, {"auc", m.auc}});
   };
 
   const ResumePoint resumed = checkpointer_ ? checkpointer_->resume(out) : ResumePoint{};
@@ -452,7 +449,7 @@ TrainResult RecsysTrainer::train() {
                            {"mc_dropped", double(st.misses + st.overflow)}};
       }
       out << format_step_line(m, width) << "\n" << std::flush;
-      if (jsonl) jsonl->write(m);
+      run.log_step(m);
       window_seconds = 0.0;
       window_steps = 0;
     }

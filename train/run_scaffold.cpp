@@ -11,6 +11,7 @@
 #include "runtime/ops/factory.h"
 #include "train/checkpointer.h"
 #include "train/metrics/jsonl_writer.h"
+#include "train/metrics/tensorboard_writer.h"
 #include "train/signals.h"
 #include "train/trainer.h"
 
@@ -48,11 +49,31 @@ RunScaffold::RunScaffold(const config::JobConfig& config, const TrainerOptions& 
       checkpointer_(checkpointer),
       out_(out) {
   if (options.handle_signals) stop_ = std::make_unique<StopRequest>();
+  const fs::path dump(config_.job.dump_folder);
   if (write_files_ && config_.metrics.save_jsonl) {
-    const fs::path dump(config_.job.dump_folder);
     fs::create_directories(dump);
     jsonl_ = std::make_unique<JsonlWriter>((dump / "metrics.jsonl").string());
   }
+  if (write_files_ && config_.metrics.enable_tensorboard) {
+    tensorboard_ =
+        std::make_unique<TensorBoardWriter>((dump / config_.metrics.save_tb_folder).string());
+  }
+}
+
+void RunScaffold::log_step(const StepMetrics& m) {
+  if (jsonl_) jsonl_->write(m);
+  if (tensorboard_) tensorboard_->add_scalars(m.step, tensorboard_scalars(m));
+}
+
+void RunScaffold::log_values(int64_t step,
+                             const std::vector<std::pair<std::string, double>>& values) {
+  if (jsonl_) {
+    JsonObject o;
+    o.add("step", step);
+    for (const auto& [name, value] : values) o.add(name, value);
+    jsonl_->write(o);
+  }
+  if (tensorboard_) tensorboard_->add_scalars(step, values);
 }
 
 RunScaffold::~RunScaffold() {

@@ -25,6 +25,8 @@ namespace mt::train {
 
 class JsonlWriter;
 class StopRequest;
+class TensorBoardWriter;
+struct StepMetrics;
 class TrainCheckpointer;
 struct TrainerOptions;
 
@@ -39,13 +41,17 @@ double sum_over_ranks(parallel::ProcessGroup& group, double value, const char* n
 
 class RunScaffold {
  public:
-  // Installs the stop request (options.handle_signals) and opens metrics.jsonl (rank 0 with
-  // options.write_files and metrics.save_jsonl). `checkpointer` may be null.
+  // Installs the stop request (options.handle_signals) and opens metrics.jsonl and the
+  // TensorBoard event file (with options.write_files, and metrics.save_jsonl or
+  // metrics.enable_tensorboard). `checkpointer` may be null.
   RunScaffold(const config::JobConfig& config, const TrainerOptions& options,
               parallel::ProcessGroup& world, TrainCheckpointer* checkpointer, std::ostream& out);
   ~RunScaffold();
 
-  JsonlWriter* jsonl() const { return jsonl_.get(); }  // null when not written
+  // A logged step's metrics, and other values of a step (validation: val_loss, auc), to
+  // metrics.jsonl and TensorBoard where they are written.
+  void log_step(const StepMetrics& m);
+  void log_values(int64_t step, const std::vector<std::pair<std::string, double>>& values);
 
   // Around a training step's work (not its logging or validation): with profiling.enable, every
   // profile_freq-th step is recorded by the op profiler (runtime/core/profiler.h), its kernels
@@ -73,6 +79,7 @@ class RunScaffold {
   std::ostream& out_;
   std::unique_ptr<StopRequest> stop_;
   std::unique_ptr<JsonlWriter> jsonl_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
   bool profiling_step_ = false;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };

@@ -44,7 +44,6 @@
 #include "train/config/render.h"
 #include "train/config/validate.h"
 #include "train/metrics/eta.h"
-#include "train/metrics/jsonl_writer.h"
 #include "train/metrics/peak_flops.h"
 #include "train/metrics/step_metrics.h"
 #include "train/optimizer_setup.h"
@@ -585,7 +584,6 @@ TrainResult Trainer::train() {
   const fs::path dump(config_.job.dump_folder);
   std::ostream& out = log();
   RunScaffold run(config_, options_, *world_, checkpointer_.get(), out);
-  JsonlWriter* jsonl = run.jsonl();
 
   // Per rank: tokens/s and MFU in the log are per rank (per device), as torchtitan reports them.
   const int64_t tokens_per_step = grad_accum_ * tc.local_batch_size * tc.seq_len;
@@ -644,7 +642,7 @@ TrainResult Trainer::train() {
         << std::setprecision(4) << *v << "  (perplexity " << std::setprecision(1) << std::exp(*v)
         << ")\n"
         << std::defaultfloat << std::flush;
-    if (jsonl) jsonl->write(JsonObject().add("step", step).add("val_loss", *v));
+    run.log_values(step, {{"val_loss", *v}});
   };
 
   const ResumePoint resumed = checkpointer_ ? checkpointer_->resume(out) : ResumePoint{};
@@ -690,7 +688,7 @@ TrainResult Trainer::train() {
       m.eta_sec = eta.eta(step);
       m.model_metrics = result.model_metrics.back();
       out << format_step_line(m, width) << "\n" << std::flush;
-      if (jsonl) jsonl->write(m);
+      run.log_step(m);
       window_seconds = window_wait = 0.0;
       window_steps = 0;
     }

@@ -446,6 +446,7 @@ TEST_F(ConfigTest, InvalidValuesNameTheRule) {
        "activation_checkpoint.selective_ac_option: must be a positive integer as a string, or "
        "\"op\", got \"ops\""},
       {"[job]\ndump_folder = \"\"\n", "job.dump_folder: must be non-empty"},
+      {"[metrics]\nsave_tb_folder = \"\"\n", "metrics.save_tb_folder: must be non-empty"},
   };
   for (const auto& c : cases) {
     const fs::path f = write("case.toml", c.toml);

@@ -22,6 +22,7 @@
 #include "runtime/core/determinism.h"
 #include "runtime/core/error.h"
 #include "tests/testing/shared_data.h"
+#include "tests/testing/tensorboard_events.h"
 #include "tests/testing/trainer_fixtures.h"
 #include "train/config/load.h"
 #include "train/run_scaffold.h"
@@ -161,6 +162,7 @@ TEST(Trainer, LossesReadAtLoggedStepsAreEveryStepsLosses) {
   const std::vector<std::string> short_run = {"--training.steps=7", "--validation.enable=false"};
   std::vector<std::string> sparse = short_run, every = short_run;
   sparse.push_back("--metrics.log_freq=3");
+  sparse.push_back("--metrics.enable_tensorboard=true");
   every.push_back("--metrics.log_freq=1");
   const fs::path dump = temp_dir("log_freq_3");
   const TrainResult each = run(tiny_config(corpus, temp_dir("log_freq_1"), every));
@@ -184,6 +186,15 @@ TEST(Trainer, LossesReadAtLoggedStepsAreEveryStepsLosses) {
     }
   }
   EXPECT_EQ(steps, (std::vector<int>{1, 3, 6, 7}));
+  // TensorBoard gets the same logged steps' values (as floats).
+  const testing::EventFile tb = testing::read_event_file(testing::only_event_file(dump / "tb"));
+  std::vector<int> tb_steps;
+  for (const testing::ScalarEvent& e : tb.scalars) {
+    if (e.tag != "loss") continue;
+    tb_steps.push_back(int(e.step));
+    EXPECT_EQ(e.value, float(each.losses[size_t(e.step - 1)])) << "step " << e.step;
+  }
+  EXPECT_EQ(tb_steps, (std::vector<int>{1, 3, 6, 7}));
 }
 
 // [training] deterministic holds for the run (RunScaffold, around every trainer's steps), and

@@ -202,6 +202,11 @@ std::vector<SectionSpec> build_schema() {
           {"log_freq", &X::log_freq, "Log a line of metrics every this many steps", positive()},
           {"save_jsonl", &X::save_jsonl, "Also write metrics.jsonl into job.dump_folder"},
           {"plot", &X::plot, "At the end, plot loss against step into job.dump_folder"},
+          {"enable_tensorboard", &X::enable_tensorboard,
+           "Also write TensorBoard scalars (the logged metrics) into save_tb_folder"},
+          {"save_tb_folder", &X::save_tb_folder,
+           "TensorBoard event folder, inside job.dump_folder (tensorboard --logdir it)",
+           non_empty()},
       }));
   s.push_back(section<F>(
       "profiling", &JobConfig::profiling,

@@ -94,6 +94,8 @@ struct MetricsConfig {  // [metrics]
   int64_t log_freq = 10;
   bool save_jsonl = true;
   bool plot = true;
+  bool enable_tensorboard = false;  // TensorBoard event files in job.dump_folder/save_tb_folder
+  std::string save_tb_folder = "tb";
   bool operator==(const MetricsConfig&) const = default;
 };
 
