@@ -78,7 +78,9 @@ Tensor Attention::operator()(const Tensor& x, const Tensor& cos, const Tensor& s
     // [B, T, H, D]: RoPE works per (token, head); attention wants [B, H, T, D].
     Tensor xq = qkv[0].view({b, t, n_heads_, head_dim_});
     Tensor xk = qkv[1].view({b, t, n_kv_heads_, head_dim_});
-    Tensor xv = qkv[2].view({b, t, n_kv_heads_, head_dim_});
+    // v on its own: attention keeps it for backward, and a view would keep the whole joined
+    // output alive (RoPE copies q and k anyway).
+    Tensor xv = qkv[2].contiguous().view({b, t, n_kv_heads_, head_dim_});
     xq = runtime::apply_rope(xq, in[1], in[2], pos);
     xk = runtime::apply_rope(xk, in[1], in[2], pos);
     Tensor keys = xk.transpose(1, 2), values = xv.transpose(1, 2);
