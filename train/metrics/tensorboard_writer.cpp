@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -25,8 +26,11 @@ void put_varint(std::string& out, uint64_t v) {
 void put_tag(std::string& out, int field, int wire_type) {
   put_varint(out, uint64_t(field) << 3 | uint64_t(wire_type));
 }
+static_assert(std::endian::native == std::endian::little,
+              "protobuf's fixed-width fields and TFRecord lengths are little-endian");
+
 template <class T>
-void put_fixed(std::string& out, T value) {  // little-endian, as x86 and ARM store it
+void put_fixed(std::string& out, T value) {  // in memory order: little-endian
   char bytes[sizeof(T)];
   std::memcpy(bytes, &value, sizeof(T));
   out.append(bytes, sizeof(T));
