@@ -12,7 +12,8 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 export OPENBLAS_THREAD_TIMEOUT=${OPENBLAS_THREAD_TIMEOUT:-16}
 python=${PYTHON:-/usr/bin/python3}
 "$python" -c "import torch" 2>/dev/null || { echo "needs torch: apt-get install python3-torch" >&2; exit 1; }
-echo "threads=$threads OMP_WAIT_POLICY=$OMP_WAIT_POLICY OPENBLAS_THREAD_TIMEOUT=$OPENBLAS_THREAD_TIMEOUT"
+echo "threads=$threads OMP_WAIT_POLICY=$OMP_WAIT_POLICY" \
+  "OPENBLAS_THREAD_TIMEOUT=$OPENBLAS_THREAD_TIMEOUT"
 echo "$(date -u +%Y-%m-%dT%H:%MZ)  $(lscpu | sed -n 's/^Model name: *//p')"
 printf '%-11s %-22s %12s %10s %12s\n' model framework tokens/s step_ms ratio
 for spec in "debugmodel 8 256" "20M 8 256"; do
