@@ -12,6 +12,7 @@ void rope_impl(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t po
   using C = compute_t<T>;
   const int64_t seq = x.shape()[1], heads = x.shape()[2], half = x.shape()[3] / 2;
   const int64_t rows = x.shape()[0] * seq, row_size = heads * half * 2;
+  const int64_t x_row_stride = x.stride(1);  // >= row_size (rope_reads_in_place)
   const T* xp = x.data<T>();
   T* op = out.data<T>();
   const C* cp = cos.data<C>();
@@ -24,7 +25,7 @@ void rope_impl(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t po
                    const C* cr = cp + pos * half;
                    const C* sr = sp + pos * half;
                    for (int64_t h = 0; h < heads; ++h) {
-                     const T* xr = xp + r * row_size + h * half * 2;
+                     const T* xr = xp + r * x_row_stride + h * half * 2;
                      T* orow = op + r * row_size + h * half * 2;
                      for (int64_t i = 0; i < half; ++i) {
                        const C x0 = C(xr[2 * i]), x1 = C(xr[2 * i + 1]);

@@ -3,8 +3,9 @@
 // fast exp and division intrinsics (see sigmoid_of).
 // - swiglu forward and backward: packs of every operand at the same index (launch_packed_op; one
 //   element at a time for misaligned pointers and the last n % V elements).
-// - rope: one block per token (b, t), whose H * D elements are packs of P pairs read with the P
-//   matching entries of the cos/sin rows of the token's position. When D / 2 is not a multiple of
+// - rope: one block per token (b, t), whose H * D elements (contiguous, tokens evenly spaced in
+//   x) are packs of P pairs read with the P matching entries of the cos/sin rows of the token's
+//   position. When D / 2 is not a multiple of
 //   P or a pointer is misaligned, one pair at a time, its elements read one by one.
 #include <algorithm>
 #include <limits>
@@ -69,13 +70,13 @@ struct RopeToken {
 
 // Block b: token b (position position_offset + b % seq), its token_packs packs over the threads.
 template <class T, class A, int P, bool kVector>
-__global__ void rope_tokens(const T* x, const A* cos, const A* sin, int64_t seq,
-                            int64_t position_offset, int token_packs, int head_packs, A sign,
-                            T* out) {
+__global__ void rope_tokens(const T* x, int64_t x_token_stride, const A* cos, const A* sin,
+                            int64_t seq, int64_t position_offset, int token_packs, int head_packs,
+                            A sign, T* out) {
   const int64_t token = blockIdx.x;
-  const int64_t first = token * token_packs * 2 * P;  // the token's first element
+  const int64_t first = token * token_packs * 2 * P;  // the token's first element in out
   const int64_t table_row = (position_offset + token % seq) * head_packs * P;
-  const RopeToken<T, A, P, kVector> op{.x = x + first,
+  const RopeToken<T, A, P, kVector> op{.x = x + token * x_token_stride,
                                        .out = out + first,
                                        .cos = cos + table_row,
                                        .sin = sin + table_row,
@@ -85,8 +86,9 @@ __global__ void rope_tokens(const T* x, const A* cos, const A* sin, int64_t seq,
 }
 
 template <int P, bool kVector, class T, class A>
-void launch_rope(const T* x, const A* cos, const A* sin, int64_t tokens, int64_t seq,
-                 int64_t position_offset, int64_t token_pairs, int64_t half, A sign, T* out) {
+void launch_rope(const T* x, int64_t x_token_stride, const A* cos, const A* sin, int64_t tokens,
+                 int64_t seq, int64_t position_offset, int64_t token_pairs, int64_t half, A sign,
+                 T* out) {
   const int64_t token_packs = token_pairs / P;
   MT_CHECK(tokens <= std::numeric_limits<int32_t>::max() &&
                token_packs <= std::numeric_limits<int32_t>::max(),
@@ -94,7 +96,8 @@ void launch_rope(const T* x, const A* cos, const A* sin, int64_t tokens, int64_t
   const int64_t warps = (token_packs + 32 * kRopePacksPerThread - 1) / (32 * kRopePacksPerThread);
   const int threads = int(std::min<int64_t>(warps * 32, kThreads));
   rope_tokens<T, A, P, kVector><<<unsigned(tokens), threads, 0, current_stream()>>>(
-      x, cos, sin, seq, position_offset, int(token_packs), int(half / P), sign, out);
+      x, x_token_stride, cos, sin, seq, position_offset, int(token_packs), int(half / P), sign,
+      out);
   MT_CUDA_CHECK_LAUNCH();
 }
 
@@ -112,10 +115,15 @@ void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t positio
     const A* cp = ptr<A>(cos);
     const A* sp = ptr<A>(sin);
     const A sign = inverse ? A(-1) : A(1);
-    if (half % P == 0 && packable<2 * P>(xp, op) && packable<P>(cp, sp))
-      launch_rope<P, true>(xp, cp, sp, tokens, seq, position_offset, token_pairs, half, sign, op);
+    const int64_t stride = x.stride(1);  // between tokens (rope_reads_in_place)
+    // Packs need every token's first element aligned too.
+    if (half % P == 0 && (stride * int64_t(sizeof(T))) % 16 == 0 && packable<2 * P>(xp, op) &&
+        packable<P>(cp, sp))
+      launch_rope<P, true>(xp, stride, cp, sp, tokens, seq, position_offset, token_pairs, half,
+                           sign, op);
     else
-      launch_rope<1, false>(xp, cp, sp, tokens, seq, position_offset, token_pairs, half, sign, op);
+      launch_rope<1, false>(xp, stride, cp, sp, tokens, seq, position_offset, token_pairs, half,
+                            sign, op);
   });
 }
 

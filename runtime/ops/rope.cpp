@@ -81,7 +81,8 @@ Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t
            x.device(), " but cos/sin on ", cos.device(), "/", sin.device());
 
   const DType table_dtype = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
-  const Tensor xc = x.detach().contiguous();
+  // Read where it is when its tokens are evenly spaced rows (a joined q/k/v projection's columns).
+  const Tensor xc = rope_reads_in_place(x) ? x.detach() : x.detach().contiguous();
   const Tensor cc = cos.detach().to(table_dtype).contiguous();
   const Tensor sc = sin.detach().to(table_dtype).contiguous();
   Tensor out = empty(x.shape(), x.options());

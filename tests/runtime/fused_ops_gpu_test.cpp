@@ -157,6 +157,17 @@ TEST(CudaFusedKernels, RmsNormRopeSwiGluMatchCpu) {
           return apply_rope(in[0], gpu ? cs : tables.cos, gpu ? sn : tables.sin, 3);
         },
         {randn_as({2, 9, 3, 16}, t, 5)}, tol_for(t));
+    // Read in place from the columns of a joined projection: tokens 3 * 16 + 24 elements apart
+    // (16-byte aligned for 2-byte dtypes: packs), and 3 * 16 + 5 apart (element by element).
+    for (const int64_t extra : {int64_t(24), int64_t(5)}) {
+      expect_matches_cpu(
+          [&](const std::vector<Tensor>& in) {
+            const bool gpu = in[0].device().is_cuda();
+            const Tensor x = in[0].narrow(2, extra, 3 * 16).view({2, 9, 3, 16});
+            return apply_rope(x, gpu ? cs : tables.cos, gpu ? sn : tables.sin, 3);
+          },
+          {randn_as({2, 9, 3 * 16 + extra}, t, 10)}, tol_for(t));
+    }
     expect_matches_cpu([](const std::vector<Tensor>& in) { return swiglu(in[0], in[1]); },
                        {randn_as({3, 11, 173}, t, 6), randn_as({3, 11, 173}, t, 7)}, tol_for(t));
   }

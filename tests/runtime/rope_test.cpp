@@ -9,6 +9,7 @@
 #include <numbers>
 
 #include "runtime/autograd/gradcheck.h"
+#include "runtime/kernels/rope.h"
 #include "runtime/ops/factory.h"
 #include "tests/testing/tensor_testing.h"
 
@@ -123,6 +124,26 @@ TEST(Rope, GradcheckStridedInput) {
   ASSERT_FALSE(x.is_contiguous());
   auto r = autograd::gradcheck(
       [&](const std::vector<Tensor>& in) { return apply_rope(in[0], t.cos, t.sin, 2); }, {x});
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+// Token-strided input, as the q and k columns of a joined q/k/v projection: read in place
+// (rope_reads_in_place), the same output as its contiguous copy, and gradcheck through the view.
+TEST(Rope, ReadsTheColumnsOfAJoinedProjectionInPlace) {
+  const RopeTables t = rope_frequencies(6, 12, 10000.0);
+  const Tensor joined = randn64({2, 4, 3 * 6 + 10}, 7, false);  // [B, T, H * hd + more]
+  const Tensor x = joined.narrow(2, 10, 3 * 6).view({2, 4, 3, 6});
+  ASSERT_FALSE(x.is_contiguous());
+  EXPECT_TRUE(rope_reads_in_place(x));
+  EXPECT_FALSE(rope_reads_in_place(randn64({2, 3, 4, 6}, 8, false).transpose(1, 2)));
+  EXPECT_TRUE(all_close(apply_rope(x, t.cos, t.sin, 2), apply_rope(x.contiguous(), t.cos, t.sin, 2),
+                        0, 0));
+  EXPECT_TRUE(all_close(apply_rope(x, t.cos, t.sin, 2), naive_rope(x, t, 2), 1e-6, 1e-6));
+  auto r = autograd::gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        return apply_rope(in[0].narrow(2, 10, 3 * 6).view({2, 4, 3, 6}), t.cos, t.sin, 2);
+      },
+      {joined.detach().clone().set_requires_grad(true)});
   EXPECT_TRUE(r.ok) << r.message;
 }
 
