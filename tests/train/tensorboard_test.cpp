@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/error.h"
+#include "tests/testing/errors.h"
 #include "tests/testing/python_env.h"
 #include "tests/testing/run_command.h"
 #include "tests/testing/scratch_dir.h"
@@ -102,14 +102,9 @@ TEST(TensorBoard, StepMetricsBecomeScalarsNamedAsInTheJsonl) {
 TEST(TensorBoard, AFolderItCannotCreateIsAnErrorNamingIt) {
   testing::ScratchDir dir;
   std::ofstream(dir / "file") << "x";
-  try {
-    TensorBoardWriter w((dir / "file" / "tb").string());
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tensorboard: cannot create the folder"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string m =
+      testing::error_of([&] { TensorBoardWriter((dir / "file" / "tb").string()); });
+  EXPECT_NE(m.find("tensorboard: cannot create the folder"), std::string::npos) << m;
 }
 
 }  // namespace
