@@ -68,19 +68,11 @@ Tensor Attention::operator()(const Tensor& x, const Tensor& cos, const Tensor& s
     const Tensor& h = in[0];
     const int64_t b = h.size(0), t = h.size(1);
     const int64_t pos = cache != nullptr ? cache->length() : 0;
-    // One GEMM for the three projections: wq, wk and wv stay separate parameters (checkpoints,
-    // FSDP and Hugging Face see them as ever) and are joined for it, since the narrow k and v
-    // GEMMs alone run well below a GEMM's speed (GQA: N = n_kv_heads * head_dim).
-    const int64_t q_dim = n_heads_ * head_dim_, kv_dim = n_kv_heads_ * head_dim_;
-    const std::vector<Tensor> qkv = runtime::split(
-        runtime::linear(h, runtime::cat({wq->weight, wk->weight, wv->weight}, 0)),
-        {q_dim, kv_dim, kv_dim}, -1);
+    const std::vector<Tensor> qkv = project_qkv(h);
     // [B, T, H, D]: RoPE works per (token, head); attention wants [B, H, T, D].
     Tensor xq = qkv[0].view({b, t, n_heads_, head_dim_});
     Tensor xk = qkv[1].view({b, t, n_kv_heads_, head_dim_});
-    // v on its own: attention keeps it for backward, and a view would keep the whole joined
-    // output alive (RoPE copies q and k anyway).
-    Tensor xv = qkv[2].contiguous().view({b, t, n_kv_heads_, head_dim_});
+    Tensor xv = qkv[2].view({b, t, n_kv_heads_, head_dim_});
     xq = runtime::apply_rope(xq, in[1], in[2], pos);
     xk = runtime::apply_rope(xk, in[1], in[2], pos);
     Tensor keys = xk.transpose(1, 2), values = xv.transpose(1, 2);
@@ -91,6 +83,23 @@ Tensor Attention::operator()(const Tensor& x, const Tensor& cos, const Tensor& s
                                                        /*causal=*/true);
     return (*wo)(out.transpose(1, 2).reshape({b, t, n_heads_ * head_dim_}));
   });
+}
+
+// wq, wk and wv stay separate parameters (checkpoints, FSDP and Hugging Face see them as ever).
+// On the CPU they are joined for one GEMM, which OpenBLAS runs faster than three (the ~20M
+// model's step +2-3%); on a GPU, three GEMMs: cuBLASLt ran the joined N = q + 2 kv GEMM slower
+// than the three together (H100, 1B shapes: 167.6 us with the join against 160.1 us; the 1B's
+// step 0.7% slower, bench/RESULTS.md).
+std::vector<Tensor> Attention::project_qkv(const Tensor& h) {
+  if (!h.device().is_cpu()) return {(*wq)(h), (*wk)(h), (*wv)(h)};
+  const int64_t q_dim = n_heads_ * head_dim_, kv_dim = n_kv_heads_ * head_dim_;
+  std::vector<Tensor> qkv = runtime::split(
+      runtime::linear(h, runtime::cat({wq->weight, wk->weight, wv->weight}, 0)),
+      {q_dim, kv_dim, kv_dim}, -1);
+  // v on its own: attention keeps it for backward, and a view would keep the whole joined output
+  // alive (RoPE copies q and k anyway).
+  qkv[2] = qkv[2].contiguous();
+  return qkv;
 }
 
 // ---- feed-forward --------------------------------------------------------------------------

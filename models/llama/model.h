@@ -99,6 +99,9 @@ class Attention : public nn::Module {
   std::shared_ptr<InitLinear> wq, wk, wv, wo;
 
  private:
+  // The q, k and v projections of h [B, T, dim], each [B, T, heads * head_dim].
+  std::vector<Tensor> project_qkv(const Tensor& h);
+
   int64_t n_heads_, n_kv_heads_, head_dim_;
 };
 

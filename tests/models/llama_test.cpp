@@ -205,8 +205,8 @@ BackwardKernels backward_kernels(const Tensor& loss) {
 
 // Full, selective (every second block, torchtitan's count: blocks 1 and 3 of 4) and op-level
 // checkpointing recompute exactly: the same loss and gradients, bitwise. Each recomputes what it
-// says in backward: a block's 5 matmuls (q, k and v in one) and its attention, or, by op, only
-// the 2nd and 4th matmul of every block (wo, w3) and no attention.
+// says in backward: a block's 5 matmuls (on the CPU q, k and v are one) and its attention, or,
+// by op, only the 2nd and 4th matmul of every block (wo, w3) and no attention.
 TEST(Llama, ActivationCheckpointingGivesIdenticalGradients) {
   ModelArgs a = tiny_args(4);
   Tensor tokens = random_tokens(2, 8, a.vocab_size, 21);
