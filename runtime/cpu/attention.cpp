@@ -12,6 +12,9 @@
 //   dq alone (k and v need no gradient): tasks over (batch, query head, query block).
 // Every task writes only its own outputs and its sums run in a fixed order, so the OpenMP
 // schedule cannot change a single bit of the result.
+// Operands may be views (attention_takes_views_kernel): the rows of a head are read and written
+// with their stride as the BLAS calls' leading dimension, so the model's transposed [B, T, H, D]
+// activations go in, and out and the gradients come out laid out that way, without copies.
 #include "runtime/kernels/attention.h"
 
 #include <cblas.h>
@@ -20,6 +23,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/cpu/loops.h"
@@ -64,6 +69,26 @@ Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, bool causal
       std::clamp<int64_t>(kMaxTileMacs / (kKeyBlock * std::max<int64_t>({d, dv, 1})), 1,
                           kMaxQueryBlock);
   return {qs[0], qs[1], ks[1], qs[1] / ks[1], qs[2], ks[2], d, dv, causal, qblock};
+}
+
+// A [B, H, rows, cols] operand with stride 1 in its last dim: row r of head (b, h) starts at
+// at(b, h, r), and a head's rows are `ld` elements apart.
+template <class P>
+struct Rows {
+  explicit Rows(const Tensor& t)
+      : data(t.data<std::remove_const_t<P>>()), batch_stride(t.stride(0)),
+        head_stride(t.stride(1)), ld(t.stride(2)) {}
+  P* at(int64_t b, int64_t h, int64_t r) const {
+    return data + b * batch_stride + h * head_stride + r * ld;
+  }
+  P* data;
+  int64_t batch_stride, head_stride, ld;
+};
+
+// Zeroes `count` rows of `cols` elements from row r0 of head (b, h).
+template <class C>
+void zero_rows(const Rows<C>& t, int64_t b, int64_t h, int64_t r0, int64_t count, int64_t cols) {
+  for (int64_t r = r0; r < r0 + count; ++r) std::fill(t.at(b, h, r), t.at(b, h, r) + cols, C(0));
 }
 
 // Multiply-adds of one pass over the visible (query, key) pairs.
@@ -133,25 +158,24 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool causal
                   Tensor& out, Tensor& lse) {
   constexpr C kNegInf = -std::numeric_limits<C>::infinity();
   const Geometry g = geometry(q, k, v, causal);
-  const C* qp = q.data<C>();
-  const C* kp = k.data<C>();
-  const C* vp = v.data<C>();
-  C* op = out.data<C>();
+  const Rows<const C> qr(q), kr(k), vr(v);
+  const Rows<C> outr(out);
   C* lp = lse.data<C>();
   const int64_t qblocks = (g.t + g.qblock - 1) / g.qblock;
   parallel_tasks(g.batch * g.hq * qblocks, pass_work(g), [&](int64_t task) {
     const int64_t bh = task / qblocks, qb = task % qblocks;
-    const int64_t bkv = (bh / g.hq) * g.hkv + (bh % g.hq) / g.group;
+    const int64_t b = bh / g.hq, h = bh % g.hq, hk = h / g.group;
     const int64_t i0 = qb * g.qblock, rows = std::min(g.t, i0 + g.qblock) - i0;
-    const C* Q = qp + (bh * g.t + i0) * g.d;
-    const C* K = kp + bkv * g.s * g.d;
-    const C* V = vp + bkv * g.s * g.dv;
+    const C* Q = qr.at(b, h, i0);
+    const C* K = kr.at(b, hk, 0);
+    const C* V = vr.at(b, hk, 0);
     std::vector<C> m(size_t(rows), kNegInf), l(size_t(rows), C(0));
     std::vector<C> acc(size_t(rows * g.dv), C(0)), p(size_t(rows * kKeyBlock));
     const int64_t kmax = g.key_end(i0 + rows - 1);
     for (int64_t j0 = 0; j0 < kmax; j0 += kKeyBlock) {
       const int64_t n = std::min(kKeyBlock, kmax - j0);
-      gemm(false, true, rows, n, g.d, C(scale), Q, g.d, K + j0 * g.d, g.d, C(0), p.data(), n);
+      gemm(false, true, rows, n, g.d, C(scale), Q, qr.ld, K + j0 * kr.ld, kr.ld, C(0), p.data(),
+           n);
       for (int64_t r = 0; r < rows; ++r) {
         C* pr = p.data() + r * n;
         const int64_t vis = g.visible(i0 + r, j0, n);
@@ -168,11 +192,11 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool causal
         l[r] = l[r] * correction + sum;
         m[r] = mx;
       }
-      gemm(false, false, rows, g.dv, n, C(1), p.data(), n, V + j0 * g.dv, g.dv, C(1), acc.data(),
-           g.dv);
+      gemm(false, false, rows, g.dv, n, C(1), p.data(), n, V + j0 * vr.ld, vr.ld, C(1),
+           acc.data(), g.dv);
     }
     for (int64_t r = 0; r < rows; ++r) {
-      C* o = op + (bh * g.t + i0 + r) * g.dv;
+      C* o = outr.at(b, h, i0 + r);
       const C* a = acc.data() + r * g.dv;
       if (l[r] == C(0)) {  // no visible key
         std::fill(o, o + g.dv, C(0));
@@ -211,85 +235,87 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
                    const Tensor& out, const Tensor& lse, bool causal, double scale, Tensor& dq,
                    Tensor& dk, Tensor& dv) {
   const Geometry g = geometry(q, k, v, causal);
-  const C* qp = q.data<C>();
-  const C* kp = k.data<C>();
-  const C* vp = v.data<C>();
-  const C* gp = dout.data<C>();
-  const C* op = out.data<C>();
+  const Rows<const C> qr(q), kr(k), vr(v), doutr(dout), outr(out);
   const C* lp = lse.data<C>();
   const int64_t query_rows = g.batch * g.hq * g.t;
-  std::vector<C> delta(static_cast<size_t>(query_rows));
+  std::vector<C> delta(static_cast<size_t>(query_rows));  // indexed as lse: (b, h, row)
   parallel_for(query_rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(g.dv, 1)),
                [&](int64_t begin, int64_t end) {
                  for (int64_t i = begin; i < end; ++i) {
+                   const int64_t bh = i / g.t, r = i % g.t;
+                   const C* dor = doutr.at(bh / g.hq, bh % g.hq, r);
+                   const C* o = outr.at(bh / g.hq, bh % g.hq, r);
                    C sum = 0;
-                   for (int64_t x = 0; x < g.dv; ++x) sum += gp[i * g.dv + x] * op[i * g.dv + x];
+                   for (int64_t x = 0; x < g.dv; ++x) sum += dor[x] * o[x];
                    delta[i] = sum;
                  }
                });
   const int64_t qblocks = (g.t + g.qblock - 1) / g.qblock;
 
   if (dq.defined() && !dk.defined()) {
-    C* dqp = dq.data<C>();
+    const Rows<C> dqr(dq);
     parallel_tasks(g.batch * g.hq * qblocks, pass_work(g), [&](int64_t task) {
       const int64_t bh = task / qblocks, qb = task % qblocks;
-      const int64_t bkv = (bh / g.hq) * g.hkv + (bh % g.hq) / g.group;
+      const int64_t b = bh / g.hq, h = bh % g.hq, hk = h / g.group;
       const int64_t i0 = qb * g.qblock, rows = std::min(g.t, i0 + g.qblock) - i0;
       const int64_t row0 = bh * g.t + i0;
-      const C* K = kp + bkv * g.s * g.d;
-      const C* V = vp + bkv * g.s * g.dv;
+      const C* K = kr.at(b, hk, 0);
+      const C* V = vr.at(b, hk, 0);
       std::vector<C> s(size_t(rows * kKeyBlock)), ds(s.size());
-      C* dqb = dqp + row0 * g.d;
-      std::fill(dqb, dqb + rows * g.d, C(0));
+      zero_rows(dqr, b, h, i0, rows, g.d);
       const int64_t kmax = g.key_end(i0 + rows - 1);
       for (int64_t j0 = 0; j0 < kmax; j0 += kKeyBlock) {
         const int64_t n = std::min(kKeyBlock, kmax - j0);
-        gemm(false, true, rows, n, g.d, C(scale), qp + row0 * g.d, g.d, K + j0 * g.d, g.d, C(0),
-             s.data(), n);
-        gemm(false, true, rows, n, g.dv, C(1), gp + row0 * g.dv, g.dv, V + j0 * g.dv, g.dv, C(0),
-             ds.data(), n);
+        gemm(false, true, rows, n, g.d, C(scale), qr.at(b, h, i0), qr.ld, K + j0 * kr.ld, kr.ld,
+             C(0), s.data(), n);
+        gemm(false, true, rows, n, g.dv, C(1), doutr.at(b, h, i0), doutr.ld, V + j0 * vr.ld,
+             vr.ld, C(0), ds.data(), n);
         probabilities(g, i0, rows, j0, n, lp + row0, delta.data() + row0, s.data(), ds.data());
-        gemm(false, false, rows, g.d, n, C(scale), ds.data(), n, K + j0 * g.d, g.d, C(1), dqb, g.d);
+        gemm(false, false, rows, g.d, n, C(scale), ds.data(), n, K + j0 * kr.ld, kr.ld, C(1),
+             dqr.at(b, h, i0), dqr.ld);
       }
     });
     return;
   }
   if (!dk.defined()) return;
 
-  C* dkp = dk.data<C>();
-  C* dvp = dv.data<C>();
-  C* dqp = dq.defined() ? dq.data<C>() : nullptr;  // accumulated here when wanted
-  if (dqp) std::fill(dqp, dqp + dq.numel(), C(0));
+  const Rows<C> dkr(dk), dvr(dv);
+  // dq, when wanted, is accumulated into its rows.
+  const std::optional<Rows<C>> dqr = dq.defined() ? std::optional(Rows<C>(dq)) : std::nullopt;
+  if (dqr) {
+    for (int64_t b = 0; b < g.batch; ++b)
+      for (int64_t h = 0; h < g.hq; ++h) zero_rows(*dqr, b, h, 0, g.t, g.d);
+  }
   const int64_t kblocks = (g.s + kKeyBlock - 1) / kKeyBlock;
   // One key block of one (batch, kv head): its dk/dv rows, plus dq rows of the group's heads.
   auto key_block = [&](int64_t bkv, int64_t kb, std::vector<C>& s, std::vector<C>& ds) {
     const int64_t b = bkv / g.hkv, hk = bkv % g.hkv;
     const int64_t j0 = kb * kKeyBlock, n = std::min(g.s, j0 + kKeyBlock) - j0;
-    const C* K = kp + (bkv * g.s + j0) * g.d;
-    const C* V = vp + (bkv * g.s + j0) * g.dv;
-    C* dkb = dkp + (bkv * g.s + j0) * g.d;
-    C* dvb = dvp + (bkv * g.s + j0) * g.dv;
-    std::fill(dkb, dkb + n * g.d, C(0));
-    std::fill(dvb, dvb + n * g.dv, C(0));
+    const C* K = kr.at(b, hk, j0);
+    const C* V = vr.at(b, hk, j0);
+    C* dkb = dkr.at(b, hk, j0);
+    C* dvb = dvr.at(b, hk, j0);
+    zero_rows(dkr, b, hk, j0, n, g.d);
+    zero_rows(dvr, b, hk, j0, n, g.dv);
     for (int64_t member = 0; member < g.group; ++member) {  // fixed order: deterministic
-      const int64_t bh = b * g.hq + hk * g.group + member;
+      const int64_t h = hk * g.group + member, bh = b * g.hq + h;
       for (int64_t qb = g.query_begin(j0) / g.qblock; qb < qblocks; ++qb) {
         const int64_t i0 = qb * g.qblock, rows = std::min(g.t, i0 + g.qblock) - i0;
         const int64_t row0 = bh * g.t + i0;
-        const C* Q = qp + row0 * g.d;
-        const C* dO = gp + row0 * g.dv;
-        gemm(false, true, rows, n, g.d, C(scale), Q, g.d, K, g.d, C(0), s.data(), n);
-        gemm(false, true, rows, n, g.dv, C(1), dO, g.dv, V, g.dv, C(0), ds.data(), n);
+        const C* Q = qr.at(b, h, i0);
+        const C* dO = doutr.at(b, h, i0);
+        gemm(false, true, rows, n, g.d, C(scale), Q, qr.ld, K, kr.ld, C(0), s.data(), n);
+        gemm(false, true, rows, n, g.dv, C(1), dO, doutr.ld, V, vr.ld, C(0), ds.data(), n);
         probabilities(g, i0, rows, j0, n, lp + row0, delta.data() + row0, s.data(), ds.data());
-        gemm(true, false, n, g.dv, rows, C(1), s.data(), n, dO, g.dv, C(1), dvb, g.dv);
-        gemm(true, false, n, g.d, rows, C(scale), ds.data(), n, Q, g.d, C(1), dkb, g.d);
-        if (dqp)
-          gemm(false, false, rows, g.d, n, C(scale), ds.data(), n, K, g.d, C(1), dqp + row0 * g.d,
-               g.d);
+        gemm(true, false, n, g.dv, rows, C(1), s.data(), n, dO, doutr.ld, C(1), dvb, dvr.ld);
+        gemm(true, false, n, g.d, rows, C(scale), ds.data(), n, Q, qr.ld, C(1), dkb, dkr.ld);
+        if (dqr)
+          gemm(false, false, rows, g.d, n, C(scale), ds.data(), n, K, kr.ld, C(1),
+               dqr->at(b, h, i0), dqr->ld);
       }
     }
   };
-  if (dqp) {
+  if (dqr) {
     // dq rows are shared by all key blocks of a kv head: one task per (batch, kv head), key
     // blocks in order (so every dq row sums its key blocks in ascending order).
     parallel_tasks(g.batch * g.hkv, pass_work(g), [&](int64_t bkv) {
@@ -317,6 +343,9 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool c
   }
 }
 
+// The kernels read and write rows through their strides (see the top of the file).
+bool takes_views() { return true; }
+
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& out, const Tensor& lse, bool causal, double scale, Tensor& dq,
                         Tensor& dk, Tensor& dv) {
@@ -335,5 +364,6 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
 
 MT_REGISTER_KERNEL(attention_forward_kernel, DeviceType::CPU, attention_forward);
 MT_REGISTER_KERNEL(attention_backward_kernel, DeviceType::CPU, attention_backward);
+MT_REGISTER_KERNEL(attention_takes_views_kernel, DeviceType::CPU, takes_views);
 
 }  // namespace mt::runtime::cpu

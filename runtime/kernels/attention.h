@@ -1,7 +1,7 @@
 // Kernel tables of the attention family (the op is in runtime/ops/attention.h).
 // Operands are contiguous (on a device whose backend registers attention_takes_views_kernel
-// (CUDA), q, k, v, out, dout, dq, dk and dv may be any views with stride 1 in their last dim;
-// lse stays contiguous), q, k, v, out, dout, dq, dk and dv of one dtype:
+// (CPU and CUDA), q, k, v, out, dout, dq, dk and dv may be any views with stride 1 in their last
+// dim; lse stays contiguous), q, k, v, out, dout, dq, dk and dv of one dtype:
 // q [B, Hq, T, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv], out and dout [B, Hq, T, Dv],
 // lse [B, Hq, T] (the logsumexp of each row's scaled scores; -inf for a row with no visible key).
 // The dtype is f32 or f64 (lse alike), or, on a device whose backend registers

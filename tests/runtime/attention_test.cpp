@@ -1,6 +1,7 @@
 // scaled_dot_product_attention: forward against a naive composed reference (scores, mask,
 // softmax, weighted sum as plain loops), gradcheck in f64 (MHA/GQA, causal and not, T != S,
-// strided inputs, several blocks), bit-identical backward across thread counts, errors.
+// strided inputs, several blocks), bit-identical backward across thread counts, transposed
+// [B, T, H, D] views taken in place, errors.
 #include "runtime/ops/attention.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "runtime/autograd/gradcheck.h"
 #include "runtime/ops/factory.h"
@@ -207,6 +209,48 @@ TEST(Attention, PartialGradientsMatchTheFullBackward) {
   EXPECT_FALSE(only_kv[0].defined());
   EXPECT_TRUE(all_close(only_kv[1], all[1], 1e-12, 1e-12));
   EXPECT_TRUE(all_close(only_kv[2], all[2], 1e-12, 1e-12));
+}
+
+// The model passes transposed [B, T, H, D] activations, and the CPU kernels take them as they are
+// (attention_takes_views_kernel): out and the gradients come back laid out [B, T, H, D], with
+// bitwise the values of contiguous inputs, on each of the three backward paths (GQA, causal,
+// several query and key blocks).
+TEST(Attention, TransposedViewsGiveTheContiguousResultsBitwise) {
+  const Tensor q0 = randn_as({2, 130, 4, 16}, DType::F32, 90);  // [B, T, H, D]
+  const Tensor k0 = randn_as({2, 150, 2, 16}, DType::F32, 91);
+  const Tensor v0 = randn_as({2, 150, 2, 16}, DType::F32, 92);
+  const Tensor dy = randn_as({2, 130, 4, 16}, DType::F32, 93).transpose(1, 2);
+  for (auto [need_q, need_kv] : {std::pair{true, true}, {true, false}, {false, true}}) {
+    SCOPED_TRACE(::testing::Message() << "dq " << need_q << ", dk and dv " << need_kv);
+    std::vector<std::vector<uint32_t>> results[2];
+    for (bool views : {false, true}) {
+      Tensor q = q0.clone().set_requires_grad(need_q), k = k0.clone().set_requires_grad(need_kv),
+             v = v0.clone().set_requires_grad(need_kv);
+      const auto bhtd = [views](const Tensor& t) {
+        return views ? t.transpose(1, 2) : t.transpose(1, 2).contiguous();
+      };
+      Tensor y = scaled_dot_product_attention(bhtd(q), bhtd(k), bhtd(v));
+      if (views) EXPECT_TRUE(y.transpose(1, 2).is_contiguous()) << "out laid out [B, T, H, D]";
+      y.backward(views ? dy : dy.contiguous());
+      results[views].push_back(bits_of(y));
+      for (const Tensor& t : {q, k, v})
+        if (t.requires_grad()) results[views].push_back(bits_of(t.grad()));
+    }
+    ASSERT_EQ(results[0].size(), results[1].size());
+    for (size_t i = 0; i < results[0].size(); ++i) EXPECT_EQ(results[0][i], results[1][i]) << i;
+  }
+}
+
+TEST(Attention, GradcheckThroughTransposedViews) {
+  Tensor q = randn64({2, 70, 4, 3}, 94), k = randn64({2, 75, 2, 3}, 95),
+         v = randn64({2, 75, 2, 2}, 96);
+  auto r = autograd::gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return scaled_dot_product_attention(in[0].transpose(1, 2), in[1].transpose(1, 2),
+                                            in[2].transpose(1, 2), true);
+      },
+      {q, k, v});
+  EXPECT_TRUE(r.ok) << r.message;
 }
 
 TEST(Attention, F32GradientsMatchF64) {
