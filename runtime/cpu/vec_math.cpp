@@ -57,4 +57,36 @@ MT_VEC_CLONES void row_exp_axpy(const float* x, int64_t n, float shift, float sc
   for (int64_t j = 0; j < n; ++j) y[j] = b[j] + exp_f32(x[j] - shift) * scale;
 }
 
+namespace {
+[[gnu::always_inline]] inline float sigmoid_f32(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
+
+template <bool kGate, bool kUp>
+[[gnu::always_inline]] inline void swiglu_backward_loop(const float* dy, const float* g,
+                                                        const float* u, int64_t n, float* dg,
+                                                        float* du) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) {
+    const float s = sigmoid_f32(g[j]);
+    if constexpr (kGate) dg[j] = dy[j] * u[j] * s * (1.0f + g[j] * (1.0f - s));
+    if constexpr (kUp) du[j] = dy[j] * g[j] * s;
+  }
+}
+}  // namespace
+
+MT_VEC_CLONES void row_swiglu(const float* g, const float* u, int64_t n, float* out) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) out[j] = g[j] * sigmoid_f32(g[j]) * u[j];
+}
+
+MT_VEC_CLONES void row_swiglu_backward(const float* dy, const float* g, const float* u, int64_t n,
+                                       float* dg, float* du) {
+  if (dg && du) {
+    swiglu_backward_loop<true, true>(dy, g, u, n, dg, du);
+  } else if (dg) {
+    swiglu_backward_loop<true, false>(dy, g, u, n, dg, du);
+  } else if (du) {
+    swiglu_backward_loop<false, true>(dy, g, u, n, dg, du);
+  }
+}
+
 }  // namespace mt::runtime::cpu

@@ -1,4 +1,4 @@
-// Vectorised f32 math for CPU row kernels (softmax, cross-entropy).
+// Vectorised f32 math for CPU row kernels (softmax, cross-entropy, SwiGLU).
 //
 // exp_f32 is a branch-free polynomial exp (Cephes' expf: range reduction by ln 2, degree-6
 // polynomial) within 2 ulp of the correctly rounded value for normal results; exp(-inf) = 0,
@@ -53,5 +53,11 @@ float row_sum_exp(const float* x, int64_t n, float shift);
 void row_exp_scale(const float* x, int64_t n, float shift, float scale, float* y);
 // y[j] = b[j] + exp(x[j] - shift) * scale; y may be x or b (in place).
 void row_exp_axpy(const float* x, int64_t n, float shift, float scale, const float* b, float* y);
+
+// SwiGLU over n elements: out[j] = silu(g[j]) * u[j], with silu(x) = x * sigmoid(x); and its
+// backward, dg[j] and du[j] from dy[j] (either output may be null: not computed).
+void row_swiglu(const float* g, const float* u, int64_t n, float* out);
+void row_swiglu_backward(const float* dy, const float* g, const float* u, int64_t n, float* dg,
+                         float* du);
 
 }  // namespace mt::runtime::cpu
