@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/autograd/gradcheck.h"
@@ -117,6 +118,24 @@ TEST(Softmax, LowPrecisionBackwardMatchesF64) {
 }
 
 // exp_f32 (the vectorised exp behind the f32 rows) against std::exp in f64, and its edge cases.
+// row_max (vectorised: the softmax, cross-entropy and attention rows' shift): the maximum, and NaN
+// for a NaN anywhere, in the vector body or the tail, for lengths around the vector widths.
+TEST(Softmax, RowMaxFindsTheMaximumAndAnyNan) {
+  EXPECT_EQ(cpu::row_max(nullptr, 0), -INFINITY);
+  for (int64_t n : {1, 7, 8, 9, 16, 17, 64, 67}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = float((i * 37) % 11) - 5.0f - 0.25f * float(i);
+    EXPECT_EQ(cpu::row_max(x.data(), n), *std::max_element(x.begin(), x.end())) << n;
+    std::vector<float> neg(x.size(), -INFINITY);
+    EXPECT_EQ(cpu::row_max(neg.data(), n), -INFINITY) << n;
+    for (int64_t at : {int64_t(0), n / 2, n - 1}) {
+      std::vector<float> y = x;
+      y[size_t(at)] = NAN;
+      EXPECT_TRUE(std::isnan(cpu::row_max(y.data(), n))) << n << " NaN at " << at;
+    }
+  }
+}
+
 TEST(Softmax, ExpF32IsAccurate) {
   const int64_t n = 100001;
   std::vector<float> x(n), y(n);
