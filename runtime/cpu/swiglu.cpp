@@ -16,56 +16,61 @@ inline C sigmoid_of(C g) {
   return C(1) / (C(1) + std::exp(-g));
 }
 
+// out[i] = silu(g[i]) * u[i] for i in [0, n).
 template <class T>
-void forward_impl(const Tensor& gate, const Tensor& up, Tensor& out) {
-  using C = compute_t<T>;
-  const T* gp = gate.data<T>();
-  const T* up_ = up.data<T>();
-  T* op = out.data<T>();
-  parallel_for(gate.numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
-    if constexpr (std::is_same_v<T, float>) {
-      row_swiglu(gp + begin, up_ + begin, end - begin, op + begin);
-    } else {
-      for (int64_t i = begin; i < end; ++i) {
-        const C g = C(gp[i]);
-        op[i] = T(g * sigmoid_of(g) * C(up_[i]));
-      }
+void forward_run(const T* g, const T* u, int64_t n, T* out) {
+  if constexpr (std::is_same_v<T, float>) {
+    row_swiglu(g, u, n, out);
+  } else {
+    using C = compute_t<T>;
+    for (int64_t i = 0; i < n; ++i) {
+      const C gi = C(g[i]);
+      out[i] = T(gi * sigmoid_of(gi) * C(u[i]));
     }
-  });
+  }
 }
 
+// dg[i] and du[i] (either may be null: not computed) from dy[i], for i in [0, n).
 template <class T>
-void backward_impl(const Tensor& dy, const Tensor& gate, const Tensor& up, Tensor& dgate,
-                   Tensor& dup) {
-  using C = compute_t<T>;
-  const T* dp = dy.data<T>();
-  const T* gp = gate.data<T>();
-  const T* up_ = up.data<T>();
-  T* dgp = dgate.defined() ? dgate.data<T>() : nullptr;
-  T* dup_ = dup.defined() ? dup.data<T>() : nullptr;
-  parallel_for(gate.numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
-    if constexpr (std::is_same_v<T, float>) {
-      row_swiglu_backward(dp + begin, gp + begin, up_ + begin, end - begin,
-                          dgp ? dgp + begin : nullptr, dup_ ? dup_ + begin : nullptr);
-    } else {
-      for (int64_t i = begin; i < end; ++i) {
-        const C g = C(gp[i]), d = C(dp[i]), s = sigmoid_of(g);
-        if (dgp) dgp[i] = T(d * C(up_[i]) * s * (C(1) + g * (C(1) - s)));
-        if (dup_) dup_[i] = T(d * g * s);
-      }
+void backward_run(const T* dy, const T* g, const T* u, int64_t n, T* dg, T* du) {
+  if constexpr (std::is_same_v<T, float>) {
+    row_swiglu_backward(dy, g, u, n, dg, du);
+  } else {
+    using C = compute_t<T>;
+    for (int64_t i = 0; i < n; ++i) {
+      const C gi = C(g[i]), d = C(dy[i]), s = sigmoid_of(gi);
+      if (dg) dg[i] = T(d * C(u[i]) * s * (C(1) + gi * (C(1) - s)));
+      if (du) du[i] = T(d * gi * s);
     }
-  });
+  }
 }
 
 void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) {
-  dispatch_floating(gate.dtype(), "swiglu",
-                    [&](auto tag) { forward_impl<decltype(tag)>(gate, up, out); });
+  dispatch_floating(gate.dtype(), "swiglu", [&](auto tag) {
+    using T = decltype(tag);
+    const T* gp = gate.data<T>();
+    const T* up_ = up.data<T>();
+    T* op = out.data<T>();
+    parallel_for(gate.numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
+      forward_run(gp + begin, up_ + begin, end - begin, op + begin);
+    });
+  });
 }
 
 void swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up, Tensor& dgate,
                      Tensor& dup) {
-  dispatch_floating(gate.dtype(), "swiglu_backward",
-                    [&](auto tag) { backward_impl<decltype(tag)>(dy, gate, up, dgate, dup); });
+  dispatch_floating(gate.dtype(), "swiglu_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* dp = dy.data<T>();
+    const T* gp = gate.data<T>();
+    const T* up_ = up.data<T>();
+    T* dgp = dgate.defined() ? dgate.data<T>() : nullptr;
+    T* dup_ = dup.defined() ? dup.data<T>() : nullptr;
+    parallel_for(gate.numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
+      backward_run(dp + begin, gp + begin, up_ + begin, end - begin,
+                   dgp ? dgp + begin : nullptr, dup_ ? dup_ + begin : nullptr);
+    });
+  });
 }
 
 }  // namespace

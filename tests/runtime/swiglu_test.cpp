@@ -96,8 +96,9 @@ TEST(Swiglu, F32VectorisedPathMatchesF64) {
     }
     for (int i = 0; i < 2; ++i) {
       ASSERT_EQ(grads[0][i].defined(), i == 0 ? need_g : need_u);
-      if (grads[0][i].defined())
+      if (grads[0][i].defined()) {
         EXPECT_TRUE(all_close(grads[0][i], grads[1][i], 1e-6, 1e-5)) << (i ? "up" : "gate");
+      }
     }
   }
 }
