@@ -5,6 +5,9 @@
 // the logsumexp (with delta = rowsum(dout * out)).
 //
 // Shapes: q [B, Hq, T, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv] -> out [B, Hq, T, Dv].
+// Layout (CPU and CUDA): q, k and v with stride 1 in their last dim, such as the model's
+// transposed [B, T, H, D] activations, are read where they are, and out and the gradients are
+// laid out [B, T, H, D] in memory (out.transpose(1, 2) is contiguous).
 // Grouped-query attention: Hq % Hkv == 0 and query head h uses kv head h / (Hq / Hkv) (Hkv == Hq
 // is multi-head attention, Hkv == 1 multi-query attention).
 // Causal mask, aligned bottom-right as in flash-attn: query i attends keys j <= i + (S - T). This
