@@ -16,12 +16,15 @@ struct Entry {
   const char* name;
   std::vector<std::string> (*flavors)();
   ModelSpec (*make)(const std::string& flavor);
+  // Null where the model saves no architecture.
+  ModelSpec (*from_architecture)(const std::string& text, const std::string& where);
 };
 
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> table{
-      {"llama3", &llama::flavor_names, &llama::make_model_spec},
-      {"deepseek_v3", &moe::flavor_names, &moe::make_model_spec},
+      {"llama3", &llama::flavor_names, &llama::make_model_spec,
+       &llama::make_model_spec_from_architecture},
+      {"deepseek_v3", &moe::flavor_names, &moe::make_model_spec, nullptr},
   };
   return table;
 }
@@ -57,6 +60,15 @@ ModelSpec get_model_spec(const std::string& name, const std::string& flavor) {
   MT_CHECK(known, "model registry: unknown flavor '", flavor, "' for model '", name,
            "'; valid flavors: ", join(flavors));
   return e.make(flavor);
+}
+
+ModelSpec model_spec_from_architecture(const std::string& name, const std::string& architecture,
+                                       const std::string& where) {
+  const Entry& e = find(name);
+  MT_CHECK(e.from_architecture != nullptr, where, ": model '", name,
+           "' saves no architecture, so flavor \"", kFlavorFromCheckpoint,
+           "\" cannot build it; name one of its flavors: ", join(e.flavors()));
+  return e.from_architecture(architecture, where);
 }
 
 }  // namespace mt::models

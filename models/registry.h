@@ -7,8 +7,9 @@
 //   auto model = spec.build({.seed = 42, .activation_checkpoint = "full"});
 //   Tensor loss = spec.loss(*model, tokens, targets);
 //
-// Registered: "llama3" (models/llama) with flavors debugmodel, 1B, 3B, 8B, 70B, 405B;
-// "deepseek_v3" (models/moe, MoE) with flavors moe_debug, 16B, 671B.
+// Registered: "llama3" (models/llama) with flavors debugmodel, 1B, 3B, 8B, 70B, 405B, and any
+// Llama 3 shape from a saved architecture (model_spec_from_architecture); "deepseek_v3"
+// (models/moe, MoE) with flavors moe_debug, 16B, 671B.
 // Unknown names or flavors throw mt::Error listing the valid ones.
 #pragma once
 
@@ -62,6 +63,12 @@ struct ModelSpec {
   // Applies FSDP (and, later, expert parallelism / sharded embeddings) to a built model
   // (torchtitan's parallelize_fn); build the optimizer after it.
   std::function<void(runtime::nn::Module& model, const ParallelContext& context)> parallelize;
+  // Optional (llama3): the model's architecture as text (a Hugging Face config.json), saved with
+  // checkpoints so that tools and later runs build the same model, and the fields in which these
+  // args differ from a saved one (one line each; empty: the same model).
+  std::function<std::string()> architecture;
+  std::function<std::vector<std::string>(const std::string& saved, const std::string& where)>
+      architecture_differences;
   // Optional: after each optimizer step (MoE load balancing). all_reduce_sum sums a tensor over
   // the data-parallel ranks. Returns metrics to log (name -> value).
   std::function<std::map<std::string, double>(runtime::nn::Module&,
@@ -69,10 +76,17 @@ struct ModelSpec {
       after_optimizer_step;
 };
 
+// The flavor that builds a model from the architecture a checkpoint saved.
+inline constexpr const char* kFlavorFromCheckpoint = "from_checkpoint";
+
 std::vector<std::string> model_names();
 // Throws mt::Error listing the valid names when `name` is unknown.
 std::vector<std::string> model_flavors(const std::string& name);
 // Throws mt::Error listing the valid names (or flavors of `name`) when either is unknown.
 ModelSpec get_model_spec(const std::string& name, const std::string& flavor);
+// The spec of a saved architecture (text ModelSpec::architecture wrote; `where` names its origin
+// in errors), flavor "from_checkpoint". Throws when model `name` saves no architecture.
+ModelSpec model_spec_from_architecture(const std::string& name, const std::string& architecture,
+                                       const std::string& where);
 
 }  // namespace mt::models

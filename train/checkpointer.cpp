@@ -1,6 +1,7 @@
 // TrainCheckpointer (see checkpointer.h).
 #include "train/checkpointer.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -14,6 +15,7 @@
 #include "runtime/optim/lr_scheduler.h"
 #include "runtime/optim/optimizer.h"
 #include "train/config/render.h"
+#include "train/model_spec.h"
 
 namespace mt::train {
 
@@ -156,6 +158,7 @@ CheckpointState TrainCheckpointer::state(int64_t step, int64_t tokens_seen, bool
   s.values["seed"] = config_.training.seed;
   s.values["config"] = config::render_toml(config_);
   s.values["model_only"] = int64_t(model_only ? 1 : 0);
+  if (!architecture_.empty()) s.values[kArchitectureValue] = architecture_;
   if (extension_.add_pieces) extension_.add_pieces(s, model_only);
   if (model_only) return s;
   for (const auto& [key, t] : optimizer_.state_dict()) {
@@ -209,31 +212,35 @@ CheckpointState TrainCheckpointer::load_template(bool model_only) const {
   return s;
 }
 
-ResumePoint TrainCheckpointer::resume(std::ostream& log) {
-  const auto& c = config_.checkpoint;
-  ResumePoint point;
-  fs::path dir;
-  bool weights_only = false;
-  if (manager_) {
-    const std::vector<int64_t> steps = manager_->complete_steps();
+CheckpointToLoad checkpoint_to_load(const config::JobConfig& config) {
+  const auto& c = config.checkpoint;
+  if (c.enable) {
+    const fs::path folder = checkpoint_folder(config);
+    const std::vector<int64_t> steps = checkpoint::complete_checkpoint_steps(folder);
+    fs::path dir;
     if (c.load_step >= 0) {
       MT_CHECK(std::find(steps.begin(), steps.end(), c.load_step) != steps.end(),
                "[checkpoint] load_step = ", c.load_step, ": no complete checkpoint step-",
-               c.load_step, " in ", checkpoint_folder(config_).string());
-      dir = manager_->step_folder(c.load_step);
+               c.load_step, " in ", folder.string());
+      dir = folder / ("step-" + std::to_string(c.load_step));
     } else if (!steps.empty()) {
-      dir = manager_->step_folder(steps.back());
+      dir = folder / ("step-" + std::to_string(steps.back()));
+    }
+    if (!dir.empty()) {
+      const checkpoint::Index index = checkpoint::read_index(dir / checkpoint::kIndexFileName);
+      return {dir, int_value(index.values, "model_only", dir) == 1};
     }
   }
-  if (!dir.empty()) {
-    checkpoint::Index index = checkpoint::read_index(dir / checkpoint::kIndexFileName);
-    weights_only = int_value(index.values, "model_only", dir) == 1;
-  } else if (!c.initial_load_path.empty()) {
-    dir = checkpoint::resolve_checkpoint_dir(c.initial_load_path, "[checkpoint] initial_load_path");
-    weights_only = true;
-  } else {
-    return point;
-  }
+  if (c.initial_load_path.empty()) return {};
+  return {checkpoint::resolve_checkpoint_dir(c.initial_load_path, "[checkpoint] initial_load_path"),
+          true};
+}
+
+ResumePoint TrainCheckpointer::resume(std::ostream& log) {
+  const auto& c = config_.checkpoint;
+  ResumePoint point;
+  const auto [dir, weights_only] = checkpoint_to_load(config_);
+  if (dir.empty()) return point;
 
   CheckpointState dest = load_template(weights_only);
   checkpoint::LoadOptions options;

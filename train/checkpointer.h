@@ -9,7 +9,8 @@
 //                                       embedding tables and their row optimizers), placed by the
 //                                       CheckpointExtension in global coordinates
 // Values (/state in the index): step, tokens_seen (samples for recsys models), seed, config (the
-// resolved TOML), and dataloader/rank_<r>/<key> for every data-parallel rank (the data state).
+// resolved TOML), architecture (the model's, see train/model_spec.h), and dataloader/rank_<r>/<key>
+// for every data-parallel rank (the data state).
 //
 // Resuming ([checkpoint] enable): the checkpoint at load_step (-1 = the latest complete one) in
 // <dump_folder>/<folder> is loaded in full; with no checkpoint there, initial_load_path (a
@@ -21,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -81,6 +83,15 @@ struct ResumePoint {
   std::string source;  // the folder loaded, "" when none
 };
 
+// The checkpoint a job starts from: with [checkpoint] enable, load_step's (or the latest
+// complete one) in <dump_folder>/<folder>; with none there, initial_load_path's (weights only);
+// an empty dir: a fresh start. Errors name the key (a missing load_step, a bad initial path).
+struct CheckpointToLoad {
+  std::filesystem::path dir;
+  bool weights_only = false;
+};
+CheckpointToLoad checkpoint_to_load(const config::JobConfig& config);
+
 class TrainCheckpointer {
  public:
   TrainCheckpointer(const config::JobConfig& config, std::shared_ptr<parallel::ProcessGroup> world,
@@ -95,6 +106,9 @@ class TrainCheckpointer {
   // when the run stops early (`stopping`: a full checkpoint, never model-only).
   void after_step(int64_t step, int64_t tokens_seen, bool last, bool stopping, std::ostream& log);
   void finish();  // waits for a background save
+  // The model's architecture (ModelSpec::architecture), kept in every save as
+  // /state/architecture so that tools and later runs build the same model.
+  void save_architecture(std::string text) { architecture_ = std::move(text); }
 
  private:
   checkpoint::CheckpointState state(int64_t step, int64_t tokens_seen, bool model_only) const;
@@ -109,6 +123,7 @@ class TrainCheckpointer {
   CheckpointedData data_;
   CheckpointExtension extension_;
   std::unique_ptr<checkpoint::CheckpointManager> manager_;
+  std::string architecture_;
 };
 
 }  // namespace mt::train

@@ -12,6 +12,7 @@
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/core/error.h"
 #include "train/config/load.h"
+#include "train/model_spec.h"
 #include "train/trainer.h"
 
 namespace mt::train {
@@ -24,19 +25,17 @@ namespace {
 
 constexpr const char* kModel = "model.";
 
-// The architecture of the job that saved `index`: its config, vocab from the embedding's rows;
-// or, for a checkpoint import_hf wrote, the config.json it kept (/state/hf_config).
+// The architecture of the model that saved `index` (/state/architecture); for checkpoints
+// written before it was saved, the job's config, vocab from the embedding's rows.
 models::llama::ModelArgs args_of(const checkpoint::Index& index, const fs::path& dir) {
-  auto hf = index.values.find("hf_config");
-  if (hf != index.values.end() && std::holds_alternative<std::string>(hf->second)) {
-    return models::llama::args_from_hf_config_text(
-        std::get<std::string>(hf->second), "checkpoint " + dir.string() + " /state/hf_config");
+  if (const auto saved = saved_architecture(index.values, dir)) {
+    return models::llama::args_from_hf_config_text(saved->text, saved->where);
   }
   auto it = index.values.find("config");
   MT_CHECK(it != index.values.end() && std::holds_alternative<std::string>(it->second),
            "export-hf: checkpoint ", dir.string(),
-           " has neither a saved job config (/state/config) nor an imported config.json "
-           "(/state/hf_config)");
+           " has neither a saved architecture (/state/architecture) nor a saved job config "
+           "(/state/config)");
   int64_t vocab = -1;
   for (const checkpoint::IndexChunk& c : index.chunks) {
     if (c.meta.fqn == "model.tok_embeddings.weight") vocab = c.meta.global_shape[0];
@@ -100,7 +99,7 @@ void import_hf(const fs::path& hf_dir, const fs::path& step_dir, DType dtype) {
   }
   state.values["step"] = int64_t(0);
   state.values["model_only"] = int64_t(1);
-  state.values["hf_config"] = models::llama::hf_config_json(args, torch_dtype_name(dtype));
+  state.values[kArchitectureValue] = models::llama::hf_config_json(args, torch_dtype_name(dtype));
   auto world = parallel::MpiProcessGroup::world();
   fs::create_directories(step_dir.parent_path().empty() ? fs::path(".") : step_dir.parent_path());
   checkpoint::save_checkpoint(step_dir, state, *world);

@@ -4,11 +4,13 @@
 // export_hf: the model.* tensors of a training checkpoint -> `out/` with model.safetensors (or
 // shards + model.safetensors.index.json above max_shard_bytes) and config.json, in transformers'
 // names and q/k layout (models/llama/hf_checkpoint.h), so LlamaForCausalLM.from_pretrained(out)
-// loads it. The architecture comes from the checkpoint's saved job config (model flavor, vocab =
-// the embedding's rows, max_seq_len = training.seq_len), from the config.json a checkpoint written
-// by import_hf keeps (so import-hf then export-hf gives the same files back), or from `args`.
-// import_hf: such a folder -> a model-only checkpoint folder (step_dir, e.g. imported/step-0) that
-// `[checkpoint] initial_load_path` or `mt_generate --checkpoint` loads.
+// loads it. The architecture comes from `args`, else from the one the checkpoint saved
+// (/state/architecture: a config.json, so import-hf then export-hf gives the same files back),
+// else, for checkpoints older than that, from the saved job config (model flavor, vocab = the
+// embedding's rows). Tied embeddings are exported without lm_head.weight, as transformers saves.
+// import_hf: such a folder -> a model-only checkpoint folder (step_dir, e.g. imported/step-0) with
+// the config.json as its architecture, that `[checkpoint] initial_load_path` (with model.flavor =
+// "from_checkpoint") or `mt_generate --checkpoint` loads.
 #pragma once
 
 #include <cstdint>

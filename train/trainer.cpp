@@ -46,6 +46,7 @@
 #include "train/metrics/eta.h"
 #include "train/metrics/peak_flops.h"
 #include "train/metrics/step_metrics.h"
+#include "train/model_spec.h"
 #include "train/optimizer_setup.h"
 #include "train/run_scaffold.h"
 
@@ -245,23 +246,11 @@ runtime::Device resolve_training_device(const std::string& name, const std::stri
   return device;
 }
 
-models::ModelSpec model_spec_for(const config::JobConfig& job, std::optional<int64_t> vocab_size) {
-  models::ModelSpec spec = models::get_model_spec(job.model.name, job.model.flavor);
-  if (auto* args = std::any_cast<models::llama::ModelArgs>(spec.args.get())) {
-    if (vocab_size) args->vocab_size = *vocab_size;
-    args->max_seq_len = job.training.seq_len;
-  } else if (auto* moe_args = std::any_cast<models::moe::ModelArgs>(spec.args.get())) {
-    if (vocab_size) moe_args->vocab_size = *vocab_size;
-    moe_args->max_seq_len = job.training.seq_len;
-  }
-  return spec;
-}
-
 std::string describe_model(const config::JobConfig& job) {
   std::optional<int64_t> vocab;
   if (!job.model.tokenizer_path.empty())
     vocab = data::BpeTokenizer::from_file(job.model.tokenizer_path).vocab_size();
-  const models::ModelSpec spec = model_spec_for(job, vocab);
+  const models::ModelSpec spec = model_spec_for(job, vocab, architecture_to_load(job));
   std::ostringstream os;
   os << "model " << spec.name << " " << spec.flavor << ": " << spec.num_params() << " parameters, "
      << spec.flops_per_token(job.training.seq_len) << " training FLOPs per token at seq_len "
@@ -312,8 +301,8 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
            tc.seq_len, " + 1");
 
   // Model.
-  spec_ = std::make_unique<models::ModelSpec>(model_spec_for(config_, tokenizer_->vocab_size()));
-  if (options_.edit_model_args) options_.edit_model_args(*spec_->args);
+  spec_ = std::make_unique<models::ModelSpec>(model_spec_for(
+      config_, tokenizer_->vocab_size(), architecture_to_load(config_), options_.edit_model_args));
   models::BuildOptions bo;
   bo.seed = uint64_t(tc.seed);
   const config::ActivationCheckpointConfig& ac = config_.activation_checkpoint;
@@ -344,6 +333,7 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
                           }};
     checkpointer_ = std::make_unique<TrainCheckpointer>(config_, world_, *model_, *optimizer_,
                                                         *scheduler_, std::move(data));
+    if (spec_->architecture) checkpointer_->save_architecture(spec_->architecture());
   }
 }
 
@@ -576,7 +566,7 @@ std::string Trainer::generate_sample(const std::string& prompt, int64_t max_new_
   std::vector<int32_t> out;
   for (int64_t t : r.tokens)
     if (!go.eos_id || t != *go.eos_id) out.push_back(int32_t(t));
-  return tokenizer_->decode(out);
+  return tokenizer_->decode_model_output(out);
 }
 
 TrainResult Trainer::train() {

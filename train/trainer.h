@@ -79,8 +79,9 @@ class TrainCheckpointer;
 inline constexpr double kValFraction = 0.05;
 
 struct TrainerOptions {
-  // Called with the model spec's args (llama::ModelArgs for llama3) after vocab_size and
-  // max_seq_len are set, before the model is built: tests shrink the model with it.
+  // Called with the flavor's args (llama::ModelArgs for llama3) after vocab_size is set, before
+  // they are checked against a checkpoint's saved architecture and built: tests shrink the model
+  // with it. Not called for model.flavor = "from_checkpoint" (train/model_spec.h).
   std::function<void(std::any& model_args)> edit_model_args = nullptr;
   std::ostream* log = nullptr;     // progress lines; nullptr: std::cout
   bool quiet = false;              // no progress lines at all
@@ -94,9 +95,6 @@ struct TrainerOptions {
 };
 
 
-// The registry's spec for the job's model, with the tokenizer's vocab (when given) and
-// training.seq_len applied: what the Trainer builds.
-models::ModelSpec model_spec_for(const config::JobConfig& job, std::optional<int64_t> vocab_size);
 // One line: parameter count and training FLOPs per token of the job's model, computed from its
 // args alone (nothing allocated, so 405B works). `train --describe-model` prints it.
 std::string describe_model(const config::JobConfig& job);

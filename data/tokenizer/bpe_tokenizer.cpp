@@ -252,6 +252,15 @@ std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
   return out;
 }
 
+std::string BpeTokenizer::decode_model_output(std::span<const int32_t> ids) const {
+  std::string out;
+  for (int32_t id : ids) {
+    out += id >= 0 && id < vocab_size() ? impl_->id_bytes[size_t(id)]
+                                        : "<|id " + std::to_string(id) + "|>";
+  }
+  return out;
+}
+
 int32_t BpeTokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_bytes.size()); }
 
 std::optional<int32_t> BpeTokenizer::token_to_id(std::string_view token) const {

@@ -49,6 +49,9 @@ class BpeTokenizer {
 
   // Concatenates the tokens' bytes; an id outside the vocabulary is an mt::Error naming it.
   std::string decode(std::span<const int32_t> ids) const;
+  // For a model's output, whose vocab may be larger than the tokenizer's (padded embedding
+  // tables): ids outside the vocabulary are written as "<|id N|>" instead of an error.
+  std::string decode_model_output(std::span<const int32_t> ids) const;
 
   // One past the largest id (model vocab and added tokens).
   int32_t vocab_size() const;

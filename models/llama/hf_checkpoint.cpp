@@ -108,7 +108,7 @@ std::string hf_config_json(const ModelArgs& a, const std::string& torch_dtype) {
             {"rms_norm_eps", a.norm_eps},
             {"rope_theta", a.rope_theta},
             {"vocab_size", a.vocab_size},
-            {"max_position_embeddings", a.max_seq_len},
+            {"max_position_embeddings", a.max_position_embeddings},
             {"tie_word_embeddings", a.tie_embeddings},
             {"attention_bias", false},
             {"mlp_bias", false},
@@ -157,7 +157,8 @@ ModelArgs args_from_hf_config_text(const std::string& text, const std::string& w
                      : a.n_heads;
   a.vocab_size = get<int64_t>(j, "vocab_size", where);
   a.norm_eps = get<double>(j, "rms_norm_eps", where);
-  a.max_seq_len = get<int64_t>(j, "max_position_embeddings", where);
+  a.max_position_embeddings = get<int64_t>(j, "max_position_embeddings", where);
+  a.max_seq_len = a.max_position_embeddings;
   a.tie_embeddings = j.value("tie_word_embeddings", false);
   if (j.contains("head_dim") && !j["head_dim"].is_null()) {
     MT_CHECK(get<int64_t>(j, "head_dim", where) * a.n_heads == a.dim, where,

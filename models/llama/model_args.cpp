@@ -1,6 +1,8 @@
 #include "models/llama/model_args.h"
 
 #include <cmath>
+#include <iomanip>
+#include <sstream>
 
 #include "models/flavor_table.h"
 #include "runtime/core/error.h"
@@ -32,6 +34,44 @@ void ModelArgs::validate() const {
   MT_CHECK(std::isfinite(rope_theta) && rope_theta > 0,
            "llama ModelArgs: expected rope_theta > 0, got ", rope_theta);
   MT_CHECK(max_seq_len > 0, "llama ModelArgs: expected max_seq_len > 0, got ", max_seq_len);
+  MT_CHECK(max_position_embeddings > 0,
+           "llama ModelArgs: expected max_position_embeddings > 0, got ", max_position_embeddings);
+}
+
+namespace {
+
+std::string rope_scaling_text(const std::optional<runtime::RopeScaling>& r) {
+  if (!r) return "none";
+  std::ostringstream os;
+  os << std::setprecision(17) << "llama3 (factor " << r->factor << ", low_freq_factor " << r->low_freq_factor
+     << ", high_freq_factor " << r->high_freq_factor << ", original_max_position_embeddings "
+     << r->original_max_position_embeddings << ")";
+  return os.str();
+}
+
+}  // namespace
+
+std::vector<std::string> architecture_differences(const ModelArgs& a, const std::string& a_name,
+                                                  const ModelArgs& b, const std::string& b_name) {
+  std::vector<std::string> out;
+  auto compare = [&](const char* field, const auto& x, const auto& y) {
+    if (x == y) return;
+    std::ostringstream os;
+    os << std::setprecision(17) << std::boolalpha << field << ": " << x << " in " << a_name << ", " << y << " in "
+       << b_name;
+    out.push_back(os.str());
+  };
+  compare("dim (hidden_size)", a.dim, b.dim);
+  compare("n_layers (num_hidden_layers)", a.n_layers, b.n_layers);
+  compare("n_heads (num_attention_heads)", a.n_heads, b.n_heads);
+  compare("n_kv_heads (num_key_value_heads)", a.kv_heads(), b.kv_heads());
+  compare("ffn hidden size (intermediate_size)", a.ffn_hidden_dim(), b.ffn_hidden_dim());
+  compare("vocab_size", a.vocab_size, b.vocab_size);
+  compare("norm_eps (rms_norm_eps)", a.norm_eps, b.norm_eps);
+  compare("rope_theta", a.rope_theta, b.rope_theta);
+  compare("rope_scaling", rope_scaling_text(a.rope_scaling), rope_scaling_text(b.rope_scaling));
+  compare("tie_embeddings (tie_word_embeddings)", a.tie_embeddings, b.tie_embeddings);
+  return out;
 }
 
 namespace {

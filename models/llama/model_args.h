@@ -10,7 +10,8 @@
 //   8B          dim 4096, 32 layers,  32 heads,  8 kv, ffn x1.3, multiple_of 1024, rope x8
 //   70B         dim 8192, 80 layers,  64 heads,  8 kv, ffn x1.3, multiple_of 4096, rope x8
 //   405B        dim 16384, 126 layers, 128 heads, 8 kv, ffn x1.2, multiple_of 4096, rope x8
-// All use rope_theta 500000 and Llama 3.1 RoPE frequency scaling (debugmodel too, as torchtitan).
+// All use rope_theta 500000 and Llama 3.1 RoPE frequency scaling (debugmodel too, as torchtitan)
+// and max_position_embeddings 131072.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,10 @@ struct ModelArgs {
   double norm_eps = 1e-5;
   double rope_theta = 500000.0;
   std::optional<runtime::RopeScaling> rope_scaling = runtime::RopeScaling{};  // nullopt: none
-  int64_t max_seq_len = 2048;   // RoPE tables cover positions [0, max_seq_len)
+  int64_t max_seq_len = 2048;   // RoPE tables cover positions [0, max_seq_len) (a run's seq_len)
+  // The context the architecture is made for (config.json's max_position_embeddings; Llama 3.1
+  // and 3.2: 131072). Not a computed value: a run's max_seq_len may be shorter.
+  int64_t max_position_embeddings = 131072;
   bool depth_init = true;       // wo/w2/w3 std 0.02/sqrt(2(layer+1)); else 0.02/sqrt(2 n_layers)
   bool tie_embeddings = false;  // output.weight is tok_embeddings.weight
 
@@ -45,6 +49,12 @@ struct ModelArgs {
   // Throws mt::Error naming the first invalid field (sizes, divisibility, eps, theta).
   void validate() const;
 };
+
+// Every field in which two Llamas differ as models (the sizes, vocab, norm eps, RoPE theta and
+// scaling, tied embeddings; not max_seq_len, max_position_embeddings or the init), one line
+// each: "<field>: <a> in <a_name>, <b> in <b_name>". Empty: the same architecture.
+std::vector<std::string> architecture_differences(const ModelArgs& a, const std::string& a_name,
+                                                  const ModelArgs& b, const std::string& b_name);
 
 // The flavors, in the order listed above.
 std::vector<std::string> flavor_names();

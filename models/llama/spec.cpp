@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "models/llama/hf_checkpoint.h"
 #include "models/llama/model.h"
 #include "models/llama/parallelize.h"
 #include "runtime/core/error.h"
@@ -17,13 +18,11 @@ Transformer& as_llama(runtime::nn::Module& model) {
   return *t;
 }
 
-}  // namespace
-
-ModelSpec make_model_spec(const std::string& flavor) {
+ModelSpec spec_of(ModelArgs model_args, const std::string& flavor) {
   ModelSpec spec;
   spec.name = "llama3";
   spec.flavor = flavor;
-  spec.args = std::make_shared<std::any>(flavor_args(flavor));
+  spec.args = std::make_shared<std::any>(std::move(model_args));
   auto args_ptr = spec.args;
   auto args = [args_ptr]() -> const ModelArgs& {
     const auto* a = std::any_cast<ModelArgs>(args_ptr.get());
@@ -50,7 +49,21 @@ ModelSpec make_model_spec(const std::string& flavor) {
   spec.parallelize = parallelize;
   spec.num_params = [args]() { return count_parameters(args()).total; };
   spec.flops_per_token = [args](int64_t seq_len) { return flops_per_token(args(), seq_len); };
+  spec.architecture = [args] { return hf_config_json(args(), "float32"); };
+  spec.architecture_differences = [args](const std::string& saved, const std::string& where) {
+    return architecture_differences(args(), "the model asked for",
+                                    args_from_hf_config_text(saved, where),
+                                    where);
+  };
   return spec;
+}
+
+}  // namespace
+
+ModelSpec make_model_spec(const std::string& flavor) { return spec_of(flavor_args(flavor), flavor); }
+
+ModelSpec make_model_spec_from_architecture(const std::string& text, const std::string& where) {
+  return spec_of(args_from_hf_config_text(text, where), kFlavorFromCheckpoint);
 }
 
 }  // namespace mt::models::llama

@@ -14,7 +14,7 @@ using runtime::NoGradGuard;
 FSDPParam::FSDPParam(std::string fqn, Tensor* slot, const Tensor& full,
                      std::shared_ptr<DeviceMesh> mesh, int64_t mesh_dim,
                      runtime::DType compute_dtype, int64_t tensor_dim, const OuterSharding* outer)
-    : fqn_(std::move(fqn)), slot_(slot), tensor_dim_(tensor_dim) {
+    : fqn_(std::move(fqn)), slots_{slot}, tensor_dim_(tensor_dim) {
   MT_CHECK(full.dim() >= 1, "fully_shard: parameter '", fqn_,
            "' is 0-D; FSDP shards parameters along a dimension");
   MT_CHECK(tensor_dim_ >= 0 && tensor_dim_ < full.dim(), "fully_shard: parameter '", fqn_,
@@ -93,6 +93,11 @@ DTensor FSDPParam::nested_dtensor(const Tensor& full, const DeviceMesh& mesh, in
 Tensor FSDPParam::padded_view(const Tensor& flat, int64_t start, int64_t valid) const {
   return flat.narrow(0, start, padded_shard_numel_).view(padded_shape_).narrow(tensor_dim_, 0,
                                                                                valid);
+}
+
+void FSDPParam::add_tied_slot(Tensor* slot) {
+  *slot = *slots_.front();
+  slots_.push_back(slot);
 }
 
 void FSDPParam::free_unsharded() const {

@@ -13,6 +13,9 @@
 // - `unsharded` is a leaf of the full shape in the compute dtype whose storage is released while
 //   resharded: autograd keeps referring to the same tensor across the forward and backward
 //   all-gathers. Copies into it bypass the version counter, as the data is the same parameter.
+// - Tied weights (one tensor in several module slots, e.g. Llama's embedding table and output
+//   projection) are one FSDPParam holding every slot: one shard, one gather, one gradient (the
+//   sum of both uses, accumulated by autograd on the one unsharded leaf).
 #pragma once
 
 #include <cstdint>
@@ -44,7 +47,8 @@ class FSDPParam {
             const OuterSharding* outer = nullptr);
 
   const std::string& fqn() const { return fqn_; }
-  Tensor* slot() const { return slot_; }
+  // Another module slot holding the same tensor (tied): it is swapped with the first.
+  void add_tied_slot(Tensor* slot);
   const Tensor& sharded() const { return sharded_; }
   const Tensor& unsharded() const { return unsharded_; }
   const DTensor& dtensor() const { return dtensor_; }
@@ -53,8 +57,12 @@ class FSDPParam {
   int64_t padded_shard_numel() const { return padded_shard_numel_; }  // per-rank flat size
   int64_t tensor_dim() const { return tensor_dim_; }
 
-  void use_sharded() const { *slot_ = sharded_; }
-  void use_unsharded() const { *slot_ = unsharded_; }
+  void use_sharded() const {
+    for (Tensor* s : slots_) *s = sharded_;
+  }
+  void use_unsharded() const {
+    for (Tensor* s : slots_) *s = unsharded_;
+  }
 
   // Storage of the unsharded tensor: allocate (contents undefined) / release.
   void alloc_unsharded() const { unsharded_.storage()->restore_memory(); }
@@ -84,7 +92,7 @@ class FSDPParam {
  private:
   void add_to_sharded_grad(const Tensor& reduced) const;  // cast to the shard's dtype
   std::string fqn_;
-  Tensor* slot_;
+  std::vector<Tensor*> slots_;  // the first, then tied ones
   DTensor nested_dtensor(const Tensor& full, const DeviceMesh& mesh, int64_t mesh_dim,
                          const OuterSharding& outer) const;
   // The `valid` leading slices of the padded shard laid out in flat[start, + padded numel).

@@ -208,19 +208,29 @@ std::shared_ptr<FSDPModule> fully_shard(Module& module, std::shared_ptr<DeviceMe
 
   std::vector<std::unique_ptr<FSDPParam>> params;
   const auto slots = module.named_parameter_slots();
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const Tensor& t = *slots[i].slot;
-    for (size_t j = 0; j < i; ++j) {
-      MT_CHECK(!slots[j].slot->same(t), "fully_shard(", module.type_name(), "): parameters '",
-               slots[j].fqn, "' and '", slots[i].fqn,
-               "' are one tensor (tied); tied parameters are not supported");
+  // The slots' tensors before sharding: a tensor met again is tied to an earlier slot.
+  std::vector<std::pair<Tensor, FSDPParam*>> originals;
+  for (const auto& slot : slots) {
+    const Tensor t = *slot.slot;
+    auto tied = std::find_if(originals.begin(), originals.end(),
+                             [&](const auto& o) { return o.first.same(t); });
+    if (tied != originals.end()) {
+      MT_CHECK(tied->second != nullptr, "fully_shard(", module.type_name(), "): parameter '",
+               slot.fqn, "' is tied to a parameter of a submodule already sharded on its own; "
+               "tie parameters within one fully_shard call (shard their common parent)");
+      tied->second->add_tied_slot(slot.slot);
+      continue;
     }
-    if (find_fsdp_param(states, t) != nullptr) continue;  // a descendant's group owns it
+    if (find_fsdp_param(states, t) != nullptr) {  // a descendant's group owns it
+      originals.emplace_back(t, nullptr);
+      continue;
+    }
     const runtime::DType compute = options.mp_policy.param_dtype.value_or(t.dtype());
     params.push_back(std::make_unique<FSDPParam>(
-        slots[i].fqn, slots[i].slot, t, mesh, mesh->ndim() - 1, compute, options.shard_dim,
+        slot.fqn, slot.slot, t, mesh, mesh->ndim() - 1, compute, options.shard_dim,
         options.outer ? &*options.outer : nullptr));
     params.back()->use_sharded();
+    originals.emplace_back(t, params.back().get());
   }
   std::unique_ptr<FSDPParamGroup> group;
   if (!params.empty()) {
@@ -252,12 +262,15 @@ std::vector<DistributedParam> distributed_parameters(Module& module) {
 }
 
 void init_sharded_parameters(Module& root, uint64_t seed) {
+  // Every slot by FQN, tied ones too (a tied module's reset_parameters sees its own name).
+  const auto states = live_states();
   std::map<std::string, const DTensor*> placed;
-  for (const DistributedParam& p : distributed_parameters(root)) {
-    MT_CHECK(p.dtensor != nullptr, "init_sharded_parameters: parameter '", p.fqn,
+  for (const auto& slot : root.named_parameter_slots()) {
+    const FSDPParam* p = find_fsdp_param(states, *slot.slot);
+    MT_CHECK(p != nullptr, "init_sharded_parameters: parameter '", slot.fqn,
              "' is not sharded by fully_shard; a model built without initial values "
              "(nn::DeferredInitGuard) must be fully_shard'ed whole (the root too)");
-    placed[p.fqn] = p.dtensor;
+    placed[slot.fqn] = &p->dtensor();
   }
   for (const auto& [prefix, module] : root.named_modules()) {
     const std::string dot = prefix.empty() ? "" : prefix + ".";

@@ -113,7 +113,7 @@ TEST(HfCheckpoint, ConfigRoundTripsEveryFlavorWithThePublishedValues) {
     EXPECT_EQ(b.ffn_hidden_dim(), a.ffn_hidden_dim());
     EXPECT_EQ(b.norm_eps, a.norm_eps);
     EXPECT_EQ(b.rope_theta, a.rope_theta);
-    EXPECT_EQ(b.max_seq_len, a.max_seq_len);
+    EXPECT_EQ(b.max_position_embeddings, a.max_position_embeddings);
     EXPECT_EQ(b.tie_embeddings, a.tie_embeddings);
     ASSERT_EQ(b.rope_scaling.has_value(), a.rope_scaling.has_value());
     if (a.rope_scaling) {

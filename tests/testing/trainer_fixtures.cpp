@@ -5,6 +5,9 @@
 
 #include "data/tokenizer/bpe_tokenizer.h"
 #include "data/tokenizer/bpe_trainer.h"
+#include "checkpoint/safetensors.h"
+#include "models/llama/hf_checkpoint.h"
+#include "models/llama/model.h"
 #include "models/llama/model_args.h"
 #include "models/moe/model_args.h"
 
@@ -33,6 +36,34 @@ void shrink_moe(std::any& model_args) {
   auto& a = std::any_cast<models::moe::ModelArgs&>(model_args);
   a.n_layers = 3;
   a.moe_inter_dim = 32;
+}
+
+models::llama::ModelArgs unusual_llama_args(int64_t vocab_size) {
+  models::llama::ModelArgs a;
+  a.dim = 96;
+  a.n_layers = 3;
+  a.n_heads = 6;
+  a.n_kv_heads = 2;
+  a.multiple_of = 32;
+  a.vocab_size = vocab_size;
+  a.norm_eps = 1e-6;
+  a.rope_theta = 10000.0;
+  a.rope_scaling = std::nullopt;
+  a.tie_embeddings = true;
+  a.max_position_embeddings = 256;
+  a.max_seq_len = 256;
+  return a;
+}
+
+void save_random_hf_llama(const models::llama::ModelArgs& args, uint64_t seed,
+                          const std::filesystem::path& hf_dir) {
+  models::llama::Weights ours;
+  {
+    models::llama::Transformer model(args, seed);
+    for (const auto& [fqn, p] : model.named_parameters()) ours[fqn] = p.detach().clone();
+  }
+  checkpoint::write_safetensors_folder(hf_dir, models::llama::to_hf(ours, args), int64_t(1) << 32);
+  std::ofstream(hf_dir / "config.json") << models::llama::hf_config_json(args, "float32");
 }
 
 }  // namespace mt::testing

@@ -1,16 +1,19 @@
 // The Trainer on real ranks (mpirun -np 2 and -np 4): FSDP training of a shrunk Llama on
-// tinyshakespeare gives the losses, gradient norms and validation losses of one process with the
-// same global batch; bad parallelism degrees are errors on every rank before any work; a run
-// resumed from its checkpoint continues bitwise, and a checkpoint saved on 4 ranks (FSDP 4 or
-// HSDP 2x2) resumes on 1, 2 and 3 ranks with the same losses.
+// tinyshakespeare (also with tied embeddings) gives the losses, gradient norms and validation
+// losses of one process with the same global batch; bad parallelism degrees are errors on every
+// rank before any work; a run resumed from its checkpoint continues bitwise, and a checkpoint
+// saved on 4 ranks (FSDP 4 or HSDP 2x2) resumes on 1, 2 and 3 ranks with the same losses.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <any>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "models/llama/model_args.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "parallel/comm/object_collectives.h"
 #include "parallel/mesh/device_mesh.h"
@@ -66,9 +69,10 @@ config::JobConfig job(const fs::path& corpus, const fs::path& dump, int64_t loca
 }
 
 TrainResult run(const config::JobConfig& cfg, std::shared_ptr<ProcessGroup> group,
-                int64_t sample_tokens = 0) {
+                int64_t sample_tokens = 0,
+                std::function<void(std::any&)> edit_model_args = testing::shrink_llama) {
   TrainerOptions options;
-  options.edit_model_args = testing::shrink_llama;
+  options.edit_model_args = std::move(edit_model_args);
   options.quiet = true;
   options.handle_signals = false;
   options.write_files = false;
@@ -106,6 +110,24 @@ TEST(TrainerMpi, FsdpMatchesOneProcess) {
   const int64_t w = world()->size();
   // All ranks share one dump folder: rank 0 tokenizes the text, the others reuse its file.
   expect_same_run(run(job(corpus, shared_dir("fsdp"), 8 / w), world()), reference(corpus));
+}
+
+// Tied embeddings under FSDP: the table is one sharded parameter in both slots (embedding and
+// output projection), its gradient the sum of both uses, the same as one process's.
+TEST(TrainerMpi, TiedEmbeddingsUnderFsdpMatchOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const auto tied = [](std::any& args) {
+    testing::shrink_llama(args);
+    std::any_cast<models::llama::ModelArgs&>(args).tie_embeddings = true;
+  };
+  const int64_t w = world()->size();
+  std::shared_ptr<parallel::ProcessGroup> self = world()->split(world()->rank(), 0);
+  const TrainResult one =
+      run(job(corpus, shared_dir("tied_reference") / std::to_string(world()->rank()), 8), self,
+          0, tied);
+  expect_same_run(run(job(corpus, shared_dir("tied"), 8 / w), world(), 0, tied), one);
+  // Not the untied model's run: the tie is real.
+  EXPECT_NE(one.losses.back(), reference(corpus).losses.back());
 }
 
 // The end-of-run sample runs the sharded forward on every rank, one token at a time with rank 0's

@@ -1,0 +1,139 @@
+// mt_generate end to end on checkpoints imported from Hugging Face files: the model comes from the
+// checkpoint's saved architecture (a shape no flavor has, tied, with a padded vocab), --json
+// gives the ids of the same greedy decoding run in process and --logits-out the prompt's logits;
+// a --flavor that is not the checkpoint's model is an error listing the differing fields, and for
+// checkpoints without a saved architecture the shapes are compared before a model is allocated.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "checkpoint/consolidate.h"
+#include "checkpoint/distributed_checkpoint.h"
+#include "checkpoint/safetensors.h"
+#include "data/tokenizer/bpe_tokenizer.h"
+#include "models/llama/generate.h"
+#include "models/llama/model.h"
+#include "parallel/comm/mpi_process_group.h"
+#include "runtime/core/grad_mode.h"
+#include "runtime/ops/factory.h"
+#include "tests/testing/run_command.h"
+#include "tests/testing/scratch_dir.h"
+#include "tests/testing/shared_data.h"
+#include "tests/testing/tensor_testing.h"
+#include "tests/testing/trainer_fixtures.h"
+#include "train/hf_conversion.h"
+
+#ifndef MT_GENERATE_BIN
+#define MT_GENERATE_BIN ""
+#endif
+
+namespace mt {
+namespace {
+
+namespace fs = std::filesystem;
+namespace llama = models::llama;
+using runtime::Tensor;
+
+constexpr uint64_t kSeed = 5;
+
+class GenerateTool : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string(MT_GENERATE_BIN).empty()) GTEST_SKIP() << "mt_generate is not built";
+    const auto dir = testing::shared_data();
+    if (!dir || !fs::exists(*dir / "gpt2" / "tokenizer.json")) {
+      GTEST_SKIP() << "shared data file gpt2/tokenizer.json not found (set MT_SHARED_DATA)";
+    }
+    tokenizer_ = *dir / "gpt2" / "tokenizer.json";
+    args_ = testing::unusual_llama_args(50257 + 23);
+    testing::save_random_hf_llama(args_, kSeed, scratch_ / "hf");
+    train::import_hf(scratch_ / "hf", scratch_ / "imported" / "step-0");
+  }
+
+  testing::CommandResult generate(const std::string& flags) const {
+    return testing::run_command(std::string(MT_GENERATE_BIN) + " --tokenizer '" +
+                                tokenizer_.string() + "' --checkpoint '" +
+                                (scratch_ / "imported").string() + "' " + flags);
+  }
+
+  testing::ScratchDir scratch_;
+  fs::path tokenizer_;
+  llama::ModelArgs args_;
+};
+
+TEST_F(GenerateTool, JsonIdsAndLogitsAreThoseOfTheImportedModel) {
+  const fs::path logits_file = scratch_ / "logits.safetensors";
+  const testing::CommandResult r =
+      generate("--prompt 'ROMEO: what light' --max-new-tokens 12 --json --logits-out '" +
+               logits_file.string() + "' 2>/dev/null");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  const auto prompt = j.at("prompt_ids").get<std::vector<int64_t>>();
+  const auto generated = j.at("generated_ids").get<std::vector<int64_t>>();
+
+  const auto tokenizer = data::BpeTokenizer::from_file(tokenizer_);
+  const std::vector<int32_t> encoded =
+      tokenizer.encode("ROMEO: what light", tokenizer.bos_id().has_value());
+  EXPECT_EQ(prompt, std::vector<int64_t>(encoded.begin(), encoded.end()));
+
+  runtime::NoGradGuard no_grad;
+  llama::ModelArgs args = args_;
+  args.max_seq_len = 64;
+  llama::Transformer model(args, kSeed);  // the weights the Hugging Face folder holds
+  llama::GenerateOptions options;
+  options.max_new_tokens = 12;
+  options.eos_id = 50256;
+  const llama::GenerateResult want = llama::generate(model, prompt, options);
+  EXPECT_EQ(generated, want.tokens);
+  EXPECT_EQ(j.at("stop_reason"), llama::stop_reason_name(want.stop_reason));
+
+  const Tensor tokens =
+      runtime::from_vector<int64_t>(prompt, {1, int64_t(prompt.size())}, {runtime::DType::I64});
+  const Tensor expected = model(tokens).reshape({int64_t(prompt.size()), args.vocab_size});
+  const Tensor logits = checkpoint::read_safetensors(logits_file).at("logits");
+  EXPECT_TRUE(testing::all_close(logits, expected, 1e-6, 1e-6));
+}
+
+TEST_F(GenerateTool, AFlavorThatIsNotTheCheckpointsModelIsAnErrorListingTheFields) {
+  const testing::CommandResult r = generate("--prompt hello --flavor debugmodel");
+  EXPECT_EQ(r.status, 1) << r.output;
+  for (const char* text : {"--flavor debugmodel with the tokenizer's vocab (50257) is not the model",
+                           "dim (hidden_size): 256 in the model asked for, 96 in checkpoint",
+                           "vocab_size: 50257 in the model asked for, 50280 in",
+                           "tie_embeddings (tie_word_embeddings): false"}) {
+    EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
+  }
+}
+
+// A checkpoint saved before architectures were kept: --flavor builds the model, and one that does
+// not fit is refused from the shapes alone, before the (here 8B) model is allocated.
+TEST_F(GenerateTool, ShapesOfACheckpointWithoutArchitectureAreComparedBeforeBuilding) {
+  checkpoint::CheckpointState state;
+  for (const std::string name : {"tok_embeddings.weight", "norm.weight"}) {
+    state.tensors.push_back(checkpoint::whole(
+        "model." + name,
+        checkpoint::read_whole_tensor(scratch_ / "imported" / "step-0", "model." + name)));
+  }
+  state.values["step"] = int64_t(0);
+  auto world = parallel::MpiProcessGroup::world();
+  checkpoint::save_checkpoint(scratch_ / "old" / "step-0", state, *world);
+  const testing::CommandResult r = testing::run_command(
+      std::string(MT_GENERATE_BIN) + " --tokenizer '" + tokenizer_.string() + "' --checkpoint '" +
+      (scratch_ / "old").string() + "' --prompt hello --flavor 8B");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("--flavor 8B is not the model saved in"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("model.tok_embeddings.weight: [50280, 96] in the checkpoint, "
+                          "[50257, 4096] in the model"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("model.layers.0.attention.wq.weight: not in the checkpoint"),
+            std::string::npos)
+      << r.output;
+  EXPECT_LT(r.seconds, 30.0) << "the 8B model was built before the shapes were compared";
+}
+
+}  // namespace
+}  // namespace mt

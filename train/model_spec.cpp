@@ -1,0 +1,109 @@
+// The job's model spec and the architectures checkpoints save (see model_spec.h).
+#include "train/model_spec.h"
+
+#include "checkpoint/index.h"
+#include "checkpoint/manager.h"
+#include "models/llama/model_args.h"
+#include "models/moe/model_args.h"
+#include "runtime/core/error.h"
+#include "train/checkpointer.h"
+
+namespace mt::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// `fn` on the spec's args where they are a language model's (vocab_size, max_seq_len).
+template <class Fn>
+void with_lm_args(models::ModelSpec& spec, Fn&& fn) {
+  if (auto* llama = std::any_cast<models::llama::ModelArgs>(spec.args.get())) {
+    fn(*llama);
+  } else if (auto* moe = std::any_cast<models::moe::ModelArgs>(spec.args.get())) {
+    fn(*moe);
+  }
+}
+
+}  // namespace
+
+std::optional<SavedArchitecture> saved_architecture(const checkpoint::Values& values,
+                                                    const fs::path& dir) {
+  for (const char* key : {kArchitectureValue, "hf_config"}) {
+    auto it = values.find(key);
+    if (it == values.end()) continue;
+    MT_CHECK(std::holds_alternative<std::string>(it->second), "checkpoint ", dir.string(),
+             ": /state/", key, " is not a string");
+    return SavedArchitecture{std::get<std::string>(it->second),
+                             "checkpoint " + dir.string() + " /state/" + key};
+  }
+  return std::nullopt;
+}
+
+std::optional<SavedArchitecture> architecture_to_load(const config::JobConfig& job) {
+  const CheckpointToLoad load = checkpoint_to_load(job);
+  if (load.dir.empty()) return std::nullopt;
+  const checkpoint::Index index = checkpoint::read_index(load.dir / checkpoint::kIndexFileName);
+  return saved_architecture(index.values, load.dir);
+}
+
+models::ModelSpec adopt_saved_architecture(const models::ModelSpec& spec,
+                                           const SavedArchitecture& saved,
+                                           const std::string& config_what) {
+  if (!spec.architecture_differences) return spec;  // the model saves none: shapes are checked
+  const std::vector<std::string> differences =
+      spec.architecture_differences(saved.text, saved.where);
+  if (!differences.empty()) {
+    std::string list;
+    for (const std::string& d : differences) list += "\n  " + d;
+    MT_FAIL(config_what, " is not the model saved in ", saved.where, " (", differences.size(),
+            differences.size() == 1 ? " field differs" : " fields differ", "):", list,
+            "\nset model.flavor = \"", models::kFlavorFromCheckpoint,
+            "\" to build the checkpoint's architecture (mt_generate: leave out --flavor)");
+  }
+  models::ModelSpec adopted =
+      models::model_spec_from_architecture(spec.name, saved.text, saved.where);
+  adopted.flavor = spec.flavor;
+  return adopted;
+}
+
+models::ModelSpec model_spec_for(const config::JobConfig& job, std::optional<int64_t> vocab_size,
+                                 const std::optional<SavedArchitecture>& saved,
+                                 const std::function<void(std::any& model_args)>& edit_args) {
+  models::ModelSpec spec;
+  if (job.model.flavor == models::kFlavorFromCheckpoint) {
+    MT_CHECK(saved.has_value(), "model.flavor = \"", models::kFlavorFromCheckpoint, "\" (",
+             job.where("model.flavor"), ") builds the architecture saved in the checkpoint the job loads, but it loads "
+             "none that saved one: set [checkpoint] initial_load_path to a checkpoint written by "
+             "`mt_checkpoint import-hf` or by train");
+    spec = models::model_spec_from_architecture(job.model.name, saved->text, saved->where);
+    with_lm_args(spec, [&](auto& args) {
+      MT_CHECK(!vocab_size || *vocab_size <= args.vocab_size, "the tokenizer ",
+               job.model.tokenizer_path, " has ", vocab_size.value_or(0),
+               " tokens, more than the vocab_size ", args.vocab_size, " of the model in ",
+               saved->where);
+    });
+  } else {
+    spec = models::get_model_spec(job.model.name, job.model.flavor);
+    with_lm_args(spec, [&](auto& args) {
+      if (vocab_size) args.vocab_size = *vocab_size;
+    });
+    if (edit_args) edit_args(*spec.args);
+    if (saved) {
+      spec = adopt_saved_architecture(
+          spec, *saved,
+          "model.flavor = \"" + job.model.flavor + "\"" +
+              (vocab_size ? " with the tokenizer's vocab (" + std::to_string(*vocab_size) + ")"
+                          : std::string()));
+    }
+  }
+  with_lm_args(spec, [&](auto& args) { args.max_seq_len = job.training.seq_len; });
+  if (auto* args = std::any_cast<models::llama::ModelArgs>(spec.args.get())) {
+    MT_CHECK(job.training.seq_len <= args->max_position_embeddings,
+             "training.seq_len = ", job.training.seq_len, " (", job.where("training.seq_len"),
+             ") is longer than the model's context, max_position_embeddings = ",
+             args->max_position_embeddings);
+  }
+  return spec;
+}
+
+}  // namespace mt::train
