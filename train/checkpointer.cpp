@@ -53,8 +53,8 @@ std::map<std::string, Placement> placements_of(runtime::nn::Module& model) {
 // The model's persistent buffers (state_dict() minus the parameters; e.g. the MoE routing bias):
 // the same on every rank, saved whole.
 std::vector<std::pair<std::string, Tensor>> persistent_buffers(runtime::nn::Module& model) {
-  std::set<std::string> params;
-  for (const auto& [fqn, t] : model.named_parameters()) params.insert(fqn);
+  std::set<std::string> params;  // every slot's name: a tied parameter is no buffer in its second
+  for (const auto& slot : model.named_parameter_slots()) params.insert(slot.fqn);
   std::vector<std::pair<std::string, Tensor>> out;
   for (const auto& [fqn, t] : model.state_dict()) {
     if (!params.contains(fqn)) out.emplace_back(fqn, t);

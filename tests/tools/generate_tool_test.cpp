@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -53,10 +54,12 @@ class GenerateTool : public ::testing::Test {
     train::import_hf(scratch_ / "hf", scratch_ / "imported" / "step-0");
   }
 
-  testing::CommandResult generate(const std::string& flags) const {
-    return testing::run_command(std::string(MT_GENERATE_BIN) + " --tokenizer '" +
+  // In a subshell, stdout redirected inside `flags` keeps stderr out of it.
+  testing::CommandResult generate(const std::string& flags, bool subshell = false) const {
+    const std::string command = std::string(MT_GENERATE_BIN) + " --tokenizer '" +
                                 tokenizer_.string() + "' --checkpoint '" +
-                                (scratch_ / "imported").string() + "' " + flags);
+                                (scratch_ / "imported").string() + "' " + flags;
+    return testing::run_command(subshell ? "{ " + command + "; }" : command);
   }
 
   testing::ScratchDir scratch_;
@@ -66,11 +69,13 @@ class GenerateTool : public ::testing::Test {
 
 TEST_F(GenerateTool, JsonIdsAndLogitsAreThoseOfTheImportedModel) {
   const fs::path logits_file = scratch_ / "logits.safetensors";
+  const fs::path json_file = scratch_ / "out.json";
   const testing::CommandResult r =
       generate("--prompt 'ROMEO: what light' --max-new-tokens 12 --json --logits-out '" +
-               logits_file.string() + "' 2>/dev/null");
+               logits_file.string() + "' > '" + json_file.string() + "'", /*subshell=*/true);
   ASSERT_EQ(r.status, 0) << r.output;
-  const nlohmann::json j = nlohmann::json::parse(r.output);
+  std::ifstream json_in(json_file);
+  const nlohmann::json j = nlohmann::json::parse(json_in);
   const auto prompt = j.at("prompt_ids").get<std::vector<int64_t>>();
   const auto generated = j.at("generated_ids").get<std::vector<int64_t>>();
 

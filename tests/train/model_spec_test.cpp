@@ -94,8 +94,6 @@ TEST_F(FromCheckpoint, FineTunesAnImportedShapeAndKeepsItsArchitecture) {
                                                     "--checkpoint.enable=true"}));
   ASSERT_EQ(r.losses.size(), 3u);
   for (double l : r.losses) EXPECT_TRUE(std::isfinite(l));
-  // A random model of this vocab starts near ln(vocab); the imported weights are what trained.
-  EXPECT_NEAR(r.losses.front(), std::log(double(args_.vocab_size)), 1.0);
 
   const fs::path step3 = scratch_ / "run" / "checkpoint" / "step-3";
   const checkpoint::Index index = checkpoint::read_index(step3 / checkpoint::kIndexFileName);
