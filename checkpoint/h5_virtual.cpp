@@ -2,6 +2,10 @@
 #include "checkpoint/h5_virtual.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
 
 #include "checkpoint/h5_attributes.h"
 #include "checkpoint/h5_dtype.h"
@@ -56,7 +60,30 @@ void check_tiling(const Shape& global_shape, const std::vector<VirtualSource>& s
   }
   MT_CHECK(covered == runtime::numel_of(global_shape), where, ": the sources cover ", covered,
            " elements of the global shape ", global_shape, "'s ", runtime::numel_of(global_shape),
-           " (a gap would read as zeros)");
+           " (a gap would read as the fill value, without any error)");
+}
+
+// The value a region without data reads as (a source file that is missing, or cannot be read):
+// NaN for floats (quiet NaN; bf16 0x7FC0, f16 0x7E00) and the minimum for integers, so that a
+// missing rank file shows in h5py instead of reading as zeros. Bool keeps FALSE (0): a bool has
+// no value to spare for "missing". The bytes are in `dtype`'s stored type (h5_dtype.h).
+std::vector<unsigned char> missing_data_fill(runtime::DType dtype) {
+  using runtime::DType;
+  auto bytes = [](auto value) {
+    std::vector<unsigned char> out(sizeof(value));
+    std::memcpy(out.data(), &value, sizeof(value));
+    return out;
+  };
+  switch (dtype) {
+    case DType::F32: return bytes(std::numeric_limits<float>::quiet_NaN());
+    case DType::F64: return bytes(std::numeric_limits<double>::quiet_NaN());
+    case DType::BF16: return bytes(uint16_t{0x7FC0});
+    case DType::F16: return bytes(uint16_t{0x7E00});
+    case DType::I32: return bytes(std::numeric_limits<int32_t>::min());
+    case DType::I64: return bytes(std::numeric_limits<int64_t>::min());
+    case DType::Bool: return bytes(int8_t{0});
+  }
+  MT_FAIL("checkpoint: unknown dtype ", static_cast<int>(dtype));
 }
 
 }  // namespace
@@ -74,6 +101,8 @@ void create_virtual_dataset(hid_t index_file, const std::string& path, runtime::
   h5::Dataspace vspace = dataspace_of(global_shape, where);
   h5::PropList dcpl(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", where);
   h5::check(H5Pset_layout(dcpl.get(), H5D_VIRTUAL), "H5Pset_layout", where);
+  const std::vector<unsigned char> fill = missing_data_fill(dtype);
+  h5::check(H5Pset_fill_value(dcpl.get(), type.get(), fill.data()), "H5Pset_fill_value", where);
   for (const VirtualSource& s : sources) {
     if (runtime::numel_of(s.sizes) == 0) continue;  // nothing to map (and HDF5 rejects it)
     h5::Dataspace sspace = dataspace_of(s.sizes, where);

@@ -3,15 +3,21 @@
 //
 // create_virtual_dataset maps each source chunk (a dataset in a rank file) to its region of the
 // whole tensor. The sources must tile the tensor exactly: inside it, not overlapping, covering
-// every element (a gap would read as zeros without any error). The virtual dataset gets the
-// `dtype` and `global_shape` attributes of h5_tensor.h, so read_hyperslab() reads it too.
+// every element (a gap would read as the fill value below, without any error). The virtual
+// dataset gets the `dtype` and `global_shape` attributes of h5_tensor.h, so read_hyperslab()
+// reads it too.
 //
 // Source file names: a relative name is resolved by HDF5 next to the index file (HDF5 1.10 tries,
 // in order, $HDF5_VDS_PREFIX, the dataset access prefix, the index file's own folder, then the
 // working directory), so give the rank files' names relative to the index file's folder (e.g.
 // "rank-0.h5" beside "index.h5") and the checkpoint folder can be moved or renamed as a whole.
-// "." names the index file itself. A source file that cannot be found reads as zeros in HDF5;
-// checkpoint readers should check the rank files exist.
+// "." names the index file itself.
+//
+// Missing data: a source file that cannot be found (or opened) reads, without an error, as the
+// virtual dataset's fill value: NaN for float tensors (f32, f64, bf16 0x7FC0, f16 0x7E00), the
+// type's minimum for integers (INT32_MIN, INT64_MIN), FALSE for bool; so a missing rank file shows
+// in h5py as NaN instead of plausible zeros. Checkpoint readers should still check that the rank
+// files exist (and verify checksums, which a virtual dataset read does not).
 #pragma once
 
 #include <hdf5.h>

@@ -23,7 +23,12 @@ std::unique_ptr<runtime::optim::Optimizer> make_optimizer(
 
 std::unique_ptr<runtime::optim::LRScheduler> make_lr_scheduler(
     const config::LRSchedulerConfig& config, runtime::optim::Optimizer& optimizer,
-    int64_t total_steps) {
+    int64_t total_steps, std::ostream* log) {
+  if (log && config.warmup_steps > total_steps) {
+    *log << "warning: [lr_scheduler] warmup_steps = " << config.warmup_steps
+         << " exceeds [training] steps = " << total_steps << ": warming up over " << total_steps
+         << " steps\n";
+  }
   runtime::optim::WarmupStableDecay wsd;
   wsd.warmup_steps = config.warmup_steps;
   wsd.decay_ratio = config.decay_ratio;

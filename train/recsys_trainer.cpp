@@ -221,7 +221,7 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
 
   setup_managed_collision();
   optimizer_ = make_optimizer(config_.optimizer, model_->dense_parameters());
-  scheduler_ = make_lr_scheduler(config_.lr_scheduler, *optimizer_, tc.steps);
+  scheduler_ = make_lr_scheduler(config_.lr_scheduler, *optimizer_, tc.steps, &log());
   if (config_.checkpoint.enable || !config_.checkpoint.initial_load_path.empty()) {
     CheckpointedData data{
         [this] { return data_->state(); },

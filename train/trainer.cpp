@@ -325,7 +325,7 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
 
   // Optimizer and schedule.
   optimizer_ = make_optimizer(config_.optimizer, model_->named_parameters());
-  scheduler_ = make_lr_scheduler(config_.lr_scheduler, *optimizer_, tc.steps);
+  scheduler_ = make_lr_scheduler(config_.lr_scheduler, *optimizer_, tc.steps, &log());
   if (config_.checkpoint.enable || !config_.checkpoint.initial_load_path.empty()) {
     CheckpointedData data{[this] { return loader_->state().to_map(); },
                           [this](const std::map<std::string, int64_t>& s) {

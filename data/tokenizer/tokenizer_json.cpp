@@ -2,11 +2,15 @@
 
 #include <fstream>
 #include <functional>
+#include <iostream>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "data/tokenizer/byte_level.h"
 #include "data/tokenizer/utf8.h"
@@ -179,6 +183,39 @@ std::optional<std::string> config_token(const json& config, const char* key,
           it->dump());
 }
 
+// "max_length 50" for truncation, "strategy BatchLongest" for padding; else the JSON.
+std::string describe_ignored(const json& value, const char* detail_key) {
+  const json detail = value.is_object() ? field(value, detail_key) : json();
+  if (detail.is_null()) return value.dump();
+  return std::string(detail_key) + " " +
+         (detail.is_string() ? detail.get<std::string>() : detail.dump());
+}
+
+// The truncation and padding settings, which minititan ignores, as one stderr line; once per
+// process and file (a process may load one file several times).
+void note_ignored_settings(const json& root, const fs::path& file) {
+  std::string ignored;
+  for (const auto& [key, detail_key] :
+       {std::pair{"truncation", "max_length"}, std::pair{"padding", "strategy"}}) {
+    const json value = field(root, key);
+    if (value.is_null()) continue;
+    ignored += ignored.empty() ? "" : " and ";
+    ignored += std::string("\"") + key + "\" (" + describe_ignored(value, detail_key) + ")";
+  }
+  if (ignored.empty()) return;
+  static std::mutex mutex;
+  static std::set<std::string> noted;  // canonical paths
+  std::error_code ec;
+  const fs::path canonical = fs::weakly_canonical(file, ec);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!noted.insert(ec ? file.string() : canonical.string()).second) return;
+  }
+  std::cerr << ("tokenizer: " + file.string() + ": ignoring " + ignored +
+                ": minititan encodes whole documents\n")
+            << std::flush;
+}
+
 }  // namespace
 
 TokenizerSpec load_tokenizer_json(const fs::path& path) {
@@ -270,6 +307,7 @@ TokenizerSpec load_tokenizer_json(const fs::path& path) {
     spec.bos_token = config_token(config, "bos_token", config_file.string());
     spec.eos_token = config_token(config, "eos_token", config_file.string());
   }
+  note_ignored_settings(root, file);
   return spec;
 }
 

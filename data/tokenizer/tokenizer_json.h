@@ -7,8 +7,13 @@
 //   ignore_merges, no dropout / byte_fallback / subword prefix or suffix;
 //   pre_tokenizer: ByteLevel with use_regex (the GPT-2 regex; add_prefix_space allowed), or a
 //   Sequence of Split(the GPT-2 or Llama 3 regex, Isolated) and ByteLevel without use_regex.
-// decoder, post_processor, truncation and padding are not interpreted (decoding is byte-level;
-// BOS/EOS are added on request by BpeTokenizer::encode).
+// decoder and post_processor are not interpreted (decoding is byte-level; BOS/EOS are added on
+// request by BpeTokenizer::encode). truncation and padding are ignored: minititan encodes whole
+// documents (dataset preparation must not cut them; the loader packs the tokens into windows).
+// GPT-2's tokenizer.json, for one, has truncation.max_length = 50. Loading a file whose
+// truncation or padding is not null says so once per process and file, on stderr:
+//   tokenizer: gpt2/tokenizer.json: ignoring "truncation" (max_length 50): minititan encodes
+//   whole documents
 #pragma once
 
 #include <filesystem>

@@ -1,13 +1,16 @@
 // Tests of the checkpoint storage layer: tensors as HDF5 datasets (every dtype bit-exact, 0-d and
 // empty, non-contiguous inputs, sliced transfers), chunk attributes, hyperslab reads against
 // tensor slices, checksum verification against a byte flipped on disk, the errors a user meets
-// (each naming the file, the dataset and the tensor), and virtual datasets over rank files.
+// (each naming the file, the dataset and the tensor), and virtual datasets over rank files (a
+// missing one reads as NaN / the integer minimum).
 // h5py reads the files too when a Python with h5py is installed (python3-h5py); otherwise that
 // test skips and says why.
 #include "checkpoint/h5_tensor.h"
 
 #include <gtest/gtest.h>
 
+#include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -23,6 +26,7 @@
 #include "checkpoint/h5_attributes.h"
 #include "checkpoint/h5_virtual.h"
 #include "runtime/core/error.h"
+#include "runtime/ops/factory.h"
 #include "tests/testing/errors.h"
 #include "tests/testing/hdf5_corruption.h"
 #include "tests/testing/python_env.h"
@@ -368,9 +372,9 @@ TEST_F(H5TensorTest, FileErrorsNameThePath) {
 
 // ---- virtual datasets -------------------------------------------------------------------------
 
-// Two rank files, each with row blocks of `t` (rows [0, split) and [split, n)), and an index file
-// with the virtual dataset /w over them.
-void write_split(const testing::ScratchDir& dir, const Tensor& t, int64_t split) {
+// Two rank files in `dir`, each with row blocks of `t` (rows [0, split) and [split, n)), and an
+// index file with the virtual dataset /tensors/w over them.
+void write_split(const fs::path& dir, const Tensor& t, int64_t split) {
   const int64_t n = t.size(0);
   const Shape rest(t.shape().begin() + 1, t.shape().end());
   auto offset_of = [&](int64_t row) {
@@ -399,7 +403,7 @@ void write_split(const testing::ScratchDir& dir, const Tensor& t, int64_t split)
 
 TEST_F(H5TensorTest, VirtualDatasetReadsTheWholeTensorAndMovesWithItsFolder) {
   Tensor t = pattern({10, 6}, DType::BF16, 11);
-  write_split(dir_, t, 4);
+  write_split(dir_.path(), t, 4);
   {
     h5::File index = open_file(dir_ / "index.h5");
     EXPECT_EQ(bytes_of(read_hyperslab(index.get(), "/tensors/w", {0, 0}, {10, 6})), bytes_of(t));
@@ -433,6 +437,34 @@ TEST_F(H5TensorTest, VirtualDatasetOfScalarAndEmptyChunks) {
                          {{"rank-0.h5", "t", {0, 0}, {4, 3}}, {"rank-1.h5", "t", {4, 0}, {0, 3}}});
   EXPECT_EQ(bytes_of(read_hyperslab(index.get(), "s", {}, {})), bytes_of(s));
   EXPECT_EQ(bytes_of(read_hyperslab(index.get(), "t", {0, 0}, {4, 3})), bytes_of(t));
+}
+
+// A rank file that is gone reads as the fill value, not as zeros: NaN for the float types, the
+// minimum for the integer types (FALSE for bool); the other rank's rows are still read.
+TEST_F(H5TensorTest, VirtualDatasetReadsAMissingRankFileAsNanOrTheIntegerMinimum) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(runtime::dtype_name(dtype));
+    const fs::path dir = dir_ / std::string(runtime::dtype_name(dtype));
+    fs::create_directories(dir);
+    Tensor t = pattern({5, 3}, dtype, 31);
+    write_split(dir, t, 2);
+    fs::remove(dir / "rank-1.h5");
+    h5::File index = open_file(dir / "index.h5");
+    const Tensor got = read_hyperslab(index.get(), "/tensors/w", {0, 0}, {5, 3});
+    EXPECT_EQ(bytes_of(got.narrow(0, 0, 2)), bytes_of(t.narrow(0, 0, 2)));
+    const Tensor missing = got.narrow(0, 2, 3).contiguous();
+    for (int64_t i = 0; i < missing.numel(); ++i) {
+      switch (dtype) {
+        case DType::F32: EXPECT_TRUE(std::isnan(missing.data<float>()[i])) << i; break;
+        case DType::F64: EXPECT_TRUE(std::isnan(missing.data<double>()[i])) << i; break;
+        case DType::BF16: EXPECT_EQ(missing.data<runtime::bfloat16>()[i].bits, 0x7FC0) << i; break;
+        case DType::F16: EXPECT_EQ(missing.data<runtime::float16>()[i].bits, 0x7E00) << i; break;
+        case DType::I32: EXPECT_EQ(missing.data<int32_t>()[i], INT32_MIN) << i; break;
+        case DType::I64: EXPECT_EQ(missing.data<int64_t>()[i], INT64_MIN) << i; break;
+        case DType::Bool: EXPECT_FALSE(missing.data<bool>()[i]) << i; break;
+      }
+    }
+  }
 }
 
 TEST_F(H5TensorTest, VirtualDatasetSourcesMustTileTheTensor) {
@@ -472,7 +504,7 @@ TEST_F(H5TensorTest, H5pyReadsBf16AsNumbersAndVirtualDatasetsWhole) {
   for (float& v : std::span(t.data<float>(), 18)) v = float(&v - t.data<float>()) * 0.5f - 3.0f;
   Tensor half = Tensor::empty({3}, TensorOptions{}.with_dtype(DType::F16));
   for (int i = 0; i < 3; ++i) half.data<runtime::float16>()[i] = runtime::float16(0.25f * i - 1.0f);
-  write_split(dir_, t, 2);
+  write_split(dir_.path(), t, 2);
   {
     h5::File f = create_file(dir_ / "extra.h5");
     write_tensor(f.get(), "bf", bf, ChunkInfo{"bf", {2, 4}, {0, 0}});
@@ -516,6 +548,33 @@ TEST_F(H5TensorTest, H5pyReadsBf16AsNumbersAndVirtualDatasetsWhole) {
   // From another working directory: the virtual dataset's sources resolve next to index.h5.
   const std::string command =
       "cd / && " + *python + " '" + script.string() + "' '" + dir_.path().string() + "'";
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+}
+
+// What the README promises h5py users: a missing rank file reads as NaN (float32, bfloat16 read
+// by HDF5 as float32) or the integer minimum, and the present rank's rows are the data.
+TEST_F(H5TensorTest, H5pyReadsAMissingRankFileAsNanOrTheIntegerMinimum) {
+  const std::optional<std::string> python = testing::python_with("h5py");
+  if (!python) GTEST_SKIP() << "no python3 with h5py (apt-get install python3-h5py)";
+  for (DType dtype : {DType::F32, DType::BF16, DType::I32, DType::I64}) {
+    const fs::path dir = dir_ / std::string(runtime::dtype_name(dtype));
+    fs::create_directories(dir);
+    Tensor t = runtime::arange(0, 12, 1, TensorOptions{}.with_dtype(dtype)).reshape({4, 3});
+    write_split(dir, t, 1);
+    fs::remove(dir / "rank-1.h5");
+  }
+  const fs::path script = dir_ / "check.py";
+  std::ofstream(script) << "import sys, h5py, numpy as np\n"
+                        << "for name in ['f32', 'bf16', 'i32', 'i64']:\n"
+                        << "    with h5py.File(sys.argv[1] + '/' + name + '/index.h5', 'r') as f:\n"
+                        << "        w = f['/tensors/w'][()]\n"
+                        << "    assert w[0].tolist() == [0, 1, 2], (name, w)\n"
+                        << "    if w.dtype.kind == 'f':\n"
+                        << "        assert np.isnan(w[1:]).all(), (name, w)\n"
+                        << "    else:\n"
+                        << "        assert (w[1:] == np.iinfo(w.dtype).min).all(), (name, w)\n"
+                        << "print('h5py ok')\n";
+  const std::string command = *python + " '" + script.string() + "' '" + dir_.path().string() + "'";
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
 }
 

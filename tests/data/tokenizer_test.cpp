@@ -430,6 +430,29 @@ TEST(Gpt2Tokenizer, SaveAndReloadIsIdentical) {
   for (const std::string& s : sample_strings()) EXPECT_EQ(again.encode(s), tok.encode(s));
 }
 
+// GPT-2's tokenizer.json has truncation.max_length = 50, which minititan ignores (it encodes whole
+// documents): the tokenizer still encodes, and one stderr line says so, once per file. A copy
+// (a path new to this process) so that no earlier load has said it already.
+TEST(Gpt2Tokenizer, IgnoredTruncationIsNotedOnceAndEncodesWhole) {
+  REQUIRE_SHARED_FILE(file, "gpt2/tokenizer.json");
+  TempDir dir;
+  fs::copy_file(file, dir.path() / "tokenizer.json");
+  fs::copy_file(file.parent_path() / "tokenizer_config.json", dir.path() / "tokenizer_config.json");
+  ::testing::internal::CaptureStderr();
+  const BpeTokenizer tok = BpeTokenizer::from_file(dir.path() / "tokenizer.json");
+  const BpeTokenizer again = BpeTokenizer::from_file(dir.path());  // the same file, via its folder
+  const Ids ids = tok.encode("Hello world");
+  const std::string long_text(5000, 'a');  // far more than 50 tokens: nothing is cut
+  const size_t long_ids = again.encode(long_text + " " + long_text).size();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(ids, (Ids{15496, 995}));
+  EXPECT_GT(long_ids, 50u);
+  EXPECT_EQ(again.decode(again.encode(long_text)), long_text);
+  EXPECT_EQ(err, "tokenizer: " + (dir.path() / "tokenizer.json").string() +
+                     ": ignoring \"truncation\" (max_length 50): minititan encodes whole "
+                     "documents\n");
+}
+
 // ---------------------------------------------------------------- small hand-made tokenizers
 
 // A byte-level tokenizer.json with all 256 bytes, "ab" (256), "abc" (257), and the given merges.
@@ -475,6 +498,27 @@ TEST(TokenizerJson, IgnoreMergesTakesWholeWordsFromTheVocab) {
   EXPECT_EQ(BpeTokenizer::from_file(dir.path() / "plain.json").encode("abc"),
             (Ids{256, 'c' - '!'}));
   EXPECT_EQ(BpeTokenizer::from_file(dir.path() / "ignore.json").encode("abc"), (Ids{257}));
+}
+
+TEST(TokenizerJson, IgnoredTruncationAndPaddingAreNotedOncePerFile) {
+  TempDir dir;
+  using nlohmann::json;
+  const json padding = {{"strategy", {{"Fixed", 8}}}, {"direction", "Right"}, {"pad_id", 0}};
+  write_file(dir.path() / "none.json",
+             tiny_tokenizer_json({"a b"}, {{"truncation", nullptr}, {"padding", nullptr}}));
+  const json truncation = {{"max_length", 4}, {"strategy", "LongestFirst"}};
+  write_file(dir.path() / "both.json",
+             tiny_tokenizer_json({"a b"}, {{"truncation", truncation}, {"padding", padding}}));
+  ::testing::internal::CaptureStderr();
+  BpeTokenizer::from_file(dir.path() / "none.json");
+  for (int i = 0; i < 2; ++i) BpeTokenizer::from_file(dir.path() / "both.json");
+  const BpeTokenizer both = BpeTokenizer::from_file(dir.path() / "both.json");
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, "tokenizer: " + (dir.path() / "both.json").string() +
+                     ": ignoring \"truncation\" (max_length 4) and \"padding\" (strategy "
+                     "{\"Fixed\":8}): minititan encodes whole documents\n");
+  EXPECT_EQ(both.encode("ab"), (Ids{256}));                // not padded to 8
+  EXPECT_EQ(both.encode(std::string(6, 'a')).size(), 6u);  // not truncated to 4
 }
 
 TEST(TokenizerJson, ErrorsNameTheFileAndTheProblem) {

@@ -110,8 +110,8 @@ std::vector<SectionSpec> build_schema() {
       "lr_scheduler", &JobConfig::lr_scheduler,
       "Warmup-stable-decay schedule of the learning rate (factor of optimizer.lr).",
       {
-          {"warmup_steps", &L::warmup_steps, "Steps of linear warmup (at most training.steps)",
-           non_negative()},
+          {"warmup_steps", &L::warmup_steps,
+           "Steps of linear warmup (clamped to training.steps, with a warning)", non_negative()},
           {"decay_ratio", &L::decay_ratio,
            "Share of all steps spent decaying, at the end; 1.0 = decay right after warmup",
            in_range(0, 1)},

@@ -1,5 +1,6 @@
 #include "train/config/toml_convert.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace mt::train::config {
@@ -80,5 +81,28 @@ Parsed from_toml(FieldType type, const toml::value& value) {
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+
+size_t toml_nesting_depth(std::string_view text) {
+  size_t depth = 0, deepest = 0, i = 0;
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c == '#') {  // a comment, to the end of the line
+      while (i < text.size() && text[i] != '\n') ++i;
+    } else if (c == '"' || c == '\'') {  // a string: basic or literal, one line or three quotes
+      const bool multi_line = text.substr(i, 3) == std::string(3, c);
+      const std::string_view close = text.substr(i, multi_line ? 3 : 1);
+      i += close.size();
+      while (i < text.size() && text.substr(i, close.size()) != close) {
+        i += c == '"' && text[i] == '\\' ? 2 : 1;  // basic strings have escapes
+      }
+      i += close.size();
+    } else {
+      if (c == '[' || c == '{') deepest = std::max(deepest, ++depth);
+      if ((c == ']' || c == '}') && depth > 0) --depth;
+      ++i;
+    }
+  }
+  return deepest;
+}
 
 }  // namespace mt::train::config

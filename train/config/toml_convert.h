@@ -3,7 +3,9 @@
 // system's .cpp files include it.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <string_view>
 #include <toml.hpp>
 
 #include "train/config/value.h"
@@ -16,5 +18,11 @@ Parsed from_toml(FieldType type, const toml::value& value);
 // What a TOML value is, for "got ..." in messages: string "ten", integer 10, float 0.5,
 // boolean true, array, table, date-time.
 std::string describe(const toml::value& value);
+
+// toml11 parses arrays and inline tables recursively, so text nested thousands deep (`x =
+// [[[[...]]]]`) would overflow the stack: the deepest nesting of [ and { in TOML text (strings
+// and comments skipped), which callers check against kMaxTomlNesting before parsing.
+inline constexpr size_t kMaxTomlNesting = 64;
+size_t toml_nesting_depth(std::string_view text);
 
 }  // namespace mt::train::config

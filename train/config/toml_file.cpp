@@ -1,6 +1,8 @@
 #include "train/config/toml_file.h"
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,8 +43,15 @@ toml::value parse_file(const fs::path& file, const std::string& shown,
   if (!fs::is_regular_file(file, ec)) {
     MT_FAIL("config file '", shown, "' not found", included_from);
   }
+  std::ifstream in(file, std::ios::binary);
+  const std::string text{std::istreambuf_iterator<char>(in), {}};
+  MT_CHECK(bool(in) || in.eof(), "cannot read config file '", shown, "'", included_from);
+  const size_t depth = toml_nesting_depth(text);
+  MT_CHECK(depth <= kMaxTomlNesting, "malformed TOML in ", shown, ": arrays or inline tables nested ",
+           depth, " deep (at most ", kMaxTomlNesting, ")");
   try {
-    return toml::parse(file.string());
+    std::istringstream stream(text);
+    return toml::parse(stream, file.string());
   } catch (const toml::syntax_error& e) {
     MT_FAIL("malformed TOML in ", shown, " line ", e.location().line(), ": ", toml_message(e));
   } catch (const std::exception& e) {

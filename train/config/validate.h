@@ -1,6 +1,6 @@
 // Validation of a resolved JobConfig, in two steps:
 //  - validate(): each value against its key's rule (schema.cpp) and the rules that tie keys
-//    together (warmup within the run, checkpoint interval when enabled, ...). load_config()
+//    together (batch sizes, checkpoint interval when enabled, ...). load_config()
 //    calls it, so a loaded config is always valid on its own.
 //  - validate_for_world(): the rules that need the number of ranks (the data-parallel degree is
 //    known only at run time); it returns the resulting layout, e.g. the gradient accumulation.

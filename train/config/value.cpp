@@ -116,6 +116,7 @@ std::string_view trim(std::string_view s) {
 
 // Parses `text` as a TOML value (the right-hand side of `v = text`).
 std::optional<toml::value> parse_toml_literal(std::string_view text) {
+  if (toml_nesting_depth(text) > kMaxTomlNesting) return std::nullopt;
   std::istringstream in("v = " + std::string(text) + "\n");
   try {
     toml::value root = toml::parse(in, "command line");
