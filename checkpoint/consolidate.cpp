@@ -44,6 +44,7 @@ std::string human_bytes(int64_t bytes) {
 CheckpointSummary inspect_checkpoint(const fs::path& dir, bool verify) {
   CheckpointSummary s;
   s.dir = dir;
+  s.index_checksum = verify_index_checksum(dir / kIndexFileName);
   s.index = read_index(dir / kIndexFileName);
   check_rank_files(dir, s.index);
   std::map<std::string, TensorSummary> by_name;
@@ -74,7 +75,7 @@ CheckpointSummary inspect_checkpoint(const fs::path& dir, bool verify) {
 void print_summary(const CheckpointSummary& s, std::ostream& out) {
   out << "checkpoint " << s.dir.string() << "\n";
   for (const auto& [key, v] : s.index.values) {
-    if (key == "config") continue;  // long; shown by h5dump or consolidate
+    if (key == "config" || key == "architecture") continue;  // long; h5dump or consolidate
     out << "  " << key << " = ";
     std::visit([&](const auto& x) { out << x; }, v);
     out << "\n";
@@ -95,6 +96,10 @@ void print_summary(const CheckpointSummary& s, std::ostream& out) {
   }
   out << "  " << s.tensors.size() << " tensors, " << human_bytes(s.total_bytes) << " in "
       << s.rank_files << " rank file" << (s.rank_files == 1 ? "" : "s") << "\n";
+  out << "  index: "
+      << (s.index_checksum == IndexChecksum::Verified
+              ? "checksum verified\n"
+              : "no checksum file (written before minititan kept one): not verified\n");
   if (s.checksum_errors.empty()) {
     out << "  checksums: all " << s.index.chunks.size() << " chunks verified\n";
   } else {

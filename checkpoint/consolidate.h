@@ -31,6 +31,7 @@ struct CheckpointSummary {
   int64_t total_bytes = 0;
   int rank_files = 0;
   std::vector<std::string> checksum_errors;  // empty when every chunk verified
+  IndexChecksum index_checksum = IndexChecksum::Absent;  // a damaged index throws instead
 };
 
 // Reads the index and, with `verify`, every chunk's checksum (errors are collected, not thrown).

@@ -173,6 +173,7 @@ void save_checkpoint(const fs::path& dir, const CheckpointState& state, ProcessG
     }
     write_index(tmp / kIndexFileName, index);
     fsync_path(tmp / kIndexFileName, false);
+    fsync_path(index_checksum_path(tmp / kIndexFileName), false);
     fsync_path(tmp, true);
     maybe_crash("before_rename");
     if (fs::exists(dir)) {  // saving a step again (a run restarted from an earlier step)

@@ -2,7 +2,7 @@
 //
 // Save (save_checkpoint): the ranks all-gather what they hold and plan who writes what
 // (save_plan.h); each rank writes its chunks into its own file, <dir>.tmp/rank-NNNNN.h5; rank 0
-// then writes index.h5 (index.h), every file is fsynced, and rank 0 renames <dir>.tmp to <dir>
+// then writes index.h5 and its checksum index.h5.xxh64 (index.h), every file is fsynced, and rank 0 renames <dir>.tmp to <dir>
 // and fsyncs the parent folder. A folder named step-N (no .tmp) is therefore always complete: a
 // crash at any point leaves at most a .tmp folder, which readers ignore. A failure on any rank
 // (disk full, ...) throws on every rank with that rank's message.

@@ -2,8 +2,11 @@
 #include "checkpoint/index.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <map>
 
+#include "checkpoint/checksum.h"
 #include "checkpoint/h5_attributes.h"
 #include "checkpoint/h5_dtype.h"
 #include "checkpoint/h5_file.h"
@@ -137,7 +140,28 @@ void write_values(hid_t file, const Values& values, const std::string& where) {
   for (const auto& [key, value] : values) write_value(file, key, value, where);
 }
 
-void write_index(const fs::path& path, const Index& index) {
+namespace {
+
+uint64_t file_xxh64(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  MT_CHECK(bool(in), "checkpoint index ", path.string(), ": cannot be opened");
+  Xxh64 hash;
+  std::vector<char> buffer(size_t(1) << 20);
+  while (in) {
+    in.read(buffer.data(), std::streamsize(buffer.size()));
+    hash.update(buffer.data(), size_t(in.gcount()));
+  }
+  MT_CHECK(in.eof(), "checkpoint index ", path.string(), ": read error");
+  return hash.digest();
+}
+
+std::string hex16(uint64_t v) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
+  return text;
+}
+
+void write_index_hdf5(const fs::path& path, const Index& index) {
   h5::File file = create_file(path);
   h5::Lock lock;
   const std::string where = "checkpoint index " + path.string();
@@ -188,7 +212,39 @@ void write_index(const fs::path& path, const Index& index) {
   h5::check(H5Fflush(f, H5F_SCOPE_GLOBAL), "H5Fflush", where);
 }
 
+}  // namespace
+
+fs::path index_checksum_path(const fs::path& index_path) {
+  return fs::path(index_path.string() + kIndexChecksumSuffix);
+}
+
+IndexChecksum verify_index_checksum(const fs::path& index_path) {
+  const fs::path sum_path = index_checksum_path(index_path);
+  std::error_code ec;
+  if (!fs::exists(sum_path, ec)) return IndexChecksum::Absent;
+  std::ifstream in(sum_path);
+  std::string saved;
+  in >> saved;
+  MT_CHECK(saved.size() == 16 && saved.find_first_not_of("0123456789abcdef") == std::string::npos,
+           "checkpoint index ", index_path.string(), ": its checksum file ", sum_path.string(),
+           " is damaged (expected 16 hex digits)");
+  const std::string actual = hex16(file_xxh64(index_path));
+  MT_CHECK(actual == saved, "checkpoint index ", index_path.string(),
+           " is damaged: its XXH64 is ", actual, ", ", sum_path.filename().string(), " says ",
+           saved, "; nothing was read from it (restore it, or load an earlier step)");
+  return IndexChecksum::Verified;
+}
+
+void write_index(const fs::path& path, const Index& index) {
+  write_index_hdf5(path, index);  // closed before it is hashed
+  std::ofstream out(index_checksum_path(path), std::ios::trunc);
+  out << hex16(file_xxh64(path)) << "  " << path.filename().string() << "\n";
+  out.close();
+  MT_CHECK(bool(out), "checkpoint index ", path.string(), ": cannot write its checksum file");
+}
+
 Index read_index(const fs::path& path) {
+  verify_index_checksum(path);
   h5::File file = open_file(path);
   h5::Lock lock;
   const std::string where = "checkpoint index " + path.string();

@@ -36,9 +36,23 @@ struct Index {
   Values values;
 };
 
+// Writes the index, then its checksum file (below).
 void write_index(const std::filesystem::path& path, const Index& index);
-// Errors name the file and what is missing or malformed (e.g. a newer format version).
+// Verifies the checksum file first; errors name the file and what is missing or malformed (e.g.
+// a newer format version).
 Index read_index(const std::filesystem::path& path);
+
+// The checksum file beside the index, `index.h5.xxh64`: "<XXH64 of index.h5's bytes, 16 hex
+// digits>  index.h5" (xxhsum's format: `xxhsum -H1 -c index.h5.xxh64` checks it too). It is
+// checked before HDF5 reads a byte of the index, so a damaged index (chunk table, /state values:
+// step, data positions, ...) is an error naming the file, never a crash inside HDF5 nor a resume
+// at another step or data position. Indexes written before it existed have none and are read
+// unchecked (index_checksum_state says so).
+inline constexpr const char* kIndexChecksumSuffix = ".xxh64";
+std::filesystem::path index_checksum_path(const std::filesystem::path& index_path);
+enum class IndexChecksum { Verified, Absent };
+// Throws mt::Error naming the index and both sums when they differ (or the file is unreadable).
+IndexChecksum verify_index_checksum(const std::filesystem::path& index_path);
 
 // Writes `values` as /state/<key> scalar datasets of `file` (the caller holds h5::Lock).
 void write_values(hid_t file, const Values& values, const std::string& where);

@@ -349,6 +349,40 @@ TEST(TrainerCheckpoint, KeepLatestKRemovesOlderCheckpointsOnly) {
   }
 }
 
+EditArgs shrunk_with(std::function<void(models::llama::ModelArgs&)> change) {
+  return [change](std::any& a) {
+    testing::shrink_llama(a);
+    change(std::any_cast<models::llama::ModelArgs&>(a));
+  };
+}
+
+// The checkpoint's saved architecture is checked before any tensor: one error names every field
+// in which the configured model differs (train/model_spec.h).
+TEST(TrainerCheckpoint, CheckpointOfAnotherArchitectureIsOneErrorListingEveryField) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const Inputs& in = inputs(corpus);
+  testing::ScratchDir dir;
+  const fs::path dump = dir / "run";
+  const Names args = job_args(in, dump, {"--training.steps=8", "--checkpoint.interval=4"});
+  (void)train(job_args(in, dump, {"--training.steps=4", "--checkpoint.interval=4"}));
+  const std::string e = error_of([&] {
+    train(args, shrunk_with([](models::llama::ModelArgs& a) {
+            a.dim = 96;
+            a.n_layers = 3;
+          }));
+  });
+  for (const char* text : {"is not the model saved in checkpoint ", "(3 fields differ)",
+                           "dim (hidden_size): 96 in the model asked for, 64 in checkpoint",
+                           "n_layers (num_hidden_layers): 3 in the model asked for, 2 in",
+                           "ffn hidden size (intermediate_size): 256 in the model asked for, 192"}) {
+    EXPECT_TRUE(contains(e, text)) << text << "\n" << e;
+  }
+  EXPECT_TRUE(contains(e, step_dir(dump, 4).string())) << e;
+  EXPECT_EQ(train(args).first_step, 5);
+}
+
+// Checkpoints written before the architecture was saved: the tensors' shapes are checked, all in
+// one error.
 TEST(TrainerCheckpoint, CheckpointOfAnotherModelShapeIsOneErrorListingEveryTensor) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const Inputs& in = inputs(corpus);
@@ -356,12 +390,9 @@ TEST(TrainerCheckpoint, CheckpointOfAnotherModelShapeIsOneErrorListingEveryTenso
   const fs::path dump = dir / "run";
   const Names args = job_args(in, dump, {"--training.steps=8", "--checkpoint.interval=4"});
   (void)train(job_args(in, dump, {"--training.steps=4", "--checkpoint.interval=4"}));
-  auto shrunk_with = [](std::function<void(models::llama::ModelArgs&)> change) -> EditArgs {
-    return [change](std::any& a) {
-      testing::shrink_llama(a);
-      change(std::any_cast<models::llama::ModelArgs&>(a));
-    };
-  };
+  checkpoint::Index old = index_of(step_dir(dump, 4));
+  ASSERT_EQ(old.values.erase("architecture"), 1u);
+  checkpoint::write_index(step_dir(dump, 4) / checkpoint::kIndexFileName, old);
   const std::string wider =
       error_of([&] { train(args, shrunk_with([](models::llama::ModelArgs& a) { a.dim = 96; })); });
   EXPECT_TRUE(contains(wider, step_dir(dump, 4).string())) << wider;
