@@ -578,6 +578,14 @@ TrainResult Trainer::train() {
   // Per rank: tokens/s and MFU in the log are per rank (per device), as torchtitan reports them.
   const int64_t tokens_per_step = grad_accum_ * tc.local_batch_size * tc.seq_len;
   const double flops_per_token = spec_->flops_per_token(tc.seq_len);
+  // A model's vocab may be padded beyond the tokenizer's (e.g. an imported Hugging Face model).
+  const auto vocab_text = [&] {
+    const int64_t model = vocab_size_of(*spec_).value_or(tokenizer_->vocab_size());
+    return model == tokenizer_->vocab_size()
+               ? std::to_string(model)
+               : std::to_string(model) + " (the tokenizer's " +
+                     std::to_string(tokenizer_->vocab_size()) + ")";
+  };
   const bool bf16_compute =
       dp_mesh_ != nullptr && config_.training.mixed_precision_param != "float32";
   const PeakDType peak_dtype = bf16_compute ? PeakDType::BF16 : PeakDType::F32;
@@ -586,7 +594,7 @@ TrainResult Trainer::train() {
   const std::optional<double> peak = peak_flops(device_.type, device_name, peak_dtype);
   out << "job: " << config_.job.description << " -> " << dump.string() << "\n"
       << "model: " << config_.model.name << " " << config_.model.flavor << ", " << num_params()
-      << " parameters, vocab " << tokenizer_->vocab_size() << ", " << std::setprecision(3)
+      << " parameters, vocab " << vocab_text() << ", " << std::setprecision(3)
       << flops_per_token / 1e6 << " MFLOPs/token; activation checkpointing: "
       << activation_checkpointing_text() << "\n"
       << "data: " << token_file_.string() << ": " << loader_->info().num_tokens << " tokens, "

@@ -52,8 +52,7 @@ ModelSpec spec_of(ModelArgs model_args, const std::string& flavor) {
   spec.architecture = [args] { return hf_config_json(args(), "float32"); };
   spec.architecture_differences = [args](const std::string& saved, const std::string& where) {
     return architecture_differences(args(), "the model asked for",
-                                    args_from_hf_config_text(saved, where),
-                                    where);
+                                    args_from_hf_config_text(saved, where), "the checkpoint");
   };
   return spec;
 }

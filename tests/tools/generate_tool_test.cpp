@@ -106,7 +106,7 @@ TEST_F(GenerateTool, AFlavorThatIsNotTheCheckpointsModelIsAnErrorListingTheField
   const testing::CommandResult r = generate("--prompt hello --flavor debugmodel");
   EXPECT_EQ(r.status, 1) << r.output;
   for (const char* text : {"--flavor debugmodel with the tokenizer's vocab (50257) is not the model",
-                           "dim (hidden_size): 256 in the model asked for, 96 in checkpoint",
+                           "dim (hidden_size): 256 in the model asked for, 96 in the checkpoint",
                            "vocab_size: 50257 in the model asked for, 50280 in",
                            "tie_embeddings (tie_word_embeddings): false"}) {
     EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;

@@ -125,7 +125,7 @@ TEST_F(FromCheckpoint, AFlavorThatIsNotTheCheckpointsModelListsEveryDifference) 
     run(job("debugmodel", {"--checkpoint.initial_load_path=" + imported_.string()}));
   });
   for (const char* field :
-       {"dim (hidden_size): 256 in the model asked for, 96 in checkpoint",
+       {"dim (hidden_size): 256 in the model asked for, 96 in the checkpoint",
         "n_layers (num_hidden_layers): 6 in the model asked for, 3 in",
         "n_heads (num_attention_heads): 16", "n_kv_heads (num_key_value_heads): 16",
         "ffn hidden size (intermediate_size)", "vocab_size: " , "norm_eps (rms_norm_eps): 1.0000000000000001e-05",

@@ -372,7 +372,7 @@ TEST(TrainerCheckpoint, CheckpointOfAnotherArchitectureIsOneErrorListingEveryFie
           }));
   });
   for (const char* text : {"is not the model saved in checkpoint ", "(3 fields differ)",
-                           "dim (hidden_size): 96 in the model asked for, 64 in checkpoint",
+                           "dim (hidden_size): 96 in the model asked for, 64 in the checkpoint",
                            "n_layers (num_hidden_layers): 3 in the model asked for, 2 in",
                            "ffn hidden size (intermediate_size): 256 in the model asked for, 192"}) {
     EXPECT_TRUE(contains(e, text)) << text << "\n" << e;
