@@ -23,6 +23,7 @@ struct TrainResult {
   int64_t first_step = 1;  // the step losses[0] belongs to (> 1 when resumed from a checkpoint)
   int64_t steps_done = 0;  // the last step done
   bool stopped_by_signal = false;
+  std::vector<int64_t> skipped_steps;  // non-finite steps skipped ([training] skip_nonfinite_steps)
   std::string sample;  // the generated text (prompt not included); empty if none
   double seconds = 0.0;
 };

@@ -16,6 +16,7 @@
 #include <optional>
 #include <sstream>
 
+#include "checkpoint/manager.h"
 #include "data/dataset/loader.h"
 #include "data/dataset/token_file.h"
 #include "data/tokenizer/bpe_tokenizer.h"
@@ -452,6 +453,7 @@ struct Trainer::StepValues {
   double valid = 0.0;   // valid tokens over every rank: loss = sum over ranks of loss_sum / valid
   Tensor grad_norm;     // on the device; undefined where the norm was read at once
   double host_grad_norm = 0.0;
+  bool skipped = false;  // the norm was read at once and not finite: no optimizer update
   std::map<std::string, double> model_metrics;  // the model's after_optimizer_step hook
 };
 
@@ -480,13 +482,25 @@ Trainer::StepValues Trainer::train_step() {
   // it stays on the device, so the host queues the whole step without waiting for it, and the
   // clipping coefficient goes to the optimizer, which applies it as it reads the gradients (no
   // pass over them of its own).
+  // A non-finite norm seen here skips the update (the weights stay finite); on a GPU it is read
+  // here only when skipping is allowed, else at the next read of the step (read_steps).
   Tensor clip_scale;
   if (device_.is_cpu()) {
     values.host_grad_norm = parallel::clip_grad_norm_(parallel::distributed_parameters(*model_),
                                                       config_.training.max_norm);
+    values.skipped = !std::isfinite(values.host_grad_norm);
   } else {
     values.grad_norm = parallel::total_grad_norm_tensor(parallel::distributed_parameters(*model_));
     clip_scale = runtime::optim::clip_coefficient(values.grad_norm, config_.training.max_norm);
+    if (config_.training.skip_nonfinite_steps > 0) {
+      values.host_grad_norm = values.grad_norm.item<double>();
+      values.grad_norm = Tensor();
+      values.skipped = !std::isfinite(values.host_grad_norm);
+    }
+  }
+  if (values.skipped) {
+    scheduler_->step();  // the schedule follows the steps (and the data), updated or not
+    return values;
   }
   optimizer_->step(clip_scale);
   scheduler_->step();
@@ -501,14 +515,56 @@ Trainer::StepValues Trainer::train_step() {
   return values;
 }
 
-void Trainer::read_steps(std::vector<StepValues>& unread, TrainResult& result) const {
+void Trainer::read_steps(std::vector<StepValues>& unread, int64_t last_step,
+                         TrainResult& result) const {
+  int64_t step = last_step - int64_t(unread.size());
   for (StepValues& v : unread) {  // every rank reads the same steps: the sums pair up
+    ++step;
     result.losses.push_back(sum_over_ranks(v.loss_sum.item<double>(), "train.loss") / v.valid);
     result.grad_norms.push_back(v.grad_norm.defined() ? v.grad_norm.item<double>()
                                                       : v.host_grad_norm);
     result.model_metrics.push_back(std::move(v.model_metrics));
+    // Skipped steps were handled when they ran; any other non-finite step already updated.
+    if (!v.skipped && !(std::isfinite(result.losses.back()) &&
+                        std::isfinite(result.grad_norms.back()))) {
+      fail_nonfinite(step, result.losses.back(), result.grad_norms.back());
+    }
   }
   unread.clear();
+}
+
+namespace {
+
+// "nan" (never "-nan"), "inf", "-inf", or the number.
+std::string number_text(double x) {
+  if (std::isnan(x)) return "nan";
+  std::ostringstream os;
+  os << x;
+  return os.str();
+}
+
+}  // namespace
+
+void Trainer::fail_nonfinite(int64_t step, double loss, double grad_norm) const {
+  std::string last;
+  if (config_.checkpoint.enable) {
+    if (checkpointer_) checkpointer_->finish();
+    const std::vector<int64_t> saved = checkpoint::complete_checkpoint_steps(
+        fs::path(config_.job.dump_folder) / config_.checkpoint.folder);
+    if (!saved.empty()) {
+      last = "; the last checkpoint is " +
+             (fs::path(config_.job.dump_folder) / config_.checkpoint.folder /
+              ("step-" + std::to_string(saved.back())))
+                 .string();
+    }
+  }
+  std::ostringstream os;
+  os << "train: step " << step << ": the loss is " << number_text(loss)
+     << " and the gradient norm " << number_text(grad_norm) << " (not finite): stopping" << last
+     << ". Lower optimizer.lr (it is " << config_.optimizer.lr
+     << ") or raise [training] skip_nonfinite_steps (it is "
+     << config_.training.skip_nonfinite_steps << ") to skip such steps";
+  MT_FAIL(os.str());
 }
 
 std::optional<double> Trainer::validation_loss(int64_t max_batches) const {
@@ -657,9 +713,24 @@ TrainResult Trainer::train() {
     run.profile_begin(step, device_);
     unread.push_back(train_step());
     run.profile_end(step);
+    if (unread.back().skipped) {
+      result.skipped_steps.push_back(step);
+      if (int64_t(result.skipped_steps.size()) > tc.skip_nonfinite_steps) {
+        const double loss =
+            sum_over_ranks(unread.back().loss_sum.item<double>(), "train.loss") /
+            unread.back().valid;
+        fail_nonfinite(step, loss, unread.back().host_grad_norm);
+      }
+      out << "warning: step " << step << ": the gradient norm is "
+          << number_text(unread.back().host_grad_norm) << ": skipped, no update ("
+          << result.skipped_steps.size() << " of " << tc.skip_nonfinite_steps
+          << " allowed by [training] skip_nonfinite_steps)\n";
+    }
     const bool log_line = step == 1 || step % config_.metrics.log_freq == 0 || step == tc.steps;
+    // The losses are read before a checkpoint is saved too, so no save holds a non-finite step.
+    const bool save_due = config_.checkpoint.enable && step % config_.checkpoint.interval == 0;
     // The wait for the device, at a logged step: the window's time is the steps' wall time.
-    if (log_line) read_steps(unread, result);
+    if (log_line || save_due) read_steps(unread, step, result);
     const double dt = seconds_since(t0);
     const double wait_now = loader_->data_wait_seconds();
     window_wait += wait_now - last_wait;
@@ -694,7 +765,7 @@ TrainResult Trainer::train() {
       run_validation(step);
     if (run.end_of_step(step, tokens_seen, result)) break;
   }
-  read_steps(unread, result);  // a stop between logged steps
+  read_steps(unread, result.steps_done, result);  // a stop between logged steps
   run.finish(result);
   out << "\n" << std::flush;
 

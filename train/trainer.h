@@ -138,8 +138,11 @@ class Trainer {
   // logged step (read_steps), so it queues the next steps instead of waiting for each to end.
   StepValues train_step();
   // Reads the steps' values on the host, in order, into result (losses, norms, model metrics),
-  // and clears `unread`: a wait for the device when they are on one.
-  void read_steps(std::vector<StepValues>& unread, TrainResult& result) const;
+  // and clears `unread` (whose last step is `last_step`): a wait for the device when they are on
+  // one. A non-finite loss or norm of a step that was not skipped stops the run (fail_nonfinite).
+  void read_steps(std::vector<StepValues>& unread, int64_t last_step, TrainResult& result) const;
+  // Throws the mt::Error that stops a run at a non-finite step, naming the last checkpoint.
+  [[noreturn]] void fail_nonfinite(int64_t step, double loss, double grad_norm) const;
   // Runs fn on rank 0, then (when it succeeded) on the other ranks; rank 0's error stops all.
   template <class Fn>
   auto on_rank0_first(const char* what, Fn&& fn) -> decltype(fn());

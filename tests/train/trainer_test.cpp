@@ -21,6 +21,7 @@
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/core/determinism.h"
 #include "runtime/core/error.h"
+#include "tests/testing/errors.h"
 #include "tests/testing/shared_data.h"
 #include "tests/testing/tensorboard_events.h"
 #include "tests/testing/trainer_fixtures.h"
@@ -31,6 +32,7 @@ namespace mt::train {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::error_of;
 
 fs::path temp_dir(const std::string& name) {
   // Per process: ctest runs each TEST as its own process, several at once.
@@ -371,6 +373,51 @@ TEST(Trainer, UnknownConfigKeyIsAConfigError) {
     EXPECT_NE(msg.find("bad.toml"), std::string::npos) << msg;
     EXPECT_NE(msg.find("local_batch_size"), std::string::npos) << msg;  // did you mean
   }
+}
+
+// lr = 2^31 makes the weights blow up after step 1: the first non-finite step stops the run,
+// before its update, naming the step and the last checkpoint (which holds finite weights); with
+// [training] skip_nonfinite_steps = N the first N such steps are skipped with a warning.
+TEST(Trainer, NonFiniteStepsStopTheRunOrAreSkippedAsAllowed) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const fs::path dump = temp_dir("nonfinite");
+  const std::vector<std::string> huge_lr = {
+      "--optimizer.lr=2147483648", "--training.steps=8", "--validation.enable=false",
+      "--checkpoint.enable=true", "--checkpoint.interval=1", "--metrics.log_freq=1"};
+  std::string e;
+  try {
+    run(tiny_config(corpus, dump, huge_lr));
+  } catch (const Error& error) {
+    e = error.what();
+  }
+  const size_t at = e.find("train: step ");
+  ASSERT_NE(at, std::string::npos) << e;
+  const int64_t bad = std::stoll(e.substr(at + 12));
+  ASSERT_GE(bad, 2) << e;
+  EXPECT_NE(e.find("(not finite): stopping; the last checkpoint is " +
+                   (dump / "checkpoint" / ("step-" + std::to_string(bad - 1))).string()),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("skip_nonfinite_steps"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dump / "checkpoint" / ("step-" + std::to_string(bad))));
+
+  // Skipping: the weights stay as they were before the first bad step, so every later step is
+  // bad too; 2 allowed -> stops at the third, 20 allowed -> the run ends, every skip logged.
+  std::vector<std::string> skip2 = huge_lr;
+  skip2.push_back("--checkpoint.enable=false");
+  skip2.push_back("--training.skip_nonfinite_steps=2");
+  const std::string e2 = error_of([&] { run(tiny_config(corpus, temp_dir("skip2"), skip2)); });
+  EXPECT_NE(e2.find("train: step " + std::to_string(bad + 2) + ":"), std::string::npos) << e2;
+  std::vector<std::string> skip20 = skip2;
+  skip20.push_back("--training.skip_nonfinite_steps=20");
+  std::string log;
+  const TrainResult r = run_logged(tiny_config(corpus, temp_dir("skip20"), skip20), log);
+  ASSERT_EQ(r.skipped_steps.size(), size_t(8 - bad + 1));
+  EXPECT_EQ(r.skipped_steps.front(), bad);
+  EXPECT_NE(log.find("warning: step " + std::to_string(bad) +
+                     ": the gradient norm is nan: skipped, no update (1 of 20 allowed"),
+            std::string::npos)
+      << log;
 }
 
 TEST(Trainer, MissingDatasetSaysHowToMakeIt) {

@@ -144,6 +144,11 @@ std::vector<SectionSpec> build_schema() {
            one_of(kFloatDtypes)},
           {"mixed_precision_reduce", &T::mixed_precision_reduce,
            "Dtype of gradient reductions across ranks", one_of({"float32", "bfloat16"})},
+          {"skip_nonfinite_steps", &T::skip_nonfinite_steps,
+           "Steps whose loss or gradient norm is NaN or infinite that may be skipped (no "
+           "optimizer update, a warning) before the run stops; 0 = stop at the first. With "
+           "more than 0 the norm is read every step (a host sync on GPUs)",
+           non_negative()},
           {"deterministic", &T::deterministic,
            "Use only deterministic kernels: bit-for-bit reproducible runs on a GPU too, with "
            "cuDNN's slower attention backward (CPU kernels are deterministic either way)"},

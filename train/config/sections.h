@@ -59,6 +59,7 @@ struct TrainingConfig {  // [training]
   std::string mixed_precision_param = "bfloat16";
   std::string mixed_precision_reduce = "float32";
   bool deterministic = false;
+  int64_t skip_nonfinite_steps = 0;  // steps with a non-finite gradient norm skipped, not fatal
   bool operator==(const TrainingConfig&) const = default;
 };
 
