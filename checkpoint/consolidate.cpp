@@ -126,8 +126,10 @@ void consolidate_checkpoint(const fs::path& dir, const fs::path& out,
   const CheckpointSummary s = inspect_checkpoint(dir, /*verify=*/true);
   MT_CHECK(s.checksum_errors.empty(), "consolidate: checkpoint ", dir.string(),
            " is corrupted: ", s.checksum_errors.front());
+  MT_CHECK(!fs::exists(out), "consolidate: ", out.string(),
+           " already exists; name a new file (nothing was written)");
   const fs::path tmp = fs::path(out.string() + ".tmp");
-  {
+  try {
     h5::File file = create_file(tmp);
     h5::File index = open_file(dir / kIndexFileName);
     for (const TensorSummary& t : s.tensors) {
@@ -139,6 +141,10 @@ void consolidate_checkpoint(const fs::path& dir, const fs::path& out,
     }
     h5::Lock lock;
     write_values(file.get(), s.index.values, "consolidated checkpoint " + tmp.string());
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);  // a failed write (disk full, ...) leaves nothing behind
+    throw;
   }
   fs::rename(tmp, out);
 }

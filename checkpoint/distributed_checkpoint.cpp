@@ -118,6 +118,19 @@ std::string per_rank_key(const std::string& group, int rank) {
 
 }  // namespace
 
+namespace {
+
+// After a failed write, most often a full disk: " (the file system of DIR has N MiB free)".
+std::string free_space_note(const fs::path& dir) {
+  std::error_code ec;
+  const fs::space_info space = fs::space(dir, ec);
+  if (ec) return "";
+  return " (the file system of " + dir.string() + " has " +
+         std::to_string(space.available >> 20) + " MiB free)";
+}
+
+}  // namespace
+
 void save_checkpoint(const fs::path& dir, const CheckpointState& state, ProcessGroup& group) {
   const fs::path tmp = fs::path(dir.string() + ".tmp");
   const int rank = group.rank();
@@ -140,53 +153,67 @@ void save_checkpoint(const fs::path& dir, const CheckpointState& state, ProcessG
     fs::create_directories(tmp);
   });
 
-  // Each rank writes its chunks.
-  on_all_ranks(group, "checkpoint.write", [&] {
-    const fs::path file_path = tmp / rank_file_name(rank);
-    {
-      h5::File file = create_file(file_path);
-      for (int index : plan.writes[size_t(rank)]) {
-        const TensorPiece& p = state.tensors[size_t(index)];
-        write_tensor(file.get(), chunk_dataset_path(p.fqn), p.local,
-                     {p.fqn, p.global_shape, p.global_offset});
-        maybe_crash("mid_rank_file");
+  // A save that fails on any rank (disk full, ...) fails on every rank; its .tmp folder goes, so
+  // it neither keeps filling the disk nor lingers (the previous checkpoint stays the latest).
+  try {
+    // Each rank writes its chunks.
+    on_all_ranks(group, "checkpoint.write", [&] {
+      const fs::path file_path = tmp / rank_file_name(rank);
+      try {
+        {
+          h5::File file = create_file(file_path);
+          for (int index : plan.writes[size_t(rank)]) {
+            const TensorPiece& p = state.tensors[size_t(index)];
+            write_tensor(file.get(), chunk_dataset_path(p.fqn), p.local,
+                         {p.fqn, p.global_shape, p.global_offset});
+            maybe_crash("mid_rank_file");
+          }
+        }
+        fsync_path(file_path, false);
+      } catch (const Error& e) {
+        MT_FAIL(e.what(), free_space_note(tmp));
       }
-    }
-    fsync_path(file_path, false);
-    maybe_crash("after_rank_files");
-  });
+      maybe_crash("after_rank_files");
+    });
 
-  // Rank 0: the index, then the rename that makes the checkpoint visible.
-  on_all_ranks(group, "checkpoint.commit", [&] {
-    if (rank != 0) return;
-    Index index;
-    for (const PlannedChunk& c : plan.chunks) {
-      index.chunks.push_back({c.meta, rank_file_name(c.writer), chunk_dataset_path(c.meta.fqn)});
-    }
-    index.values = state.values;
-    if (!state.per_rank_group.empty()) {
-      for (size_t r = 0; r < rank_values.size(); ++r) {
-        for (auto& [key, v] : decode_values(rank_values[r])) {
-          index.values[per_rank_key(state.per_rank_group, int(r)) + key] = v;
+    // Rank 0: the index, then the rename that makes the checkpoint visible.
+    on_all_ranks(group, "checkpoint.commit", [&] {
+      if (rank != 0) return;
+      Index index;
+      for (const PlannedChunk& c : plan.chunks) {
+        index.chunks.push_back({c.meta, rank_file_name(c.writer), chunk_dataset_path(c.meta.fqn)});
+      }
+      index.values = state.values;
+      if (!state.per_rank_group.empty()) {
+        for (size_t r = 0; r < rank_values.size(); ++r) {
+          for (auto& [key, v] : decode_values(rank_values[r])) {
+            index.values[per_rank_key(state.per_rank_group, int(r)) + key] = v;
+          }
         }
       }
+      write_index(tmp / kIndexFileName, index);
+      fsync_path(tmp / kIndexFileName, false);
+      fsync_path(index_checksum_path(tmp / kIndexFileName), false);
+      fsync_path(tmp, true);
+      maybe_crash("before_rename");
+      if (fs::exists(dir)) {  // saving a step again (a run restarted from an earlier step)
+        const fs::path old = fs::path(dir.string() + ".old");
+        fs::remove_all(old);
+        fs::rename(dir, old);
+        fs::rename(tmp, dir);
+        fs::remove_all(old);
+      } else {
+        fs::rename(tmp, dir);
+      }
+      fsync_path(dir.parent_path().empty() ? fs::path(".") : dir.parent_path(), true);
+    });
+  } catch (...) {
+    if (rank == 0) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
     }
-    write_index(tmp / kIndexFileName, index);
-    fsync_path(tmp / kIndexFileName, false);
-    fsync_path(index_checksum_path(tmp / kIndexFileName), false);
-    fsync_path(tmp, true);
-    maybe_crash("before_rename");
-    if (fs::exists(dir)) {  // saving a step again (a run restarted from an earlier step)
-      const fs::path old = fs::path(dir.string() + ".old");
-      fs::remove_all(old);
-      fs::rename(dir, old);
-      fs::rename(tmp, dir);
-      fs::remove_all(old);
-    } else {
-      fs::rename(tmp, dir);
-    }
-    fsync_path(dir.parent_path(), true);
-  });
+    throw;
+  }
 }
 
 LoadReport load_checkpoint(const fs::path& dir, CheckpointState& dest, ProcessGroup& group,

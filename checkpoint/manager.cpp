@@ -66,6 +66,22 @@ CheckpointState staged_into(const CheckpointState& state, std::vector<runtime::T
 
 }  // namespace
 
+std::vector<fs::path> remove_incomplete_saves(const fs::path& folder) {
+  std::vector<fs::path> removed;
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) return removed;
+  for (const fs::directory_entry& e : fs::directory_iterator(folder, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.ends_with(".tmp") || !step_of(name.substr(0, name.size() - 4))) continue;
+    fs::remove_all(e.path(), ec);
+    MT_CHECK(!ec, "checkpoint: cannot remove the incomplete save ", e.path().string(), ": ",
+             ec.message());
+    removed.push_back(e.path());
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
+
 std::vector<int64_t> complete_checkpoint_steps(const fs::path& folder) {
   std::vector<int64_t> steps;
   std::error_code ec;

@@ -69,6 +69,10 @@ class CheckpointManager {
   std::vector<runtime::Tensor> staging_;  // reuse_staging: the buffers, one per state tensor
 };
 
+// Removes the step-N.tmp folders in `folder` (saves that never finished: a crash, a kill, a full
+// disk; readers ignore them) and returns them. For rank 0 at the start of a run.
+std::vector<std::filesystem::path> remove_incomplete_saves(const std::filesystem::path& folder);
+
 // Complete checkpoints (step-N folders with an index) in `folder`, oldest first.
 std::vector<int64_t> complete_checkpoint_steps(const std::filesystem::path& folder);
 

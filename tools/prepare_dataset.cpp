@@ -276,6 +276,13 @@ int run(int argc, char** argv) {
   enc.flush();
   writer.finish();
   progress.finish();
+  if (writer.num_tokens() == 0) {
+    std::error_code ec;
+    fs::remove(args.output, ec);  // an empty token file would only fail later, in train
+    MT_FAIL("mt_prepare_dataset: the input (", args.inputs.size(), " file(s), ", total,
+            " bytes) holds no document to tokenize; nothing was written to ",
+            args.output.string());
+  }
   std::fprintf(stderr,
                "mt_prepare_dataset: wrote %lld documents, %lld tokens (%.3f tokens/byte) to %s "
                "in %.1f s\n",

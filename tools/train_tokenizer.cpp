@@ -182,6 +182,8 @@ int run(int argc, char** argv) {
                "training a vocab of %d\n",
                files.size(), double(bytes) / 1048576.0, static_cast<long long>(documents),
                static_cast<long long>(trainer.distinct_words()), args.vocab_size);
+  MT_CHECK(trainer.distinct_words() > 0, "mt_train_tokenizer: the input (", files.size(),
+           " file(s), ", bytes, " bytes) holds no text to learn merges from; nothing was written");
   const auto t0 = std::chrono::steady_clock::now();
   mt::data::BpeTokenizer tokenizer(trainer.train());
   fs::create_directories(args.output);

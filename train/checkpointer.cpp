@@ -236,6 +236,13 @@ CheckpointToLoad checkpoint_to_load(const config::JobConfig& config) {
           true};
 }
 
+void remove_incomplete_saves(const config::JobConfig& config, std::ostream& log) {
+  if (!config.checkpoint.enable) return;
+  for (const fs::path& p : checkpoint::remove_incomplete_saves(checkpoint_folder(config))) {
+    log << "checkpoint: removed " << p.string() << ", a save that did not finish\n";
+  }
+}
+
 ResumePoint TrainCheckpointer::resume(std::ostream& log) {
   const auto& c = config_.checkpoint;
   ResumePoint point;

@@ -92,6 +92,11 @@ struct CheckpointToLoad {
 };
 CheckpointToLoad checkpoint_to_load(const config::JobConfig& config);
 
+// With [checkpoint] enable, removes the saves that never finished (step-N.tmp) from the
+// checkpoint folder, saying so in `log`: a failed save (full disk) must not keep the disk full
+// for the next start. Rank 0 calls it before the run writes anything.
+void remove_incomplete_saves(const config::JobConfig& config, std::ostream& log);
+
 class TrainCheckpointer {
  public:
   TrainCheckpointer(const config::JobConfig& config, std::shared_ptr<parallel::ProcessGroup> world,

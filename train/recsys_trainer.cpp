@@ -172,6 +172,7 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
   if (rank() != 0) options_.write_files = false;
   config::validate_for_world(config_, world_size());
   device_ = resolve_training_device(tc.device, config_.where("training.device"), *world_);
+  if (rank() == 0) remove_incomplete_saves(config_, log());
   if (options_.write_files)
     config::write_config(config_, fs::path(config_.job.dump_folder) / "config.toml");
 

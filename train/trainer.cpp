@@ -20,6 +20,7 @@
 #include "data/dataset/loader.h"
 #include "data/dataset/token_file.h"
 #include "data/tokenizer/bpe_tokenizer.h"
+#include "data/tokenizer/utf8.h"
 #include "models/llama/generate.h"
 #include "models/llama/model.h"
 #include "models/llama/model_args.h"
@@ -105,6 +106,28 @@ void check_token_file_tokenizer(const data::TokenFileInfo& info, const data::Bpe
            " but the tokenizer's vocab is ", tok.vocab_size());
 }
 
+// Plain-text datasets must look like text: a file whose first 64 KiB are mostly not UTF-8 (or
+// hold NUL bytes) is binary data, which would be tokenized byte by byte and trained on.
+void check_looks_like_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(65536, '\0');
+  in.read(head.data(), std::streamsize(head.size()));
+  head.resize(size_t(in.gcount()));
+  size_t invalid = 0, nul = 0;
+  for (size_t pos = 0; pos < head.size();) {
+    const data::DecodedCodePoint d = data::decode_utf8(head, pos);
+    // A sequence cut at the end of the sample is not counted.
+    if (d.cp == data::kInvalidCodePoint && pos + 4 < head.size()) ++invalid;
+    nul += d.cp == 0;
+    pos += size_t(d.length);
+  }
+  MT_CHECK(nul == 0 && invalid * 20 <= head.size(), "train: training.dataset_path ",
+           path.string(), " does not look like text: of its first ", head.size(), " bytes, ",
+           invalid, " are not UTF-8 and ", nul,
+           " are NUL; give a UTF-8 text or JSON-lines file, or a token file made by "
+           "mt_prepare_dataset");
+}
+
 // Tokenizes a text file (documents at blank lines) into `out`.
 void tokenize_text_file(const fs::path& text, const data::BpeTokenizer& tok,
                         const fs::path& tokenizer_path, const fs::path& out) {
@@ -146,12 +169,17 @@ fs::path resolve_token_file(const fs::path& dataset_path, const data::BpeTokeniz
            " does not exist; ", prepare_hint(dataset_path, tokenizer_path));
   MT_CHECK(fs::is_regular_file(dataset_path), "train: training.dataset_path ",
            dataset_path.string(), " is not a file");
+  const std::string ext = dataset_path.extension().string();
   if (is_hdf5_file(dataset_path)) {
     const data::TokenFileReader reader(dataset_path);  // checks the format, names what is wrong
     check_token_file_tokenizer(reader.info(), tokenizer, tokenizer_path);
     return dataset_path;
   }
-  const std::string ext = dataset_path.extension().string();
+  MT_CHECK(ext != ".h5" && ext != ".hdf5", "train: training.dataset_path ", dataset_path.string(),
+           " is named as an HDF5 token file but is not HDF5 (no HDF5 signature): a damaged or "
+           "unfinished file? ",
+           prepare_hint(dataset_path, tokenizer_path));
+  check_looks_like_text(dataset_path);
   MT_CHECK(ext != ".jsonl" && ext != ".json", "train: training.dataset_path ",
            dataset_path.string(), " is JSON lines, not a token file; ",
            prepare_hint(fs::path(dataset_path).replace_extension(".h5"), tokenizer_path));
@@ -272,6 +300,7 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   grad_accum_ = layout.grad_accum_steps;
   device_ = resolve_training_device(tc.device, config_.where("training.device"), *world_);
   const fs::path dump(config_.job.dump_folder);
+  if (rank() == 0) remove_incomplete_saves(config_, log());
   if (options_.write_files) config::write_config(config_, dump / "config.toml");
 
   // Tokenizer.

@@ -222,6 +222,9 @@ TokenizerSpec load_tokenizer_json(const fs::path& path) {
   const fs::path file = fs::is_directory(path) ? path / "tokenizer.json" : path;
   const std::string where = file.string();
   MT_CHECK(fs::exists(file), where, ": tokenizer file not found");
+  // A FIFO or device would block or stream forever: only a file (or a folder holding one) is read.
+  MT_CHECK(fs::is_regular_file(file), where,
+           ": not a regular file; give a tokenizer.json or the folder that holds one");
   const json root = read_json(file);
   MT_CHECK(root.is_object(), where, ": expected a JSON object at the top level, got ",
            root.type_name());

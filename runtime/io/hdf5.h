@@ -5,7 +5,7 @@
 // - h5_check(ret, op, file) turns a negative HDF5 return code into an mt::Error naming the HDF5
 //   operation and the file, e.g. "H5Dread failed on /data/x.h5 (reading tokens [0, 4096))".
 // - silence_hdf5_errors() stops HDF5 from printing its own error stack to stderr: our messages
-//   replace it. It is called by every function that opens or creates a file, and by Lock (in a
+//   replace it (and keeps HDF5's exit handler, which crashes on a file a full disk broke, away). It is called by every function that opens or creates a file, and by Lock (in a
 //   thread-safe HDF5 build the setting is per thread, so a background thread needs it too).
 // - hdf5_mutex() / Lock: one process-wide lock held around every HDF5 call minititan makes, so
 //   checkpoint saves on a background thread and the data loader's token-file reads never enter
@@ -28,7 +28,20 @@
 
 namespace mt::h5 {
 
-inline void silence_hdf5_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+// HDF5 closes the files still open at exit in its atexit handler (H5_term_library); a file whose
+// write failed (a full disk) is left in a state where that close crashes (HDF5 1.10: exit 139
+// after the error was reported). minititan closes every file it opens (Handle), so the handler
+// is not registered: H5dont_atexit before the library's first call, which silence_hdf5_errors
+// is (every file open or create starts with it).
+inline void skip_hdf5_exit_handler() {
+  static const bool once = (H5dont_atexit(), true);
+  (void)once;
+}
+
+inline void silence_hdf5_errors() {
+  skip_hdf5_exit_handler();
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
 
 // Inline with a function-local static: one mutex per process even across the shared libraries
 // that include this header (the symbol is unique under the default visibility).

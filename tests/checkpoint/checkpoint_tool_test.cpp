@@ -12,10 +12,12 @@
 #include "checkpoint/h5_tensor.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/ops/factory.h"
+#include "tests/testing/errors.h"
 #include "tests/testing/hdf5_corruption.h"
 #include "tests/testing/python_env.h"
 #include "tests/testing/run_command.h"
 #include "tests/testing/scratch_dir.h"
+#include "tests/testing/trainer_fixtures.h"
 
 #ifndef MT_CHECKPOINT_TOOL
 #define MT_CHECKPOINT_TOOL ""
@@ -67,6 +69,34 @@ TEST(CheckpointTool, InspectListsTensorsAndVerifiesChecksums) {
   EXPECT_NE(r.output.find("model.w"), std::string::npos) << r.output;
   EXPECT_THROW(consolidate_checkpoint(dir, scratch / "out.h5"), Error);
   EXPECT_FALSE(fs::exists(scratch / "out.h5"));
+}
+
+// Consolidating onto a path that exists is refused before any work (it used to fail at the end,
+// leaving the whole OUT.tmp behind); a failed write leaves no OUT.tmp either.
+TEST(CheckpointTool, ConsolidateOntoAnExistingPathWritesNothing) {
+  testing::ScratchDir scratch;
+  const fs::path dir = save_sample(scratch);
+  fs::create_directories(scratch / "taken");
+  EXPECT_NE(testing::error_of([&] { consolidate_checkpoint(dir, scratch / "taken"); })
+                .find("already exists"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(scratch / "taken.tmp"));
+  EXPECT_ANY_THROW(consolidate_checkpoint(dir, scratch / "no_such_folder" / "out.h5"));
+  EXPECT_FALSE(fs::exists(scratch / "no_such_folder" / "out.h5.tmp"));
+}
+
+// import-hf into a bare relative folder name (no parent in the path) works: the save's final
+// fsync of the parent folder used to get an empty path ("cannot open  to fsync it").
+TEST(CheckpointTool, ImportHfIntoABareRelativeFolder) {
+  if (std::string(MT_CHECKPOINT_TOOL).empty()) GTEST_SKIP() << "mt_checkpoint not built";
+  testing::ScratchDir scratch;
+  models::llama::ModelArgs args = testing::unusual_llama_args(300);
+  args.n_layers = 1;
+  testing::save_random_hf_llama(args, 3, scratch / "hf");
+  const testing::CommandResult r = testing::run_command(
+      "cd '" + scratch.path().string() + "' && " + MT_CHECKPOINT_TOOL + " import-hf hf out");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(fs::exists(scratch / "out" / kIndexFileName)) << r.output;
 }
 
 TEST(CheckpointTool, ConsolidateWritesWholeTensors) {

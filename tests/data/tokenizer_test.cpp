@@ -4,6 +4,7 @@
 // byte string), loader errors, and, when python3 with `tokenizers` is available, id-for-id
 // agreement with Hugging Face on GPT-2, a trained Llama-3-style tokenizer and their variants.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -519,6 +520,19 @@ TEST(TokenizerJson, IgnoredTruncationAndPaddingAreNotedOncePerFile) {
                      "{\"Fixed\":8}): minititan encodes whole documents\n");
   EXPECT_EQ(both.encode("ab"), (Ids{256}));                // not padded to 8
   EXPECT_EQ(both.encode(std::string(6, 'a')).size(), 6u);  // not truncated to 4
+}
+
+// A FIFO named as the tokenizer used to block forever in the read: only regular files are opened.
+TEST(TokenizerJson, AFifoIsRefusedNotReadForever) {
+  TempDir dir;
+  const fs::path fifo = dir.path() / "tokenizer.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_NE(error_of([&] { BpeTokenizer::from_file(fifo); }).find("not a regular file"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { BpeTokenizer::from_file(dir.path()); }).find("not a regular file"),
+            std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
 TEST(TokenizerJson, ErrorsNameTheFileAndTheProblem) {

@@ -117,6 +117,24 @@ TEST_F(Tools, TokenizerDatasetAndTrainRunEndToEnd) {
   }
 }
 
+// Empty input used to succeed silently (0 tokens; a vocab of the 256 bytes + 1): both errors.
+TEST_F(Tools, EmptyInputIsAnError) {
+  std::ofstream(dir_ / "empty.txt").close();
+  Result r = run(cat(MT_TRAIN_TOKENIZER_BIN, " --input ", quote(dir_ / "empty.txt"), " --output ",
+                     quote(dir_ / "tok")));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("holds no text to learn merges from"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "tok" / "tokenizer.json"));
+  r = run(cat(MT_TRAIN_TOKENIZER_BIN, " --input ", quote(dir_ / "corpus"), " --output ",
+              quote(dir_ / "tok")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run(cat(MT_PREPARE_DATASET_BIN, " --tokenizer ", quote(dir_ / "tok"), " --output ",
+              quote(dir_ / "x.h5"), " ", quote(dir_ / "empty.txt")));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("holds no document to tokenize"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "x.h5"));
+}
+
 TEST_F(Tools, BadInputExitsNonZeroWithAMessage) {
   Result r = run(cat(MT_PREPARE_DATASET_BIN, " --tokenizer ", quote(dir_ / "nope"), " --output ",
                      quote(dir_ / "x.h5"), " ", quote(dir_ / "missing.txt")));

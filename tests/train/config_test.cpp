@@ -365,6 +365,15 @@ TEST_F(ConfigTest, ExtendsErrors) {
   EXPECT_THAT(error_of([&] { load_config(child); }), HasSubstr(at("base.toml", 2)));
 }
 
+// Huge numbers used to overflow the clock (timeout 18446744073709552 s became 0.384 s and killed
+// a healthy job): the key, the value and the allowed range in one message.
+TEST_F(ConfigTest, CommTimeoutOutOfRangeNamesTheKeyAndRange) {
+  for (const std::string v : {"18446744073709552", "9223372036854776", "0"}) {
+    EXPECT_THAT(error_of([&] { load_args({"--comm.timeout_seconds=" + v}); }),
+                HasSubstr("comm.timeout_seconds: must be in [1, 3.1536e+07], got " + v));
+  }
+}
+
 // Arrays or inline tables nested 10,000 deep used to overflow toml11's recursive parser (exit
 // 139): they are refused before parsing, in files and on the command line.
 TEST_F(ConfigTest, DeeplyNestedValuesAreErrorsNotStackOverflows) {

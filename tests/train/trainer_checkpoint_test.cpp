@@ -294,6 +294,41 @@ TEST(TrainerCheckpoint, CrashDuringASaveLeavesThePreviousCheckpointLoadable) {
 #endif
 }
 
+// A disk that fills during a save (here a file size limit: writes past it fail with EFBIG, as
+// on a full disk): the run ends with the write error and exit 1 (it used to segfault in HDF5's
+// exit handler), and the failed save's .tmp folder is removed. A start removes .tmp folders left
+// by saves that never finished, saying so.
+TEST(TrainerCheckpoint, ASaveThatFailsForSpaceEndsTheRunCleanly) {
+#ifndef MT_TRAIN_BIN
+  GTEST_SKIP() << "the train binary is not part of this build (tests/CMakeLists.txt)";
+#else
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const Inputs& in = inputs(corpus);
+  testing::ScratchDir dir;
+  const fs::path dump = dir / "run", folder = dump / "checkpoint";
+  const Names args = job_args(in, dump,
+                              {"--training.steps=2", "--checkpoint.interval=1",
+                               "--training.local_batch_size=1", "--training.seq_len=16"});
+  // 2 MiB a file: config.toml and metrics.jsonl fit, the debug model's rank file does not.
+  const testing::CommandResult r = testing::run_command(
+      "bash -c \"trap '' XFSZ; ulimit -f 2048; exec env " + train_command(args) + "\"");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "failed on checkpoint file " + (folder / "step-1.tmp").string()))
+      << r.output;
+  EXPECT_EQ(entries(folder), Names{});
+
+  // Leftovers of a save that died are removed at the next start, which logs it.
+  fs::create_directories(folder / "step-7.tmp");
+  std::ofstream(folder / "step-7.tmp" / "rank-00000.h5") << "partial";
+  const testing::CommandResult again = testing::run_command(train_command(args));
+  EXPECT_EQ(again.status, 0) << again.output;
+  EXPECT_TRUE(contains(again.output, "checkpoint: removed " + (folder / "step-7.tmp").string() +
+                                         ", a save that did not finish"))
+      << again.output;
+  EXPECT_EQ(entries(folder), (Names{"step-1", "step-2"}));
+#endif
+}
+
 TEST(TrainerCheckpoint, FlippedByteRefusesToLoadAndLoadsNothing) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const Inputs& in = inputs(corpus);

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -418,6 +419,25 @@ TEST(Trainer, NonFiniteStepsStopTheRunOrAreSkippedAsAllowed) {
                      ": the gradient norm is nan: skipped, no update (1 of 20 allowed"),
             std::string::npos)
       << log;
+}
+
+// Binary data is not trained on as text: random bytes named data.h5 (not HDF5) or data.txt.
+TEST(Trainer, ADatasetThatIsNeitherHdf5NorTextIsAnError) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const fs::path dump = temp_dir("binary");
+  std::mt19937 rng(26);
+  std::string bytes(3000, '\0');
+  for (char& c : bytes) c = char(rng() & 0xff);
+  for (const std::string name : {"data.h5", "data.txt"}) {
+    std::ofstream(dump / name, std::ios::binary) << bytes;
+    const std::string e = error_of([&] {
+      run(tiny_config(corpus, dump, {"--training.dataset_path=" + (dump / name).string()}));
+    });
+    EXPECT_NE(e.find(name == "data.h5" ? "is named as an HDF5 token file but is not HDF5"
+                                       : "does not look like text"),
+              std::string::npos)
+        << e;
+  }
 }
 
 TEST(Trainer, MissingDatasetSaysHowToMakeIt) {

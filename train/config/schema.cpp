@@ -267,7 +267,9 @@ std::vector<SectionSpec> build_schema() {
       "comm", &JobConfig::comm, "Collective communication.",
       {
           {"timeout_seconds", &N::timeout_seconds,
-           "A collective not finished after this long ends every rank with an error", positive()},
+           "A collective not finished after this long ends every rank with an error (at most a "
+           "year: larger values overflowed the clock)",
+           in_range(1, 365 * 24 * 3600)},
       }));
   return s;
 }
