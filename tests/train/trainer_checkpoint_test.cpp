@@ -391,6 +391,12 @@ EditArgs shrunk_with(std::function<void(models::llama::ModelArgs&)> change) {
   };
 }
 
+// Trains the shrunk model 4 steps, saving step 4 in `dump`; returns the args of a run to step 8.
+Names saved_at_step_4(const Inputs& in, const fs::path& dump) {
+  (void)train(job_args(in, dump, {"--training.steps=4", "--checkpoint.interval=4"}));
+  return job_args(in, dump, {"--training.steps=8", "--checkpoint.interval=4"});
+}
+
 // The checkpoint's saved architecture is checked before any tensor: one error names every field
 // in which the configured model differs (train/model_spec.h).
 TEST(TrainerCheckpoint, CheckpointOfAnotherArchitectureIsOneErrorListingEveryField) {
@@ -398,8 +404,7 @@ TEST(TrainerCheckpoint, CheckpointOfAnotherArchitectureIsOneErrorListingEveryFie
   const Inputs& in = inputs(corpus);
   testing::ScratchDir dir;
   const fs::path dump = dir / "run";
-  const Names args = job_args(in, dump, {"--training.steps=8", "--checkpoint.interval=4"});
-  (void)train(job_args(in, dump, {"--training.steps=4", "--checkpoint.interval=4"}));
+  const Names args = saved_at_step_4(in, dump);
   const std::string e = error_of([&] {
     train(args, shrunk_with([](models::llama::ModelArgs& a) {
             a.dim = 96;
@@ -423,8 +428,7 @@ TEST(TrainerCheckpoint, CheckpointOfAnotherModelShapeIsOneErrorListingEveryTenso
   const Inputs& in = inputs(corpus);
   testing::ScratchDir dir;
   const fs::path dump = dir / "run";
-  const Names args = job_args(in, dump, {"--training.steps=8", "--checkpoint.interval=4"});
-  (void)train(job_args(in, dump, {"--training.steps=4", "--checkpoint.interval=4"}));
+  const Names args = saved_at_step_4(in, dump);
   checkpoint::Index old = index_of(step_dir(dump, 4));
   ASSERT_EQ(old.values.erase("architecture"), 1u);
   checkpoint::write_index(step_dir(dump, 4) / checkpoint::kIndexFileName, old);
