@@ -275,6 +275,31 @@ runtime::Device resolve_training_device(const std::string& name, const std::stri
   return device;
 }
 
+namespace {
+
+// A lower bound of one micro-batch's memory, refused up front when it exceeds the machine's
+// (local_batch_size = 1.8e16 used to end in std::bad_alloc after 18 s): the logits and their
+// gradient in f32, B x T x vocab x 8 bytes (the tokenizer's vocab: a model's is no smaller).
+// Checked against the host's RAM for CPU runs; device memory is not queried here.
+void check_step_fits_in_memory(const config::JobConfig& job, int64_t vocab,
+                               const runtime::Device& device) {
+  if (!device.is_cpu()) return;
+  const double bytes = double(job.training.local_batch_size) * double(job.training.seq_len) *
+                       double(vocab) * 8.0;
+  const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if (ram <= 0 || bytes <= ram) return;
+  std::ostringstream os;
+  os << std::setprecision(3) << "train: one step needs at least " << bytes / double(1 << 30)
+     << " GiB (the logits and their gradient: training.local_batch_size "
+     << job.training.local_batch_size << " x training.seq_len " << job.training.seq_len << " x vocab " << vocab
+     << " x 8 bytes), more than this machine's " << ram / double(1 << 30)
+     << " GiB of memory; lower training.local_batch_size (and raise global_batch_size for "
+        "gradient accumulation) or training.seq_len";
+  MT_FAIL(os.str());
+}
+
+}  // namespace
+
 std::string describe_model(const config::JobConfig& job) {
   std::optional<int64_t> vocab;
   if (!job.model.tokenizer_path.empty())
@@ -312,6 +337,7 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
            " does not exist (", config_.where("model.tokenizer_path"),
            "); train one with mt_train_tokenizer --input CORPUS --output DIR");
   tokenizer_ = std::make_unique<data::BpeTokenizer>(data::BpeTokenizer::from_file(tok_path));
+  check_step_fits_in_memory(config_, tokenizer_->vocab_size(), device_);  // model vocab >= it
 
   // Data.
   // Rank 0 tokenizes a text dataset (once, into the dump folder); the others then read its file.

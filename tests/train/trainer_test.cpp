@@ -9,6 +9,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -438,6 +439,21 @@ TEST(Trainer, ADatasetThatIsNeitherHdf5NorTextIsAnError) {
               std::string::npos)
         << e;
   }
+}
+
+// A batch that cannot fit is refused at once, naming the keys (it ended in std::bad_alloc).
+TEST(Trainer, AStepThatCannotFitInMemoryIsRefusedUpFront) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const auto start = std::chrono::steady_clock::now();
+  const std::string e = error_of([&] {
+    run(tiny_config(corpus, temp_dir("huge_batch"),
+                    {"--training.local_batch_size=18000000000000000"}));
+  });
+  EXPECT_NE(e.find("training.local_batch_size 18000000000000000 x training.seq_len 64 x vocab"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("GiB of memory"), std::string::npos) << e;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 TEST(Trainer, MissingDatasetSaysHowToMakeIt) {
