@@ -17,13 +17,6 @@ using runtime::Tensor;
 
 namespace {
 
-void check_rank_files(const fs::path& dir, const Index& index) {
-  for (const IndexChunk& c : index.chunks) {
-    MT_CHECK(fs::exists(dir / c.file), "checkpoint ", dir.string(), ": rank file ", c.file,
-             " (holding ", c.meta.fqn, ") is missing");
-  }
-}
-
 std::string human_bytes(int64_t bytes) {
   std::ostringstream s;
   s << std::fixed << std::setprecision(2);
@@ -46,7 +39,7 @@ CheckpointSummary inspect_checkpoint(const fs::path& dir, bool verify) {
   s.dir = dir;
   s.index_checksum = verify_index_checksum(dir / kIndexFileName);
   s.index = read_index(dir / kIndexFileName);
-  check_rank_files(dir, s.index);
+  verify_rank_files(dir, s.index);
   std::map<std::string, TensorSummary> by_name;
   std::set<std::string> files;
   for (const IndexChunk& c : s.index.chunks) {
@@ -111,7 +104,7 @@ void print_summary(const CheckpointSummary& s, std::ostream& out) {
 
 Tensor read_whole_tensor(const fs::path& dir, const std::string& fqn) {
   const Index index = read_index(dir / kIndexFileName);
-  check_rank_files(dir, index);
+  verify_rank_files(dir, index);
   for (const IndexChunk& c : index.chunks) {
     if (c.meta.fqn != fqn) continue;
     h5::File f = open_file(dir / kIndexFileName);

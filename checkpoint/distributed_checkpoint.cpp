@@ -157,24 +157,29 @@ void save_checkpoint(const fs::path& dir, const CheckpointState& state, ProcessG
   // it neither keeps filling the disk nor lingers (the previous checkpoint stays the latest).
   try {
     // Each rank writes its chunks.
+    std::string seal;  // this rank's file's seal (rank_file_seal.h), for the index
     on_all_ranks(group, "checkpoint.write", [&] {
       const fs::path file_path = tmp / rank_file_name(rank);
       try {
+        std::vector<FileExtent> data;
         {
           h5::File file = create_file(file_path);
           for (int index : plan.writes[size_t(rank)]) {
             const TensorPiece& p = state.tensors[size_t(index)];
-            write_tensor(file.get(), chunk_dataset_path(p.fqn), p.local,
-                         {p.fqn, p.global_shape, p.global_offset});
+            data.push_back(write_tensor(file.get(), chunk_dataset_path(p.fqn), p.local,
+                                        {p.fqn, p.global_shape, p.global_offset}));
             maybe_crash("mid_rank_file");
           }
         }
         fsync_path(file_path, false);
+        seal = encode_seal(seal_rank_file(file_path, std::move(data)));
       } catch (const Error& e) {
         MT_FAIL(e.what(), free_space_note(tmp));
       }
       maybe_crash("after_rank_files");
     });
+    const std::vector<std::string> seals =
+        parallel::all_gather_strings(group, seal, "checkpoint.seals");
 
     // Rank 0: the index, then the rename that makes the checkpoint visible.
     on_all_ranks(group, "checkpoint.commit", [&] {
@@ -184,6 +189,7 @@ void save_checkpoint(const fs::path& dir, const CheckpointState& state, ProcessG
         index.chunks.push_back({c.meta, rank_file_name(c.writer), chunk_dataset_path(c.meta.fqn)});
       }
       index.values = state.values;
+      for (const std::string& text : seals) index.files.push_back(decode_seal(text));
       if (!state.per_rank_group.empty()) {
         for (size_t r = 0; r < rank_values.size(); ++r) {
           for (auto& [key, v] : decode_values(rank_values[r])) {
@@ -225,15 +231,8 @@ LoadReport load_checkpoint(const fs::path& dir, CheckpointState& dest, ProcessGr
   on_all_ranks(group, "checkpoint.load_index", [&] {
     MT_CHECK(fs::is_directory(dir), "checkpoint ", dir.string(), ": no such folder");
     index = read_index(dir / kIndexFileName);
-    std::set<std::string> files;
-    for (const IndexChunk& c : index.chunks) {
-      saved.emplace(c.meta.fqn, &c);
-      files.insert(c.file);
-    }
-    for (const std::string& f : files) {
-      MT_CHECK(fs::exists(dir / f), "checkpoint ", dir.string(), ": rank file ", f,
-               " named by the index is missing");
-    }
+    for (const IndexChunk& c : index.chunks) saved.emplace(c.meta.fqn, &c);
+    verify_rank_files(dir, index);  // before HDF5 opens any of them
     std::vector<std::string> problems;
     std::set<std::string> wanted;
     for (const TensorPiece& p : dest.tensors) {

@@ -151,8 +151,8 @@ void check_checksum(const StoredChunk& chunk, uint64_t computed, const std::stri
 
 }  // namespace
 
-void write_tensor(hid_t file, const std::string& path, const Tensor& tensor, const ChunkInfo& info,
-                  size_t slice_bytes) {
+FileExtent write_tensor(hid_t file, const std::string& path, const Tensor& tensor,
+                        const ChunkInfo& info, size_t slice_bytes) {
   const std::string where = dataset_where(file, path);
   MT_CHECK(tensor.defined(), where, " (tensor ", info.fqn, "): the tensor is undefined");
   check_chunk_info(info, tensor.shape(), where);
@@ -193,6 +193,9 @@ void write_tensor(hid_t file, const std::string& path, const Tensor& tensor, con
   h5::Lock lock;
   write_string_attr(dataset.get(), "checksum_algorithm", kChecksumAlgorithm, where);
   write_u64_attr(dataset.get(), "checksum", checksum, where);
+  const haddr_t offset = H5Dget_offset(dataset.get());  // undefined for an empty dataset
+  if (offset == HADDR_UNDEF) return {};
+  return {int64_t(offset), int64_t(H5Dget_storage_size(dataset.get()))};
 }
 
 StoredChunk read_chunk_info(hid_t file, const std::string& path) {

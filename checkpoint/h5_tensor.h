@@ -30,6 +30,7 @@
 #include <string>
 
 #include "checkpoint/h5_file.h"
+#include "checkpoint/rank_file_seal.h"
 #include "runtime/core/tensor.h"
 
 namespace mt::checkpoint {
@@ -59,7 +60,8 @@ struct StoredChunk {
 // Writes `tensor` (any device, any layout; copied to a contiguous host tensor when needed) as a
 // new dataset at `path` (e.g. "/model/layers.0.w"), creating intermediate groups. `info` must
 // have the tensor's rank and place the tensor inside global_shape. Throws if `path` exists.
-void write_tensor(hid_t file, const std::string& path, const Tensor& tensor, const ChunkInfo& info,
+// Returns where its raw data lies in the file (for the file's seal, rank_file_seal.h).
+FileExtent write_tensor(hid_t file, const std::string& path, const Tensor& tensor, const ChunkInfo& info,
                   size_t slice_bytes = kIoSliceBytes);
 
 // The chunk's attributes, checked for consistency (ranks agree, the chunk fits in the tensor).

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "checkpoint/checksum.h"
 #include "checkpoint/h5_attributes.h"
@@ -142,6 +143,56 @@ void write_values(hid_t file, const Values& values, const std::string& where) {
 
 namespace {
 
+void write_seals(hid_t f, const std::vector<RankFileSeal>& seals, const std::string& where) {
+  if (seals.empty()) return;
+  std::vector<std::string> names;
+  std::vector<int64_t> sizes, sums, counts, offsets, lengths;
+  for (const RankFileSeal& s : seals) {
+    names.push_back(s.file);
+    sizes.push_back(s.size);
+    sums.push_back(int64_t(s.metadata_xxh64));  // the bits of the uint64
+    counts.push_back(int64_t(s.data.size()));
+    for (const FileExtent& e : s.data) {
+      offsets.push_back(e.offset);
+      lengths.push_back(e.size);
+    }
+  }
+  const Shape n{int64_t(seals.size())}, m{int64_t(offsets.size())};
+  write_strings(f, "/files/name", names, where);
+  write_dataset(f, "/files/size", H5T_NATIVE_INT64, n, sizes.data(), where);
+  write_dataset(f, "/files/metadata_xxh64", H5T_NATIVE_INT64, n, sums.data(), where);
+  write_dataset(f, "/files/extent_count", H5T_NATIVE_INT64, n, counts.data(), where);
+  write_dataset(f, "/files/extent_offset", H5T_NATIVE_INT64, m, offsets.data(), where);
+  write_dataset(f, "/files/extent_size", H5T_NATIVE_INT64, m, lengths.data(), where);
+}
+
+std::vector<RankFileSeal> read_seals(hid_t f, const std::string& where) {
+  std::vector<RankFileSeal> seals;
+  if (!path_exists(f, "/files/name")) return seals;
+  h5::Dataset names_set(H5Dopen2(f, "/files/name", H5P_DEFAULT), "H5Dopen2", where, "/files/name");
+  const Shape count = dataset_shape(names_set.get(), where);
+  MT_CHECK(count.size() == 1, where, ": /files/name is not a list");
+  const Shape n{count[0]};
+  const std::vector<std::string> names = read_strings(f, "/files/name", size_t(n[0]), where);
+  const std::vector<int64_t> sizes = read_i64s(f, "/files/size", n, where);
+  const std::vector<int64_t> sums = read_i64s(f, "/files/metadata_xxh64", n, where);
+  const std::vector<int64_t> counts = read_i64s(f, "/files/extent_count", n, where);
+  int64_t m = 0;
+  for (int64_t c : counts) {
+    MT_CHECK(c >= 0, where, ": /files/extent_count holds ", c);
+    m += c;
+  }
+  const std::vector<int64_t> offsets = read_i64s(f, "/files/extent_offset", {m}, where);
+  const std::vector<int64_t> lengths = read_i64s(f, "/files/extent_size", {m}, where);
+  size_t at = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    RankFileSeal s{names[i], sizes[i], uint64_t(sums[i]), {}};
+    for (int64_t j = 0; j < counts[i]; ++j, ++at) s.data.push_back({offsets[at], lengths[at]});
+    seals.push_back(std::move(s));
+  }
+  return seals;
+}
+
 uint64_t file_xxh64(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   MT_CHECK(bool(in), "checkpoint index ", path.string(), ": cannot be opened");
@@ -209,6 +260,7 @@ void write_index_hdf5(const fs::path& path, const Index& index) {
                            chunks[0]->meta.global_shape, sources);
   }
   write_values(f, index.values, where);
+  write_seals(f, index.files, where);
   h5::check(H5Fflush(f, H5F_SCOPE_GLOBAL), "H5Fflush", where);
 }
 
@@ -297,7 +349,18 @@ Index read_index(const fs::path& path) {
     if (!ctx.error.empty()) MT_FAIL(ctx.error);
     h5::check(rc, "H5Ovisit", where, "/state");
   }
+  index.files = read_seals(f, where);
   return index;
+}
+
+void verify_rank_files(const fs::path& dir, const Index& index) {
+  std::set<std::string> named;
+  for (const IndexChunk& c : index.chunks) named.insert(c.file);
+  for (const std::string& f : named) {
+    MT_CHECK(fs::exists(dir / f), "checkpoint ", dir.string(), ": rank file ", f,
+             " named by the index is missing");
+  }
+  for (const RankFileSeal& seal : index.files) verify_rank_file(dir, seal);
 }
 
 }  // namespace mt::checkpoint

@@ -7,6 +7,8 @@
 //   /tensors/<fqn>    one HDF5 virtual dataset per tensor over its chunks in the rank files, so
 //                     h5py and h5dump read every tensor whole (and loading reads any region)
 //   /state/<key>      the non-tensor values: scalar int64, float64 or string datasets
+//   /files/           every rank file's seal (rank_file_seal.h): name, size, metadata_xxh64
+//                     ([n]); its data extents as extent_count [n], extent_offset, extent_size [m]
 //
 // Everything is plain HDF5: no pickles, no opaque blobs.
 #pragma once
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/rank_file_seal.h"
 #include "checkpoint/save_plan.h"
 #include "checkpoint/state.h"
 
@@ -34,7 +37,12 @@ struct IndexChunk {
 struct Index {
   std::vector<IndexChunk> chunks;  // sorted by fqn, then offset
   Values values;
+  std::vector<RankFileSeal> files;  // every rank file's seal; empty in older checkpoints
 };
+
+// Checks every rank file against its seal (rank_file_seal.h) before HDF5 opens any; a rank file
+// the chunks name that is missing is an error too. `dir` is the checkpoint folder.
+void verify_rank_files(const std::filesystem::path& dir, const Index& index);
 
 // Writes the index, then its checksum file (below).
 void write_index(const std::filesystem::path& path, const Index& index);

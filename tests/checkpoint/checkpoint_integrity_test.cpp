@@ -1,7 +1,8 @@
-// The index's checksum file (checkpoint/index.h): a damaged index.h5 (any byte flipped: chunk
-// table, /state values such as the step or a data position, HDF5's own metadata) is an error
-// naming the file from read_index, inspect and load, checked before HDF5 parses the file (a
-// flip in its global heap used to crash inside HDF5); indexes without a checksum file still read.
+// Damaged checkpoint files are refused before HDF5 parses them: a flipped byte in index.h5 (its
+// checksum file, index.h) or in a rank file (its seal in the index for the HDF5 metadata,
+// rank_file_seal.h, and the chunk checksums for the data) is an error naming the file from
+// read_index, inspect and load. Flips in index.h5's global heap and in rank files' headers used
+// to crash inside HDF5. Indexes without a checksum file (older checkpoints) still read.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -52,6 +53,16 @@ std::vector<char> read_bytes(const fs::path& p) {
 void write_bytes(const fs::path& p, const std::vector<char>& bytes) {
   std::ofstream(p, std::ios::binary | std::ios::trunc).write(bytes.data(),
                                                              std::streamsize(bytes.size()));
+}
+
+// What inspect finds wrong: its error, or its first chunk checksum error ("" when nothing).
+std::string inspect_problem(const fs::path& dir) {
+  try {
+    const CheckpointSummary s = inspect_checkpoint(dir);
+    return s.checksum_errors.empty() ? "" : s.checksum_errors.front();
+  } catch (const Error& e) {
+    return e.what();
+  }
 }
 
 // Every way a checkpoint is read, each a clean mt::Error naming the damaged index.
@@ -105,6 +116,42 @@ TEST(IndexIntegrity, ATruncatedIndexOrDamagedChecksumFileIsRefused) {
   EXPECT_NE(error_of([&] { read_index(scratch / "step-8" / kIndexFileName); })
                 .find("is damaged (expected 16 hex digits)"),
             std::string::npos);
+}
+
+// 150 seeded flips in a rank file, half of them in its first 4 KiB (superblock, object headers):
+// each is refused, by the seal (metadata) or by a chunk checksum (data), before anything loads.
+TEST(RankFileIntegrity, EveryFlippedByteIsRefused) {
+  testing::ScratchDir scratch;
+  const fs::path dir = scratch / "step-7";
+  save_checkpoint(dir, small_state(), *world());
+  const fs::path rank_file = dir / "rank-00000.h5";
+  const std::vector<char> good = read_bytes(rank_file);
+  ASSERT_EQ(read_index(dir / kIndexFileName).files.size(), 1u);
+  std::mt19937 rng(27);
+  for (int i = 0; i < 150; ++i) {
+    const size_t offset = i % 2 == 0 ? rng() % std::min<size_t>(4096, good.size())
+                                     : rng() % good.size();
+    std::vector<char> bad = good;
+    bad[offset] = char(bad[offset] ^ (1 << (rng() % 8)));
+    write_bytes(rank_file, bad);
+    const std::string what = "byte " + std::to_string(offset);
+    for (const std::string& e :
+         {inspect_problem(dir),
+          error_of([&] {
+            CheckpointState dest = small_state();
+            load_checkpoint(dir, dest, *world());
+          })}) {
+      EXPECT_TRUE(e.find("is damaged") != std::string::npos ||
+                  e.find("checksum") != std::string::npos)
+          << what << ": " << e;
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+  write_bytes(rank_file, good);
+  CheckpointState dest = small_state();
+  dest.tensors[0].local.fill_(0.0);
+  load_checkpoint(dir, dest, *world());
+  EXPECT_EQ(dest.tensors[0].local.to_vector<float>()[0], 1.5f);
 }
 
 // Checkpoints written before the checksum file existed still load; inspect says they are
