@@ -87,7 +87,7 @@ TEST(ConfigFuzz, MutatedConfigsLoadOrAreErrors) {
   if (std::string(MT_SOURCE_DIR).empty()) GTEST_SKIP() << "MT_SOURCE_DIR is not defined";
   testing::ScratchDir scratch;
   std::vector<fs::path> corpus;
-  for (const fs::path dir : {fs::path(MT_SOURCE_DIR) / "configs",
+  for (const fs::path& dir : {fs::path(MT_SOURCE_DIR) / "configs",
                              fs::path(MT_SOURCE_DIR) / "tests/train/config_fuzz_corpus"}) {
     for (const auto& e : fs::directory_iterator(dir)) {
       if (e.path().extension() != ".toml") continue;

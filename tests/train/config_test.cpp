@@ -374,6 +374,20 @@ TEST_F(ConfigTest, CommTimeoutOutOfRangeNamesTheKeyAndRange) {
   }
 }
 
+// TOML is UTF-8 without control characters: anything else is refused before toml11 parses it
+// (a literal string with the byte 0xE1 made toml11 read past its buffer: config_fuzz_test).
+TEST_F(ConfigTest, InvalidUtf8AndControlCharactersAreRefusedWithTheLine) {
+  const fs::path bad = write("bad.toml", "[job]\ndump_folder = 'liter\xe1l\\path'\n");
+  EXPECT_THAT(error_of([&] { load_config(bad); }),
+              HasSubstr("malformed TOML in " + bad.string() + ": byte 0xE1 at line 2 is not UTF-8"));
+  const fs::path nul = write("nul.toml", std::string("[job]\n# a \0 here\n", 15));
+  EXPECT_THAT(error_of([&] { load_config(nul); }), HasSubstr("control character 0x00 at line 2"));
+  EXPECT_THAT(error_of([&] { load_args({"--job.description=\"a\xe1\""}); }),
+              HasSubstr("job.description"));
+  const fs::path fine = write("fine.toml", "[job]\ndescription = \"caf\xc3\xa9 \xf0\x9f\x98\x80\"\n");
+  EXPECT_EQ(load_config(fine).job.description, "caf\xc3\xa9 \xf0\x9f\x98\x80");
+}
+
 // Arrays or inline tables nested 10,000 deep used to overflow toml11's recursive parser (exit
 // 139): they are refused before parsing, in files and on the command line.
 TEST_F(ConfigTest, DeeplyNestedValuesAreErrorsNotStackOverflows) {

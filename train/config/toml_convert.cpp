@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace mt::train::config {
 
@@ -81,6 +82,44 @@ Parsed from_toml(FieldType type, const toml::value& value) {
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+
+namespace {
+
+// The length of the well-formed UTF-8 sequence at text[i] (1-4), or 0 when it is not one
+// (overlong forms, surrogates and code points above U+10FFFF included).
+size_t utf8_length(std::string_view text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[i + k]); };
+  const unsigned char b = byte(0);
+  if (b < 0x80) return 1;
+  const size_t n = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC2 ? 2 : 0;
+  if (n == 0 || b > 0xF4 || i + n > text.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((byte(k) & 0xC0) != 0x80) return 0;
+  }
+  if (n == 3 && ((b == 0xE0 && byte(1) < 0xA0) || (b == 0xED && byte(1) >= 0xA0))) return 0;
+  if (n == 4 && ((b == 0xF0 && byte(1) < 0x90) || (b == 0xF4 && byte(1) >= 0x90))) return 0;
+  return n;
+}
+
+}  // namespace
+
+std::string toml_text_problem(std::string_view text) {
+  size_t line = 1;
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\n') ++line;
+    const bool control = (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F;
+    const size_t n = control ? 0 : utf8_length(text, i);
+    if (n == 0) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", c);
+      return std::string(control ? "control character " : "byte ") + hex + " at line " +
+             std::to_string(line) + (control ? "" : " is not UTF-8");
+    }
+    i += n;
+  }
+  return "";
+}
 
 size_t toml_nesting_depth(std::string_view text) {
   size_t depth = 0, deepest = 0, i = 0;

@@ -25,4 +25,10 @@ std::string describe(const toml::value& value);
 inline constexpr size_t kMaxTomlNesting = 64;
 size_t toml_nesting_depth(std::string_view text);
 
+// TOML text must be UTF-8 without control characters other than tab, CR and LF (the spec's
+// rule); toml11 reads past its buffer on some invalid UTF-8 (found by config_fuzz_test under
+// AddressSanitizer), so text is checked before it parses. "" when fine, else e.g. "byte 0xE1 at
+// line 5 is not UTF-8".
+std::string toml_text_problem(std::string_view text);
+
 }  // namespace mt::train::config

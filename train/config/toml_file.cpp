@@ -46,6 +46,8 @@ toml::value parse_file(const fs::path& file, const std::string& shown,
   std::ifstream in(file, std::ios::binary);
   const std::string text{std::istreambuf_iterator<char>(in), {}};
   MT_CHECK(bool(in) || in.eof(), "cannot read config file '", shown, "'", included_from);
+  const std::string problem = toml_text_problem(text);
+  MT_CHECK(problem.empty(), "malformed TOML in ", shown, ": ", problem);
   const size_t depth = toml_nesting_depth(text);
   MT_CHECK(depth <= kMaxTomlNesting, "malformed TOML in ", shown, ": arrays or inline tables nested ",
            depth, " deep (at most ", kMaxTomlNesting, ")");

@@ -116,7 +116,9 @@ std::string_view trim(std::string_view s) {
 
 // Parses `text` as a TOML value (the right-hand side of `v = text`).
 std::optional<toml::value> parse_toml_literal(std::string_view text) {
-  if (toml_nesting_depth(text) > kMaxTomlNesting) return std::nullopt;
+  if (!toml_text_problem(text).empty() || toml_nesting_depth(text) > kMaxTomlNesting) {
+    return std::nullopt;  // toml11 is not safe on such text
+  }
   std::istringstream in("v = " + std::string(text) + "\n");
   try {
     toml::value root = toml::parse(in, "command line");
