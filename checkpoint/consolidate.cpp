@@ -37,8 +37,8 @@ std::string human_bytes(int64_t bytes) {
 CheckpointSummary inspect_checkpoint(const fs::path& dir, bool verify) {
   CheckpointSummary s;
   s.dir = dir;
-  s.index_checksum = verify_index_checksum(dir / kIndexFileName);
-  s.index = read_index(dir / kIndexFileName);
+  s.index = read_index(dir / kIndexFileName);  // hashes index.h5 once, before HDF5 reads it
+  s.index_checksum = s.index.checksum_verified ? IndexChecksum::Verified : IndexChecksum::Absent;
   verify_rank_files(dir, s.index);
   std::map<std::string, TensorSummary> by_name;
   std::set<std::string> files;

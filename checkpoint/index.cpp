@@ -296,7 +296,7 @@ void write_index(const fs::path& path, const Index& index) {
 }
 
 Index read_index(const fs::path& path) {
-  verify_index_checksum(path);
+  const bool verified = verify_index_checksum(path) == IndexChecksum::Verified;
   h5::File file = open_file(path);
   h5::Lock lock;
   const std::string where = "checkpoint index " + path.string();
@@ -350,6 +350,7 @@ Index read_index(const fs::path& path) {
     h5::check(rc, "H5Ovisit", where, "/state");
   }
   index.files = read_seals(f, where);
+  index.checksum_verified = verified;
   return index;
 }
 

@@ -38,6 +38,7 @@ struct Index {
   std::vector<IndexChunk> chunks;  // sorted by fqn, then offset
   Values values;
   std::vector<RankFileSeal> files;  // every rank file's seal; empty in older checkpoints
+  bool checksum_verified = false;   // read_index checked index.h5.xxh64 (false: there is none)
 };
 
 // Checks every rank file against its seal (rank_file_seal.h) before HDF5 opens any; a rank file
