@@ -11,7 +11,10 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 if [ "${MT_SANITIZE:-0}" = 1 ]; then
   dir=build-asan
+  # -O1 -g1 (line tables for the sanitizers' stack traces): compiles in about half the time of
+  # RelWithDebInfo's -O2 -g under the sanitizers, which was most of CI's time.
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMT_SANITIZE=ON \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
     -DMT_BUILD_BENCH=OFF -DMT_CUDA=OFF >/dev/null
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

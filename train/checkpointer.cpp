@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "checkpoint/index.h"
 #include "checkpoint/manager.h"
@@ -31,6 +32,7 @@ constexpr const char* kModel = "model.";
 constexpr const char* kOptimizer = "optimizer.";
 constexpr const char* kScheduler = "lr_scheduler.";
 constexpr const char* kLoaderGroup = "dataloader";
+constexpr const char* kGlobalBatchValue = "global_batch_size";
 
 // Where each parameter's local tensor sits in the whole parameter, by FQN.
 struct Placement {
@@ -159,6 +161,7 @@ CheckpointState TrainCheckpointer::state(int64_t step, int64_t tokens_seen, bool
   s.values["config"] = config::render_toml(config_);
   s.values["model_only"] = int64_t(model_only ? 1 : 0);
   if (!architecture_.empty()) s.values[kArchitectureValue] = architecture_;
+  if (global_batch_ > 0) s.values[kGlobalBatchValue] = global_batch_;
   if (extension_.add_pieces) extension_.add_pieces(s, model_only);
   if (model_only) return s;
   for (const auto& [key, t] : optimizer_.state_dict()) {
@@ -249,6 +252,8 @@ ResumePoint TrainCheckpointer::resume(std::ostream& log) {
   const auto [dir, weights_only] = checkpoint_to_load(config_);
   if (dir.empty()) return point;
 
+  const checkpoint::Index saved = checkpoint::read_index(dir / checkpoint::kIndexFileName);
+  if (!weights_only) check_global_batch(saved.values, dir, log);
   CheckpointState dest = load_template(weights_only);
   checkpoint::LoadOptions options;
   options.exclude = c.exclude_from_loading;
@@ -257,8 +262,7 @@ ResumePoint TrainCheckpointer::resume(std::ostream& log) {
     options.convert_dtypes = true;
   }
   if (extension_.add_load_pieces) {
-    extension_.add_load_pieces(checkpoint::read_index(dir / checkpoint::kIndexFileName), dest,
-                               weights_only, options.exclude);
+    extension_.add_load_pieces(saved, dest, weights_only, options.exclude);
   }
   checkpoint::LoadReport report;
   {
@@ -295,6 +299,28 @@ ResumePoint TrainCheckpointer::resume(std::ostream& log) {
   point.tokens_seen = int_value(report.values, "tokens_seen", dir);
   log << "checkpoint: resumed from " << dir.string() << " at step " << point.step << "\n";
   return point;
+}
+
+void TrainCheckpointer::check_global_batch(const checkpoint::Values& saved, const fs::path& dir,
+                                           std::ostream& log) const {
+  const auto it = saved.find(kGlobalBatchValue);
+  // Checkpoints written before the value was kept cannot be checked.
+  if (global_batch_ == 0 || it == saved.end() || !std::holds_alternative<int64_t>(it->second))
+    return;
+  const int64_t before = std::get<int64_t>(it->second);
+  if (before == global_batch_) return;
+  std::ostringstream what;
+  what << "the checkpoint " << dir.string() << " was trained with a global batch of " << before
+       << " per optimizer step, but this run's is " << global_batch_ << " (" << global_batch_how_
+       << ")";
+  MT_CHECK(config_.training.allow_batch_change, "train: ", what.str(),
+           ". Resuming with another batch changes the optimization (the learning rate and the "
+           "schedule were set for ",
+           before, ") and which data each step sees. Set training.global_batch_size = ", before,
+           " if it divides on this rank count, resume on the checkpoint's rank count, or set "
+           "training.allow_batch_change = true to go on with ",
+           global_batch_);
+  log << "warning: " << what.str() << "; going on (training.allow_batch_change = true)\n";
 }
 
 void TrainCheckpointer::after_step(int64_t step, int64_t tokens_seen, bool last, bool stopping,

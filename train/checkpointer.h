@@ -9,8 +9,8 @@
 //                                       embedding tables and their row optimizers), placed by the
 //                                       CheckpointExtension in global coordinates
 // Values (/state in the index): step, tokens_seen (samples for recsys models), seed, config (the
-// resolved TOML), architecture (the model's, see train/model_spec.h), and dataloader/rank_<r>/<key>
-// for every data-parallel rank (the data state).
+// resolved TOML), architecture (the model's, see train/model_spec.h), global_batch_size, and
+// dataloader/rank_<r>/<key> for every data-parallel rank (the data state).
 //
 // Resuming ([checkpoint] enable): the checkpoint at load_step (-1 = the latest complete one) in
 // <dump_folder>/<folder> is loaded in full; with no checkpoint there, initial_load_path (a
@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/state.h"
 #include "train/config/job_config.h"
 
 namespace mt::checkpoint {
@@ -114,11 +115,22 @@ class TrainCheckpointer {
   // The model's architecture (ModelSpec::architecture), kept in every save as
   // /state/architecture so that tools and later runs build the same model.
   void save_architecture(std::string text) { architecture_ = std::move(text); }
+  // The run's global batch (sequences or samples per optimizer step, all ranks), kept in every
+  // save as /state/global_batch_size. Resuming a checkpoint whose batch differs is an error
+  // unless [training] allow_batch_change (then a warning): e.g. global_batch_size = -1 on
+  // another rank count. `how` says how it is made up, for the message.
+  void set_global_batch(int64_t size, std::string how) {
+    global_batch_ = size;
+    global_batch_how_ = std::move(how);
+  }
 
  private:
   checkpoint::CheckpointState state(int64_t step, int64_t tokens_seen, bool model_only) const;
   checkpoint::CheckpointState load_template(bool model_only) const;  // model + optimizer pieces
   bool owned_by_extension(const std::string& param_fqn) const;
+  // Refuses (or, allowed, warns about) a saved global batch other than this run's.
+  void check_global_batch(const checkpoint::Values& saved, const std::filesystem::path& dir,
+                          std::ostream& log) const;
 
   const config::JobConfig& config_;
   std::shared_ptr<parallel::ProcessGroup> world_;
@@ -128,6 +140,8 @@ class TrainCheckpointer {
   CheckpointedData data_;
   CheckpointExtension extension_;
   std::unique_ptr<checkpoint::CheckpointManager> manager_;
+  int64_t global_batch_ = 0;  // 0: not set (not saved, not checked)
+  std::string global_batch_how_;
   std::string architecture_;
 };
 

@@ -27,6 +27,7 @@
 #include "runtime/optim/lr_scheduler.h"
 #include "runtime/optim/optimizer.h"
 #include "train/checkpointer.h"
+#include "train/launch_layout.h"
 #include "train/config/render.h"
 #include "train/config/validate.h"
 #include "train/embedding_checkpoint.h"
@@ -171,7 +172,10 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
                : std::shared_ptr<parallel::ProcessGroup>(parallel::MpiProcessGroup::world());
   if (rank() != 0) options_.write_files = false;
   config::validate_for_world(config_, world_size());
-  device_ = resolve_training_device(tc.device, config_.where("training.device"), *world_);
+  const RankPlacement placement =
+      place_ranks(*world_, tc.device, config_.where("training.device"));
+  device_ = placement.device;
+  placement_text_ = placement.text;
   if (rank() == 0) remove_incomplete_saves(config_, log());
   if (options_.write_files)
     config::write_config(config_, fs::path(config_.job.dump_folder) / "config.toml");
@@ -208,6 +212,13 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
     popt.output_group = device_world;
     dp_mesh_ = parallel::DeviceMesh::create(device_world, {world_size()}, {"dp_shard"});
     popt.dp_mesh = dp_mesh_;
+    // table_row_wise spreads a table's rows over the ranks of one node (and the planner picks it
+    // for big tables on several nodes): the job's real nodes, or one node where they are
+    // irregular (the same results, with more traffic).
+    const int64_t per_node = placement.nodes.ranks_per_node > 0 ? placement.nodes.ranks_per_node
+                                                                : world_size();
+    popt.node_mesh = parallel::DeviceMesh::create(
+        device_world, {world_size() / per_node, per_node}, {"node", "local"});
     popt.reshard_after_forward = config_.parallelism.fsdp_reshard_after_forward != "never";
   }
   popt.planner.memory_budget_bytes = config_.embedding.memory_budget_mb << 20;
@@ -230,6 +241,10 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
     checkpointer_ = std::make_unique<TrainCheckpointer>(
         config_, world_, *model_, *optimizer_, *scheduler_, std::move(data),
         table_checkpoint_extension(tables(), mc_.get()));
+    checkpointer_->set_global_batch(tc.local_batch_size * world_size(),
+                                    "samples: local_batch_size " +
+                                        std::to_string(tc.local_batch_size) + " x " +
+                                        std::to_string(world_size()) + " rank(s)");
   }
 }
 
@@ -390,7 +405,7 @@ TrainResult RecsysTrainer::train() {
       << config_.embedding.lr << ", "
       << (fused ? "fused into backward (not clipped)" : "row-sparse gradients (clipped)")
       << "; seed " << tc.seed << "; " << cpu_threads_text() << "\n"
-      << "tables sharded over " << world_size() << " rank" << (world_size() > 1 ? "s" : "")
+      << placement_text_ << "tables sharded over " << world_size() << " rank" << (world_size() > 1 ? "s" : "")
       << (dp_mesh_ ? ", dense layers FSDP over " + dp_mesh_->describe() : std::string()) << ":\n"
       << plan_text_ << "device: " << runtime::device_description(device_) << "\n"
       << std::flush;
@@ -437,7 +452,9 @@ TrainResult RecsysTrainer::train() {
       m.grad_norm = result.grad_norms.back();
       m.lr = lr;
       m.rate_in_samples = true;
-      m.tokens_per_sec = double(window_steps * samples_per_step) / std::max(window_seconds, 1e-9);
+      m.tokens_per_sec =
+          double(window_steps * tc.local_batch_size) / std::max(window_seconds, 1e-9);
+      m.ranks = world_size();
       const runtime::MemoryStats mem = runtime::memory_stats(device_);
       m.mem_in_use_bytes = mem.bytes_in_use;
       m.mem_peak_bytes = mem.peak_bytes_in_use;

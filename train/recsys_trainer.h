@@ -123,6 +123,7 @@ class RecsysTrainer {
   runtime::Device device_;                         // [training] device, resolved
   std::shared_ptr<parallel::DeviceMesh> dp_mesh_;  // null on one rank
   std::string plan_text_;                          // the sharding plan, printed (multi-rank)
+  std::string placement_text_;  // the launcher and one line per node, for the log
   std::unique_ptr<runtime::optim::Optimizer> optimizer_;
   std::unique_ptr<runtime::optim::LRScheduler> scheduler_;
   std::unique_ptr<parallel::ShardedManagedCollisionCollection>

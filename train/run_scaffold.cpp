@@ -3,13 +3,17 @@
 
 #include <omp.h>
 
+#include <signal.h>
+
 #include <cstdlib>
 #include <filesystem>
+#include <vector>
 
 #include "parallel/comm/process_group.h"
 #include "runtime/core/profiler.h"
 #include "runtime/ops/factory.h"
 #include "train/checkpointer.h"
+#include "train/job_requeue.h"
 #include "train/metrics/jsonl_writer.h"
 #include "train/metrics/tensorboard_writer.h"
 #include "train/signals.h"
@@ -106,9 +110,16 @@ void RunScaffold::profile_end(int64_t step) {
 }
 
 bool RunScaffold::end_of_step(int64_t step, int64_t seen, TrainResult& result) {
-  // Every rank stops at the same step when any of them was asked to.
-  const bool stop_here =
-      sum_over_ranks(world_, stop_ && stop_->stop_requested() ? 1.0 : 0.0, "train.stop") > 0;
+  // Every rank stops at the same step when any of them was asked to; a SIGUSR1 on any rank (the
+  // scheduler's preemption warning) makes it a preemption. One all-reduce of both flags.
+  const bool asked = stop_ && stop_->stop_requested();
+  const bool warned = asked && stop_->signal_number() == SIGUSR1;
+  runtime::Tensor flags = runtime::from_vector<double>({asked ? 1.0 : 0.0, warned ? 1.0 : 0.0},
+                                                       {2}, {runtime::DType::F64});
+  if (world_.size() > 1) world_.all_reduce(flags, parallel::ReduceOp::Sum, "train.stop");
+  const std::vector<double> agreed = flags.to_vector<double>();
+  const bool stop_here = agreed[0] > 0;
+  preempted_ = agreed[1] > 0;
   const int64_t steps = config_.training.steps;
   if (checkpointer_) checkpointer_->after_step(step, seen, step == steps, stop_here, out_);
   if (stop_here) {
@@ -122,6 +133,9 @@ bool RunScaffold::end_of_step(int64_t step, int64_t seen, TrainResult& result) {
 
 void RunScaffold::finish(TrainResult& result) {
   if (checkpointer_) checkpointer_->finish();
+  // The stop's checkpoint is complete (every rank's save awaited): a preempted job may go back
+  // to the queue, and resumes from it when it starts again.
+  if (preempted_ && config_.job.requeue_on_preemption && world_.rank() == 0) requeue_job(out_);
   result.seconds = elapsed_seconds();
   const fs::path dump(config_.job.dump_folder);
   if (write_files_ && config_.metrics.plot)

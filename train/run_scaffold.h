@@ -1,8 +1,8 @@
 // RunScaffold: what every trainer's train() does around its steps, written once for the language
 // model Trainer and the RecsysTrainer: [training] deterministic (runtime/core/determinism.h) for
-// the run, the SIGINT/SIGTERM stop request, metrics.jsonl, the
-// [profiling] of every profile_freq-th step, the end of each step (a checkpoint when due, a stop
-// agreed by every rank) and the end of the run (the background save awaited, loss.svg, the
+// the run, the SIGINT/SIGTERM/SIGUSR1 stop request, metrics.jsonl, the [profiling] of every
+// profile_freq-th step, the end of each step (a checkpoint when due, a stop agreed by every rank)
+// and the end of the run (the background save awaited, a preempted job requeued, loss.svg, the
 // summary line).
 #pragma once
 
@@ -64,8 +64,9 @@ class RunScaffold {
   // true when the run stops here because any rank was asked to (logged, result marked).
   bool end_of_step(int64_t step, int64_t seen, TrainResult& result);
 
-  // Waits for a background save, sets result.seconds, plots loss.svg and logs the summary line
-  // (no newline: a trainer may add to it).
+  // Waits for a background save, requeues a preempted SLURM job ([job] requeue_on_preemption,
+  // see train/job_requeue.h), sets result.seconds, plots loss.svg and logs the summary line (no
+  // newline: a trainer may add to it).
   void finish(TrainResult& result);
 
   double elapsed_seconds() const { return seconds_since(start_); }  // since construction
@@ -81,6 +82,7 @@ class RunScaffold {
   std::unique_ptr<JsonlWriter> jsonl_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   bool profiling_step_ = false;
+  bool preempted_ = false;  // the run stopped on a SIGUSR1 (a scheduler's preemption warning)
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 

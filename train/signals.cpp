@@ -34,7 +34,7 @@ int64_t monotonic_ns() {  // clock_gettime is async-signal-safe
   return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
-struct sigaction g_old_int, g_old_term;
+struct sigaction g_old_int, g_old_term, g_old_usr1;
 
 void write_stderr(const char* s) {
   // Async-signal-safe; the result is deliberately ignored (nothing to do if stderr is closed).
@@ -46,10 +46,19 @@ extern "C" void on_stop_signal(int sig) {
   const int saved_errno = errno;
   const int64_t now = monotonic_ns();
   if (g_signal.load(std::memory_order_relaxed) != 0) {  // a signal already asked to stop
-    if (now - g_first_ns.load(std::memory_order_relaxed) >= kDuplicateWindowNs) {
-      // A second, deliberate signal: the default action (blocked until this handler returns).
+    if (now - g_first_ns.load(std::memory_order_relaxed) < kDuplicateWindowNs) {
+      errno = saved_errno;  // the same signal delivered twice
+      return;
+    }
+    if (sig == SIGINT) {
+      // A second, deliberate Ctrl-C: the default action (blocked until this handler returns).
       signal(sig, SIG_DFL);
       raise(sig);
+    } else {
+      // A scheduler's SIGTERM after its warning (time limit after --signal=USR1@...) or a
+      // repeated one: the stop (and its checkpoint) goes on; the scheduler's SIGKILL ends it.
+      write_stderr("\nminititan: another stop signal received; still stopping at the end of "
+                   "this step and saving\n");
     }
     errno = saved_errno;
     return;
@@ -57,9 +66,12 @@ extern "C" void on_stop_signal(int sig) {
   g_first_ns.store(now, std::memory_order_relaxed);
   g_signal.store(sig, std::memory_order_relaxed);
   g_stop.store(true, std::memory_order_release);
-  write_stderr(sig == SIGINT ? "\nminititan: SIGINT received, stopping at the end of this step "
-                               "(press Ctrl-C again to exit now)\n"
-                             : "\nminititan: SIGTERM received, stopping at the end of this step\n");
+  write_stderr(sig == SIGINT    ? "\nminititan: SIGINT received, stopping at the end of this step "
+                                  "(press Ctrl-C again to exit now)\n"
+               : sig == SIGUSR1 ? "\nminititan: SIGUSR1 received (a preemption or time-limit "
+                                  "warning), stopping at the end of this step\n"
+                                : "\nminititan: SIGTERM received, stopping at the end of this "
+                                  "step\n");
   errno = saved_errno;
 }
 }  // namespace
@@ -84,11 +96,19 @@ StopRequest::StopRequest() {
     g_installed.store(false);
     MT_FAIL("StopRequest: cannot install the SIGTERM handler: ", std::strerror(err));
   }
+  if (sigaction(SIGUSR1, &sa, &g_old_usr1) != 0) {
+    const int err = errno;
+    sigaction(SIGINT, &g_old_int, nullptr);
+    sigaction(SIGTERM, &g_old_term, nullptr);
+    g_installed.store(false);
+    MT_FAIL("StopRequest: cannot install the SIGUSR1 handler: ", std::strerror(err));
+  }
 }
 
 StopRequest::~StopRequest() {
   sigaction(SIGINT, &g_old_int, nullptr);
   sigaction(SIGTERM, &g_old_term, nullptr);
+  sigaction(SIGUSR1, &g_old_usr1, nullptr);
   g_stop.store(false);
   g_signal.store(0);
   g_installed.store(false);
@@ -99,7 +119,10 @@ int StopRequest::signal_number() const { return g_signal.load(std::memory_order_
 
 const char* StopRequest::cause() const {
   const int sig = signal_number();
-  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a stop request";
+  return sig == SIGINT    ? "SIGINT"
+         : sig == SIGTERM ? "SIGTERM"
+         : sig == SIGUSR1 ? "SIGUSR1"
+                          : "a stop request";
 }
 void StopRequest::request_stop() { g_stop.store(true, std::memory_order_release); }
 void StopRequest::clear() {

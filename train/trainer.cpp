@@ -43,6 +43,7 @@
 #include "runtime/optim/clip_grad.h"
 #include "runtime/optim/lr_scheduler.h"
 #include "train/checkpointer.h"
+#include "train/launch_layout.h"
 #include "train/config/render.h"
 #include "train/config/validate.h"
 #include "train/metrics/eta.h"
@@ -204,79 +205,6 @@ fs::path resolve_token_file(const fs::path& dataset_path, const data::BpeTokeniz
 
 namespace {
 
-std::optional<int> first_set(std::initializer_list<const char*> vars) {
-  for (const char* var : vars) {
-    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') return std::atoi(v);
-  }
-  return std::nullopt;
-}
-
-// The launcher's local rank (this process's index on its node) and the number of ranks on the
-// node, where the launcher says (Open MPI, MPICH/Hydra, MVAPICH, torchrun-style; Slurm gives the
-// local id only).
-std::optional<int> launcher_local_rank() {
-  return first_set({"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID",
-                    "MV2_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"});
-}
-std::optional<int> launcher_local_size() {
-  return first_set({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE",
-                    "LOCAL_WORLD_SIZE"});
-}
-
-std::string host_name() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
-  return buf;
-}
-
-}  // namespace
-
-int gpu_for_rank(int local_rank, int local_size, int gpus, bool visible_devices_set,
-                 const std::string& host) {
-  MT_CHECK(gpus > 0, "train: no CUDA device on ", host);
-  if (local_size <= gpus) return local_rank;  // one GPU per rank on the node
-  // More ranks than GPUs visible: fine only when the launcher gave each rank its own GPU
-  // (CUDA_VISIBLE_DEVICES per rank, so every rank sees one).
-  MT_CHECK(gpus == 1 && visible_devices_set, "train: ", local_size, " ranks run on ", host,
-           " but only ", gpus, " GPU(s) are visible to each; start at most ", gpus,
-           " rank(s) per node (one per GPU), or give each rank its own GPU with "
-           "CUDA_VISIBLE_DEVICES");
-  return 0;
-}
-
-runtime::Device resolve_training_device(const std::string& name, const std::string& where,
-                                        parallel::ProcessGroup& world) {
-  const int gpus = runtime::cuda_device_count();
-  if (name == "cpu" || (name == "auto" && gpus == 0)) return runtime::Device::cpu();
-  MT_CHECK(gpus > 0, "train: training.device = \"cuda\" (", where, ") but ",
-           runtime::cuda_backend_built() ? "this machine has no usable CUDA device"
-                                         : "this build has no CUDA backend (nvcc was not found)",
-           "; use \"cpu\" or \"auto\"");
-  MT_CHECK(world.size() == 1 || parallel::nccl_available(), "train: training on CUDA with ",
-           world.size(), " ranks needs NCCL, which this build lacks; run one process, or ",
-           "training.device = \"cpu\"");
-  // Ranks on the same node: from the host names of all ranks (the launcher's local rank and size
-  // win where it gives them: containers on different nodes may share a host name).
-  const std::string host = host_name();
-  const std::vector<std::string> hosts =
-      world.size() == 1 ? std::vector<std::string>{host}
-                        : parallel::all_gather_strings(world, host, "train.hosts");
-  int local_rank = 0, local_size = 0;
-  for (int64_t r = 0; r < int64_t(hosts.size()); ++r) {
-    if (hosts[size_t(r)] != host) continue;
-    if (r < world.rank()) ++local_rank;
-    ++local_size;
-  }
-  if (const auto l = launcher_local_rank()) local_rank = *l;
-  if (const auto n = launcher_local_size()) local_size = *n;
-  const runtime::Device device = runtime::Device::cuda(gpu_for_rank(
-      local_rank, local_size, gpus, std::getenv("CUDA_VISIBLE_DEVICES") != nullptr, host));
-  runtime::set_current_device(device);
-  return device;
-}
-
-namespace {
-
 // A lower bound of one micro-batch's memory, refused up front when it exceeds the machine's
 // (local_batch_size = 1.8e16 used to end in std::bad_alloc after 18 s): the logits and their
 // gradient in f32, B x T x vocab x 8 bytes (the tokenizer's vocab: a model's is no smaller).
@@ -323,7 +251,11 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   if (rank() != 0) options_.write_files = false;  // rank 0 logs and writes for the job
   const config::WorldLayout layout = config::validate_for_world(config_, world_size());
   grad_accum_ = layout.grad_accum_steps;
-  device_ = resolve_training_device(tc.device, config_.where("training.device"), *world_);
+  global_batch_size_ = layout.global_batch_size;
+  const RankPlacement placement =
+      place_ranks(*world_, tc.device, config_.where("training.device"));
+  device_ = placement.device;
+  placement_text_ = placement.text;
   const fs::path dump(config_.job.dump_folder);
   if (rank() == 0) remove_incomplete_saves(config_, log());
   if (options_.write_files) config::write_config(config_, dump / "config.toml");
@@ -390,6 +322,11 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
     checkpointer_ = std::make_unique<TrainCheckpointer>(config_, world_, *model_, *optimizer_,
                                                         *scheduler_, std::move(data));
     if (spec_->architecture) checkpointer_->save_architecture(spec_->architecture());
+    checkpointer_->set_global_batch(
+        layout.global_batch_size,
+        "sequences: local_batch_size " + std::to_string(tc.local_batch_size) + " x " +
+            std::to_string(layout.dp) + " data-parallel rank(s) x " +
+            std::to_string(grad_accum_) + " micro-batch(es)");
   }
 }
 
@@ -714,9 +651,10 @@ TrainResult Trainer::train() {
       << "steps: " << tc.steps << " x " << grad_accum_ << " micro-batch(es) of "
       << tc.local_batch_size << " x " << tc.seq_len << " tokens per rank ("
       << tokens_per_step * world_size() << " tokens/step on " << world_size() << " rank"
-      << (world_size() > 1 ? "s" : "") << "); " << config_.optimizer.name << " lr "
-      << config_.optimizer.lr << "; seed " << tc.seed << "; " << cpu_threads_text() << "\n"
-      << std::flush;
+      << (world_size() > 1 ? "s" : "") << ", global batch " << global_batch_size_
+      << "); " << config_.optimizer.name << " lr " << config_.optimizer.lr << "; seed "
+      << tc.seed << "; " << cpu_threads_text() << "\n"
+      << placement_text_ << std::flush;
   if (device_.is_cuda()) {  // which peak the MFU column is measured against
     std::ostringstream peak_text;
     if (peak) {
@@ -729,8 +667,12 @@ TrainResult Trainer::train() {
         << peak_text.str() << "\n";
   }
   if (dp_mesh_) {
+    const config::WorldLayout layout = config::validate_for_world(config_, world_size());
     out << "parallelism: " << world_size() << " rank" << (world_size() > 1 ? "s" : "")
-        << ", FSDP over " << dp_mesh_->describe() << "; parameters computed in "
+        << ": dp_replicate " << layout.dp_replicate << " x dp_shard " << layout.dp_shard
+        << ", ep " << layout.ep
+        << (layout.ep > 1 ? " (experts over " + expert_mesh_->describe() + ")" : "")
+        << "; FSDP over " << dp_mesh_->describe() << "; parameters computed in "
         << tc.mixed_precision_param << ", gradients reduced in " << tc.mixed_precision_reduce
         << ", float32 master weights; reshard after forward: " << reshard_text_ << "\n";
   }
@@ -803,6 +745,7 @@ TrainResult Trainer::train() {
       m.grad_norm = result.grad_norms.back();
       m.lr = lr;
       m.tokens_per_sec = double(window_steps * tokens_per_step) / std::max(window_seconds, 1e-9);
+      m.ranks = world_size();
       m.mfu = mfu(flops_per_token, m.tokens_per_sec, peak);
       const runtime::MemoryStats mem = runtime::memory_stats(device_);
       m.mem_in_use_bytes = mem.bytes_in_use;

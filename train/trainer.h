@@ -173,22 +173,10 @@ class Trainer {
   std::unique_ptr<TrainCheckpointer>
       checkpointer_;  // null without [checkpoint] enable / initial load
   int64_t grad_accum_ = 1;
+  int64_t global_batch_size_ = 0;  // sequences per optimizer step, all ranks
+  std::string placement_text_;     // the launcher and one line per node, for the log
   mutable std::ostream null_log_{nullptr};  // discards (TrainerOptions::quiet)
 };
-
-// The device [training] device names: "cpu", "cuda" (this process's GPU, made current), or
-// "auto" (cuda when a GPU is usable). Errors name the key (`where`) when cuda is asked for and
-// cannot be had. Collective over `world` when cuda is chosen (the ranks' host names say which
-// ranks share a node; the launcher's local rank is used where it gives one).
-runtime::Device resolve_training_device(const std::string& name, const std::string& where,
-                                        parallel::ProcessGroup& world);
-
-// The GPU index of the rank `local_rank` of `local_size` ranks on `host` that sees `gpus` GPUs:
-// its local rank, or 0 when the launcher gave each rank its own (one visible GPU and
-// CUDA_VISIBLE_DEVICES set). More ranks than GPUs otherwise is an error naming the host and the
-// counts (two ranks on one GPU would fail later inside NCCL).
-int gpu_for_rank(int local_rank, int local_size, int gpus, bool visible_devices_set,
-                 const std::string& host);
 
 // The token file that `dataset_path` stands for, making it from text if needed (see above).
 // Errors say how to make one with mt_prepare_dataset.

@@ -72,9 +72,18 @@ void set_max_message_elements(int64_t n) {
 int64_t max_message_elements() { return g_max_message_elements; }
 
 bool MpiProcessGroup::launched_by_launcher() {
-  for (const char* var :
-       {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}) {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "PMI_FD"}) {
     if (std::getenv(var) != nullptr) return true;
+  }
+  // srun without PMI: SLURM's variables only. One task is a single-process run; several would
+  // each be one, or die in MPI_Init with OpenMPI's "not built with SLURM's PMI support".
+  const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS");
+  if (tasks != nullptr && std::atoll(tasks) > 1) {
+    const char* procid = std::getenv("SLURM_PROCID");
+    MT_FAIL("srun started ", tasks, " tasks (this is task ", procid ? procid : "?",
+            ") without PMIx, so they cannot find each other: launch with `srun --mpi=pmix ...` "
+            "(or set MpiDefault=pmix in slurm.conf; `srun --mpi=list` shows the site's "
+            "plugins), or with mpirun inside the allocation");
   }
   return false;
 }

@@ -1,9 +1,11 @@
 // MpiProcessGroup: the ProcessGroup backend for CPU tensors over MPI (OpenMPI).
 //
 // - world(): every rank of the launch. Without a launcher in the environment (no
-//   OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK/PMI_SIZE or SLURM_STEP_NUM_TASKS) MPI is never
-//   initialised: the world is this one process (rank 0 of 1) and every collective is a local copy,
-//   so a single-process run needs no mpirun.
+//   OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK/PMI_SIZE/PMI_FD) MPI is never initialised: the world
+//   is this one process (rank 0 of 1) and every collective is a local copy, so a single-process
+//   run needs no mpirun (nor `srun -n 1` PMI). srun starting several tasks without PMI (no
+//   `--mpi=pmix` where the site's MpiDefault is none) is refused before MPI_Init, saying so:
+//   OpenMPI would fail inside it with its own text, or each task would train alone.
 // - MPI is initialised on first use with MPI_Init_thread(MPI_THREAD_MULTIPLE); when the library
 //   only provides MPI_THREAD_SERIALIZED, every MPI call of every group is serialised by one
 //   process-wide mutex. MPI is finalised at exit if we initialised it (see mpi_runtime.h).
@@ -34,7 +36,8 @@ namespace mt::parallel {
 class MpiProcessGroup : public ProcessGroup {
  public:
   static std::unique_ptr<MpiProcessGroup> world();
-  // True when a launcher (mpirun, srun) started this process.
+  // True when a launcher (mpirun, srun --mpi=pmix) started this process as a rank over PMI(x).
+  // Throws mt::Error when srun started several tasks without PMI (see above).
   static bool launched_by_launcher();
 
   ~MpiProcessGroup() override;

@@ -305,8 +305,11 @@ std::string ShardingPlan::describe(const std::vector<EmbeddingBagConfig>& config
   for (const Row& r : rows)
     for (int c = 0; c < 6; ++c) width[c] = std::max(width[c], r.cells[c].size());
   std::ostringstream os;
-  os << "sharding plan (world size " << world_size << ", " << ranks_per_node()
-     << " ranks per node, " << runtime::dtype_name(dtype) << " tables):\n";
+  const int nodes = world_size / std::max(1, ranks_per_node());
+  os << "sharding plan (world size " << world_size << ": " << nodes
+     << (nodes == 1 ? " node, " : " nodes, ") << ranks_per_node()
+     << (ranks_per_node() == 1 ? " rank" : " ranks") << " per node, "
+     << runtime::dtype_name(dtype) << " tables):\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     for (int c = 0; c < 6; ++c) {
       std::string cell = rows[i].cells[c];

@@ -1,11 +1,14 @@
 // The MPI backend without a launcher: a world of one process where every collective is a local
 // copy, plus the frontend's argument checks and stats (no mpirun needed).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <string>
 #include <vector>
 
 #include "parallel/comm/mpi_process_group.h"
+#include "runtime/core/error.h"
 #include "runtime/core/profiler.h"
 #include "runtime/ops/factory.h"
 
@@ -29,6 +32,26 @@ class LocalProcessGroupTest : public ::testing::Test {
   }
   std::unique_ptr<MpiProcessGroup> pg;
 };
+
+// srun without PMI (a site whose MpiDefault is none, no --mpi=pmix): SLURM's variables only. One
+// task is a single-process run; several are refused before MPI_Init, naming the fix.
+TEST(SrunWithoutPmi, OneTaskRunsAloneSeveralAreRefusedNamingMpiPmix) {
+  if (MpiProcessGroup::launched_by_launcher()) GTEST_SKIP() << "launched by mpirun/srun";
+  setenv("SLURM_PROCID", "1", 1);
+  setenv("SLURM_STEP_NUM_TASKS", "1", 1);
+  EXPECT_FALSE(MpiProcessGroup::launched_by_launcher());
+  setenv("SLURM_STEP_NUM_TASKS", "4", 1);
+  std::string message;
+  try {
+    (void)MpiProcessGroup::launched_by_launcher();
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  unsetenv("SLURM_STEP_NUM_TASKS");
+  unsetenv("SLURM_PROCID");
+  EXPECT_THAT(message, ::testing::HasSubstr("srun started 4 tasks (this is task 1) without PMIx"));
+  EXPECT_THAT(message, ::testing::HasSubstr("srun --mpi=pmix"));
+}
 
 // Collectives are ops of the op profiler (runtime/core/profiler.h), named by their kind.
 TEST_F(LocalProcessGroupTest, CollectivesShowInTheOpProfiler) {

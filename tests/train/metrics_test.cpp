@@ -88,7 +88,7 @@ StepMetrics example() {
 
 TEST(StepLine, Format) {
   EXPECT_EQ(format_step_line(example()),
-            "step  120  loss  3.4521  grad_norm     1.23  lr 3.0e-04  tok/s    12,345  "
+            "step  120  loss  3.4521  grad_norm     1.23  lr 3.0e-04  tok/s/rank    12,345  "
             "mfu    n/a  mem   1.2/1.5 GiB  data   2%  eta 3m12s");
   StepMetrics m = example();
   m.mfu = 0.4123;
@@ -98,8 +98,21 @@ TEST(StepLine, Format) {
   m.loss = std::nan("");
   m.grad_norm = 0.00123;
   EXPECT_EQ(format_step_line(m, 6),
-            "step    120  loss     nan  grad_norm 1.23e-03  lr 3.0e-04  tok/s    12,345  "
+            "step    120  loss     nan  grad_norm 1.23e-03  lr 3.0e-04  tok/s/rank    12,345  "
             "mfu  41.2%  mem   512/768 MiB  data   2%  eta n/a");
+}
+
+// On several ranks the per-rank rate (as torchtitan's tps) is followed by the job's total.
+TEST(StepLine, SeveralRanksAddTheJobsTotal) {
+  StepMetrics m = example();
+  m.ranks = 4;
+  EXPECT_EQ(format_step_line(m),
+            "step  120  loss  3.4521  grad_norm     1.23  lr 3.0e-04  tok/s/rank    12,345  "
+            "total     49,382  mfu    n/a  mem   1.2/1.5 GiB  data   2%  eta 3m12s");
+  m.rate_in_samples = true;
+  EXPECT_NE(format_step_line(m).find("  samples/s/rank    12,345  total     49,382  "),
+            std::string::npos)
+      << format_step_line(m);
 }
 
 TEST(StepLine, ColumnsAlign) {
@@ -115,7 +128,7 @@ TEST(StepLine, ColumnsAlign) {
   b.data_wait_fraction = 0.5;
   const std::string la = format_step_line(a), lb = format_step_line(b);
   for (const char* label :
-       {"  loss", "  grad_norm", "  lr", "  tok/s", "  mfu", "  mem", "  data", "  eta"}) {
+       {"  loss", "  grad_norm", "  lr", "  tok/s/rank", "  mfu", "  mem", "  data", "  eta"}) {
     EXPECT_EQ(la.find(label), lb.find(label)) << label << "\n" << la << "\n" << lb;
   }
   EXPECT_EQ(step_width_for(100), 4);
@@ -219,7 +232,8 @@ TEST_F(JsonlTest, WritesOneFlushedLinePerStepAndAppends) {
     ASSERT_EQ(lines(path).size(), 1u);
     EXPECT_EQ(lines(path)[0],
               R"({"step": 120, "loss": 3.45213, "grad_norm": 1.234, "lr": 3e-04, )"
-              R"("tokens_per_sec": 12345.4, "mfu": null, "mem_in_use_bytes": 1288490188, )"
+              R"("tokens_per_sec": 12345.4, "tokens_per_sec_total": 12345.4, "mfu": null, )"
+              R"("mem_in_use_bytes": 1288490188, )"
               R"("mem_peak_bytes": 1610612736, "data_wait_fraction": 0.021, "elapsed_sec": 30, )"
               R"("eta_sec": 192})");
     m.step = 121;

@@ -1,6 +1,7 @@
-// Clean stop on SIGINT/SIGTERM (train/signals): the first signal only sets the flag, an immediate
-// repeat is ignored, a later second SIGINT ends the process (checked in a death-test child),
-// handlers are restored on destruction, and only one StopRequest may exist at a time.
+// Clean stop on SIGINT/SIGTERM/SIGUSR1 (train/signals): the first signal only sets the flag, an
+// immediate repeat is ignored, a later second SIGINT ends the process (checked in a death-test
+// child) while a later SIGTERM or SIGUSR1 does not, handlers are restored on destruction, and only
+// one StopRequest may exist at a time.
 #include "train/signals.h"
 
 #include <gmock/gmock.h>
@@ -37,6 +38,14 @@ TEST(StopRequest, SigtermSetsTheFlag) {
   ASSERT_EQ(std::raise(SIGTERM), 0);
   EXPECT_TRUE(stop_requested());
   EXPECT_EQ(stop.signal_number(), SIGTERM);
+}
+
+TEST(StopRequest, Sigusr1SetsTheFlag) {
+  StopRequest stop;
+  ASSERT_EQ(std::raise(SIGUSR1), 0);
+  EXPECT_TRUE(stop_requested());
+  EXPECT_EQ(stop.signal_number(), SIGUSR1);
+  EXPECT_STREQ(stop.cause(), "SIGUSR1");
 }
 
 TEST(StopRequest, RequestStopWithoutSignal) {
@@ -99,18 +108,24 @@ TEST(StopRequestDeathTest, SecondSigintExitsImmediately) {
       ::testing::KilledBySignal(SIGINT), "SIGINT received");
 }
 
-TEST(StopRequestDeathTest, SecondSigtermExitsImmediately) {
+// SLURM's time limit: SIGUSR1 (--signal=USR1@SECONDS) first, SIGTERM at the limit, SIGKILL
+// KillWait seconds later. The SIGTERM must not end the stop's checkpoint save; nor must a
+// repeated SIGTERM (scancel twice).
+TEST(StopRequestDeathTest, LaterSigtermOrSigusr1DoesNotEndTheProcess) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {
         StopRequest stop;
-        std::raise(SIGTERM);
+        std::raise(SIGUSR1);
         if (!stop_requested()) std::_Exit(3);
         std::this_thread::sleep_for(std::chrono::milliseconds(250));
         std::raise(SIGTERM);
-        std::_Exit(0);
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        std::raise(SIGTERM);
+        std::raise(SIGUSR1);
+        std::_Exit(stop.signal_number() == SIGUSR1 ? 7 : 4);  // still alive, first cause kept
       },
-      ::testing::KilledBySignal(SIGTERM), "SIGTERM received");
+      ::testing::ExitedWithCode(7), "still stopping");
 }
 
 }  // namespace

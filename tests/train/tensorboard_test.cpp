@@ -90,13 +90,16 @@ TEST(TensorBoard, StepMetricsBecomeScalarsNamedAsInTheJsonl) {
   std::vector<std::string> tags;
   for (const auto& [tag, value] : s) tags.push_back(tag);
   EXPECT_EQ(tags, (std::vector<std::string>{"loss", "grad_norm", "lr", "tokens_per_sec",
-                                            "mem_peak_gib", "data_wait_fraction",
-                                            "moe_load_imbalance"}));
-  EXPECT_EQ(s[4].second, 3.0);
+                                            "tokens_per_sec_total", "mem_peak_gib",
+                                            "data_wait_fraction", "moe_load_imbalance"}));
+  EXPECT_EQ(s[5].second, 3.0);
   m.rate_in_samples = true;
+  m.ranks = 3;
   m.mfu = 0.4;
   EXPECT_EQ(tensorboard_scalars(m)[3].first, "samples_per_sec");
-  EXPECT_EQ(tensorboard_scalars(m)[4], (std::pair<std::string, double>{"mfu", 0.4}));
+  EXPECT_EQ(tensorboard_scalars(m)[4],
+            (std::pair<std::string, double>{"samples_per_sec_total", 3000.0}));
+  EXPECT_EQ(tensorboard_scalars(m)[5], (std::pair<std::string, double>{"mfu", 0.4}));
 }
 
 TEST(TensorBoard, AFolderItCannotCreateIsAnErrorNamingIt) {

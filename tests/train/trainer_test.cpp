@@ -344,24 +344,6 @@ TEST(Trainer, GeneratesASample) {
   EXPECT_EQ(greedy, trainer.generate_sample("ROMEO:", 10, 0.0));  // greedy is deterministic
 }
 
-// Which GPU a rank takes: its local rank; one GPU per rank given by CUDA_VISIBLE_DEVICES; more
-// ranks on a node than GPUs is an error naming the host and the counts.
-TEST(Trainer, GpuForRank) {
-  EXPECT_EQ(gpu_for_rank(0, 1, 1, false, "h"), 0);
-  EXPECT_EQ(gpu_for_rank(5, 8, 8, false, "h"), 5);
-  EXPECT_EQ(gpu_for_rank(3, 4, 8, false, "h"), 3);
-  EXPECT_EQ(gpu_for_rank(3, 8, 1, true, "h"), 0);  // each rank sees its own GPU
-  try {
-    gpu_for_rank(1, 2, 1, false, "node7");
-    FAIL() << "expected mt::Error";
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("2 ranks run on node7"), std::string::npos) << m;
-    EXPECT_NE(m.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << m;
-  }
-  EXPECT_THROW(gpu_for_rank(2, 9, 8, true, "h"), Error);
-}
-
 TEST(Trainer, UnknownConfigKeyIsAConfigError) {
   const fs::path dir = temp_dir("bad_key");
   const fs::path file = dir / "bad.toml";

@@ -85,6 +85,10 @@ std::vector<SectionSpec> build_schema() {
            "Folder for everything a run writes: logs, metrics, plots, checkpoints, config.toml",
            non_empty()},
           {"description", &J::description, "Free text describing the run, shown in its logs"},
+          {"requeue_on_preemption", &J::requeue_on_preemption,
+           "Under SLURM, SIGUSR1 (sbatch --signal=USR1@SECONDS, a preemption or time-limit "
+           "warning) stops the run at the end of the step, saves a checkpoint and requeues the "
+           "job (scontrol requeue), which resumes from it; SIGTERM and SIGINT never requeue"},
       }));
   s.push_back(section<M>(
       "model", &JobConfig::model, "Which model to build.",
@@ -149,6 +153,9 @@ std::vector<SectionSpec> build_schema() {
            "optimizer update, a warning) before the run stops; 0 = stop at the first. With "
            "more than 0 the norm is read every step (a host sync on GPUs)",
            non_negative()},
+          {"allow_batch_change", &T::allow_batch_change,
+           "Resume a checkpoint with another global batch than it was trained with (e.g. on a "
+           "rank count that changes global_batch_size = -1); else that is an error"},
           {"deterministic", &T::deterministic,
            "Use only deterministic kernels: bit-for-bit reproducible runs on a GPU too, with "
            "cuDNN's slower attention backward (CPU kernels are deterministic either way)"},

@@ -18,6 +18,7 @@ namespace mt::train::config {
 struct JobSectionConfig {  // [job]
   std::string dump_folder = "./outputs";
   std::string description = "default job";
+  bool requeue_on_preemption = false;  // SIGUSR1 under SLURM: save, then scontrol requeue
   bool operator==(const JobSectionConfig&) const = default;
 };
 
@@ -60,6 +61,7 @@ struct TrainingConfig {  // [training]
   std::string mixed_precision_reduce = "float32";
   bool deterministic = false;
   int64_t skip_nonfinite_steps = 0;  // steps with a non-finite gradient norm skipped, not fatal
+  bool allow_batch_change = false;   // resume with another global batch than the checkpoint's
   bool operator==(const TrainingConfig&) const = default;
 };
 

@@ -53,6 +53,11 @@ void validate(const JobConfig& config) {
   require(!config.checkpoint.enable || config.checkpoint.interval > 0, config,
           "checkpoint.interval must be > 0 when checkpoint.enable = true", "checkpoint.interval",
           "checkpoint.enable");
+  // A requeued job starts again from its last checkpoint: without checkpoints, from step 0.
+  require(!config.job.requeue_on_preemption || config.checkpoint.enable, config,
+          "job.requeue_on_preemption needs checkpoint.enable = true (the requeued job resumes "
+          "from the checkpoint saved at the stop)",
+          "job.requeue_on_preemption", "checkpoint.enable");
   require(!config.profiling.enable || config.profiling.profile_freq > 0, config,
           "profiling.profile_freq must be > 0 when profiling.enable = true",
           "profiling.profile_freq", "profiling.enable");

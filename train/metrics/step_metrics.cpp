@@ -65,15 +65,21 @@ int step_width_for(int64_t total_steps) {
   return digits < 4 ? 4 : digits;
 }
 
+std::string rate_name(const StepMetrics& m) {
+  return m.rate_in_samples ? "samples_per_sec" : "tokens_per_sec";
+}
+
 std::string format_step_line(const StepMetrics& m, int step_width) {
   std::string line = "step " + pad_left(std::to_string(m.step), size_t(step_width));
   line += "  loss " + pad_left(std::isfinite(m.loss) ? fmt("%.4f", m.loss) : nonfinite(m.loss), 7);
   line += "  grad_norm " + pad_left(fixed_or_sci(m.grad_norm, 2), 8);
   line += "  lr " + (std::isfinite(m.lr) ? fmt("%.1e", m.lr) : nonfinite(m.lr));
-  const std::string tps = std::isfinite(m.tokens_per_sec)
-                              ? format_thousands(int64_t(std::llround(m.tokens_per_sec)))
-                              : nonfinite(m.tokens_per_sec);
-  line += (m.rate_in_samples ? "  samples/s " : "  tok/s ") + pad_left(tps, 9);
+  const auto rate = [](double r) {
+    return std::isfinite(r) ? format_thousands(int64_t(std::llround(r))) : nonfinite(r);
+  };
+  line += (m.rate_in_samples ? "  samples/s/rank " : "  tok/s/rank ") +
+          pad_left(rate(m.tokens_per_sec), 9);
+  if (m.ranks > 1) line += "  total " + pad_left(rate(m.tokens_per_sec * double(m.ranks)), 10);
   line += "  mfu " + pad_left(m.mfu ? (std::isfinite(*m.mfu) ? fmt("%.1f%%", *m.mfu * 100.0)
                                                              : nonfinite(*m.mfu))
                                     : "n/a",

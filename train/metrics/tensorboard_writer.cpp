@@ -71,7 +71,8 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const StepMetric
       {"loss", m.loss},
       {"grad_norm", m.grad_norm},
       {"lr", m.lr},
-      {m.rate_in_samples ? "samples_per_sec" : "tokens_per_sec", m.tokens_per_sec}};
+      {rate_name(m), m.tokens_per_sec},
+      {rate_name(m) + "_total", m.tokens_per_sec * double(m.ranks)}};
   if (m.mfu) s.emplace_back("mfu", *m.mfu);
   if (m.mem_in_use_bytes) s.emplace_back("mem_in_use_gib", double(*m.mem_in_use_bytes) / kGiB);
   if (m.mem_peak_bytes) s.emplace_back("mem_peak_gib", double(*m.mem_peak_bytes) / kGiB);
