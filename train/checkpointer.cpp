@@ -314,8 +314,8 @@ void TrainCheckpointer::check_global_batch(const checkpoint::Values& saved, cons
        << " per optimizer step, but this run's is " << global_batch_ << " (" << global_batch_how_
        << ")";
   MT_CHECK(config_.training.allow_batch_change, "train: ", what.str(),
-           ". Resuming with another batch changes the optimization (the learning rate and the "
-           "schedule were set for ",
+           ". Resuming with another batch changes the optimization (the learning rate was set "
+           "for a batch of ",
            before, ") and which data each step sees. Set training.global_batch_size = ", before,
            " if it divides on this rank count, resume on the checkpoint's rank count, or set "
            "training.allow_batch_change = true to go on with ",

@@ -28,7 +28,9 @@ std::string cpu_threads_text() {
     const char* v = std::getenv(name);
     return std::string(name) + "=" + (v != nullptr ? v : "unset");
   };
-  return std::to_string(omp_get_max_threads()) + " threads (" + value("OMP_WAIT_POLICY") + ", " +
+  const int threads = omp_get_max_threads();
+  return std::to_string(threads) + (threads == 1 ? " thread (" : " threads (") +
+         value("OMP_WAIT_POLICY") + ", " +
          value("OPENBLAS_THREAD_TIMEOUT") + ")";
 }
 

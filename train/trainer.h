@@ -30,8 +30,10 @@
 // at the end of the same step.
 // Logging: a line every metrics.log_freq steps (train/metrics/step_metrics.h), a validation line
 // every validation.freq steps (validation.steps batches, -1 = all), metrics.jsonl and loss.svg in
-// job.dump_folder, the resolved config in <dump_folder>/config.toml. SIGINT/SIGTERM stop at the
-// end of the running step (train/signals.h). At the end, a short text sample from the model.
+// job.dump_folder, the resolved config in <dump_folder>/config.toml; at the start, the launcher
+// and one line per node (train/launch_layout.h). SIGINT/SIGTERM/SIGUSR1 stop at the end of the
+// running step (train/signals.h; SIGUSR1 may requeue a SLURM job, train/job_requeue.h). At the
+// end, a short text sample from the model.
 // Reproducibility: training.seed keys the weights and the data order; every runtime CPU kernel
 // has a fixed reduction order, so two runs of one config give bit-for-bit identical losses for
 // any thread count.

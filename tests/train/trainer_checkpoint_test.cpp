@@ -397,6 +397,117 @@ Names saved_at_step_4(const Inputs& in, const fs::path& dump) {
   return job_args(in, dump, {"--training.steps=8", "--checkpoint.interval=4"});
 }
 
+// A resume with another global batch than the checkpoint's (here local_batch_size 4 -> 2 on one
+// rank; on a cluster, global_batch_size = -1 on another rank count) is an error naming both and
+// the way out, before anything loads; allow_batch_change makes it a warning and resumes.
+TEST(TrainerCheckpoint, ResumeWithAnotherGlobalBatchIsAnErrorUnlessAllowed) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const Inputs& in = inputs(corpus);
+  testing::ScratchDir dir;
+  const fs::path dump = dir / "run";
+  Names args = saved_at_step_4(in, dump);
+  args.push_back("--training.local_batch_size=2");
+  const std::string e = error_of([&] { train(args); });
+  for (const std::string& text : Names{
+           "the checkpoint " + step_dir(dump, 4).string() + " was trained with a global batch of 4 ",
+        "but this run's is 2 (sequences: local_batch_size 2 x 1 data-parallel rank(s) x 1 "
+        "micro-batch(es))",
+        "Set training.global_batch_size = 4", "training.allow_batch_change = true"}) {
+    EXPECT_TRUE(contains(e, text)) << text << "\n" << e;
+  }
+  args.push_back("--training.allow_batch_change=true");
+  std::ostringstream log;
+  TrainerOptions options = quiet_options(testing::shrink_llama);
+  options.quiet = false;
+  options.log = &log;
+  Trainer trainer(config::load_config(fs::path(), args), options);
+  EXPECT_EQ(trainer.train().first_step, 5);
+  EXPECT_TRUE(contains(log.str(), "warning: the checkpoint ")) << log.str();
+  EXPECT_TRUE(contains(log.str(), "going on (training.allow_batch_change = true)")) << log.str();
+  // The same batch resumes without a word about it.
+  args = saved_at_step_4(in, dir / "same");
+  std::ostringstream quiet_log;
+  options.log = &quiet_log;
+  Trainer same(config::load_config(fs::path(), args), options);
+  EXPECT_EQ(same.train().first_step, 5);
+  EXPECT_FALSE(contains(quiet_log.str(), "global batch of")) << quiet_log.str();
+}
+
+#ifdef MT_TRAIN_BIN
+// `train` in the background; once its log shows a step, signal `sig` reaches it (its handler is
+// in place by then), and the command waits for it and prints the log. `env` goes before the
+// binary. A script in `dir`, so that the arguments keep their quotes.
+std::string signal_after_first_step(const std::string& env, const Names& args,
+                                    const std::string& sig, const fs::path& dir) {
+  const fs::path script = dir / ("signal_" + sig + ".sh"), log = dir / ("signal_" + sig + ".log");
+  std::ofstream out(script);
+  out << "env " << env << " " << train_command(args) << " > " << log.string() << " 2>&1 &\n"
+      << "pid=$!\n"
+      << "for i in $(seq 600); do grep -q '^step' " << log.string()
+      << " && break; sleep 0.1; done\n"
+      << "kill -" << sig << " $pid\nwait $pid\nstatus=$?\ncat " << log.string()
+      << "\nexit $status\n";
+  return "bash " + script.string();
+}
+#endif
+
+// SLURM's warning before a time limit or preemption (sbatch --signal=USR1@SECONDS): the run stops
+// at the end of the step, saves, and with [job] requeue_on_preemption rank 0 runs `scontrol
+// requeue $SLURM_JOB_ID` (a stand-in scontrol on PATH records its arguments); the job resumes
+// from that checkpoint. SIGTERM (scancel) saves without a requeue.
+TEST(TrainerCheckpoint, PreemptionWarningSavesAndRequeuesTheSlurmJob) {
+#ifndef MT_TRAIN_BIN
+  GTEST_SKIP() << "the train binary is not part of this build (tests/CMakeLists.txt)";
+#else
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const Inputs& in = inputs(corpus);
+  testing::ScratchDir dir;
+  const fs::path bin = dir / "bin", calls = dir / "scontrol_calls";
+  fs::create_directories(bin);
+  {
+    std::ofstream fake(bin / "scontrol");
+    fake << "#!/bin/sh\necho \"$@\" >> " << calls.string() << "\n";
+  }
+  fs::permissions(bin / "scontrol", fs::perms::owner_all);
+  const std::string env = "SLURM_JOB_ID=4242 PATH=" + bin.string() + ":$PATH";
+  const auto args = [&](const fs::path& dump) {
+    return job_args(in, dump,
+                    {"--training.steps=100000", "--checkpoint.interval=100000",
+                     "--metrics.log_freq=1", "--job.requeue_on_preemption=true",
+                     "--training.local_batch_size=1", "--training.seq_len=16"});
+  };
+  const fs::path dump = dir / "run";
+  testing::CommandResult r =
+      testing::run_command(signal_after_first_step(env, args(dump), "USR1", dir.path()));
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (const char* text : {"SIGUSR1 received", "stopped by SIGUSR1 at the end of step",
+                           "checkpoint: saved", "job: requeued SLURM job 4242"}) {
+    EXPECT_TRUE(contains(r.output, text)) << text << "\n" << r.output;
+  }
+  std::ifstream recorded(calls);
+  std::string call;
+  std::getline(recorded, call);
+  EXPECT_EQ(call, "requeue 4242");
+  const Steps saved = complete_steps(dump);
+  ASSERT_EQ(saved.size(), 1u);
+  // The requeued job: the same command resumes from the stop's checkpoint.
+  Names resume = args(dump);
+  resume.push_back("--training.steps=" + std::to_string(saved[0] + 1));
+  r = testing::run_command("env " + env + " " + train_command(resume));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "at step " + std::to_string(saved[0]))) << r.output;
+  EXPECT_FALSE(contains(r.output, "requeued")) << r.output;  // a normal end is not requeued
+
+  // SIGTERM: saved, not requeued.
+  fs::remove(calls);
+  r = testing::run_command(signal_after_first_step(env, args(dir / "term"), "TERM", dir.path()));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "stopped by SIGTERM at the end of step")) << r.output;
+  EXPECT_TRUE(contains(r.output, "checkpoint: saved")) << r.output;
+  EXPECT_FALSE(fs::exists(calls));
+#endif
+}
+
 // The checkpoint's saved architecture is checked before any tensor: one error names every field
 // in which the configured model differs (train/model_spec.h).
 TEST(TrainerCheckpoint, CheckpointOfAnotherArchitectureIsOneErrorListingEveryField) {
