@@ -1,12 +1,15 @@
 // The recsys `train` loop on real ranks (mpirun -np 2 and -np 4): DLRM with sharded tables and
 // FSDP dense layers trains like one process over the same global batches (losses, norms and the
 // held-out AUC to float tolerance), for the planner's plan and for every table forced to one
-// sharding type; a checkpoint saved on every rank resumes on fewer ranks with other plans.
+// sharding type, and table_row_wise over the job's nodes; a checkpoint saved on every rank resumes
+// on fewer ranks with other plans.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -44,9 +47,11 @@ config::JobConfig job(int64_t ranks, const fs::path& dump, std::vector<std::stri
                              args);
 }
 
-TrainResult run(const config::JobConfig& c, std::shared_ptr<ProcessGroup> group) {
+TrainResult run(const config::JobConfig& c, std::shared_ptr<ProcessGroup> group,
+               std::ostream* log = nullptr) {
   TrainerOptions o;
-  o.quiet = true;
+  o.quiet = log == nullptr;
+  o.log = log;
   o.handle_signals = false;
   o.write_files = false;
   o.world = std::move(group);
@@ -102,6 +107,34 @@ INSTANTIATE_TEST_SUITE_P(Plans, RecsysTrainerMpi,
                          ::testing::Values("auto", "table_wise", "row_wise", "column_wise",
                                            "data_parallel"),
                          [](const auto& info) { return info.param; });
+
+// The job's nodes reach the embedding planner (train/launch_layout.h): ranks in pairs on nodes
+// that SLURMD_NODENAME names (2 nodes x 2 ranks on 4 ranks), every table table_row_wise (its rows
+// over the ranks of each node, the pooled partial sums reduced inside the node, one block per
+// node): the plan says which nodes it planned for, and the run tracks one process.
+TEST(RecsysTrainerMpiNodes, TableRowWiseOverTheJobsNodesTracksOneProcess) {
+  const int64_t n = world()->size();
+  const fs::path dump = testing::shared_dir(*world(), "mt_recsys_trainer_mpi", "nodes");
+  const std::vector<std::string> extra = {"--embedding.sharding=table_row_wise"};
+  std::shared_ptr<ProcessGroup> self = world()->split(world()->rank(), 0);
+  const TrainResult single =
+      run(job(1, dump / ("single" + std::to_string(world()->rank())), extra), self);
+  setenv("SLURMD_NODENAME", ("node" + std::to_string(world()->rank() / 2)).c_str(), 1);
+  std::ostringstream log;
+  const TrainResult sharded = run(job(n, dump / "sharded", extra), world(), &log);
+  unsetenv("SLURMD_NODENAME");
+  expect_close(sharded, single);
+  if (world()->rank() == 0) {
+    const std::string nodes = n / 2 == 1 ? "1 node" : std::to_string(n / 2) + " nodes";
+    EXPECT_NE(log.str().find("sharding plan (world size " + std::to_string(n) + ": " + nodes +
+                             ", 2 ranks per node"),
+              std::string::npos)
+        << log.str();
+    EXPECT_NE(log.str().find("node node0: ranks 0-1 (local 0-1)"), std::string::npos)
+        << log.str();
+    EXPECT_NE(log.str().find("table_row_wise"), std::string::npos) << log.str();
+  }
+}
 
 // A checkpoint saved by every rank (the planner's plan) resumes on fewer ranks with other plans
 // (every table row_wise on half the ranks, everything on one rank): the same steps 11-20 as the
