@@ -16,7 +16,9 @@
 # Installs slurmctld, slurmd, slurm-client and munge with apt when missing (root needed; without
 # it prints `slurm tests: SKIPPED: <why>` and exits 0, or 1 under CI=true). Stops every process it
 # started and restores every system file it changed, also on failure and Ctrl-C. Exits non-zero
-# when a scenario fails. MT_SLURM_KEEP=1 keeps the temp folder (logs, job outputs, dumps).
+# when a scenario fails. Environment: MT_SLURM_KEEP=1 keeps the temp folder (logs, job outputs,
+# dumps); MT_SLURM_SCENARIOS="1 2" runs only those ("" none, "hold" keeps the cluster up for
+# poking at it); MT_SLURM_BATCH=FILE uses another batch script; MT_SHARED_DATA as for the tests.
 set -euo pipefail
 
 START_TIME=$SECONDS
@@ -64,10 +66,10 @@ teardown() {
   unset MT_SLURM_TEST_TAG
   if [[ -n $T ]] && ((${#PIDS[@]})); then
     say "teardown: cancelling jobs, stopping daemons"
-    local ids
-    ids=$(timeout 10 squeue -h -o %i 2>/dev/null)
-    if [[ -n $ids ]]; then
-      timeout 10 scancel $ids 2>/dev/null
+    local ids=()
+    mapfile -t ids < <(timeout 10 squeue -h -o %i 2>/dev/null)
+    if ((${#ids[@]})); then
+      timeout 10 scancel "${ids[@]}" 2>/dev/null
       for _ in $(seq 1 20); do
         [[ -z $(timeout 5 squeue -h -o %i 2>/dev/null) ]] && break
         sleep 1
@@ -83,15 +85,24 @@ teardown() {
     kill -KILL "${PIDS[@]}" 2>/dev/null
     wait "${PIDS[@]}" 2>/dev/null
   fi
-  # Any process still carrying our tag (slurmstepd, job tasks, srun) was started by this test.
+  # Any process still carrying our tag (job tasks, srun) or holding a file under $T open (a
+  # slurmstepd: its process title overwrites its environment, but it keeps slurmd's log open) was
+  # started by this test.
   if [[ -n $T ]]; then
-    local left=() p
+    local left=() p fd
     for p in /proc/[0-9]*; do
       p=${p#/proc/}
-      [[ $p == "$$" ]] && continue
+      [[ $p == "$$" || $p == "$BASHPID" ]] && continue
       if grep -qzxF "MT_SLURM_TEST_TAG=$T" "/proc/$p/environ" 2>/dev/null; then
         left+=("$p")
+        continue
       fi
+      for fd in "/proc/$p/fd/"*; do
+        if [[ $(readlink "$fd" 2>/dev/null) == "$T"/* ]]; then
+          left+=("$p")
+          break
+        fi
+      done 2>/dev/null
     done
     if ((${#left[@]})); then
       say "teardown: ending ${#left[@]} leftover process(es) of this test: ${left[*]}"
@@ -165,12 +176,15 @@ fi
 dd if=/dev/urandom of="$T/munge/munge.key" bs=1024 count=1 status=none
 chmod 400 "$T/munge/munge.key"
 MUNGE_SOCKET=$T/munge/munge.socket
-munged -F --force --key-file="$T/munge/munge.key" --socket="$MUNGE_SOCKET" \
+setsid munged -F --force --key-file="$T/munge/munge.key" --socket="$MUNGE_SOCKET" \
   --pid-file="$T/munge/munged.pid" --seed-file="$T/munge/munged.seed" \
   --log-file="$T/log/munged.log" >"$T/log/munged.stderr" 2>&1 &
 PIDS+=($!)
 
 SLURM_PORT_CTLD=16817
+# Seconds between SIGTERM and SIGKILL when slurm ends a step (scancel, a task that died with
+# --kill-on-bad-exit, a requeue). Short here: tasks that do not exit on SIGTERM go within it.
+KILL_WAIT=5
 cat >"$T/etc/slurm.conf" <<EOF
 # Written by minititan tests/slurm/run.sh: 3 slurmd (n1..n3) and a slurmctld on this one host.
 ClusterName=mtslurm
@@ -204,7 +218,7 @@ SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
 JobRequeue=1
 MailProg=/bin/true
-KillWait=5
+KillWait=$KILL_WAIT
 MinJobAge=3600
 # The main scheduling loop runs every 60 s by default, and a requeued job that has become
 # eligible (cred_expire above) waits for it: every 2 s instead.
@@ -220,6 +234,17 @@ NodeName=n3 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=17003 CPUs=2 State=UNKNOW
 PartitionName=mt Nodes=n1,n2,n3 Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
 : >"$T/etc/plugstack.conf"
+# OpenMPI 4.1 + this pmix plugin, 1-2 tasks per fake node: now and then task 0 dies of SIGSEGV
+# inside MPI_Init (about 4% of launches with 1 task per node under load; a bare MPI_Init +
+# allreduce program too, so not train's doing). Its core: btl/tcp, from opal_progress in
+# ompi_mpi_init, called the PML's active-message callback for tag 0x41 (ob1's MATCH), still NULL:
+# a peer's first message came before task 0 was ready for it. The pmix plugin's "tree" fence
+# across nodes instead of the default "mixed" (Deering's ring) made it rare (0 of 350 3x1
+# launches against 9 of 230; one 2x2 crash seen since), and run_job/start_job_until below submit
+# a job once more when a task died that way before train's first line (the PASS line says so).
+cat >"$T/etc/mpi.conf" <<'EOF_MPI'
+PMIxCollFence=tree
+EOF_MPI
 export SLURM_CONF=$T/etc/slurm.conf
 
 for _ in $(seq 1 50); do [[ -S $MUNGE_SOCKET ]] && break; sleep 0.1; done
@@ -234,10 +259,10 @@ dump_daemon_logs() {
   done
 }
 
-slurmctld -D -i -f "$SLURM_CONF" >"$T/log/slurmctld.stderr" 2>&1 &
+setsid slurmctld -D -i -f "$SLURM_CONF" >"$T/log/slurmctld.stderr" 2>&1 &
 PIDS+=($!)
 for n in n1 n2 n3; do
-  slurmd -D -N "$n" -f "$SLURM_CONF" >"$T/log/slurmd-$n.stderr" 2>&1 &
+  setsid slurmd -D -N "$n" -f "$SLURM_CONF" >"$T/log/slurmd-$n.stderr" 2>&1 &
   PIDS+=($!)
 done
 say "started munged, slurmctld and slurmd n1 n2 n3 (SLURM_CONF=$SLURM_CONF)"
@@ -269,7 +294,9 @@ export OMPI_MCA_pml=ob1
 export OMP_NUM_THREADS=1
 export MT_TRAIN=$TRAIN MT_ROOT=$ROOT
 
-if [[ -f $ROOT/scripts/slurm/train_multinode.sbatch ]]; then
+if [[ -n ${MT_SLURM_BATCH:-} ]]; then # another batch script with the same contract
+  BATCH=$(realpath "$MT_SLURM_BATCH")
+elif [[ -f $ROOT/scripts/slurm/train_multinode.sbatch ]]; then
   BATCH=$ROOT/scripts/slurm/train_multinode.sbatch
 else
   BATCH=$ROOT/tests/slurm/train_multinode_standin.sbatch
@@ -297,6 +324,8 @@ report() { # N PASS|FAIL detail...
   local n=$1 verdict=$2
   shift 2
   local line="slurm test $n: $verdict $* ($((SECONDS - SCEN_START)) s)"
+  [[ -n $RETRY_NOTE ]] && line+=" [note: $RETRY_NOTE]"
+  RETRY_NOTE=""
   echo "$line"
   RESULTS+=("$line")
   [[ $verdict == PASS ]] || FAILS=$((FAILS + 1))
@@ -315,7 +344,7 @@ job_field() { # id field
 }
 is_final() {
   case $1 in
-  COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED | "") return 0 ;;
+  COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED | GONE) return 0 ;;
   *) return 1 ;;
   esac
 }
@@ -327,11 +356,20 @@ wait_job() { # id timeout_s
     echo "NOT-SUBMITTED"
     return 1
   fi
+  local empty=0
   while ((SECONDS - t0 < limit)); do
     st=$(job_field "$id" JobState)
-    if is_final "$st"; then
-      echo "${st:-GONE}"
+    if [[ -z $st ]]; then
+      # Not found: gone from slurmctld (MinJobAge is long, so unlikely), or scontrol failed once.
+      if ((++empty >= 5)); then
+        echo "GONE"
+        return 0
+      fi
+    elif is_final "$st"; then
+      echo "$st"
       return 0
+    else
+      empty=0
     fi
     sleep 1
   done
@@ -339,13 +377,67 @@ wait_job() { # id timeout_s
   return 1
 }
 # Waits until a file has a line matching an extended regex.
-wait_grep() { # regex file timeout_s
+wait_grep() { # regex file timeout_s [job id: give up when it ends]
   local t0=$SECONDS
   while ((SECONDS - t0 < $3)); do
     grep -qE "$1" "$2" 2>/dev/null && return 0
+    local st=""
+    if [[ -n ${4:-} ]]; then st=$(job_field "$4" JobState); fi
+    if is_final "$st"; then
+      grep -qE "$1" "$2" 2>/dev/null
+      return
+    fi
     sleep 0.5
   done
   return 1
+}
+# OpenMPI 4.1's start-up race (see mpi.conf above): a task killed by SIGSEGV inside MPI_Init,
+# before train printed its first line ("job: ..."), in the output of the job's last start.
+startup_segv() { # output-file
+  awk '/^srun_train.sh: job |^standin: job /{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' "$1" 2>/dev/null |
+    python3 -c 'import re,sys
+t=sys.stdin.read()
+sys.exit(0 if re.search(r"tasks? [0-9,-]+: Segmentation fault", t) and not re.search(r"(?m)^job: ", t) else 1)'
+}
+RETRY_NOTE=""
+RETRIES=0
+note_retry() { # name id
+  say "job $2 ($1) died in MPI_Init (a task's SIGSEGV before train's first line: OpenMPI's start-up race); submitting it once more"
+  RETRY_NOTE+="${RETRY_NOTE:+, }job $2 died in MPI_Init (SIGSEGV) and was resubmitted"
+  RETRIES=$((RETRIES + 1))
+}
+# sbatch + wait for the end; resubmits once after a start-up SIGSEGV. Sets JOB_ID, JOB_OUT, JOB_STATE.
+run_job() { # name nodes tasks_per_node timeout_s train-args...
+  local name=$1 nodes=$2 tpn=$3 limit=$4 try
+  shift 4
+  for try in 1 2; do
+    JOB_ID=$(submit "$name" "$nodes" "$tpn" "$@")
+    JOB_OUT=$(job_out "$name" "$JOB_ID")
+    JOB_STATE=$(wait_job "$JOB_ID" "$limit") || true
+    if ((try == 1)) && [[ $JOB_STATE != COMPLETED ]] && startup_segv "$JOB_OUT"; then
+      note_retry "$name" "$JOB_ID"
+      continue
+    fi
+    break
+  done
+}
+# sbatch + wait until the output matches a regex (the job still running); resubmits once after a
+# start-up SIGSEGV. Sets JOB_ID and JOB_OUT; fails when the regex does not come.
+start_job_until() { # regex timeout_s name nodes tasks_per_node train-args...
+  local regex=$1 limit=$2 name=$3 nodes=$4 tpn=$5 try
+  shift 5
+  for try in 1 2; do
+    JOB_ID=$(submit "$name" "$nodes" "$tpn" "$@")
+    JOB_OUT=$(job_out "$name" "$JOB_ID")
+    wait_grep "$regex" "$JOB_OUT" "$limit" "$JOB_ID" && return 0
+    local st
+    st=$(job_field "$JOB_ID" JobState)
+    if ((try == 1)) && [[ -n $st ]] && is_final "$st" && startup_segv "$JOB_OUT"; then
+      note_retry "$name" "$JOB_ID"
+      continue
+    fi
+    return 1
+  done
 }
 show_failure() { # output-file [job id]
   if [[ -n ${2:-} ]]; then
@@ -365,7 +457,12 @@ compare_losses() { # a.jsonl b.jsonl steps
 import json, sys
 def losses(path):
     out = {}
-    with open(path) as f:
+    try:
+        f = open(path)
+    except OSError:
+        print(f"no {path}")
+        sys.exit(1)
+    with f:
         for line in f:
             line = line.strip()
             if not line:
@@ -390,6 +487,26 @@ if bad:
 print(f"{steps} losses equal (max rel diff {worst:.1e}; final {a[steps]:.6f})")
 PY
 }
+# srun's task endings in an output file, one "task=how" per task: how = exit code, or Killed etc.
+#   srun: error: n1: tasks 0-1: Exited with exit code 1  ->  0=1 1=1
+task_endings() { # file
+  python3 - "$1" <<'PY'
+import re, sys
+ends = {}
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"srun: error: \S+: tasks? ([0-9,\-]+): (.*)$", line.strip())
+    if not m:
+        continue
+    how = m.group(2)
+    code = re.match(r"Exited with exit code (\d+)", how)
+    how = code.group(1) if code else how.split()[0]
+    for part in m.group(1).split(","):
+        a, _, b = part.partition("-")
+        for t in range(int(a), int(b or a) + 1):
+            ends[t] = how
+print(" ".join(f"{t}={ends[t]}" for t in sorted(ends)))
+PY
+}
 last_step() { # metrics.jsonl
   python3 -c 'import json,sys
 s=[json.loads(l).get("step",0) for l in open(sys.argv[1]) if l.strip()]
@@ -402,16 +519,38 @@ reference_run() { # dump steps
 
 # Cancels whatever a scenario left in the queue (a failed wait), so the next one gets the nodes.
 cancel_leftovers() {
-  local ids
-  ids=$(squeue -h -o %i 2>/dev/null || true)
-  [[ -z $ids ]] && return 0
-  say "cancelling leftover job(s) $(echo $ids)"
-  scancel $ids 2>/dev/null || true
+  local ids=()
+  mapfile -t ids < <(squeue -h -o %i 2>/dev/null || true)
+  ((${#ids[@]})) || return 0
+  say "cancelling leftover job(s) ${ids[*]}"
+  scancel "${ids[@]}" 2>/dev/null || true
   for _ in $(seq 1 60); do
     [[ -z $(squeue -h -o %i 2>/dev/null || true) ]] && return 0
     sleep 1
   done
   say "jobs still in the queue after 60 s: $(squeue -h -o '%i %T' | tr '\n' ' ')"
+}
+
+# From slurmctld's log: how long a requeued job waited before it was allocated again.
+requeue_gap() { # id
+  python3 - "$T/log/slurmctld.log" "$1" <<'PY'
+import re, sys
+from datetime import datetime
+requeued = alloc = None
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"\[([0-9T:.-]+)\] (.*)", line)
+    if not m:
+        continue
+    when, what = datetime.fromisoformat(m.group(1)), m.group(2)
+    if re.search(rf"Requeuing JobId={sys.argv[2]}\b", what):
+        requeued, alloc = when, None
+    elif requeued and re.search(rf"sched: Allocate JobId={sys.argv[2]} ", what) and alloc is None:
+        alloc = when
+if requeued and alloc:
+    print(f"started again {(alloc - requeued).total_seconds():.0f} s after the requeue")
+else:
+    print("requeue/restart not found in slurmctld.log")
+PY
 }
 
 # --- 0: srun without PMIx ------------------------------------------------------------------------
@@ -420,19 +559,23 @@ scenario_0() {
   local out=$T/jobs/s0.out rc=0
   timeout 60 srun --mpi=none -N2 -n2 -J s0 "$TRAIN" "${LM_ARGS[@]}" --training.steps=2 \
     --job.dump_folder="$T/runs/s0" >"$out" 2>&1 || rc=$?
-  local errs
+  local errs ends
   errs=$(grep -c -- '--mpi=pmix' "$out" || true)
+  ends=$(task_endings "$out")
   if ((rc == 124)); then
     show_failure "$out"
     report 0 FAIL "srun --mpi=none did not end within 60 s"
   elif ((rc == 0)); then
     show_failure "$out"
     report 0 FAIL "srun --mpi=none -N2 -n2 exited 0 (expected every rank to refuse to start)"
-  elif ((errs < 1)); then
+  elif ! [[ $ends =~ ^0=[1-9][0-9]*\ 1=[1-9][0-9]*$ ]]; then
     show_failure "$out"
-    report 0 FAIL "srun --mpi=none exited $rc but no message names --mpi=pmix"
+    report 0 FAIL "srun --mpi=none exited $rc, but not every task exited with an error code (srun says: ${ends:-nothing})"
+  elif ((errs < 2)); then
+    show_failure "$out"
+    report 0 FAIL "srun --mpi=none exited $rc, but $errs line(s) name --mpi=pmix (expected one per rank)"
   else
-    report 0 PASS "srun --mpi=none exited $rc; $errs line(s) name --mpi=pmix: $(grep -m1 -- '--mpi=pmix' "$out" | cut -c1-110)"
+    report 0 PASS "srun --mpi=none: both tasks exited non-zero (task=code: $ends), $errs lines name --mpi=pmix: \"$(grep -m1 -- '--mpi=pmix' "$out" | cut -c1-100)...\""
   fi
 }
 
@@ -441,9 +584,8 @@ scenario_1() {
   SCEN_START=$SECONDS
   local dump=$T/runs/s1 ref=$T/runs/ref20 id st out cmp problems=()
   reference_run "$ref" 20 || { show_failure "$ref.log"; report 1 FAIL "the one-process reference run failed"; return; }
-  id=$(submit s1 2 2 "${LM_ARGS[@]}" --training.steps=20 --job.dump_folder="$dump")
-  out=$(job_out s1 "$id")
-  st=$(wait_job "$id" 180) || true
+  run_job s1 2 2 180 "${LM_ARGS[@]}" --training.steps=20 --job.dump_folder="$dump"
+  id=$JOB_ID out=$JOB_OUT st=$JOB_STATE
   [[ $st == COMPLETED ]] || problems+=("job $id ended $st")
   if cmp=$(compare_losses "$dump/metrics.jsonl" "$ref/metrics.jsonl" 20 2>&1); then :; else
     problems+=("losses vs 1 process: $cmp")
@@ -470,9 +612,8 @@ scenario_2() {
   # Copies for the batch-change checks, taken before the resume adds step-30.
   cp -a "$dump" "$T/runs/s2b"
   cp -a "$dump" "$T/runs/s2c"
-  id=$(submit s2 3 1 "${LM_ARGS[@]}" --training.steps=30 --job.dump_folder="$dump")
-  out=$(job_out s2 "$id")
-  st=$(wait_job "$id" 180) || true
+  run_job s2 3 1 180 "${LM_ARGS[@]}" --training.steps=30 --job.dump_folder="$dump"
+  id=$JOB_ID out=$JOB_OUT st=$JOB_STATE
   [[ $st == COMPLETED ]] || problems+=("resume job $id ended $st")
   grep -qE 'checkpoint: resumed from .*step-20 at step 20' "$out" || problems+=("no 'resumed from .../step-20 at step 20'")
   [[ $(last_step "$dump/metrics.jsonl") == 30 ]] || problems+=("metrics.jsonl does not reach step 30")
@@ -482,10 +623,9 @@ scenario_2() {
 
   # global_batch_size=-1 on 3 ranks x local 1 = 3, the checkpoint's is 12: refused.
   local idb outb stb
-  idb=$(submit s2b 3 1 "${LM_ARGS[@]}" --training.global_batch_size=-1 --training.steps=22 \
-    --job.dump_folder="$T/runs/s2b")
-  outb=$(job_out s2b "$idb")
-  stb=$(wait_job "$idb" 120) || true
+  run_job s2b 3 1 120 "${LM_ARGS[@]}" --training.global_batch_size=-1 --training.steps=22 \
+    --job.dump_folder="$T/runs/s2b"
+  idb=$JOB_ID outb=$JOB_OUT stb=$JOB_STATE
   if [[ $stb == COMPLETED ]]; then
     problems+=("resume with global batch 3 instead of 12 completed (expected an error naming allow_batch_change)")
     show_failure "$outb" "$idb"
@@ -493,14 +633,16 @@ scenario_2() {
     problems+=("resume with another global batch ended $stb without naming allow_batch_change")
     show_failure "$outb" "$idb"
   else
-    notes+=("changed batch refused ($stb: $(grep -m1 allow_batch_change "$outb" | cut -c1-90))")
+    local why
+    why=$(grep -m1 -oE 'global batch of [0-9]+ per optimizer step, but this run.s is [0-9]+' "$outb" ||
+      grep -m1 allow_batch_change "$outb" | cut -c1-90)
+    notes+=("global_batch_size=-1 refused, job $stb ($why; names allow_batch_change)")
   fi
   # ... and allowed with --training.allow_batch_change=true.
   local idc outc stc
-  idc=$(submit s2c 3 1 "${LM_ARGS[@]}" --training.global_batch_size=-1 --training.steps=22 \
-    --training.allow_batch_change=true --job.dump_folder="$T/runs/s2c")
-  outc=$(job_out s2c "$idc")
-  stc=$(wait_job "$idc" 120) || true
+  run_job s2c 3 1 120 "${LM_ARGS[@]}" --training.global_batch_size=-1 --training.steps=22 \
+    --training.allow_batch_change=true --job.dump_folder="$T/runs/s2c"
+  idc=$JOB_ID outc=$JOB_OUT stc=$JOB_STATE
   if [[ $stc == COMPLETED ]] && grep -qE 'resumed from .*step-20 at step 20' "$outc"; then
     notes+=("allowed with allow_batch_change=true")
   else
@@ -519,9 +661,10 @@ scenario_3() {
   SCEN_START=$SECONDS
   local dump=$T/runs/s3 ref=$T/runs/ref40 id st out cmp problems=() restarts
   reference_run "$ref" 40 || { show_failure "$ref.log"; report 3 FAIL "the one-process reference run failed"; return; }
-  id=$(submit s3 2 1 "${LM_ARGS[@]}" --training.steps=40 --job.dump_folder="$dump")
-  out=$(job_out s3 "$id")
-  if ! wait_grep '^step +1[2-9] ' "$out" 120; then
+  if start_job_until '^step +1[2-9] ' 120 s3 2 1 "${LM_ARGS[@]}" --training.steps=40 --job.dump_folder="$dump"; then
+    id=$JOB_ID out=$JOB_OUT
+  else
+    id=$JOB_ID out=$JOB_OUT
     show_failure "$out" "$id"
     report 3 FAIL "job $id did not reach step 12 within 120 s"
     return
@@ -529,26 +672,23 @@ scenario_3() {
   local sig_step
   sig_step=$(grep -E '^step +[0-9]+ ' "$out" | tail -1 | awk '{print $2}')
   scancel --signal=USR1 "$id"
-  local t_sig=$SECONDS t_requeued="" t_rerun="" nudged=0
+  local t_sig=$SECONDS t_pending="" nudged=0
   say "scenario 3: sent USR1 to the steps of job $id after step $sig_step"
-  # Follow the job: requeued (Restarts=1), pending until its begin time, running again, done.
+  # Follow the job: requeued, pending until its begin time (cred_expire), running again, done.
   st=""
   while ((SECONDS - t_sig < 240)); do
     st=$(job_field "$id" JobState)
-    restarts=$(job_field "$id" Restarts)
-    if ((${restarts:-0} >= 1)); then
-      [[ -n $t_requeued ]] || t_requeued=$SECONDS
-      [[ -z $t_rerun && $st == RUNNING ]] && t_rerun=$SECONDS
-    fi
     is_final "$st" && [[ $st != PREEMPTED ]] && break
-    if [[ $st == PENDING && -n $t_requeued && $(job_field "$id" Reason) == BeginTime ]] &&
-      ((SECONDS - t_requeued > 60 && !nudged)); then
+    [[ $st == PENDING && -z $t_pending ]] && t_pending=$SECONDS
+    if [[ $st == PENDING && $(job_field "$id" Reason) == BeginTime ]] &&
+      ((SECONDS - t_pending > 60 && !nudged)); then
       say "scenario 3: job $id still waits for its begin time 60 s after the requeue: scontrol update StartTime=now"
       scontrol update JobId="$id" StartTime=now >/dev/null 2>&1 || true
       nudged=1
     fi
     sleep 0.5
   done
+  restarts=$(job_field "$id" Restarts)
   is_final "$st" || st="TIMEOUT-WAITING($st)"
   ((nudged)) && problems+=("the requeued job did not start by itself within 60 s (needed scontrol update StartTime=now)")
   [[ $st == COMPLETED ]] || problems+=("job $id ended $st")
@@ -563,7 +703,7 @@ scenario_3() {
     show_failure "$out" "$id"
     report 3 FAIL "$(join "${problems[@]}")"
   else
-    report 3 PASS "USR1 after step $sig_step: $(grep -m1 -oE 'stopped by SIGUSR1 at the end of step [0-9]+' "$out"), requeued (Restarts=$restarts) after $((t_requeued - t_sig)) s, running again $((t_rerun - t_requeued)) s later, $(grep -m1 -oE 'resumed from .*' "$out" | sed "s|$T/||"); $cmp"
+    report 3 PASS "USR1 after step $sig_step: $(grep -m1 -oE 'stopped by SIGUSR1 at the end of step [0-9]+' "$out"), requeued (Restarts=$restarts; $(requeue_gap "$id")), $(grep -m1 -oE 'resumed from .*' "$out" | sed "s|$T/||"); $cmp"
   fi
 }
 
@@ -571,9 +711,10 @@ scenario_3() {
 scenario_4() {
   SCEN_START=$SECONDS
   local dump=$T/runs/s4 id st out problems=()
-  id=$(submit s4 2 2 "${LM_ARGS[@]}" --training.steps=500 --job.dump_folder="$dump")
-  out=$(job_out s4 "$id")
-  if ! wait_grep '^step +1[2-9] ' "$out" 150; then
+  if start_job_until '^step +1[2-9] ' 150 s4 2 2 "${LM_ARGS[@]}" --training.steps=500 --job.dump_folder="$dump"; then
+    id=$JOB_ID out=$JOB_OUT
+  else
+    id=$JOB_ID out=$JOB_OUT
     show_failure "$out" "$id"
     report 4 FAIL "job $id did not reach step 12 within 150 s"
     return
@@ -597,7 +738,7 @@ scenario_4() {
     local alive=0
     for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
     st=$(job_field "$id" JobState)
-    if ((alive == 0)) && is_final "$st"; then
+    if ((alive == 0)) && is_final "${st:-GONE}"; then
       gone=1
       break
     fi
@@ -616,9 +757,12 @@ scenario_4() {
     show_failure "$out" "$id"
     report 4 FAIL "$(join "${problems[@]}")"
   else
-    local latest
-    latest=$(ls -d "$dump"/checkpoint/step-* 2>/dev/null | grep -v '\.tmp$' | sort -t- -k2 -n | tail -1)
-    report 4 PASS "kill -9 of 1 of 4 tasks: all gone, job $id $st, in ${took} s; mt_checkpoint inspect OK (latest ${latest##*/})"
+    local latest="" d
+    for d in "$dump"/checkpoint/step-*; do
+      [[ $d == *.tmp || ! -d $d ]] && continue
+      [[ -z $latest || ${d##*step-} -gt ${latest##*step-} ]] && latest=$d
+    done
+    report 4 PASS "kill -9 of task pid $victim: all 4 gone and job $id $st in ${took} s (srun task endings: $(task_endings "$out"); KillWait=$KILL_WAIT); mt_checkpoint inspect OK (latest ${latest##*/})"
   fi
 }
 
@@ -626,11 +770,10 @@ scenario_4() {
 scenario_5() {
   SCEN_START=$SECONDS
   local id st out problems=()
-  id=$(submit s5 3 1 --config "$ROOT/configs/dlrm_criteo_synthetic.toml" --training.steps=4 \
+  run_job s5 3 1 150 --config "$ROOT/configs/dlrm_criteo_synthetic.toml" --training.steps=4 \
     --training.local_batch_size=64 --validation.enable=false --metrics.log_freq=1 \
-    --metrics.plot=false --job.dump_folder="$T/runs/s5")
-  out=$(job_out s5 "$id")
-  st=$(wait_job "$id" 150) || true
+    --metrics.plot=false --job.dump_folder="$T/runs/s5"
+  id=$JOB_ID out=$JOB_OUT st=$JOB_STATE
   [[ $st == COMPLETED ]] || problems+=("job $id ended $st")
   grep -q '3 nodes, 1 rank per node' "$out" || problems+=("no plan header with '3 nodes, 1 rank per node' (has: $(grep -m1 'sharding plan' "$out" || echo none))")
   if ((${#problems[@]})); then
@@ -660,6 +803,6 @@ for s in $SCENARIOS; do
 done
 
 echo
-echo "slurm tests: ${#RESULTS[@]} run, $FAILS failed (batch script: ${BATCH#"$ROOT"/}; $((SECONDS - START_TIME)) s before teardown)"
+echo "slurm tests: ${#RESULTS[@]} run, $FAILS failed, $RETRIES job(s) resubmitted after a SIGSEGV in MPI_Init (batch script: ${BATCH#"$ROOT"/}; $((SECONDS - START_TIME)) s before teardown)"
 ((${#RESULTS[@]})) && printf '  %s\n' "${RESULTS[@]}"
 ((FAILS == 0))
