@@ -20,6 +20,16 @@ struct ParallelContext {
   // FSDP over (dp_replicate, efsdp); everything else stays on dp_mesh. Null: no expert parallelism
   // (experts are sharded on dp_mesh like the rest).
   std::shared_ptr<parallel::DeviceMesh> expert_mesh;
+  // Tensor parallelism (parallelism.tensor_parallel_degree > 1): the whole mesh
+  // (dp_replicate, dp_shard, tp) (dp_mesh is its data-parallel sub-mesh) and its 1-D tp
+  // sub-mesh. The model's TP plan splits its layers over tp_mesh, then FSDP shards those pieces
+  // over dp_mesh, placing them on world_mesh. Null: no tensor parallelism.
+  std::shared_ptr<parallel::DeviceMesh> world_mesh, tp_mesh;
+  // With tp: norms and the residual stream run on sequence shards (Megatron's sequence
+  // parallelism), and the output projection keeps the logits split over the vocabulary for a
+  // loss-parallel cross-entropy (the model's loss_logits are then this rank's vocab columns).
+  bool sequence_parallel = true;
+  bool loss_parallel = true;
   // Free each block's gathered parameters after its forward (all-gather again for backward).
   bool reshard_after_forward = true;
   // The same for the root group (embeddings, final norm, output): it runs first in backward, so

@@ -57,12 +57,19 @@ struct ModelSpec {
   std::function<Tensor(runtime::nn::Module& model, const Tensor& tokens, const Tensor& targets,
                        runtime::Reduction reduction)>
       loss;
+  // Optional: the logits `loss` computes its cross-entropy from (llama3: in the compute dtype).
+  // A tensor-parallel plan with loss parallel leaves them split over the vocabulary: this rank's
+  // columns, for a loss-parallel cross-entropy (the trainer's).
+  std::function<Tensor(runtime::nn::Module& model, const Tensor& tokens)> loss_logits;
   // From the args alone (nothing allocated): unique parameter count, training FLOPs per token.
   std::function<int64_t()> num_params;
   std::function<double(int64_t seq_len)> flops_per_token;
   // Applies FSDP (and, later, expert parallelism / sharded embeddings) to a built model
   // (torchtitan's parallelize_fn); build the optimizer after it.
   std::function<void(runtime::nn::Module& model, const ParallelContext& context)> parallelize;
+  // Optional: the model has a tensor-parallel plan; throws, naming the numbers, when it cannot be
+  // split over `tp` ranks. Null: no plan (tensor_parallel_degree > 1 is an error).
+  std::function<void(int64_t tp)> check_tensor_parallel;
   // Optional (llama3): the model's architecture as text (a Hugging Face config.json), saved with
   // checkpoints so that tools and later runs build the same model, and the fields in which these
   // args differ from a saved one (one line each; empty: the same model).

@@ -33,6 +33,7 @@
 #include "parallel/comm/object_collectives.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/mesh/device_mesh.h"
+#include "parallel/tensor/dtensor_ops.h"
 #include "runtime/core/allocator.h"
 #include "runtime/core/device_runtime.h"
 #include "runtime/core/error.h"
@@ -252,6 +253,11 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   const config::WorldLayout layout = config::validate_for_world(config_, world_size());
   grad_accum_ = layout.grad_accum_steps;
   global_batch_size_ = layout.global_batch_size;
+  tp_ = layout.tp;
+  // The data-parallel ranks on the host: world ranks r with the same r % tp (tp innermost).
+  dp_world_ = tp_ == 1 ? world_
+                       : parallel::DeviceMesh::create(world_, {layout.dp, tp_}, {"dp", "tp"})
+                             ->group_ptr(0);
   const RankPlacement placement =
       place_ranks(*world_, tc.device, config_.where("training.device"));
   device_ = placement.device;
@@ -281,7 +287,7 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   lo.local_batch_size = tc.local_batch_size;
   lo.val_fraction = config_.validation.enable ? kValFraction : 0.0;
   lo.seed = uint64_t(tc.seed);
-  lo.rank = rank();  // every rank is a data-parallel rank (mesh rank = world rank)
+  lo.rank = rank() / tp_;  // the ranks of one tp group (tp innermost) read the same batches
   lo.world_size = layout.dp;
   loader_ = std::make_unique<data::Loader>(token_file_, lo);
   MT_CHECK(loader_->num_train_windows() > 0, "train: the token file ", token_file_.string(),
@@ -299,6 +305,11 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   // FSDP shards a model built on the host without values and moves this rank's shards to its
   // device, then each rank draws its shards only (the same values as the whole model's init):
   // no rank holds the whole model. The buffers (and an unsharded model) move after.
+  if (tp_ > 1) {  // before any collective of the model's: a layout it cannot take is an error
+    MT_CHECK(spec_->check_tensor_parallel != nullptr, "train: model ", spec_->name,
+             " has no tensor-parallel plan; set parallelism.tensor_parallel_degree = 1");
+    spec_->check_tensor_parallel(tp_);
+  }
   const bool shards = shards_parameters();
   {
     std::optional<runtime::nn::DeferredInitGuard> no_values;
@@ -361,16 +372,29 @@ void Trainer::setup_parallelism() {
           ? world_
           : std::shared_ptr<parallel::ProcessGroup>(parallel::make_nccl_process_group(world_));
   const config::WorldLayout layout = config::validate_for_world(config_, world_size());
-  dp_mesh_ =
-      layout.dp_replicate > 1
-          ? parallel::DeviceMesh::create(device_world_, {layout.dp_replicate, layout.dp_shard},
-                                         {"dp_replicate", "dp_shard"})
-          : parallel::DeviceMesh::create(device_world_, {layout.dp_shard}, {"dp_shard"});
+  if (layout.tp > 1) {
+    world_mesh_ = parallel::DeviceMesh::create(device_world_,
+                                               {layout.dp_replicate, layout.dp_shard, layout.tp},
+                                               {"dp_replicate", "dp_shard", "tp"});
+    dp_mesh_ = layout.dp_replicate > 1 ? world_mesh_->submesh({"dp_replicate", "dp_shard"})
+                                       : world_mesh_->submesh({"dp_shard"});
+    tp_mesh_ = world_mesh_->submesh({"tp"});
+  } else {
+    dp_mesh_ =
+        layout.dp_replicate > 1
+            ? parallel::DeviceMesh::create(device_world_, {layout.dp_replicate, layout.dp_shard},
+                                           {"dp_replicate", "dp_shard"})
+            : parallel::DeviceMesh::create(device_world_, {layout.dp_shard}, {"dp_shard"});
+  }
   MT_CHECK(spec_->parallelize != nullptr, "train: model ", spec_->name,
            " cannot be parallelized (no parallelize hook)");
   const auto& p = config_.parallelism;
   models::ParallelContext ctx;
   ctx.dp_mesh = dp_mesh_;
+  ctx.world_mesh = world_mesh_;
+  ctx.tp_mesh = tp_mesh_;
+  ctx.sequence_parallel = p.enable_sequence_parallel;
+  ctx.loss_parallel = !p.disable_loss_parallel;
   if (layout.ep > 1) {  // ep borrows ranks from dp_shard: efsdp = dp_shard / ep (validated)
     expert_mesh_ = parallel::DeviceMesh::create(
         device_world_, {layout.dp_replicate, layout.ep, layout.dp_shard / layout.ep},
@@ -423,6 +447,20 @@ double Trainer::sum_over_ranks(double value, const char* name) const {
   return train::sum_over_ranks(*world_, value, name);
 }
 
+double Trainer::sum_over_dp(double value, const char* name) const {
+  return train::sum_over_ranks(*dp_world_, value, name);
+}
+
+Tensor Trainer::batch_loss(const Tensor& inputs, const Tensor& labels,
+                           runtime::Reduction reduction) const {
+  if (tp_mesh_ == nullptr || config_.parallelism.disable_loss_parallel)
+    return spec_->loss(*model_, inputs, labels, reduction);
+  const Tensor logits = spec_->loss_logits(*model_, inputs);  // this rank's vocab columns
+  return parallel::dtensor::vocab_parallel_cross_entropy(
+      logits, labels, tp_mesh_, vocab_size_of(*spec_).value_or(tokenizer_->vocab_size()), -100,
+      reduction);
+}
+
 int64_t Trainer::num_params() const { return spec_->num_params(); }
 
 std::string Trainer::activation_checkpointing_text() const {
@@ -461,11 +499,11 @@ Trainer::StepValues Trainer::train_step() {
     batches.back().labels = batch_to_device(batches.back().labels, device_);
   }
   StepValues values;
-  values.valid = sum_over_ranks(double(local_valid), "train.valid_tokens");
+  values.valid = sum_over_dp(double(local_valid), "train.valid_tokens");
   MT_CHECK(values.valid > 0, "train: a step's batches hold no valid label");
   optimizer_->zero_grad();
   for (const data::Batch& b : batches) {
-    const Tensor sum = spec_->loss(*model_, b.inputs, b.labels, runtime::Reduction::Sum);
+    const Tensor sum = batch_loss(b.inputs, b.labels, runtime::Reduction::Sum);
     (sum * (1.0 / values.valid)).backward();
     values.loss_sum =
         values.loss_sum.defined() ? runtime::add(values.loss_sum, sum.detach()) : sum.detach();
@@ -512,7 +550,7 @@ void Trainer::read_steps(std::vector<StepValues>& unread, int64_t last_step,
   int64_t step = last_step - int64_t(unread.size());
   for (StepValues& v : unread) {  // every rank reads the same steps: the sums pair up
     ++step;
-    result.losses.push_back(sum_over_ranks(v.loss_sum.item<double>(), "train.loss") / v.valid);
+    result.losses.push_back(sum_over_dp(v.loss_sum.item<double>(), "train.loss") / v.valid);
     result.grad_norms.push_back(v.grad_norm.defined() ? v.grad_norm.item<double>()
                                                       : v.host_grad_norm);
     result.model_metrics.push_back(std::move(v.model_metrics));
@@ -570,17 +608,19 @@ std::optional<double> Trainer::validation_loss(int64_t max_batches) const {
     const data::Batch b = loader_->val_batch(k);
     const Tensor inputs = batch_to_device(b.inputs, device_);
     const Tensor labels = batch_to_device(b.labels, device_);
-    sum += spec_->loss(*model_, inputs, labels, runtime::Reduction::Sum).item<double>();
+    sum += batch_loss(inputs, labels, runtime::Reduction::Sum).item<double>();
     for (int64_t t : b.labels.to_vector<int64_t>()) count += t != -100;
   }
   // Every rank holds the same number of validation batches (full global batches only).
-  sum = sum_over_ranks(sum, "validate.loss");
-  const double total = sum_over_ranks(double(count), "validate.tokens");
+  sum = sum_over_dp(sum, "validate.loss");
+  const double total = sum_over_dp(double(count), "validate.tokens");
   return total > 0 ? std::optional<double>(sum / total) : std::nullopt;
 }
 
 std::string Trainer::generate_sample(const std::string& prompt, int64_t max_new_tokens,
                                      double temperature) const {
+  MT_CHECK(tp_ == 1, "train: sampling text after training is not supported with tensor "
+           "parallelism yet (the logits are split over the tp ranks)");
   auto* llama = dynamic_cast<models::llama::Transformer*>(model_.get());
   MT_CHECK(llama != nullptr, "train: sampling is implemented for llama3 models only, not ",
            config_.model.name);
@@ -650,7 +690,7 @@ TrainResult Trainer::train() {
       << " validation windows of " << tc.seq_len << "\n"
       << "steps: " << tc.steps << " x " << grad_accum_ << " micro-batch(es) of "
       << tc.local_batch_size << " x " << tc.seq_len << " tokens per rank ("
-      << tokens_per_step * world_size() << " tokens/step on " << world_size() << " rank"
+      << tokens_per_step * (world_size() / tp_) << " tokens/step on " << world_size() << " rank"
       << (world_size() > 1 ? "s" : "") << ", global batch " << global_batch_size_
       << "); " << config_.optimizer.name << " lr " << config_.optimizer.lr << "; seed "
       << tc.seed << "; " << cpu_threads_text() << "\n"
@@ -672,6 +712,12 @@ TrainResult Trainer::train() {
         << ": dp_replicate " << layout.dp_replicate << " x dp_shard " << layout.dp_shard
         << ", ep " << layout.ep
         << (layout.ep > 1 ? " (experts over " + expert_mesh_->describe() + ")" : "")
+        << ", tp " << layout.tp
+        << (layout.tp > 1 ? std::string(" (sequence parallel ") +
+                                (config_.parallelism.enable_sequence_parallel ? "on" : "off") +
+                                ", loss parallel " +
+                                (config_.parallelism.disable_loss_parallel ? "off" : "on") + ")"
+                          : "")
         << "; FSDP over " << dp_mesh_->describe() << "; parameters computed in "
         << tc.mixed_precision_param << ", gradients reduced in " << tc.mixed_precision_reduce
         << ", float32 master weights; reshard after forward: " << reshard_text_ << "\n";
@@ -736,7 +782,7 @@ TrainResult Trainer::train() {
     ++window_steps;
     eta.record(dt);
     result.steps_done = step;
-    tokens_seen += tokens_per_step * world_size();
+    tokens_seen += tokens_per_step * (world_size() / tp_);
 
     if (log_line) {
       StepMetrics m;
@@ -744,7 +790,9 @@ TrainResult Trainer::train() {
       m.loss = result.losses.back();
       m.grad_norm = result.grad_norms.back();
       m.lr = lr;
-      m.tokens_per_sec = double(window_steps * tokens_per_step) / std::max(window_seconds, 1e-9);
+      // A tp group shares its batch: each of its devices counts its share (torchtitan's rule).
+      m.tokens_per_sec = double(window_steps * tokens_per_step) / double(tp_) /
+                         std::max(window_seconds, 1e-9);
       m.ranks = world_size();
       m.mfu = mfu(flops_per_token, m.tokens_per_sec, peak);
       const runtime::MemoryStats mem = runtime::memory_stats(device_);
@@ -768,8 +816,11 @@ TrainResult Trainer::train() {
   out << "\n" << std::flush;
 
   // Sampling is llama's incremental decoding (models/llama/generate.h); other models skip it.
+  // Not yet under tensor parallelism: decoding would need the vocab-split logits gathered.
   const bool can_sample = dynamic_cast<models::llama::Transformer*>(model_.get()) != nullptr;
-  if (!result.stopped_by_signal && options_.sample_tokens > 0 && can_sample) {
+  if (tp_ > 1 && options_.sample_tokens > 0 && can_sample)
+    out << "sample: skipped (not supported with tensor parallelism yet)\n";
+  if (tp_ == 1 && !result.stopped_by_signal && options_.sample_tokens > 0 && can_sample) {
     result.sample = generate_sample(options_.sample_prompt, options_.sample_tokens);
     out << "sample (temperature 0.8, top-k 40):\n"
         << options_.sample_prompt << result.sample << "\n"

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "runtime/core/device.h"
+#include "runtime/ops/loss.h"  // runtime::Tensor, runtime::Reduction
 #include "train/config/job_config.h"
 #include "train/train_result.h"
 
@@ -150,6 +151,13 @@ class Trainer {
   auto on_rank0_first(const char* what, Fn&& fn) -> decltype(fn());
   // Sum of `value` over every rank (the value itself on one rank).
   double sum_over_ranks(double value, const char* name) const;
+  // Sum over the data-parallel ranks: the ranks of one tensor-parallel group hold the same
+  // batches and losses, which count once.
+  double sum_over_dp(double value, const char* name) const;
+  // The summed (or per-token) cross-entropy of the model on a batch: the model spec's loss, or
+  // with tensor parallelism a loss-parallel one over the vocab-split logits.
+  runtime::Tensor batch_loss(const runtime::Tensor& inputs, const runtime::Tensor& labels,
+                             runtime::Reduction reduction) const;
 
   config::JobConfig config_;
   TrainerOptions options_;
@@ -164,6 +172,11 @@ class Trainer {
   std::shared_ptr<parallel::DeviceMesh> dp_mesh_;
   // (dp_replicate, ep, efsdp) when parallelism.expert_parallel_degree > 1, else null.
   std::shared_ptr<parallel::DeviceMesh> expert_mesh_;
+  // With parallelism.tensor_parallel_degree > 1: the mesh (dp_replicate, dp_shard, tp), its tp
+  // sub-mesh (null otherwise), and the data-parallel ranks on the host (world_ without tp).
+  std::shared_ptr<parallel::DeviceMesh> world_mesh_, tp_mesh_;
+  std::shared_ptr<parallel::ProcessGroup> dp_world_;
+  int64_t tp_ = 1;
   std::string reshard_text_;  // fsdp_reshard_after_forward as applied, for the log
   std::unique_ptr<data::BpeTokenizer> tokenizer_;
   std::filesystem::path token_file_;

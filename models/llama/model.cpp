@@ -69,10 +69,11 @@ Tensor Attention::operator()(const Tensor& x, const Tensor& cos, const Tensor& s
     const int64_t b = h.size(0), t = h.size(1);
     const int64_t pos = cache != nullptr ? cache->length() : 0;
     const std::vector<Tensor> qkv = project_qkv(h);
-    // [B, T, H, D]: RoPE works per (token, head); attention wants [B, H, T, D].
-    Tensor xq = qkv[0].view({b, t, n_heads_, head_dim_});
-    Tensor xk = qkv[1].view({b, t, n_kv_heads_, head_dim_});
-    Tensor xv = qkv[2].view({b, t, n_kv_heads_, head_dim_});
+    // [B, T, H, D]: RoPE works per (token, head); attention wants [B, H, T, D]. The head counts
+    // come from the projections (-1), which hold a part of the heads under tensor parallelism.
+    Tensor xq = qkv[0].view({b, t, -1, head_dim_});
+    Tensor xk = qkv[1].view({b, t, -1, head_dim_});
+    Tensor xv = qkv[2].view({b, t, -1, head_dim_});
     xq = runtime::apply_rope(xq, in[1], in[2], pos);
     xk = runtime::apply_rope(xk, in[1], in[2], pos);
     Tensor keys = xk.transpose(1, 2), values = xv.transpose(1, 2);
@@ -81,7 +82,7 @@ Tensor Attention::operator()(const Tensor& x, const Tensor& cos, const Tensor& s
     if (cache != nullptr) std::tie(keys, values) = cache->append(layer, keys, values);
     Tensor out = runtime::scaled_dot_product_attention(xq.transpose(1, 2), keys, values,
                                                        /*causal=*/true);
-    return (*wo)(out.transpose(1, 2).reshape({b, t, n_heads_ * head_dim_}));
+    return (*wo)(out.transpose(1, 2).reshape({b, t, -1}));
   });
 }
 
@@ -92,7 +93,7 @@ Tensor Attention::operator()(const Tensor& x, const Tensor& cos, const Tensor& s
 // step 0.7% slower, bench/RESULTS.md).
 std::vector<Tensor> Attention::project_qkv(const Tensor& h) {
   if (!h.device().is_cpu()) return {(*wq)(h), (*wk)(h), (*wv)(h)};
-  const int64_t q_dim = n_heads_ * head_dim_, kv_dim = n_kv_heads_ * head_dim_;
+  const int64_t q_dim = wq->weight.size(0), kv_dim = wk->weight.size(0);  // this rank's heads
   std::vector<Tensor> qkv = runtime::split(
       runtime::linear(h, runtime::cat({wq->weight, wk->weight, wv->weight}, 0)),
       {q_dim, kv_dim, kv_dim}, -1);

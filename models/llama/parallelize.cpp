@@ -1,11 +1,57 @@
-// FSDP for llama: blocks first (bottom-up), then the root.
+// Tensor parallelism, then FSDP, for llama: the plan in parallelize.h.
 #include "models/llama/parallelize.h"
+
+#include <string>
 
 #include "models/llama/model.h"
 #include "parallel/fsdp/fully_shard.h"
+#include "parallel/tensor/tp_style.h"
 #include "runtime/core/error.h"
 
 namespace mt::models::llama {
+
+namespace {
+
+using parallel::Placement;
+
+void apply_tensor_parallel(Transformer& model, const ParallelContext& context,
+                           parallel::TensorParallel& tp) {
+  check_tensor_parallel(model.args(), context.tp_mesh->size());
+  const bool sp = context.sequence_parallel;
+  const Placement residual = sp ? Placement(parallel::Shard{1}) : Placement(parallel::Replicate{});
+  tp.apply(model, "tok_embeddings",
+           parallel::RowwiseParallel{.input = parallel::Replicate{}, .output = residual});
+  for (size_t i = 0; i < model.blocks.size(); ++i) {
+    const std::string b = "layers." + std::to_string(i) + ".";
+    if (sp) {
+      tp.apply(model, b + "attention_norm", parallel::SequenceParallel{});
+      tp.apply(model, b + "ffn_norm", parallel::SequenceParallel{});
+    }
+    tp.apply(model, b + "attention", parallel::PrepareModuleInput{residual, parallel::Replicate{}});
+    for (const char* w : {"wq", "wk", "wv"})
+      tp.apply(model, b + "attention." + w, parallel::ColwiseParallel{.input = std::nullopt});
+    tp.apply(model, b + "attention.wo", parallel::RowwiseParallel{.output = residual});
+    tp.apply(model, b + "feed_forward", parallel::PrepareModuleInput{residual, parallel::Replicate{}});
+    for (const char* w : {"w1", "w3"})
+      tp.apply(model, b + "feed_forward." + w, parallel::ColwiseParallel{.input = std::nullopt});
+    tp.apply(model, b + "feed_forward.w2", parallel::RowwiseParallel{.output = residual});
+  }
+  if (sp) tp.apply(model, "norm", parallel::SequenceParallel{});
+  tp.apply(model, "output",
+           parallel::ColwiseParallel{.input = residual,
+                                     .output = context.loss_parallel
+                                                   ? Placement(parallel::Shard{-1})
+                                                   : Placement(parallel::Replicate{})});
+}
+
+}  // namespace
+
+void check_tensor_parallel(const ModelArgs& args, int64_t tp) {
+  MT_CHECK(tp >= 1 && args.n_heads % tp == 0 && args.kv_heads() % tp == 0,
+           "tensor parallelism: the model's ", args.n_heads, " attention heads and ",
+           args.kv_heads(), " kv heads must both divide by parallelism.tensor_parallel_degree = ",
+           tp, "; choose a degree that divides ", args.kv_heads());
+}
 
 void parallelize(runtime::nn::Module& model, const ParallelContext& context) {
   if (!context.dp_mesh) return;
@@ -18,6 +64,11 @@ void parallelize(runtime::nn::Module& model, const ParallelContext& context) {
   options.reshard_after_forward = context.reshard_after_forward;
   options.mp_policy = context.mp_policy;
   options.gradient_divide_factor = context.gradient_divide_factor;
+  if (context.tp_mesh) {
+    parallel::TensorParallel tp(context.tp_mesh);
+    apply_tensor_parallel(*llama, context, tp);
+    options.outer_of = tp.outer_sharding(context.world_mesh);
+  }
   // The last block's parameters are the first the backward needs: like the root's, they stay
   // unsharded after the forward unless resharding is "always" (torchtitan's default policy).
   for (const auto& block : llama->blocks) {

@@ -46,7 +46,11 @@ ModelSpec spec_of(ModelArgs model_args, const std::string& flavor) {
     return runtime::cross_entropy(logits, targets, -100, reduction,
                                   runtime::accumulation_dtype(logits.dtype()));
   };
+  spec.loss_logits = [](runtime::nn::Module& model, const Tensor& tokens) {
+    return as_llama(model).loss_logits(tokens);
+  };
   spec.parallelize = parallelize;
+  spec.check_tensor_parallel = [args](int64_t tp) { check_tensor_parallel(args(), tp); };
   spec.num_params = [args]() { return count_parameters(args()).total; };
   spec.flops_per_token = [args](int64_t seq_len) { return flops_per_token(args(), seq_len); };
   spec.architecture = [args] { return hf_config_json(args(), "float32"); };

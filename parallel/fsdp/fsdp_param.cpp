@@ -75,14 +75,21 @@ DTensor FSDPParam::nested_dtensor(const Tensor& full, const DeviceMesh& mesh, in
            placement_name(outer.placements[size_t(k)]), "); FSDP shards that one");
   runtime::Shape global = full.shape();
   std::vector<Placement> placements = outer.placements;
+  int64_t later_cuts = 1;  // pieces the outer mesh dims after FSDP's cut its dim into first
   for (int64_t j = 0; j < big.ndim(); ++j) {
     if (const auto* s = std::get_if<Shard>(&placements[size_t(j)])) {
       MT_CHECK(s->dim >= 0 && s->dim < full.dim(), "fully_shard: '", fqn_, "': outer ",
                placement_name(*s), " of a ", full.dim(), "-D parameter");
       global[size_t(s->dim)] *= big.size(j);
+      if (j > k && s->dim == tensor_dim_) later_cuts *= big.size(j);
     }
   }
-  placements[size_t(k)] = Shard{tensor_dim_};
+  if (!outer.global_shape.empty()) global = outer.global_shape;
+  if (later_cuts > 1) {
+    placements[size_t(k)] = StridedShard{tensor_dim_, later_cuts};
+  } else {
+    placements[size_t(k)] = Shard{tensor_dim_};
+  }
   const LocalPiece piece = local_piece(global, big, placements);
   MT_CHECK(piece.shape == sharded_.shape(), "fully_shard: '", fqn_, "': the outer placements ",
            "put a piece of shape ", piece.shape, " on this rank but FSDP holds ", sharded_.shape(),

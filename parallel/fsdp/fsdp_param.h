@@ -31,9 +31,14 @@ namespace mt::parallel {
 // A parameter already sharded before FSDP (expert parallelism): the mesh its DTensor lives on
 // (FSDP's mesh is a sub-mesh of it, matched by dimension names) and its placements there, with
 // Replicate on the dims FSDP shards. Outer Shard placements must divide their tensor dim evenly.
+// Tensor parallelism splits before FSDP too, on an inner mesh dim (tp): FSDP's cut of the same
+// tensor dim then applies after it, out of mesh order (a StridedShard, placement.h).
 struct OuterSharding {
   std::shared_ptr<DeviceMesh> mesh;
   std::vector<Placement> placements;
+  // The whole tensor's shape; empty: the piece's with each outer Shard dim multiplied by its mesh
+  // dim size (even splits).
+  runtime::Shape global_shape = {};
 };
 
 class FSDPParam {

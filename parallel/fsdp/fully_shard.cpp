@@ -226,9 +226,11 @@ std::shared_ptr<FSDPModule> fully_shard(Module& module, std::shared_ptr<DeviceMe
       continue;
     }
     const runtime::DType compute = options.mp_policy.param_dtype.value_or(t.dtype());
-    params.push_back(std::make_unique<FSDPParam>(
-        slot.fqn, slot.slot, t, mesh, mesh->ndim() - 1, compute, options.shard_dim,
-        options.outer ? &*options.outer : nullptr));
+    std::optional<OuterSharding> outer = options.outer_of ? options.outer_of(t) : std::nullopt;
+    if (!outer) outer = options.outer;
+    params.push_back(std::make_unique<FSDPParam>(slot.fqn, slot.slot, t, mesh, mesh->ndim() - 1,
+                                                 compute, options.shard_dim,
+                                                 outer ? &*outer : nullptr));
     params.back()->use_sharded();
     originals.emplace_back(t, params.back().get());
   }

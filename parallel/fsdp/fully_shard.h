@@ -35,6 +35,7 @@
 //   are not supported and rejected.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +60,9 @@ struct FullyShardOptions {
   // Parameters already sharded by expert parallelism: their DTensors are placed on this larger
   // mesh (`mesh` must be a sub-mesh of it), FSDP's Shard nested after the outer placements.
   std::optional<OuterSharding> outer;
+  // Per parameter (tensor parallelism: each split its own way, parallel/tensor/tp_style.h):
+  // the outer sharding of a parameter, or nullopt for `outer`'s. Called once per parameter.
+  std::function<std::optional<OuterSharding>(const Tensor& param)> outer_of;
 };
 
 class FSDPState;

@@ -10,7 +10,22 @@ namespace mt::parallel {
 std::string placement_name(const Placement& p) {
   if (const auto* s = std::get_if<Shard>(&p)) return detail::concat("Shard(", s->dim, ")");
   if (std::holds_alternative<Replicate>(p)) return "Replicate()";
+  if (const auto* s = std::get_if<StridedShard>(&p))
+    return detail::concat("StridedShard(", s->dim, ", sf=", s->split_factor, ")");
   return detail::concat("Partial(", reduce_op_name(std::get<Partial>(p).op), ")");
+}
+
+std::string placements_name(const std::vector<Placement>& placements) {
+  std::string out = "[";
+  for (size_t i = 0; i < placements.size(); ++i)
+    out += (i ? ", " : "") + placement_name(placements[i]);
+  return out + "]";
+}
+
+std::optional<int64_t> sharded_dim(const Placement& p) {
+  if (const auto* s = std::get_if<Shard>(&p)) return s->dim;
+  if (const auto* s = std::get_if<StridedShard>(&p)) return s->dim;
+  return std::nullopt;
 }
 
 ChunkRange chunk_range(int64_t size, int64_t num_chunks, int64_t index) {

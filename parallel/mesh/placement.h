@@ -6,11 +6,20 @@
 //   equal sizes (FSDP), and reads only the valid part.
 // - Replicate: every rank of the mesh dim holds the whole tensor.
 // - Partial{op}: every rank holds a partial value; the tensor is their reduction (e.g. sum).
+// - StridedShard{dim, split_factor}: a Shard applied out of mesh order (torch's _StridedShard).
+//   It appears when a tensor dim is sharded by an inner mesh dim first and an outer one second:
+//   FSDP over dp_shard sharding dim 0 of a weight that tensor parallelism (the inner tp dim)
+//   already split on dim 0. Pieces are cut in this order: every plain Shard in mesh order, then
+//   every StridedShard in mesh order, each chunking what the earlier cuts left; split_factor is
+//   the number of pieces the later mesh dims cut that tensor dim into first (tp above), checked
+//   when a piece is placed. Each rank's piece stays one contiguous box of the whole tensor.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "parallel/comm/process_group.h"
 
@@ -27,9 +36,20 @@ struct Partial {
   ReduceOp op = ReduceOp::Sum;
   bool operator==(const Partial&) const = default;
 };
-using Placement = std::variant<Shard, Replicate, Partial>;
+struct StridedShard {
+  int64_t dim = 0;
+  int64_t split_factor = 1;
+  bool operator==(const StridedShard&) const = default;
+};
+using Placement = std::variant<Shard, Replicate, Partial, StridedShard>;
 
-std::string placement_name(const Placement& p);  // "Shard(0)", "Replicate()", "Partial(sum)"
+// "Shard(0)", "Replicate()", "Partial(sum)", "StridedShard(0, sf=2)"
+std::string placement_name(const Placement& p);
+std::string placements_name(const std::vector<Placement>& placements);  // "[Shard(0), Replicate()]"
+// The tensor dim a Shard or StridedShard splits; nullopt for Replicate and Partial.
+std::optional<int64_t> sharded_dim(const Placement& p);
+inline bool is_replicate(const Placement& p) { return std::holds_alternative<Replicate>(p); }
+inline bool is_partial(const Placement& p) { return std::holds_alternative<Partial>(p); }
 
 // Chunk `index` of `size` rows split into `num_chunks` torch.chunk-style pieces.
 struct ChunkRange {

@@ -29,10 +29,15 @@ void Linear::reset_parameters(const InitContext& ctx) {
 }
 
 Tensor Linear::operator()(const Tensor& x) {
-  MT_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_features_,
-           "Linear: expected input [..., ", in_features_, "], got shape ",
-           x.defined() ? x.shape() : Shape{});
-  return call({x}, [this](const std::vector<Tensor>& in) { return linear(in[0], weight, bias); });
+  MT_CHECK(x.defined() && x.dim() >= 1, "Linear: expected input [..., ", in_features_,
+           "], got ", x.defined() ? "a 0-D tensor" : "an undefined tensor");
+  return call({x}, [this](const std::vector<Tensor>& in) {
+    // Against the weight the body uses: hooks may hand it a part of the input and of the weight
+    // (tensor parallelism splits in_features).
+    MT_CHECK(in[0].size(-1) == weight.size(1), "Linear: expected input [..., ", weight.size(1),
+             "], got shape ", in[0].shape());
+    return linear(in[0], weight, bias);
+  });
 }
 
 }  // namespace mt::runtime::nn

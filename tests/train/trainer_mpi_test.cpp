@@ -193,8 +193,11 @@ TEST(TrainerMpi, ResumedRunContinuesBitwise) {
   expect_bitwise_tail(run(job(corpus, dump, 8 / w, again), world()), straight);
 }
 
-// Saves step 5 of a 4-rank run, resumes it on 1, 2 and 3 ranks (global batch 12 fits them all).
-void expect_reshards(const std::string& name, const std::vector<std::string>& parallelism) {
+// Saves step 5 of a 4-rank run, resumes it on 1, 2 and 3 ranks (global batch 12 fits them all),
+// or on `ranks` with `resumed_parallelism`.
+void expect_reshards(const std::string& name, const std::vector<std::string>& parallelism,
+                     const std::vector<int>& ranks_list = {1, 2, 3},
+                     const std::vector<std::string>& resumed_parallelism = {}) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   if (world()->size() != 4) GTEST_SKIP() << "saves on 4 ranks";
   const fs::path dump = shared_dir(name);
@@ -204,12 +207,16 @@ void expect_reshards(const std::string& name, const std::vector<std::string>& pa
   saved.insert(saved.end(), parallelism.begin(), parallelism.end());
   const TrainResult straight = run(job(corpus, dump, 3, saved), world());
   args.push_back("--checkpoint.load_step=5");
-  for (int ranks : {1, 2, 3}) {
+  args.insert(args.end(), resumed_parallelism.begin(), resumed_parallelism.end());
+  int64_t tp = 1;
+  for (const std::string& a : resumed_parallelism)
+    if (a.starts_with("--parallelism.tensor_parallel_degree=")) tp = std::stoll(a.substr(37));
+  for (int ranks : ranks_list) {
     SCOPED_TRACE(::testing::Message() << "resumed on " << ranks << " ranks");
     const bool member = world()->rank() < ranks;
     std::shared_ptr<ProcessGroup> sub = world()->split(member ? 0 : 1, world()->rank());
     if (!member) continue;
-    const TrainResult resumed = run(job(corpus, dump, 12 / ranks, args), sub);
+    const TrainResult resumed = run(job(corpus, dump, 12 / (ranks / tp), args), sub);
     ASSERT_EQ(resumed.first_step, 6);
     ASSERT_EQ(resumed.losses.size(), 5u);
     for (size_t i = 0; i < 5; ++i) {
@@ -227,6 +234,76 @@ TEST(TrainerMpi, FsdpCheckpointOnFourRanksResumesOnOneTwoThree) { expect_reshard
 
 TEST(TrainerMpi, HsdpCheckpointOnFourRanksResumesOnOneTwoThree) {
   expect_reshards("reshard_hsdp", {"--parallelism.data_parallel_replicate_degree=2"});
+}
+
+// ---- tensor parallelism ----------------------------------------------------------------------
+
+std::vector<std::string> tp_args(int64_t tp, std::vector<std::string> more = {}) {
+  more.insert(more.begin(), "--parallelism.tensor_parallel_degree=" + std::to_string(tp));
+  return more;
+}
+
+// tp 2 on the 2 ranks of a pair; on 4 ranks FSDP 2 x TP 2 (a 2-D mesh): with sequence
+// parallelism (and loss parallel), without it, and with the logits gathered before the loss.
+TEST(TrainerMpi, TensorParallelMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t dp = world()->size() / 2;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> variants = {
+      {"tp_sp", {}},
+      {"tp_no_sp", {"--parallelism.enable_sequence_parallel=false"}},
+      {"tp_no_loss_parallel", {"--parallelism.disable_loss_parallel=true"}},
+  };
+  for (const auto& [name, more] : variants) {
+    SCOPED_TRACE(name);
+    expect_same_run(run(job(corpus, shared_dir(name), 8 / dp, tp_args(2, more)), world()),
+                    reference(corpus));
+  }
+}
+
+TEST(TrainerMpi, HsdpTimesTensorParallelMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  if (world()->size() != 4) GTEST_SKIP() << "HSDP 2 x TP 2 (dp_shard 1) needs 4 ranks";
+  expect_same_run(run(job(corpus, shared_dir("hsdp_tp"), 4,
+                          tp_args(2, {"--parallelism.data_parallel_replicate_degree=2",
+                                      "--parallelism.data_parallel_shard_degree=1",
+                                      "--validation.steps=2"})),
+                      world()),
+                  reference(corpus));
+}
+
+TEST(TrainerMpi, BadTensorParallelLayoutsAreErrorsOnEveryRank) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const auto expect_error = [&](const config::JobConfig& cfg, std::function<void(std::any&)> edit,
+                                const std::vector<std::string>& needles) {
+    try {
+      run(cfg, world(), 0, std::move(edit));
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      for (const std::string& n : needles)
+        EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+    }
+  };
+  // Degrees that do not multiply to the ranks.
+  expect_error(job(corpus, shared_dir("tp_bad"), 1, tp_args(3)), testing::shrink_llama,
+               {"tensor_parallel_degree", "world size"});
+  // kv heads that tp does not divide.
+  const auto one_kv_head = [](std::any& a) {
+    testing::shrink_llama(a);
+    std::any_cast<models::llama::ModelArgs&>(a).n_kv_heads = 1;
+  };
+  expect_error(job(corpus, shared_dir("tp_bad"), 1, tp_args(2)), one_kv_head,
+               {"1 kv heads", "tensor_parallel_degree = 2"});
+  // With expert parallelism (not composed yet).
+  expect_error(job(corpus, shared_dir("tp_bad"), 1,
+                   tp_args(2, {"--parallelism.expert_parallel_degree=2"})),
+               testing::shrink_llama, {"expert_parallel_degree"});
+}
+
+// FSDP 2 x TP 2 saved on 4 ranks resumes under FSDP on 1, 2, 3 ranks; FSDP 4 resumes under
+// TP 2 on 2 ranks and FSDP 2 x TP 2 on 4.
+TEST(TrainerMpi, TensorParallelCheckpointsReshard) {
+  expect_reshards("reshard_tp", tp_args(2));
+  expect_reshards("reshard_to_tp", {}, {2, 4}, tp_args(2));
 }
 
 }  // namespace

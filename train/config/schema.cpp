@@ -171,6 +171,16 @@ std::vector<SectionSpec> build_schema() {
           {"expert_parallel_degree", &P::expert_parallel_degree,
            "Ranks that split the routed experts of MoE layers (taken from the shard ranks)",
            positive()},
+          {"tensor_parallel_degree", &P::tensor_parallel_degree,
+           "Ranks that split each layer's matrices (tensor parallelism, the innermost mesh dim: "
+           "keep it within a node); they read the same batches",
+           positive()},
+          {"enable_sequence_parallel", &P::enable_sequence_parallel,
+           "With tensor parallelism: norms and the residual stream run on sequence shards "
+           "(all-gathers and reduce-scatters instead of all-reduces; less activation memory)"},
+          {"disable_loss_parallel", &P::disable_loss_parallel,
+           "With tensor parallelism: gather the [tokens, vocab] logits before the loss instead "
+           "of a cross-entropy over the vocab-split logits"},
           {"fsdp_reshard_after_forward", &P::fsdp_reshard_after_forward,
            "Free gathered parameters after each block's forward (all-gather again for backward): "
            "default = yes for the blocks when they are sharded over several ranks (on one, no: "

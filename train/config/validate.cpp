@@ -72,15 +72,22 @@ WorldLayout validate_for_world(const JobConfig& config, int64_t world_size) {
   const ParallelismConfig& p = config.parallelism;
   const std::string world = "the world size " + std::to_string(world_size);
   WorldLayout out;
+  out.tp = p.tensor_parallel_degree;
   out.dp_replicate = p.data_parallel_replicate_degree;
-  require(world_size % out.dp_replicate == 0, config,
-          "parallelism.data_parallel_replicate_degree must divide " + world,
-          "parallelism.data_parallel_replicate_degree");
-  out.dp_shard = p.data_parallel_shard_degree == -1 ? world_size / out.dp_replicate
+  require(world_size % (out.dp_replicate * out.tp) == 0, config,
+          "data_parallel_replicate_degree x tensor_parallel_degree must divide " + world,
+          "parallelism.data_parallel_replicate_degree", "parallelism.tensor_parallel_degree");
+  out.dp_shard = p.data_parallel_shard_degree == -1 ? world_size / (out.dp_replicate * out.tp)
                                                     : p.data_parallel_shard_degree;
-  require(out.dp_replicate * out.dp_shard == world_size, config,
-          "data_parallel_replicate_degree x data_parallel_shard_degree must equal " + world,
-          "parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree");
+  require(out.dp_replicate * out.dp_shard * out.tp == world_size, config,
+          "data_parallel_replicate_degree x data_parallel_shard_degree x tensor_parallel_degree "
+          "must equal " + world,
+          "parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree",
+          "parallelism.tensor_parallel_degree");
+  require(out.tp == 1 || p.expert_parallel_degree == 1, config,
+          "tensor parallelism does not compose with expert parallelism yet: set one of "
+          "tensor_parallel_degree and expert_parallel_degree to 1",
+          "parallelism.tensor_parallel_degree", "parallelism.expert_parallel_degree");
   out.dp = out.dp_replicate * out.dp_shard;
   out.ep = p.expert_parallel_degree;
   require(out.dp_shard % out.ep == 0, config,

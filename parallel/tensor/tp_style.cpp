@@ -1,0 +1,199 @@
+// Tensor-parallel styles as module hooks.
+#include "parallel/tensor/tp_style.h"
+
+#include "parallel/tensor/dtensor_ops.h"
+#include "parallel/tensor/redistribute.h"
+#include "runtime/core/error.h"
+#include "runtime/core/grad_mode.h"
+#include "runtime/nn/embedding.h"
+#include "runtime/nn/linear.h"
+#include "runtime/nn/rms_norm.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/factory.h"
+
+namespace mt::parallel {
+
+namespace {
+
+using runtime::Tensor;
+using runtime::nn::Module;
+using Placements = std::vector<Placement>;
+
+// A Shard(-1) made concrete for a tensor of `ndim` dims.
+Placement resolved(const Placement& p, int64_t ndim) {
+  if (const auto* s = std::get_if<Shard>(&p); s && s->dim < 0) return Shard{s->dim + ndim};
+  return p;
+}
+
+// The global shape of a tensor whose local piece on tp (layout `p`) has shape `local`, where the
+// whole tensor's size along the split dim is `size` (known to the caller) or, for activations,
+// the sum of every rank's pieces (the pieces of torch.chunk: equal but the last ones).
+Shape activation_shape(const Tensor& local, const Placement& p, const DeviceMesh& mesh,
+                       const std::string& where) {
+  Shape global = local.shape();
+  const auto d = sharded_dim(p);
+  if (!d) return global;
+  // Activations split over tp are split evenly (the sequence and the head dims divide by tp,
+  // checked by the model's parallelize); uneven pieces would need every rank's length.
+  global[size_t(*d)] *= mesh.size();
+  MT_CHECK(local_piece(global, mesh, {p}).shape == local.shape(), where, ": a ",
+           placement_name(p), " activation of local shape ", local.shape(),
+           " is not an even split over ", mesh.describe());
+  return global;
+}
+
+// x (local, layout `from`) laid out as `to`, for code whose gradient is in `local_grad` form.
+Tensor relayout(const Tensor& x, const std::shared_ptr<DeviceMesh>& mesh, const Placement& from,
+                const Placement& to, const Placements& local_grad, const std::string& where) {
+  const Placement a = resolved(from, x.dim()), b = resolved(to, x.dim());
+  const DTensor dt = from_local(x, mesh, {a}, activation_shape(x, a, *mesh, where));
+  return to_local(redistribute(dt, {b}, local_grad, where), local_grad);
+}
+
+template <class M>
+M& module_as(Module& root, const std::string& fqn, const char* style) {
+  auto* m = dynamic_cast<M*>(&root.submodule(fqn));
+  MT_CHECK(m != nullptr, "tensor parallel: ", style, " does not apply to '", fqn, "' (a ",
+           root.submodule(fqn).type_name(), ")");
+  return *m;
+}
+
+}  // namespace
+
+TensorParallel::TensorParallel(std::shared_ptr<DeviceMesh> tp_mesh) : mesh_(std::move(tp_mesh)) {
+  MT_CHECK(mesh_ != nullptr && mesh_->ndim() == 1, "TensorParallel: expected a 1-D tp mesh");
+}
+
+Tensor TensorParallel::split(const std::string& fqn, Tensor& slot, Placement placement) {
+  placement = resolved(placement, slot.dim());
+  for (const SplitParam& s : split_) {
+    if (!s.original.same(slot)) continue;
+    MT_CHECK(s.placement == placement, "tensor parallel: '", fqn, "' is tied to '", s.fqn,
+             "', which is split as ", placement_name(s.placement), ", not ",
+             placement_name(placement), "; tied parameters must be split the same way");
+    slot = s.local;
+    return slot;
+  }
+  runtime::NoGradGuard no_grad;
+  const LocalPiece piece = local_piece(slot.shape(), *mesh_, {placement});
+  Tensor view = slot;
+  for (size_t d = 0; d < piece.shape.size(); ++d)
+    view = view.narrow(int64_t(d), piece.offset[d], piece.shape[d]);
+  Tensor local = runtime::empty(piece.shape, slot.options().with_requires_grad(false));
+  if (slot.storage()->has_memory()) {
+    local.copy_(view);
+  } else {
+    local.storage()->release_memory();  // built without values (nn::DeferredInitGuard)
+  }
+  local.set_requires_grad(slot.requires_grad());
+  local.set_name(slot.name());
+  split_.push_back({fqn, slot, local, placement, slot.shape()});
+  slot = local;
+  return local;
+}
+
+void TensorParallel::apply(Module& root, const std::string& fqn, const ParallelStyle& style) {
+  const auto mesh = mesh_;
+  const std::string where = "tensor parallel '" + fqn + "'";
+  if (const auto* col = std::get_if<ColwiseParallel>(&style)) {
+    Module& m = root.submodule(fqn);
+    if (auto* lin = dynamic_cast<runtime::nn::Linear*>(&m)) {
+      MT_CHECK(!lin->bias.defined(), where, ": a column-wise Linear with a bias is not supported");
+      split(fqn + ".weight", lin->weight, Shard{0});
+    } else {
+      split(fqn + ".weight", module_as<runtime::nn::Embedding>(root, fqn, "ColwiseParallel").weight,
+            Shard{1});
+    }
+    const bool embedding = dynamic_cast<runtime::nn::Embedding*>(&m) != nullptr;
+    if (col->input && !embedding) {
+      const Placement in = *col->input;
+      m.register_forward_pre_hook([=](Module&, std::vector<Tensor>& inputs) {
+        inputs[0] = relayout(inputs[0], mesh, in, Replicate{}, {Partial{}}, where + " input");
+      });
+    }
+    const Placement out = col->output;
+    if (!(std::holds_alternative<Shard>(out) && std::get<Shard>(out).dim == -1)) {
+      m.register_forward_hook([=](Module&, const std::vector<Tensor>&, std::vector<Tensor>& outs) {
+        const int64_t last = outs[0].dim() - 1;
+        outs[0] = relayout(outs[0], mesh, Shard{last}, out, whole_grad_placements({out}),
+                           where + " output");
+      });
+    }
+  } else if (const auto* row = std::get_if<RowwiseParallel>(&style)) {
+    Module& m = root.submodule(fqn);
+    const Placement out = row->output;
+    if (auto* lin = dynamic_cast<runtime::nn::Linear*>(&m)) {
+      MT_CHECK(!lin->bias.defined(), where, ": a row-wise Linear with a bias is not supported");
+      split(fqn + ".weight", lin->weight, Shard{1});
+      const Placement in = row->input;
+      if (!(std::holds_alternative<Shard>(in) && std::get<Shard>(in).dim == -1)) {
+        m.register_forward_pre_hook([=](Module&, std::vector<Tensor>& inputs) {
+          const int64_t last = inputs[0].dim() - 1;
+          inputs[0] = relayout(inputs[0], mesh, in, Shard{last}, {Shard{last}}, where + " input");
+        });
+      }
+    } else {
+      auto& emb = module_as<runtime::nn::Embedding>(root, fqn, "RowwiseParallel");
+      const Tensor local = split(fqn + ".weight", emb.weight, Shard{0});
+      const int64_t offset = local_piece(split_.back().global_shape, *mesh, {Shard{0}}).offset[0];
+      const int64_t rows = local.size(0);
+      const runtime::DType dtype = local.dtype();
+      auto mask = std::make_shared<Tensor>();
+      m.register_forward_pre_hook([=](Module&, std::vector<Tensor>& inputs) {
+        const dtensor::LocalIds ids =
+            dtensor::local_embedding_ids(inputs[0], offset, rows, dtype);
+        inputs[0] = ids.ids;
+        *mask = ids.mask;
+      });
+      m.register_forward_hook([=](Module&, const std::vector<Tensor>&, std::vector<Tensor>& outs) {
+        outs[0] = runtime::mul(outs[0], mask->unsqueeze(-1));
+        *mask = Tensor();
+      });
+    }
+    m.register_forward_hook([=](Module&, const std::vector<Tensor>&, std::vector<Tensor>& outs) {
+      const Placement want = resolved(out, outs[0].dim());
+      const DTensor partial = from_local(outs[0], mesh, {Partial{}}, outs[0].shape());
+      outs[0] = to_local(redistribute(partial, {want}, whole_grad_placements({want}), where + " output"));
+    });
+  } else if (std::holds_alternative<SequenceParallel>(style)) {
+    auto& norm = module_as<runtime::nn::RMSNorm>(root, fqn, "SequenceParallel");
+    auto saved = std::make_shared<Tensor>();
+    // The weight computes beside this rank's part of the sequence: its gradient there is partial,
+    // summed over tp (all-reduce) on the way back to the parameter.
+    norm.register_forward_pre_hook([=, &norm](Module&, std::vector<Tensor>&) {
+      *saved = norm.weight;
+      const DTensor w = from_local(norm.weight, mesh, {Replicate{}});
+      norm.weight = to_local(w, Placements{Partial{}});
+    });
+    norm.register_forward_hook([=, &norm](Module&, const std::vector<Tensor>&, std::vector<Tensor>&) {
+      norm.weight = *saved;
+      *saved = Tensor();
+    });
+  } else {
+    const auto& prep = std::get<PrepareModuleInput>(style);
+    const Placement in = prep.input, desired = prep.desired;
+    root.submodule(fqn).register_forward_pre_hook([=](Module&, std::vector<Tensor>& inputs) {
+      inputs[0] = relayout(inputs[0], mesh, in, desired,
+                           op_grad_placements({resolved(desired, inputs[0].dim())}), where + " input");
+    });
+  }
+}
+
+std::function<std::optional<OuterSharding>(const Tensor&)> TensorParallel::outer_sharding(
+    std::shared_ptr<DeviceMesh> mesh) const {
+  MT_CHECK(mesh != nullptr && mesh->has_dim("tp") && mesh->size("tp") == mesh_->size(),
+           "TensorParallel::outer_sharding: ", mesh ? mesh->describe() : "null",
+           " has no tp dim of size ", mesh_->size());
+  const int64_t tp = mesh->dim_index("tp");
+  return [mesh, tp, split = split_](const Tensor& t) -> std::optional<OuterSharding> {
+    for (const SplitParam& s : split) {
+      if (!s.local.same(t)) continue;
+      OuterSharding outer{mesh, Placements(size_t(mesh->ndim()), Replicate{}), s.global_shape};
+      outer.placements[size_t(tp)] = s.placement;
+      return outer;
+    }
+    return std::nullopt;
+  };
+}
+
+}  // namespace mt::parallel
