@@ -110,10 +110,15 @@ void register_rules() {
                                },
                                first_shape});
   register_op_rule("sum", {[](const Shapes& s, const OpArgs& a) {
+                             // Shards first: a tie (a shard turned Partial costs no bytes
+                             // but a whole-size tensor) goes to keeping the shard.
                              const int64_t n = rank_of(s[0]), k = a[0];
-                             std::vector<DimStrategy> out{{{R}, R}, {{P}, P}, {{Shard{k}}, P}};
+                             std::vector<DimStrategy> out;
                              for (int64_t d = 0; d < n; ++d)
                                if (d != k) out.push_back({{Shard{d}}, Shard{d < k ? d : d - 1}});
+                             out.push_back({{Shard{k}}, P});
+                             out.push_back({{R}, R});
+                             out.push_back({{P}, P});
                              return out;
                            },
                            [](const Shapes& s, const OpArgs& a) {
@@ -123,11 +128,13 @@ void register_rules() {
                            }});
   register_op_rule("transpose", {[](const Shapes& s, const OpArgs& a) {
                                    const int64_t n = rank_of(s[0]);
-                                   std::vector<DimStrategy> out{{{R}, R}, {{P}, P}};
+                                   std::vector<DimStrategy> out;
                                    for (int64_t d = 0; d < n; ++d) {
                                      const int64_t e = d == a[0] ? a[1] : d == a[1] ? a[0] : d;
                                      out.push_back({{Shard{d}}, Shard{e}});
                                    }
+                                   out.push_back({{R}, R});
+                                   out.push_back({{P}, P});
                                    return out;
                                  },
                                  [](const Shapes& s, const OpArgs& a) {
@@ -159,6 +166,23 @@ void register_rules() {
                       Shape out = s[0];
                       out.back() = s[2].back();
                       return out;
+                    },
+                    false,
+                    // Every rank's query heads are exactly the ones its kv heads serve (with
+                    // g = Hq / Hkv query heads per kv head): each cut of the heads, in order,
+                    // must give g times as many query heads as kv heads per chunk.
+                    [](const Shapes& s, const std::vector<std::vector<Placement>>& in,
+                       const DeviceMesh& mesh) {
+                      const int64_t hq = s[0][1], hkv = s[1][1];
+                      if (hkv == 0 || hq % hkv != 0) return false;
+                      int64_t cq = hq, ckv = hkv;
+                      for (int64_t d : shard_order(mesh, in[0])) {
+                        if (std::get<Shard>(in[0][size_t(d)]).dim != 1) continue;
+                        cq = chunk_range(cq, mesh.size(d), 0).padded_length;
+                        ckv = chunk_range(ckv, mesh.size(d), 0).padded_length;
+                        if (cq != (hq / hkv) * ckv) return false;
+                      }
+                      return true;
                     }});
   // args: {reduction (0 none, 1 sum)}
   register_op_rule("cross_entropy",
@@ -385,6 +409,18 @@ DTensor scaled_dot_product_attention(const DTensor& q, const DTensor& k, const D
   ensure_rules();
   return dispatch("scaled_dot_product_attention", {q, k, v}, {},
                   [causal](const std::vector<Tensor>& l, const MeshStrategy&) {
+                    if (l[0].numel() == 0 || l[1].numel() == 0) {
+                      // This rank holds no heads (or rows): an empty piece, with (empty)
+                      // gradients for its inputs.
+                      Shape shape = l[0].shape();
+                      shape.back() = l[2].size(-1);
+                      Tensor zero = runtime::mul(
+                          runtime::add(runtime::add(runtime::sum(l[0]), runtime::sum(l[1])),
+                                       runtime::sum(l[2])),
+                          0.0);
+                      return runtime::add(runtime::zeros(shape, l[0].options().with_requires_grad(false)),
+                                          zero);
+                    }
                     return runtime::scaled_dot_product_attention(l[0], l[1], l[2], causal);
                   });
 }

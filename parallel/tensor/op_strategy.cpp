@@ -70,17 +70,20 @@ MeshStrategy choose_strategy(const std::string& op, const std::vector<const DTen
       for (size_t k = 0; k < inputs.size(); ++k) s.inputs[k][d] = ds.inputs[k];
       s.output[d] = ds.output;
     }
-    bool valid = true;
+    bool valid = !rule.admits || rule.admits(shapes, s.inputs, mesh);
     for (size_t k = 0; k < inputs.size() && valid; ++k) {
       try {
-        s.bytes += plan_redistribute(shapes[k], int64_t(runtime::dtype_size(inputs[k]->local.dtype())),
-                                     mesh, inputs[k]->placements, s.inputs[k])
-                       .bytes();
+        const RedistributePlan plan =
+            plan_redistribute(shapes[k], int64_t(runtime::dtype_size(inputs[k]->local.dtype())),
+                              mesh, inputs[k]->placements, s.inputs[k]);
+        s.bytes += plan.bytes();
+        s.steps += int64_t(plan.steps.size());
       } catch (const Error&) {
         valid = false;  // e.g. two mesh dims sharding one tensor dim in an order it cannot have
       }
     }
-    if (valid && (!found || s.bytes < best.bytes)) {
+    if (valid && (!found || s.bytes < best.bytes ||
+                  (s.bytes == best.bytes && s.steps < best.steps))) {
       best = std::move(s);
       found = true;
     }
@@ -98,28 +101,33 @@ DTensor dispatch(const std::string& op, const std::vector<DTensor>& inputs, cons
   std::vector<const DTensor*> ptrs;
   for (const DTensor& x : inputs) ptrs.push_back(&x);
   const MeshStrategy s = choose_strategy(op, ptrs, args);
+  const OpRule& rule = op_rule(op);
   std::vector<Tensor> locals;
   std::vector<Shape> shapes;
   for (size_t k = 0; k < inputs.size(); ++k) {
     const DTensor& x = inputs[k];
     shapes.push_back(x.global_shape);
-    const bool same_grad_form =
-        x.grad_placements.empty() || x.grad_placements == op_grad_placements(x.placements);
-    if (x.placements == s.inputs[k] && same_grad_form) {
+    // The form the kernel's backward gives this input's gradient in.
+    const std::vector<Placement> kernel_grad = rule.whole_output_grad
+                                                   ? whole_grad_placements(s.inputs[k])
+                                                   : op_grad_placements(s.inputs[k]);
+    const std::vector<Placement> x_grad =
+        x.grad_placements.empty() ? op_grad_placements(x.placements) : x.grad_placements;
+    if (x.placements == s.inputs[k] && x_grad == kernel_grad) {
       locals.push_back(x.local);
     } else {
-      locals.push_back(redistribute(x, s.inputs[k], std::nullopt, "dtensor." + op).local);
+      locals.push_back(redistribute(x, s.inputs[k], kernel_grad, "dtensor." + op).local);
     }
   }
   Tensor out = kernel(locals, s);
   const DeviceMesh& mesh = *inputs[0].mesh;
-  const Shape global = op_rule(op).output_shape(shapes, args);
+  const Shape global = rule.output_shape(shapes, args);
   const LocalPiece piece = local_piece(global, mesh, s.output);
   MT_CHECK(piece.shape == out.shape(), "DTensor op '", op, "': the local kernel returned ",
            out.shape(), " but ", placements_name(s.output), " of ", global, " is ", piece.shape,
            " on this rank");
-  std::vector<Placement> grad = op_rule(op).whole_output_grad ? whole_grad_placements(s.output)
-                                                              : op_grad_placements(s.output);
+  std::vector<Placement> grad =
+      rule.whole_output_grad ? whole_grad_placements(s.output) : op_grad_placements(s.output);
   return DTensor{out, inputs[0].mesh, s.output, global, piece.offset, std::move(grad)};
 }
 

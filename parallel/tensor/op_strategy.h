@@ -7,7 +7,7 @@
 // Partial(sum) (row-wise), (Shard(batch), Replicate) -> Shard(batch), ... On an N-D mesh every
 // mesh dim picks one of them independently (the product). dispatch() costs each combination by
 // the bytes its inputs' redistributions move (plan_redistribute), takes the cheapest (ties: the
-// earlier listed), redistributes the inputs (differentiably), and runs the op's local kernel on
+// fewest steps, then the earlier listed), redistributes the inputs (differentiably), and runs the op's local kernel on
 // the local pieces: the result is a DTensor with the strategy's output placements, whose gradient
 // is expected in the DTensor-op form (redistribute.h), in which the local kernels' own backward
 // formulas are exact. No strategy at all is an error naming the op and the placements: nothing
@@ -39,7 +39,13 @@ struct OpRule {
   std::function<Shape(const std::vector<Shape>& shapes, const OpArgs& args)> output_shape;
   // The kernel's backward needs the output's gradient whole on every rank (a loss whose kernel
   // reduces over ranks itself), not in the DTensor-op form.
+  // With it, the kernel's backward also gives whole gradients for its Replicate inputs.
   bool whole_output_grad = false;
+  // Optional: whether a whole-mesh strategy suits these shapes on `mesh` (e.g. attention's heads
+  // split so that every rank holds whole groups of query heads with their kv heads).
+  std::function<bool(const std::vector<Shape>& shapes, const std::vector<std::vector<Placement>>& inputs,
+                     const DeviceMesh& mesh)>
+      admits;
 };
 
 void register_op_rule(const std::string& op, OpRule rule);
@@ -50,6 +56,7 @@ struct MeshStrategy {
   std::vector<std::vector<Placement>> inputs;
   std::vector<Placement> output;
   int64_t bytes = 0;  // moved by the inputs' redistributions
+  int64_t steps = 0;  // their steps, local ones included: ties go to the fewest
 };
 
 // The cheapest strategy for inputs with these placements (all on `mesh`).

@@ -130,8 +130,11 @@ RedistributePlan make_plan(const Shape& global, int64_t element_size, const Devi
     const auto* a = std::get_if<Shard>(&from[i]);
     const auto* b = std::get_if<Shard>(&to[i]);
     if (!a || !b || a->dim == b->dim) continue;
+    // Only when nothing else moves on either dim: then i is the last cut of d before and of e
+    // after, which is what one all-to-all does.
     if (undo[size_t(a->dim)] == std::vector<int64_t>{int64_t(i)} &&
-        apply[size_t(b->dim)] == std::vector<int64_t>{int64_t(i)}) {
+        apply[size_t(b->dim)] == std::vector<int64_t>{int64_t(i)} && undo[size_t(b->dim)].empty() &&
+        apply[size_t(a->dim)].empty()) {
       fused[i] = true;
       undo[size_t(a->dim)].clear();
       apply[size_t(b->dim)].clear();
@@ -262,6 +265,12 @@ Tensor run_step(const Tensor& local, const Shape& global, const DeviceMesh& mesh
 }
 
 void check_differentiable(const Placements& grad, const char* what, const Placements& forward) {
+  for (const Placement& p : forward) {
+    const auto* q = std::get_if<Partial>(&p);
+    MT_CHECK(q == nullptr || q->op == ReduceOp::Sum, "redistribute: no gradient through ",
+             placement_name(p), " (", what, " ", placements_name(forward),
+             "): only Partial(sum) has one; detach the tensor or reduce it first");
+  }
   for (const Placement& p : grad) {
     const auto* q = std::get_if<Partial>(&p);
     MT_CHECK(q == nullptr || q->op == ReduceOp::Sum, "redistribute: no gradient through ",

@@ -596,12 +596,21 @@ TEST_F(ConfigTest, ValidateForWorld) {
 
   c = load_args({"--parallelism.data_parallel_replicate_degree=3"});
   EXPECT_THAT(error_of([&] { validate_for_world(c, 4); }),
-              HasSubstr("parallelism.data_parallel_replicate_degree must divide the world size 4"));
+              HasSubstr("data_parallel_replicate_degree x tensor_parallel_degree must divide "
+                        "the world size 4"));
   c = load_args({"--parallelism.data_parallel_replicate_degree=2",
                  "--parallelism.data_parallel_shard_degree=3"});
   EXPECT_THAT(error_of([&] { validate_for_world(c, 4); }),
-              HasSubstr("data_parallel_replicate_degree x data_parallel_shard_degree must equal "
-                        "the world size 4"));
+              HasSubstr("data_parallel_replicate_degree x data_parallel_shard_degree x "
+                        "tensor_parallel_degree must equal the world size 4"));
+  // Tensor parallelism takes its ranks first; dp_shard = -1 gets the rest.
+  const WorldLayout tp = validate_for_world(load_args({"--parallelism.tensor_parallel_degree=2"}), 4);
+  EXPECT_EQ(tp.tp, 2);
+  EXPECT_EQ(tp.dp_shard, 2);
+  EXPECT_EQ(tp.dp, 2);
+  c = load_args({"--parallelism.tensor_parallel_degree=3"});
+  EXPECT_THAT(error_of([&] { validate_for_world(c, 4); }),
+              HasSubstr("tensor_parallel_degree = 3 (command-line flag"));
   c = load_args({"--parallelism.expert_parallel_degree=3"});
   EXPECT_THAT(error_of([&] { validate_for_world(c, 4); }),
               HasSubstr("parallelism.expert_parallel_degree must divide the data-parallel shard "

@@ -197,7 +197,8 @@ TEST(TrainerMpi, ResumedRunContinuesBitwise) {
 // or on `ranks` with `resumed_parallelism`.
 void expect_reshards(const std::string& name, const std::vector<std::string>& parallelism,
                      const std::vector<int>& ranks_list = {1, 2, 3},
-                     const std::vector<std::string>& resumed_parallelism = {}) {
+                     const std::vector<std::string>& resumed_parallelism = {},
+                     const std::function<void(std::any&)>& edit = testing::shrink_llama) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   if (world()->size() != 4) GTEST_SKIP() << "saves on 4 ranks";
   const fs::path dump = shared_dir(name);
@@ -205,7 +206,7 @@ void expect_reshards(const std::string& name, const std::vector<std::string>& pa
                                    "--checkpoint.interval=5", "--validation.enable=false"};
   std::vector<std::string> saved = args;
   saved.insert(saved.end(), parallelism.begin(), parallelism.end());
-  const TrainResult straight = run(job(corpus, dump, 3, saved), world());
+  const TrainResult straight = run(job(corpus, dump, 3, saved), world(), 0, edit);
   args.push_back("--checkpoint.load_step=5");
   args.insert(args.end(), resumed_parallelism.begin(), resumed_parallelism.end());
   int64_t tp = 1;
@@ -216,7 +217,7 @@ void expect_reshards(const std::string& name, const std::vector<std::string>& pa
     const bool member = world()->rank() < ranks;
     std::shared_ptr<ProcessGroup> sub = world()->split(member ? 0 : 1, world()->rank());
     if (!member) continue;
-    const TrainResult resumed = run(job(corpus, dump, 12 / (ranks / tp), args), sub);
+    const TrainResult resumed = run(job(corpus, dump, 12 / (ranks / tp), args), sub, 0, edit);
     ASSERT_EQ(resumed.first_step, 6);
     ASSERT_EQ(resumed.losses.size(), 5u);
     for (size_t i = 0; i < 5; ++i) {
@@ -258,6 +259,13 @@ TEST(TrainerMpi, TensorParallelMatchesOneProcess) {
     expect_same_run(run(job(corpus, shared_dir(name), 8 / dp, tp_args(2, more)), world()),
                     reference(corpus));
   }
+  // The styles' hooks run again when a block is recomputed in backward, and gradients of
+  // micro-batches accumulate (the sequence-parallel norms' all-reduces included).
+  SCOPED_TRACE("activation checkpointing, 2 micro-batches");
+  expect_same_run(run(job(corpus, shared_dir("tp_ac_accum"), 4 / dp,
+                          tp_args(2, {"--activation_checkpoint.mode=full"})),
+                      world()),
+                  reference(corpus));
 }
 
 TEST(TrainerMpi, HsdpTimesTensorParallelMatchesOneProcess) {
@@ -297,6 +305,10 @@ TEST(TrainerMpi, BadTensorParallelLayoutsAreErrorsOnEveryRank) {
   expect_error(job(corpus, shared_dir("tp_bad"), 1,
                    tp_args(2, {"--parallelism.expert_parallel_degree=2"})),
                testing::shrink_llama, {"expert_parallel_degree"});
+  // A model without a tensor-parallel plan (the MoE model, for now).
+  expect_error(job(corpus, shared_dir("tp_bad"), 1,
+                   tp_args(2, {"--model.name=deepseek_v3", "--model.flavor=moe_debug"})),
+               testing::shrink_moe, {"deepseek_v3", "no tensor-parallel plan"});
 }
 
 // FSDP 2 x TP 2 saved on 4 ranks resumes under FSDP on 1, 2, 3 ranks; FSDP 4 resumes under
@@ -304,6 +316,12 @@ TEST(TrainerMpi, BadTensorParallelLayoutsAreErrorsOnEveryRank) {
 TEST(TrainerMpi, TensorParallelCheckpointsReshard) {
   expect_reshards("reshard_tp", tp_args(2));
   expect_reshards("reshard_to_tp", {}, {2, 4}, tp_args(2));
+  // TP 4 (4 heads, 4 kv heads) -> TP 2 x FSDP 2, and -> TP 2 alone on 2 ranks.
+  const auto four_kv_heads = [](std::any& a) {
+    testing::shrink_llama(a);
+    std::any_cast<models::llama::ModelArgs&>(a).n_kv_heads = 4;
+  };
+  expect_reshards("reshard_tp4", tp_args(4), {2, 4}, tp_args(2), four_kv_heads);
 }
 
 }  // namespace
