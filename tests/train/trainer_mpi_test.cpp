@@ -262,8 +262,10 @@ TEST(TrainerMpi, TensorParallelMatchesOneProcess) {
   // The styles' hooks run again when a block is recomputed in backward, and gradients of
   // micro-batches accumulate (the sequence-parallel norms' all-reduces included).
   SCOPED_TRACE("activation checkpointing, 2 micro-batches");
+  // (Validation batches are 4 sequences here: 4 of them read the reference's 2 of 8.)
   expect_same_run(run(job(corpus, shared_dir("tp_ac_accum"), 4 / dp,
-                          tp_args(2, {"--activation_checkpoint.mode=full"})),
+                          tp_args(2, {"--activation_checkpoint.mode=full",
+                                      "--validation.steps=4"})),
                       world()),
                   reference(corpus));
 }
@@ -292,21 +294,21 @@ TEST(TrainerMpi, BadTensorParallelLayoutsAreErrorsOnEveryRank) {
     }
   };
   // Degrees that do not multiply to the ranks.
-  expect_error(job(corpus, shared_dir("tp_bad"), 1, tp_args(3)), testing::shrink_llama,
+  expect_error(job(corpus, shared_dir("tp_bad_world"), 1, tp_args(3)), testing::shrink_llama,
                {"tensor_parallel_degree", "world size"});
   // kv heads that tp does not divide.
   const auto one_kv_head = [](std::any& a) {
     testing::shrink_llama(a);
     std::any_cast<models::llama::ModelArgs&>(a).n_kv_heads = 1;
   };
-  expect_error(job(corpus, shared_dir("tp_bad"), 1, tp_args(2)), one_kv_head,
+  expect_error(job(corpus, shared_dir("tp_bad_kv"), 1, tp_args(2)), one_kv_head,
                {"1 kv heads", "tensor_parallel_degree = 2"});
   // With expert parallelism (not composed yet).
-  expect_error(job(corpus, shared_dir("tp_bad"), 1,
+  expect_error(job(corpus, shared_dir("tp_bad_ep"), 1,
                    tp_args(2, {"--parallelism.expert_parallel_degree=2"})),
                testing::shrink_llama, {"expert_parallel_degree"});
   // A model without a tensor-parallel plan (the MoE model, for now).
-  expect_error(job(corpus, shared_dir("tp_bad"), 1,
+  expect_error(job(corpus, shared_dir("tp_bad_moe"), 1,
                    tp_args(2, {"--model.name=deepseek_v3", "--model.flavor=moe_debug"})),
                testing::shrink_moe, {"deepseek_v3", "no tensor-parallel plan"});
 }
