@@ -16,9 +16,9 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 
+#include "bench/training_state_bytes.h"
 #include "models/llama/model.h"
 #include "models/llama/parallelize.h"
 #include "models/registry.h"
@@ -42,25 +42,6 @@ struct Options {
   int64_t steps = 4, batch = 8, seq = 128;
 };
 
-// Bytes of the distinct storages behind params, their grads and the optimizer state.
-int64_t state_bytes(const std::vector<Tensor>& params, const runtime::optim::Optimizer& opt) {
-  std::set<const void*> seen;
-  int64_t bytes = 0;
-  auto add = [&](const Tensor& t) {
-    if (!t.defined() || !seen.insert(t.storage().get()).second) return;
-    bytes += int64_t(t.storage()->nbytes());
-  };
-  for (const Tensor& p : params) {
-    add(p);
-    add(p.grad());
-  }
-  for (size_t g = 0; g < opt.param_groups().size(); ++g) {
-    for (size_t i = 0; i < opt.param_groups()[g].params.size(); ++i) {
-      for (const Tensor& t : opt.state(g, i).tensors) add(t);
-    }
-  }
-  return bytes;
-}
 
 Tensor batch_tokens(int64_t step, int64_t batch, int64_t seq, int64_t vocab) {
   Tensor u = runtime::rand({batch, seq + 1}, runtime::RandomKey(1, "fsdp_bench", uint64_t(step)));
@@ -113,7 +94,7 @@ int main(int argc, char** argv) {
     auto ref = std::make_shared<models::llama::Transformer>(args, 0);
     runtime::optim::AdamW opt(ref->named_parameters());
     train_step(*ref, opt, batch_tokens(0, o.batch, o.seq, args.vocab_size), global_tokens, false);
-    single_bytes = state_bytes(ref->parameters(), opt);
+    single_bytes = bench::training_state_bytes(ref->parameters(), opt);
   }
 
   auto model = std::make_shared<models::llama::Transformer>(args, 0);
@@ -142,7 +123,7 @@ int main(int argc, char** argv) {
       double(o.steps);
   const runtime::MemoryStats mem = runtime::memory_stats(runtime::Device::cpu());
 
-  const int64_t mine = state_bytes(model->parameters(), opt);
+  const int64_t mine = bench::training_state_bytes(model->parameters(), opt);
   // Unsharded bytes of the largest FSDP group (a block, or the root: embeddings, norm, output),
   // from the parameters' global shapes.
   {

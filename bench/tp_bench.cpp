@@ -21,9 +21,9 @@
 #include <cstdio>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 
+#include "bench/training_state_bytes.h"
 #include "models/llama/model.h"
 #include "models/llama/parallelize.h"
 #include "models/registry.h"
@@ -50,22 +50,6 @@ struct Options {
   std::string model = "debug";
 };
 
-int64_t state_bytes(const std::vector<Tensor>& params, const runtime::optim::Optimizer& opt) {
-  std::set<const void*> seen;
-  int64_t bytes = 0;
-  auto add = [&](const Tensor& t) {
-    if (!t.defined() || !seen.insert(t.storage().get()).second) return;
-    bytes += int64_t(t.storage()->nbytes());
-  };
-  for (const Tensor& p : params) {
-    add(p);
-    add(p.grad());
-  }
-  for (size_t g = 0; g < opt.param_groups().size(); ++g)
-    for (size_t i = 0; i < opt.param_groups()[g].params.size(); ++i)
-      for (const Tensor& t : opt.state(g, i).tensors) add(t);
-  return bytes;
-}
 
 }  // namespace
 
@@ -180,7 +164,7 @@ int main(int argc, char** argv) {
   const double analytic_blocks = double(args.n_layers) * 8.0 * tokens * dim * 4.0 / (o.sp ? 1.0 : 2.0);
 
   Tensor maxes = runtime::from_vector<double>(
-      {double(state_bytes(model->parameters(), opt)),
+      {double(bench::training_state_bytes(model->parameters(), opt)),
        double(mem.peak_bytes_in_use - before.bytes_in_use), step_seconds},
       {3}, {runtime::DType::F64});
   world->all_reduce(maxes, parallel::ReduceOp::Max, "bench.max");

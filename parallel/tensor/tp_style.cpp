@@ -25,9 +25,7 @@ Placement resolved(const Placement& p, int64_t ndim) {
   return p;
 }
 
-// The global shape of a tensor whose local piece on tp (layout `p`) has shape `local`, where the
-// whole tensor's size along the split dim is `size` (known to the caller) or, for activations,
-// the sum of every rank's pieces (the pieces of torch.chunk: equal but the last ones).
+// The global shape of an activation whose local piece on tp (layout `p`) has shape `local`.
 Shape activation_shape(const Tensor& local, const Placement& p, const DeviceMesh& mesh,
                        const std::string& where) {
   Shape global = local.shape();
@@ -137,16 +135,16 @@ void TensorParallel::apply(Module& root, const std::string& fqn, const ParallelS
       const Tensor local = split(fqn + ".weight", emb.weight, Shard{0});
       const int64_t offset = local_piece(split_.back().global_shape, *mesh, {Shard{0}}).offset[0];
       const int64_t rows = local.size(0);
-      const runtime::DType dtype = local.dtype();
       auto mask = std::make_shared<Tensor>();
       m.register_forward_pre_hook([=](Module&, std::vector<Tensor>& inputs) {
         const dtensor::LocalIds ids =
-            dtensor::local_embedding_ids(inputs[0], offset, rows, dtype);
+            dtensor::local_embedding_ids(inputs[0], offset, rows, runtime::DType::F32);
         inputs[0] = ids.ids;
         *mask = ids.mask;
       });
       m.register_forward_hook([=](Module&, const std::vector<Tensor>&, std::vector<Tensor>& outs) {
-        outs[0] = runtime::mul(outs[0], mask->unsqueeze(-1));
+        // In the lookup's dtype: under mixed precision, the compute dtype, not the shard's.
+        outs[0] = runtime::mul(outs[0], mask->unsqueeze(-1).to(outs[0].dtype()));
         *mask = Tensor();
       });
     }

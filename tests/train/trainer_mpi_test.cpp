@@ -270,6 +270,22 @@ TEST(TrainerMpi, TensorParallelMatchesOneProcess) {
                   reference(corpus));
 }
 
+// bf16 compute (f32 master weights and reductions): TP 2 tracks one process in bf16 to its
+// rounding (the split GEMMs round their partial sums to bf16 before the reduction).
+TEST(TrainerMpi, TensorParallelInBf16TracksOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t dp = world()->size() / 2;
+  const std::vector<std::string> bf16 = {"--training.mixed_precision_param=bfloat16",
+                                         "--training.steps=5", "--validation.enable=false"};
+  std::shared_ptr<ProcessGroup> self = world()->split(world()->rank(), 0);
+  const TrainResult one =
+      run(job(corpus, shared_dir("bf16_one") / std::to_string(world()->rank()), 8, bf16), self);
+  const TrainResult tp = run(job(corpus, shared_dir("bf16_tp"), 8 / dp, tp_args(2, bf16)), world());
+  ASSERT_EQ(tp.losses.size(), one.losses.size());
+  for (size_t i = 0; i < one.losses.size(); ++i)
+    EXPECT_NEAR(tp.losses[i], one.losses[i], 1e-2 * one.losses[i]) << "step " << i + 1;
+}
+
 TEST(TrainerMpi, HsdpTimesTensorParallelMatchesOneProcess) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   if (world()->size() != 4) GTEST_SKIP() << "HSDP 2 x TP 2 (dp_shard 1) needs 4 ranks";
