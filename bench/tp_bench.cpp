@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
   if (tp_group) {
     for (const auto& [name, st] : tp_group->stats()) {
       const std::string what = name.find("loss_parallel") != std::string::npos ? "loss"
-                               : name.find("to_local") != std::string::npos   ? "norm weights"
+                               : name.ends_with(".grad")                        ? "norm weights"
                                : name.find("tok_embeddings") != std::string::npos ||
                                        name.find("'output'") != std::string::npos
                                    ? "embedding/output"

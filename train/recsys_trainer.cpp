@@ -128,10 +128,12 @@ void check_recsys_config(const config::JobConfig& c) {
            "accumulation; leave training.global_batch_size at -1 (",
            c.where("training.global_batch_size"), ")");
   MT_CHECK(c.parallelism.expert_parallel_degree == 1 &&
-               c.parallelism.data_parallel_replicate_degree == 1,
+               c.parallelism.data_parallel_replicate_degree == 1 &&
+               c.parallelism.tensor_parallel_degree == 1,
            "train: model.name = \"dlrm\" shards its tables over every rank and FSDP-shards the "
-           "dense layers over all of them; parallelism.expert_parallel_degree and "
-           "data_parallel_replicate_degree must be 1");
+           "dense layers over all of them (it has no tensor-parallel plan); "
+           "parallelism.expert_parallel_degree, data_parallel_replicate_degree and "
+           "tensor_parallel_degree must be 1");
 }
 
 }  // namespace

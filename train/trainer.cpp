@@ -396,9 +396,14 @@ void Trainer::setup_parallelism() {
   ctx.sequence_parallel = p.enable_sequence_parallel;
   ctx.loss_parallel = !p.disable_loss_parallel;
   if (layout.ep > 1) {  // ep borrows ranks from dp_shard: efsdp = dp_shard / ep (validated)
-    expert_mesh_ = parallel::DeviceMesh::create(
-        device_world_, {layout.dp_replicate, layout.ep, layout.dp_shard / layout.ep},
-        {"dp_replicate", "ep", "efsdp"});
+    expert_mesh_ =
+        layout.tp > 1
+            ? parallel::DeviceMesh::create(
+                  device_world_, {layout.dp_replicate, layout.ep, layout.dp_shard / layout.ep, layout.tp},
+                  {"dp_replicate", "ep", "efsdp", "tp"})
+            : parallel::DeviceMesh::create(
+                  device_world_, {layout.dp_replicate, layout.ep, layout.dp_shard / layout.ep},
+                  {"dp_replicate", "ep", "efsdp"});
     ctx.expert_mesh = expert_mesh_;
   }
   // "default": the blocks reshard when their shard group has several ranks (each gather saved is

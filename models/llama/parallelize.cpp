@@ -10,18 +10,16 @@
 
 namespace mt::models::llama {
 
-namespace {
-
 using parallel::Placement;
 
-void apply_tensor_parallel(Transformer& model, const ParallelContext& context,
-                           parallel::TensorParallel& tp) {
-  check_tensor_parallel(model.args(), context.tp_mesh->size());
+void apply_tensor_parallel_plan(runtime::nn::Module& model, int64_t n_layers,
+                                const std::function<bool(int64_t)>& dense,
+                                const ParallelContext& context, parallel::TensorParallel& tp) {
   const bool sp = context.sequence_parallel;
   const Placement residual = sp ? Placement(parallel::Shard{1}) : Placement(parallel::Replicate{});
   tp.apply(model, "tok_embeddings",
            parallel::RowwiseParallel{.input = parallel::Replicate{}, .output = residual});
-  for (size_t i = 0; i < model.blocks.size(); ++i) {
+  for (int64_t i = 0; i < n_layers; ++i) {
     const std::string b = "layers." + std::to_string(i) + ".";
     if (sp) {
       tp.apply(model, b + "attention_norm", parallel::SequenceParallel{});
@@ -31,6 +29,7 @@ void apply_tensor_parallel(Transformer& model, const ParallelContext& context,
     for (const char* w : {"wq", "wk", "wv"})
       tp.apply(model, b + "attention." + w, parallel::ColwiseParallel{.input = std::nullopt});
     tp.apply(model, b + "attention.wo", parallel::RowwiseParallel{.output = residual});
+    if (!dense(i)) continue;
     tp.apply(model, b + "feed_forward", parallel::PrepareModuleInput{residual, parallel::Replicate{}});
     for (const char* w : {"w1", "w3"})
       tp.apply(model, b + "feed_forward." + w, parallel::ColwiseParallel{.input = std::nullopt});
@@ -44,13 +43,15 @@ void apply_tensor_parallel(Transformer& model, const ParallelContext& context,
                                                    : Placement(parallel::Replicate{})});
 }
 
-}  // namespace
+void check_tensor_parallel_heads(int64_t n_heads, int64_t n_kv_heads, int64_t tp) {
+  MT_CHECK(tp >= 1 && n_heads % tp == 0 && n_kv_heads % tp == 0,
+           "tensor parallelism: the model's ", n_heads, " attention heads and ", n_kv_heads,
+           " kv heads must both divide by parallelism.tensor_parallel_degree = ", tp,
+           "; choose a degree that divides ", n_kv_heads);
+}
 
 void check_tensor_parallel(const ModelArgs& args, int64_t tp) {
-  MT_CHECK(tp >= 1 && args.n_heads % tp == 0 && args.kv_heads() % tp == 0,
-           "tensor parallelism: the model's ", args.n_heads, " attention heads and ",
-           args.kv_heads(), " kv heads must both divide by parallelism.tensor_parallel_degree = ",
-           tp, "; choose a degree that divides ", args.kv_heads());
+  check_tensor_parallel_heads(args.n_heads, args.kv_heads(), tp);
 }
 
 void parallelize(runtime::nn::Module& model, const ParallelContext& context) {
@@ -65,8 +66,10 @@ void parallelize(runtime::nn::Module& model, const ParallelContext& context) {
   options.mp_policy = context.mp_policy;
   options.gradient_divide_factor = context.gradient_divide_factor;
   if (context.tp_mesh) {
+    check_tensor_parallel(llama->args(), context.tp_mesh->size());
     parallel::TensorParallel tp(context.tp_mesh);
-    apply_tensor_parallel(*llama, context, tp);
+    apply_tensor_parallel_plan(*llama, llama->args().n_layers, [](int64_t) { return true; },
+                               context, tp);
     options.outer_of = tp.outer_sharding(context.world_mesh);
   }
   // The last block's parameters are the first the backward needs: like the root's, they stay

@@ -14,9 +14,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "models/llama/model_args.h"
 #include "models/parallel_context.h"
+#include "parallel/tensor/tp_style.h"
 #include "runtime/nn/module.h"
 
 namespace mt::models::llama {
@@ -24,8 +26,16 @@ namespace mt::models::llama {
 // No-op when context.dp_mesh is null. Throws when `model` is not a llama Transformer.
 void parallelize(runtime::nn::Module& model, const ParallelContext& context);
 
-// Throws, naming the numbers, when a model of these args cannot be split over `tp` ranks (heads
-// and kv heads must divide by tp). Needs no communication: call it before any.
+// Throws, naming the numbers, when a model with these head counts cannot be split over `tp`
+// ranks (heads and kv heads must divide by tp). Needs no communication: call it before any.
 void check_tensor_parallel(const ModelArgs& args, int64_t tp);
+void check_tensor_parallel_heads(int64_t n_heads, int64_t n_kv_heads, int64_t tp);
+
+// The plan above by FQN, shared with the MoE model (same names): the embeddings, every block's
+// norms and attention, the feed-forward of the blocks `dense(i)` says have one, the final norm
+// and the output. Other feed-forwards (MoE layers) are the caller's.
+void apply_tensor_parallel_plan(runtime::nn::Module& model, int64_t n_layers,
+                                const std::function<bool(int64_t)>& dense,
+                                const ParallelContext& context, parallel::TensorParallel& tp);
 
 }  // namespace mt::models::llama

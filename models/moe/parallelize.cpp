@@ -1,9 +1,13 @@
 // Expert parallelism + per-parameter-mesh FSDP for the MoE transformer.
 #include "models/moe/parallelize.h"
 
+#include <optional>
+
+#include "models/llama/parallelize.h"
 #include "models/moe/model.h"
 #include "parallel/expert/token_exchange.h"
 #include "parallel/fsdp/fully_shard.h"
+#include "parallel/tensor/tp_style.h"
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/factory.h"
@@ -61,6 +65,46 @@ void split_experts(GroupedExperts& experts, const parallel::DeviceMesh& expert_m
 
 }  // namespace
 
+void check_tensor_parallel(const ModelArgs& args, int64_t tp) {
+  llama::check_tensor_parallel_heads(args.n_heads, args.kv_heads(), tp);
+  MT_CHECK(args.aux_loss_alpha == 0, "tensor parallelism: the MoE layers run on sequence shards, "
+           "and the sequence-wise auxiliary loss needs whole sequences: set aux_loss_alpha = 0 "
+           "(the bias-based load balancing works) or tensor_parallel_degree = 1");
+}
+
+namespace {
+
+// The MoE layers under tensor parallelism: each tp rank runs them on its own tokens (sequence
+// shards; without sequence parallelism elsewhere, the layer's input is chunked and its output
+// gathered), with the router, shared and routed experts replicated over tp and their gradients
+// summed over it: tp is data parallelism inside the MoE layer (no TP inside experts yet).
+// Routed experts keep expert parallelism over ep.
+void apply_moe_tensor_parallel_io(Transformer& moe, const ParallelContext& context,
+                                  parallel::TensorParallel& tp) {
+  if (context.sequence_parallel) return;  // the input is already Shard(1)
+  for (size_t i = 0; i < moe.blocks.size(); ++i) {
+    if (!moe.blocks[i]->moe) continue;
+    const std::string m = "layers." + std::to_string(i) + ".moe";
+    tp.apply(moe, m, parallel::PrepareModuleInput{parallel::Replicate{}, parallel::Shard{1}});
+    tp.apply(moe, m, parallel::PrepareModuleOutput{parallel::Shard{1}, parallel::Replicate{}});
+  }
+}
+
+// After fully_shard: the routed experts are an FSDP group of their own, whose gathered
+// parameters the gradient sums must wrap.
+void sum_moe_gradients_over_tp(Transformer& moe, parallel::TensorParallel& tp) {
+  for (size_t i = 0; i < moe.blocks.size(); ++i) {
+    const auto& layer = moe.blocks[i]->moe;
+    if (!layer) continue;
+    const std::string m = "layers." + std::to_string(i) + ".moe.";
+    tp.apply(moe, m + "router", parallel::SequenceParallel{});
+    tp.apply(moe, m + "experts", parallel::SequenceParallel{});
+    if (layer->shared_experts) tp.apply(moe, m + "shared_experts", parallel::SequenceParallel{});
+  }
+}
+
+}  // namespace
+
 void parallelize(runtime::nn::Module& model, const ParallelContext& context) {
   if (!context.dp_mesh) return;
   auto* moe = dynamic_cast<Transformer*>(&model);
@@ -70,16 +114,31 @@ void parallelize(runtime::nn::Module& model, const ParallelContext& context) {
   options.reshard_after_forward = context.reshard_after_forward;
   options.mp_policy = context.mp_policy;
   options.gradient_divide_factor = context.gradient_divide_factor;
+  std::optional<parallel::TensorParallel> tp;
+  if (context.tp_mesh) {
+    check_tensor_parallel(moe->args(), context.tp_mesh->size());
+    tp.emplace(context.tp_mesh);
+    llama::apply_tensor_parallel_plan(
+        *moe, int64_t(moe->blocks.size()),
+        [moe](int64_t i) { return moe->blocks[size_t(i)]->feed_forward != nullptr; }, context, *tp);
+    apply_moe_tensor_parallel_io(*moe, context, *tp);
+    options.outer_of = tp->outer_sharding(context.world_mesh);
+  }
 
   if (context.expert_mesh) {
     const auto& mesh = context.expert_mesh;
-    MT_CHECK(mesh->dim_names() == (std::vector<std::string>{"dp_replicate", "ep", "efsdp"}),
-             "deepseek_v3 parallelize: expected an expert mesh (dp_replicate, ep, efsdp), got ",
-             mesh->describe());
+    const bool with_tp = mesh->ndim() == 4;
+    MT_CHECK(mesh->dim_names() == (std::vector<std::string>{"dp_replicate", "ep", "efsdp"}) ||
+                 mesh->dim_names() ==
+                     (std::vector<std::string>{"dp_replicate", "ep", "efsdp", "tp"}),
+             "deepseek_v3 parallelize: expected an expert mesh (dp_replicate, ep, efsdp[, tp]), "
+             "got ", mesh->describe());
     const auto efsdp_mesh = mesh->submesh({"dp_replicate", "efsdp"});  // collective: once
     parallel::FullyShardOptions expert_options = options;
-    expert_options.outer =
-        parallel::OuterSharding{mesh, {parallel::Replicate{}, parallel::Shard{0}, parallel::Replicate{}}};
+    std::vector<parallel::Placement> placements{parallel::Replicate{}, parallel::Shard{0},
+                                                parallel::Replicate{}};
+    if (with_tp) placements.push_back(parallel::Replicate{});  // experts whole on each tp rank
+    expert_options.outer = parallel::OuterSharding{mesh, placements};
     for (const auto& layer : moe->moe_layers()) {
       split_experts(*layer->experts, *mesh);
       // Fewer local experts than efsdp ranks: shard each expert's rows instead (dim 1).
@@ -90,6 +149,7 @@ void parallelize(runtime::nn::Module& model, const ParallelContext& context) {
   for (const auto& block : moe->blocks) parallel::fully_shard(*block, context.dp_mesh, options);
   options.reshard_after_forward = context.reshard_root_after_forward;
   parallel::fully_shard(model, context.dp_mesh, options);
+  if (tp) sum_moe_gradients_over_tp(*moe, *tp);
 }
 
 }  // namespace mt::models::moe

@@ -5,8 +5,16 @@
 // -- along dim 1 when there are fewer local experts than efsdp ranks -- with DTensors in global
 // [E, ...] coordinates on the expert mesh (checkpoints reshard to any ep). Then, as for llama, one
 // FSDP group per block on dp_mesh and the root group.
+//
+// Tensor parallelism (context.tp_mesh): attention, norms, embeddings, output and the dense
+// blocks' feed-forwards follow llama's plan (models/llama/parallelize.h). The MoE layers run on
+// each tp rank's sequence shard with their router, shared and routed experts whole on every tp
+// rank and gradients summed over tp -- tp acts as data parallelism inside the MoE layers (no TP
+// inside the experts yet) -- and routed experts keep expert parallelism: the expert mesh is then
+// (dp_replicate, ep, efsdp, tp), tp innermost.
 #pragma once
 
+#include "models/moe/model_args.h"
 #include "models/parallel_context.h"
 #include "runtime/nn/module.h"
 
@@ -15,5 +23,9 @@ namespace mt::models::moe {
 // No-op when context.dp_mesh is null. Throws when `model` is not a MoE Transformer, or when the
 // routed experts do not split evenly over ep.
 void parallelize(runtime::nn::Module& model, const ParallelContext& context);
+
+// Throws, naming the numbers, when the model cannot take tensor parallelism over `tp` ranks
+// (heads, kv heads; the sequence-wise auxiliary loss). No communication.
+void check_tensor_parallel(const ModelArgs& args, int64_t tp);
 
 }  // namespace mt::models::moe

@@ -65,7 +65,11 @@ ModelSpec make_model_spec(const std::string& flavor) {
   };
   spec.num_params = [args]() { return count_parameters(args()).total; };
   spec.flops_per_token = [args](int64_t seq_len) { return flops_per_token(args(), seq_len); };
+  spec.loss_logits = [](runtime::nn::Module& model, const Tensor& tokens) {
+    return as_moe(model).forward_with_aux(tokens, false).logits;  // no aux loss under TP
+  };
   spec.parallelize = &parallelize;
+  spec.check_tensor_parallel = [args](int64_t tp) { check_tensor_parallel(args(), tp); };
   spec.after_optimizer_step = [](runtime::nn::Module& model,
                                  const std::function<void(Tensor&)>& all_reduce_sum) {
     return update_expert_bias(as_moe(model), all_reduce_sum);

@@ -29,7 +29,7 @@ struct DTensor {
   Shape local_offset;  // global index of local's first element, per tensor dim
   // The form its producer's backward needs its gradient in (parallel/tensor/redistribute.h);
   // empty: the DTensor-op form. Only autograd code reads it.
-  std::vector<Placement> grad_placements;
+  std::vector<Placement> grad_placements = {};
 
   // The whole tensor on every rank: gathers shards and reduces partials over the mesh
   // (collective over the mesh). For tests, consolidation and debugging, not the hot path.

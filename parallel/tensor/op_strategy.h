@@ -45,7 +45,7 @@ struct OpRule {
   // split so that every rank holds whole groups of query heads with their kv heads).
   std::function<bool(const std::vector<Shape>& shapes, const std::vector<std::vector<Placement>>& inputs,
                      const DeviceMesh& mesh)>
-      admits;
+      admits = nullptr;
 };
 
 void register_op_rule(const std::string& op, OpRule rule);

@@ -1,13 +1,14 @@
 // Tensor-parallel styles as module hooks.
 #include "parallel/tensor/tp_style.h"
 
+#include <algorithm>
+
 #include "parallel/tensor/dtensor_ops.h"
 #include "parallel/tensor/redistribute.h"
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/nn/embedding.h"
 #include "runtime/nn/linear.h"
-#include "runtime/nn/rms_norm.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
 
@@ -154,19 +155,40 @@ void TensorParallel::apply(Module& root, const std::string& fqn, const ParallelS
       outs[0] = to_local(redistribute(partial, {want}, whole_grad_placements({want}), where + " output"));
     });
   } else if (std::holds_alternative<SequenceParallel>(style)) {
-    auto& norm = module_as<runtime::nn::RMSNorm>(root, fqn, "SequenceParallel");
-    auto saved = std::make_shared<Tensor>();
-    // The weight computes beside this rank's part of the sequence: its gradient there is partial,
-    // summed over tp (all-reduce) on the way back to the parameter.
-    norm.register_forward_pre_hook([=, &norm](Module&, std::vector<Tensor>&) {
-      *saved = norm.weight;
-      const DTensor w = from_local(norm.weight, mesh, {Replicate{}});
-      norm.weight = to_local(w, Placements{Partial{}});
+    Module& m = root.submodule(fqn);
+    MT_CHECK(!m.named_parameter_slots().empty(), where, ": SequenceParallel on a module without "
+             "parameters");
+    // The parameters compute beside this rank's part of the sequence: the gradient reaching
+    // each is partial, summed over tp (all-reduce) before it accumulates. The hook goes on the
+    // leaf the module computes with (FSDP's gathered parameter, the same tensor every step),
+    // once; it runs as the gradient reaches the leaf, so before FSDP reduces the gradient after
+    // the module's backward.
+    auto hooked = std::make_shared<std::vector<Tensor>>();
+    m.register_forward_pre_hook([=, &m](Module&, std::vector<Tensor>&) {
+      for (const auto& slot : m.named_parameter_slots()) {
+        const Tensor& p = *slot.slot;
+        if (!p.requires_grad()) continue;
+        MT_CHECK(p.is_leaf(), where, ": parameter '", slot.fqn, "' is not a leaf here");
+        const bool seen = std::any_of(hooked->begin(), hooked->end(),
+                                      [&](const Tensor& h) { return h.same(p); });
+        if (seen) continue;
+        hooked->push_back(p);
+        const std::string name = where + " " + slot.fqn + ".grad";
+        p.register_hook([mesh, name](const Tensor& grad) {
+          Tensor whole = grad.contiguous().clone();
+          mesh->group(0).all_reduce(whole, ReduceOp::Sum, name);
+          return whole;
+        });
+      }
     });
-    norm.register_forward_hook([=, &norm](Module&, const std::vector<Tensor>&, std::vector<Tensor>&) {
-      norm.weight = *saved;
-      *saved = Tensor();
-    });
+  } else if (const auto* out = std::get_if<PrepareModuleOutput>(&style)) {
+    const Placement from = out->output, desired = out->desired;
+    root.submodule(fqn).register_forward_hook(
+        [=](Module&, const std::vector<Tensor>&, std::vector<Tensor>& outs) {
+          outs[0] = relayout(outs[0], mesh, from, desired,
+                             whole_grad_placements({resolved(desired, outs[0].dim())}),
+                             where + " output");
+        });
   } else {
     const auto& prep = std::get<PrepareModuleInput>(style);
     const Placement in = prep.input, desired = prep.desired;

@@ -17,12 +17,18 @@
 // - RowwiseParallel: Linear weight split on dim 1, input Shard(-1) (or `input` chunked to it),
 //   output Partial(sum) reduced to `output` (Replicate: all-reduce; Shard(1): reduce-scatter).
 //   Embedding: weight split on dim 0; each rank looks up the ids in its rows, zeros elsewhere.
-// - SequenceParallel: a norm on sequence-sharded activations (Shard(1)); its replicated weight's
-//   gradient is summed over tp (each rank saw its part of the sequence).
+// - SequenceParallel: a module (a norm; a MoE layer's router and experts) computing on
+//   sequence-sharded activations (Shard(1)) with parameters replicated over tp: their gradients
+//   are summed over tp (each rank saw its part of the sequence), by a hook on the parameter
+//   leaves the module computes with (FSDP's gathered ones). Apply it after fully_shard when the
+//   module is an FSDP group of its own, so that its hook runs after FSDP's gather.
 // - PrepareModuleInput: the module's first input from layout `input` to `desired`, for children
 //   that compute with it split (column-wise), whose gradients therefore come partial: an
 //   all-gather forward is a reduce-scatter backward (Megatron's sequence parallelism), and
 //   Replicate -> Replicate is Megatron's "f" (identity forward, all-reduce backward).
+// - PrepareModuleOutput: the module's first output from layout `output` to `desired` (e.g. a
+//   MoE layer run on sequence shards without sequence parallelism elsewhere: Shard(1) ->
+//   Replicate, an all-gather).
 //
 // Gradient forms follow parallel/tensor/redistribute.h. Tied parameters (one tensor in two
 // slots) must be split the same way by both styles, and then stay one tensor.
@@ -53,7 +59,12 @@ struct PrepareModuleInput {
   Placement input;
   Placement desired;
 };
-using ParallelStyle = std::variant<ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput>;
+struct PrepareModuleOutput {
+  Placement output;
+  Placement desired;
+};
+using ParallelStyle = std::variant<ColwiseParallel, RowwiseParallel, SequenceParallel,
+                                   PrepareModuleInput, PrepareModuleOutput>;
 
 class TensorParallel {
  public:

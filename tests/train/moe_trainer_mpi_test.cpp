@@ -1,6 +1,7 @@
 // MoE training with expert parallelism on real ranks (mpirun -np 2 and -np 4): the `train` loop
-// with ep = 2 and ep = 4 (FSDP on the rest) against one process with the same global batch, and
-// checkpoints saved at ep = 4 resumed at ep = 2 and ep = 1.
+// with ep = 2 and ep = 4 (FSDP on the rest), and with tensor parallelism (tp 2, TP 2 x EP 2),
+// against one process with the same global batch, and checkpoints saved at ep = 4 resumed at
+// ep = 2 and ep = 1.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -112,6 +113,24 @@ TEST(MoeTrainerMpi, ExpertParallelMatchesOneProcess) {
                                             std::to_string(ep)};
     expect_same_run(run(job(corpus, shared_dir("ep" + std::to_string(ep)), 8 / w, extra), world()),
                     want);
+  }
+}
+
+// Tensor parallelism: tp 2 on 2 ranks (the MoE layers run on each tp rank's sequence shard), and
+// on 4 ranks TP 2 x EP 2 (dp_shard 2 = ep 2 x efsdp 1; expert mesh (dp_replicate, ep, efsdp, tp)),
+// with sequence parallelism and without it (the MoE layers' input chunked, output gathered).
+TEST(MoeTrainerMpi, TensorParallelTimesExpertParallelMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t w = world()->size(), dp = w / 2;
+  for (const bool sp : {true, false}) {
+    SCOPED_TRACE(sp ? "sequence parallel" : "no sequence parallel");
+    std::vector<std::string> extra = {"--parallelism.tensor_parallel_degree=2",
+                                      std::string("--parallelism.enable_sequence_parallel=") +
+                                          (sp ? "true" : "false")};
+    if (w == 4) extra.push_back("--parallelism.expert_parallel_degree=2");
+    expect_same_run(
+        run(job(corpus, shared_dir(sp ? "tp_sp" : "tp_no_sp"), 8 / dp, extra), world()),
+        reference(corpus));
   }
 }
 

@@ -141,6 +141,8 @@ TEST(RecsysTrainer, BadConfigsNameTheKey) {
   EXPECT_NE(error({"--embedding.memory_budget_mb=1"}).find("t_cat_"), std::string::npos);
   EXPECT_NE(error({"--training.global_batch_size=1024"}).find("global_batch_size"),
             std::string::npos);
+  EXPECT_NE(error({"--parallelism.tensor_parallel_degree=2"}).find("no tensor-parallel plan"),
+            std::string::npos);
   EXPECT_NE(error({"--embedding.managed_collision=[\"cat_0\", \"user\"]"}).find("'user'"),
             std::string::npos);
   EXPECT_NE(error({"--embedding.lookup_only=[\"cat_1\"]"}).find("embedding.managed_collision"),

@@ -84,10 +84,6 @@ WorldLayout validate_for_world(const JobConfig& config, int64_t world_size) {
           "must equal " + world,
           "parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree",
           "parallelism.tensor_parallel_degree");
-  require(out.tp == 1 || p.expert_parallel_degree == 1, config,
-          "tensor parallelism does not compose with expert parallelism yet: set one of "
-          "tensor_parallel_degree and expert_parallel_degree to 1",
-          "parallelism.tensor_parallel_degree", "parallelism.expert_parallel_degree");
   out.dp = out.dp_replicate * out.dp_shard;
   out.ep = p.expert_parallel_degree;
   require(out.dp_shard % out.ep == 0, config,
