@@ -182,7 +182,9 @@ void check_redistribute(const MeshPtr& mesh, const Tensor& full, const Placement
       EXPECT_EQ(y.local_offset, target.offset);
       bool partial = false;
       for (const Placement& p : to) partial = partial || is_partial(p);
-      if (!partial) EXPECT_TRUE(all_close(y.local, piece_of(full, target), 0, 0)) << "local piece";
+      if (!partial) {
+        EXPECT_TRUE(all_close(y.local, piece_of(full, target), 0, 0)) << "local piece";
+      }
       EXPECT_TRUE(all_close(y.full_tensor(), full, 0, 0)) << "full tensor";
     }
     Tensor loss = form == 2 ? runtime::mul(local_loss(y, w, op_grad_placements(to)),
@@ -436,8 +438,9 @@ TEST(DTensorOps, RmsNorm) {
   EXPECT_EQ(check_op(m, {{x, {S0}}, {w, {R}}}, op, ref), Placements{S0});
   // Sharded on the normalized dim: redistributed first, never normalized per piece.
   EXPECT_NE(check_op(m, {{x, {S2}}, {w, {R}}}, op, ref), Placements{S2});
-  if (two_dim())
+  if (two_dim()) {
     EXPECT_EQ(check_op(mesh_2x2(), {{x, {S0, S1}}, {w, {R, R}}}, op, ref), (Placements{S0, S1}));
+  }
 }
 
 TEST(DTensorOps, Softmax) {
@@ -489,8 +492,9 @@ TEST(DTensorOps, Transpose) {
   EXPECT_EQ(check_op(m, {{x, {S0}}}, op(1, 2), ref(1, 2)), Placements{S0});
   EXPECT_EQ(check_op(m, {{x, {P}}}, op(0, 1), ref(0, 1)), Placements{P});
   EXPECT_EQ(check_op(m, {{x, {R}}}, op(0, 1), ref(0, 1)), Placements{R});
-  if (two_dim())
+  if (two_dim()) {
     EXPECT_EQ(check_op(mesh_2x2(), {{x, {S0, S2}}}, op(0, 2), ref(0, 2)), (Placements{S2, S0}));
+  }
 }
 
 TEST(DTensorOps, Embedding) {
