@@ -4,11 +4,12 @@
 // Replicate, S(d) = Shard(d), P = Partial(sum); "batch" = any dim the op does not reduce or
 // contract). The rules are registered under the op's name the first time any of these is called.
 //
-// Not covered yet (an op without a rule is an error naming it): view/reshape, cat/split,
-// grouped matmul and RoPE; the tensor-parallel styles (tp_style.h) run those on local pieces.
+// Not covered yet (an op without a rule is an error naming it): split, grouped matmul and RoPE;
+// the tensor-parallel styles (tp_style.h) run those on local pieces.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "parallel/mesh/dtensor.h"
 #include "runtime/ops/loss.h"
@@ -33,6 +34,12 @@ DTensor softmax(const DTensor& x, int64_t dim);  // S(d != dim) -> S(d); R -> R
 // Reductions and layout.
 DTensor sum(const DTensor& x, int64_t dim);  // S(d != dim) -> S(d'), S(dim) -> P, P -> P, R -> R
 DTensor transpose(const DTensor& x, int64_t dim0, int64_t dim1);  // shard dims follow the swap
+// To `shape` (one -1 inferred), grouping dims whose products match ([B, T, H*D] <-> [B, T, H,
+// D]): S(first input dim of a group) -> S(first output dim of it) when the mesh dims splitting it
+// divide it evenly; R -> R; P -> P (dtensor_layout_ops.cpp).
+DTensor reshape(const DTensor& x, const Shape& shape);
+// Along `dim`; every input with the same placements: S(d != dim) -> S(d), R -> R, P -> P.
+DTensor cat(const std::vector<DTensor>& xs, int64_t dim);
 
 // weight [V, D], ids [...] (integer) -> [..., D]. (R, R) -> R; (S(1), R) -> S(-1);
 // (R, S(batch)) -> S(batch); (S(0), R) -> P (row-wise: each rank looks up the ids in its rows and

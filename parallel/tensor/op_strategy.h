@@ -6,8 +6,9 @@
 // linear(x, W): (Replicate, Shard(0)) -> Shard(-1) (column-wise), (Shard(-1), Shard(1)) ->
 // Partial(sum) (row-wise), (Shard(batch), Replicate) -> Shard(batch), ... On an N-D mesh every
 // mesh dim picks one of them independently (the product). dispatch() costs each combination by
-// the bytes its inputs' redistributions move (plan_redistribute), takes the cheapest (ties: the
-// fewest steps, then the earlier listed), redistributes the inputs (differentiably), and runs the op's local kernel on
+// the bytes its inputs' redistributions move (plan_redistribute; a shard turned Partial counts
+// the whole tensor, which a later reduction will move), takes the cheapest (ties: the fewest
+// steps, then the earlier listed), redistributes the inputs (differentiably), and runs the op's local kernel on
 // the local pieces: the result is a DTensor with the strategy's output placements, whose gradient
 // is expected in the DTensor-op form (redistribute.h), in which the local kernels' own backward
 // formulas are exact. No strategy at all is an error naming the op and the placements: nothing

@@ -28,6 +28,7 @@
 #include "runtime/core/error.h"
 #include "runtime/ops/attention.h"
 #include "runtime/ops/elementwise.h"
+#include "runtime/ops/join.h"
 #include "runtime/ops/embedding.h"
 #include "runtime/ops/factory.h"
 #include "runtime/ops/loss.h"
@@ -627,6 +628,48 @@ TEST(DTensorOps, ScaledDotProductAttentionWithAnEmptyHeadPiece) {
     return runtime::scaled_dot_product_attention(t[0], t[1], t[2], true);
   };
   EXPECT_EQ(check_op(mesh_1d(), {{q, {S1}}, {k, {S1}}, {v, {S1}}}, op, ref), Placements{S1});
+}
+
+// Reshapes keep a shard of a group's first dim when it splits evenly ([3, 2W, 4] <-> [3, 8W]);
+// an uneven one is gathered first (the result is the same math, Replicate). cat keeps shards
+// off its dim.
+TEST(DTensorOps, ReshapeAndCat) {
+  const int64_t W = world()->size();
+  const MeshPtr m = mesh_1d();
+  const Tensor x = full_randn({3, 2 * W, 4}, "x");
+  const DOp flat = [W](const std::vector<DTensor>& t) {
+    return dtensor::reshape(t[0], {3, -1});
+  };
+  const FullOp flat_ref = [](const std::vector<Tensor>& t) { return t[0].reshape({3, -1}); };
+  EXPECT_EQ(check_op(m, {{x, {S1}}}, flat, flat_ref), Placements{S1});
+  // 3 rows do not split evenly over W: the cheapest is one all-to-all onto dim 1, which does.
+  EXPECT_EQ(check_op(m, {{x, {S0}}}, flat, flat_ref), Placements{S1});
+  EXPECT_EQ(check_op(m, {{x, {R}}}, flat, flat_ref), Placements{R});
+  const Tensor y = full_randn({3, 8 * W}, "y");
+  const DOp unflat = [W](const std::vector<DTensor>& t) {
+    return dtensor::reshape(t[0], {3, 2 * W, 4});
+  };
+  const FullOp unflat_ref = [W](const std::vector<Tensor>& t) {
+    return t[0].reshape({3, 2 * W, 4});
+  };
+  EXPECT_EQ(check_op(m, {{y, {S1}}}, unflat, unflat_ref), Placements{S1});
+  // 5 rows over W ranks do not split evenly: gathered, never cut wrongly.
+  const Tensor u = full_randn({3, 5, 4}, "u");
+  const DOp uflat = [](const std::vector<DTensor>& t) { return dtensor::reshape(t[0], {3, 20}); };
+  const FullOp uflat_ref = [](const std::vector<Tensor>& t) { return t[0].reshape({3, 20}); };
+  EXPECT_EQ(check_op(m, {{u, {S1}}}, uflat, uflat_ref), Placements{R});
+
+  const Tensor a = full_randn({5, 3}, "a"), b = full_randn({5, 2}, "b");
+  const DOp cat1 = [](const std::vector<DTensor>& t) { return dtensor::cat(t, 1); };
+  const FullOp cat1_ref = [](const std::vector<Tensor>& t) { return runtime::cat(t, 1); };
+  EXPECT_EQ(check_op(m, {{a, {S0}}, {b, {S0}}}, cat1, cat1_ref), Placements{S0});
+  EXPECT_EQ(check_op(m, {{a, {R}}, {b, {R}}}, cat1, cat1_ref), Placements{R});
+  if (two_dim()) {  // [4, 8, 4] -> [4, 32]: both shards split evenly and stay
+    const Tensor x2 = full_randn({4, 8, 4}, "x2");
+    const DOp flat2 = [](const std::vector<DTensor>& t) { return dtensor::reshape(t[0], {4, -1}); };
+    const FullOp flat2_ref = [](const std::vector<Tensor>& t) { return t[0].reshape({4, -1}); };
+    EXPECT_EQ(check_op(mesh_2x2(), {{x2, {S0, S1}}}, flat2, flat2_ref), (Placements{S0, S1}));
+  }
 }
 
 // ---- errors ----------------------------------------------------------------------------------
