@@ -4,8 +4,8 @@
 // Replicate, S(d) = Shard(d), P = Partial(sum); "batch" = any dim the op does not reduce or
 // contract). The rules are registered under the op's name the first time any of these is called.
 //
-// Not covered yet (an op without a rule is an error naming it): split, grouped matmul and RoPE;
-// the tensor-parallel styles (tp_style.h) run those on local pieces.
+// Not covered yet (an op without a rule is an error naming it): split (narrow each piece
+// instead); the tensor-parallel styles (tp_style.h) run the model's ops on local pieces.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +49,16 @@ DTensor embedding(const DTensor& weight, const DTensor& ids);
 // q [B, H, T, D], k/v [B, Hkv, T, D]: S(0) or S(1) (heads) on all three -> the same; R -> R.
 DTensor scaled_dot_product_attention(const DTensor& q, const DTensor& k, const DTensor& v,
                                      bool causal);
+
+// x [B, T, H, head_dim] with the RoPE tables (plain tensors, the same on every rank): S0, S1
+// (a sequence shard rotates at its own positions), S2 (heads) -> the same; R -> R; P -> P
+// (dtensor_transformer_ops.cpp).
+DTensor apply_rope(const DTensor& x, const Tensor& cos, const Tensor& sin,
+                   int64_t position_offset = 0);
+// Experts' grouped matmul: x [N, K] rows grouped by `counts`, w [G, M, K] -> [N, M]. (R, R) -> R;
+// (R, S1) -> S1 (column-wise experts); (S1, S2) -> P (row-wise); (P, R) -> P. Rows are never
+// split (the groups are).
+DTensor grouped_mm(const DTensor& x, const DTensor& w, const std::vector<int64_t>& counts);
 
 // logits [N, V], targets [N]; reduction Sum or None. (R, R) -> R; (S(0), S(0)) -> P (Sum) or S(0)
 // (None); (S(1), R) -> R: loss parallel — the vocab stays sharded: each rank's max, sum of

@@ -28,6 +28,8 @@
 #include "runtime/core/error.h"
 #include "runtime/ops/attention.h"
 #include "runtime/ops/elementwise.h"
+#include "runtime/ops/grouped_matmul.h"
+#include "runtime/ops/rope.h"
 #include "runtime/ops/join.h"
 #include "runtime/ops/embedding.h"
 #include "runtime/ops/factory.h"
@@ -672,6 +674,40 @@ TEST(DTensorOps, ReshapeAndCat) {
     const FullOp flat2_ref = [](const std::vector<Tensor>& t) { return t[0].reshape({4, -1}); };
     EXPECT_EQ(check_op(mesh_2x2(), {{x2, {S0, S1}}}, flat2, flat2_ref), (Placements{S0, S1}));
   }
+}
+
+// RoPE on batch, sequence (uneven: each shard rotates at its own positions) and head shards;
+// the experts' grouped matmul column-wise and row-wise.
+TEST(DTensorOps, RopeAndGroupedMatmul) {
+  const MeshPtr m = mesh_1d();
+  const runtime::RopeTables tables = runtime::rope_frequencies(8, 16, 10000.0);
+  const Tensor cos = tables.cos.to(runtime::DType::F64), sin = tables.sin.to(runtime::DType::F64);
+  const Tensor x = full_randn({3, 7, 5, 8}, "x");
+  const DOp rope = [cos, sin](const std::vector<DTensor>& t) {
+    return dtensor::apply_rope(t[0], cos, sin, 2);
+  };
+  const FullOp rope_ref = [cos, sin](const std::vector<Tensor>& t) {
+    return runtime::apply_rope(t[0], cos, sin, 2);
+  };
+  EXPECT_EQ(check_op(m, {{x, {S0}}}, rope, rope_ref), Placements{S0});
+  EXPECT_EQ(check_op(m, {{x, {S1}}}, rope, rope_ref), Placements{S1});
+  EXPECT_EQ(check_op(m, {{x, {S2}}}, rope, rope_ref), Placements{S2});
+  EXPECT_EQ(check_op(m, {{x, {R}}}, rope, rope_ref), Placements{R});
+  if (two_dim()) {
+    EXPECT_EQ(check_op(mesh_2x2(), {{x, {S1, S2}}}, rope, rope_ref), (Placements{S1, S2}));
+  }
+
+  const std::vector<int64_t> counts = {3, 0, 4};
+  const Tensor rows = full_randn({7, 6}, "rows"), w = full_randn({3, 5, 6}, "experts");
+  const DOp gmm = [counts](const std::vector<DTensor>& t) {
+    return dtensor::grouped_mm(t[0], t[1], counts);
+  };
+  const FullOp gmm_ref = [counts](const std::vector<Tensor>& t) {
+    return runtime::grouped_mm(t[0], t[1], counts);
+  };
+  EXPECT_EQ(check_op(m, {{rows, {R}}, {w, {S1}}}, gmm, gmm_ref), Placements{S1});
+  EXPECT_EQ(check_op(m, {{rows, {S1}}, {w, {S2}}}, gmm, gmm_ref), Placements{P});
+  EXPECT_EQ(check_op(m, {{rows, {R}}, {w, {R}}}, gmm, gmm_ref), Placements{R});
 }
 
 // ---- errors ----------------------------------------------------------------------------------
