@@ -1,4 +1,4 @@
-// DTensor view/reshape and cat: their sharding rules and local kernels.
+// DTensor view/reshape, cat and split: their sharding rules and local kernels.
 #include <numeric>
 
 #include "parallel/tensor/dtensor_ops.h"
@@ -86,6 +86,23 @@ void register_rules() {
     return out;
   };
   register_op_rule("cat", cat);
+
+  // args: {dim, start, length}.
+  OpRule narrow;
+  narrow.strategies = [](const Shapes& s, const OpArgs& a) {
+    std::vector<DimStrategy> out;
+    for (int64_t d = 0; d < int64_t(s[0].size()); ++d)
+      if (d != a[0]) out.push_back({{Shard{d}}, Shard{d}});
+    out.push_back({{R}, R});
+    out.push_back({{P}, P});
+    return out;
+  };
+  narrow.output_shape = [](const Shapes& s, const OpArgs& a) {
+    Shape out = s[0];
+    out[size_t(a[0])] = a[2];
+    return out;
+  };
+  register_op_rule("narrow", narrow);
 }
 
 void ensure_rules() {
@@ -133,6 +150,25 @@ DTensor cat(const std::vector<DTensor>& xs, int64_t dim) {
   return dispatch("cat", xs, {d}, [d](const std::vector<Tensor>& l, const MeshStrategy&) {
     return runtime::cat(l, d);
   });
+}
+
+std::vector<DTensor> split(const DTensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  ensure_rules();
+  const int64_t n = int64_t(x.global_shape.size());
+  const int64_t d = dim < 0 ? dim + n : dim;
+  MT_CHECK(d >= 0 && d < n, "DTensor split: dim ", dim, " out of range for a ", n, "-D tensor");
+  MT_CHECK(std::accumulate(sizes.begin(), sizes.end(), int64_t(0)) == x.global_shape[size_t(d)],
+           "DTensor split: sizes do not sum to dim ", d, " of ", x.global_shape);
+  std::vector<DTensor> out;
+  int64_t start = 0;
+  for (int64_t len : sizes) {
+    out.push_back(dispatch("narrow", {x}, {d, start, len},
+                           [d, start, len](const std::vector<Tensor>& l, const MeshStrategy&) {
+                             return l[0].narrow(d, start, len).contiguous();
+                           }));
+    start += len;
+  }
+  return out;
 }
 
 }  // namespace mt::parallel::dtensor

@@ -4,8 +4,8 @@
 // Replicate, S(d) = Shard(d), P = Partial(sum); "batch" = any dim the op does not reduce or
 // contract). The rules are registered under the op's name the first time any of these is called.
 //
-// Not covered yet (an op without a rule is an error naming it): split (narrow each piece
-// instead); the tensor-parallel styles (tp_style.h) run the model's ops on local pieces.
+// The tensor-parallel styles (tp_style.h) run the model's own ops on local pieces; these are
+// for code that computes on DTensors directly (tests, tools, future styles).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +40,8 @@ DTensor transpose(const DTensor& x, int64_t dim0, int64_t dim1);  // shard dims 
 DTensor reshape(const DTensor& x, const Shape& shape);
 // Along `dim`; every input with the same placements: S(d != dim) -> S(d), R -> R, P -> P.
 DTensor cat(const std::vector<DTensor>& xs, int64_t dim);
+// Pieces of `sizes` along `dim` (each a narrow): S(d != dim) -> S(d), R -> R, P -> P.
+std::vector<DTensor> split(const DTensor& x, const std::vector<int64_t>& sizes, int64_t dim);
 
 // weight [V, D], ids [...] (integer) -> [..., D]. (R, R) -> R; (S(1), R) -> S(-1);
 // (R, S(batch)) -> S(batch); (S(0), R) -> P (row-wise: each rank looks up the ids in its rows and

@@ -668,6 +668,14 @@ TEST(DTensorOps, ReshapeAndCat) {
   const FullOp cat1_ref = [](const std::vector<Tensor>& t) { return runtime::cat(t, 1); };
   EXPECT_EQ(check_op(m, {{a, {S0}}, {b, {S0}}}, cat1, cat1_ref), Placements{S0});
   EXPECT_EQ(check_op(m, {{a, {R}}, {b, {R}}}, cat1, cat1_ref), Placements{R});
+  // split: the second piece of [5, 3 | 4] along dim 1 (a narrow), rows sharded.
+  const Tensor c = full_randn({5, 7}, "c");
+  const DOp second = [](const std::vector<DTensor>& t) { return dtensor::split(t[0], {3, 4}, 1)[1]; };
+  const FullOp second_ref = [](const std::vector<Tensor>& t) {
+    return t[0].narrow(1, 3, 4).contiguous();
+  };
+  EXPECT_EQ(check_op(m, {{c, {S0}}}, second, second_ref), Placements{S0});
+  EXPECT_EQ(check_op(m, {{c, {P}}}, second, second_ref), Placements{P});
   if (two_dim()) {  // [4, 8, 4] -> [4, 32]: both shards split evenly and stay
     const Tensor x2 = full_randn({4, 8, 4}, "x2");
     const DOp flat2 = [](const std::vector<DTensor>& t) { return dtensor::reshape(t[0], {4, -1}); };
