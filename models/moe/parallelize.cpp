@@ -74,19 +74,30 @@ void check_tensor_parallel(const ModelArgs& args, int64_t tp) {
 
 namespace {
 
-// The MoE layers under tensor parallelism: each tp rank runs them on its own tokens (sequence
-// shards; without sequence parallelism elsewhere, the layer's input is chunked and its output
-// gathered), with the router, shared and routed experts replicated over tp and their gradients
-// summed over it: tp is data parallelism inside the MoE layer (no TP inside experts yet).
+// The MoE layers under tensor parallelism: each tp rank routes its own tokens (sequence shards;
+// without sequence parallelism elsewhere, the layer's input is chunked and its output gathered),
+// the shared experts are split column- and row-wise over tp, the router and routed experts are
+// whole on each tp rank with their gradients summed over it (no TP inside routed experts yet).
 // Routed experts keep expert parallelism over ep.
 void apply_moe_tensor_parallel_io(Transformer& moe, const ParallelContext& context,
                                   parallel::TensorParallel& tp) {
-  if (context.sequence_parallel) return;  // the input is already Shard(1)
   for (size_t i = 0; i < moe.blocks.size(); ++i) {
-    if (!moe.blocks[i]->moe) continue;
+    const auto& layer = moe.blocks[i]->moe;
+    if (!layer) continue;
     const std::string m = "layers." + std::to_string(i) + ".moe";
-    tp.apply(moe, m, parallel::PrepareModuleInput{parallel::Replicate{}, parallel::Shard{1}});
-    tp.apply(moe, m, parallel::PrepareModuleOutput{parallel::Shard{1}, parallel::Replicate{}});
+    if (!context.sequence_parallel) {  // with it, the input is already Shard(1)
+      tp.apply(moe, m, parallel::PrepareModuleInput{parallel::Replicate{}, parallel::Shard{1}});
+      tp.apply(moe, m, parallel::PrepareModuleOutput{parallel::Shard{1}, parallel::Replicate{}});
+    }
+    if (!layer->shared_experts) continue;
+    // The shared experts are a feed-forward over this rank's tokens [N, dim]: all-gathered
+    // (rank-major: a token-wise MLP does not mind the order), split column- then row-wise, and
+    // reduce-scattered back to the same rows.
+    const std::string se = m + ".shared_experts";
+    tp.apply(moe, se, parallel::PrepareModuleInput{parallel::Shard{0}, parallel::Replicate{}});
+    for (const char* w : {"w1", "w3"})
+      tp.apply(moe, se + "." + w, parallel::ColwiseParallel{.input = std::nullopt});
+    tp.apply(moe, se + ".w2", parallel::RowwiseParallel{.output = parallel::Shard{0}});
   }
 }
 
@@ -99,7 +110,6 @@ void sum_moe_gradients_over_tp(Transformer& moe, parallel::TensorParallel& tp) {
     const std::string m = "layers." + std::to_string(i) + ".moe.";
     tp.apply(moe, m + "router", parallel::SequenceParallel{});
     tp.apply(moe, m + "experts", parallel::SequenceParallel{});
-    if (layer->shared_experts) tp.apply(moe, m + "shared_experts", parallel::SequenceParallel{});
   }
 }
 

@@ -7,11 +7,12 @@
 // FSDP group per block on dp_mesh and the root group.
 //
 // Tensor parallelism (context.tp_mesh): attention, norms, embeddings, output and the dense
-// blocks' feed-forwards follow llama's plan (models/llama/parallelize.h). The MoE layers run on
-// each tp rank's sequence shard with their router, shared and routed experts whole on every tp
-// rank and gradients summed over tp -- tp acts as data parallelism inside the MoE layers (no TP
-// inside the experts yet) -- and routed experts keep expert parallelism: the expert mesh is then
-// (dp_replicate, ep, efsdp, tp), tp innermost.
+// blocks' feed-forwards follow llama's plan (models/llama/parallelize.h). The MoE layers route
+// each tp rank's sequence shard; their shared experts are split over tp (column-wise w1/w3,
+// row-wise w2, the tokens all-gathered before and reduce-scattered after); the router and the
+// routed experts are whole on every tp rank with gradients summed over tp -- tp acts as data
+// parallelism for them (no TP inside routed experts yet) -- and routed experts keep expert
+// parallelism: the expert mesh is then (dp_replicate, ep, efsdp, tp), tp innermost.
 #pragma once
 
 #include "models/moe/model_args.h"

@@ -608,6 +608,9 @@ TEST_F(ConfigTest, ValidateForWorld) {
   EXPECT_EQ(tp.tp, 2);
   EXPECT_EQ(tp.dp_shard, 2);
   EXPECT_EQ(tp.dp, 2);
+  c = load_args({"--parallelism.tensor_parallel_degree=2", "--training.seq_len=33"});
+  EXPECT_THAT(error_of([&] { validate_for_world(c, 4); }),
+              HasSubstr("training.seq_len must be a multiple of tensor_parallel_degree"));
   c = load_args({"--parallelism.tensor_parallel_degree=3"});
   EXPECT_THAT(error_of([&] { validate_for_world(c, 4); }),
               HasSubstr("tensor_parallel_degree = 3 (command-line flag"));

@@ -84,6 +84,10 @@ WorldLayout validate_for_world(const JobConfig& config, int64_t world_size) {
           "must equal " + world,
           "parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree",
           "parallelism.tensor_parallel_degree");
+  require(out.tp == 1 || config.training.seq_len % out.tp == 0, config,
+          "training.seq_len must be a multiple of tensor_parallel_degree (tensor parallelism "
+          "splits each sequence over the tp ranks)",
+          "training.seq_len", "parallelism.tensor_parallel_degree");
   out.dp = out.dp_replicate * out.dp_shard;
   out.ep = p.expert_parallel_degree;
   require(out.dp_shard % out.ep == 0, config,
