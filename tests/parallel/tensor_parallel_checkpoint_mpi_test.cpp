@@ -1,8 +1,8 @@
 // Checkpoints across tensor-parallel layouts (mpirun -np 2 and 4): a Llama trained one step under
 // one layout of (dp_shard, tp) and saved loads under every other layout with each rank's pieces
 // bitwise equal to the saved whole tensors' regions, and saving it again gives bitwise the same
-// tensors. Layouts: on 2 ranks TP 2 -> FSDP 2; on 4 ranks FSDP 2 x TP 2 -> TP 4 and -> FSDP 4,
-// and TP 4 -> FSDP 2 x TP 2. The loaded model starts from other initial weights, so a load that
+// tensors. Layouts: on 2 ranks TP 2 <-> FSDP 2; on 4 ranks FSDP 2 x TP 2 -> TP 4 and -> FSDP 4,
+// TP 4 -> FSDP 2 x TP 2, and FSDP 4 -> TP 4. The loaded model starts from other initial weights, so a load that
 // did nothing fails.
 #include <gtest/gtest.h>
 
@@ -147,6 +147,7 @@ TEST(TensorParallelCheckpoint, WeightsReshardBitwiseAcrossLayouts) {
     expect_reshards("fsdp2xtp2_to_tp4", 2, 4);
     expect_reshards("fsdp2xtp2_to_fsdp4", 2, 1);
     expect_reshards("tp4_to_fsdp2xtp2", 4, 2);
+    expect_reshards("fsdp4_to_tp4", 1, 4);
   }
 }
 
