@@ -47,6 +47,9 @@ class MpiProcessGroup : public ProcessGroup {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return name_; }
+  // The group's communicator, for side-by-side raw MPI measurements (parallel/comm/comm_bench.h);
+  // collectives go through the ProcessGroup calls.
+  MPI_Comm communicator() const { return comm_; }
 
  protected:
   void do_all_reduce(const Tensor& buf, ReduceOp op) override;

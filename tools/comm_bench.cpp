@@ -1,0 +1,86 @@
+// mt_comm_bench: a collectives benchmark in the manner of nccl-tests and PARAM comms, through
+// minititan's process groups (parallel/comm/comm_bench.h). Run it under a launcher:
+//
+//   mpirun -np 4 build/tools/mt_comm_bench -b 8 -e 32M -f 2 [-o all_reduce|...|all] [-d f32|bf16]
+//       [-w 5] [-n 20] [-c 1] [--skew 0.5] [--compare-mpi]
+//
+// -b/-e: smallest and largest size (bytes; K, M, G suffixes), -f: the factor between sizes,
+// -o: the collective (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, sendrecv, or
+// all), -d: the dtype, -w/-n: warm-up and timed iterations, -c 0: skip the correctness check of
+// every timed iteration, --skew S: an uneven all_to_all, --compare-mpi: the raw MPI call on the
+// same sizes beside ours (f32). Rank 0 prints the table; exit status 1 when a check failed.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "parallel/comm/comm_bench.h"
+#include "parallel/comm/mpi_process_group.h"
+#include "runtime/core/error.h"
+#include "tools/flags.h"
+
+namespace {
+
+using namespace mt;
+
+// "64", "1K", "32M", "1G" -> bytes.
+int64_t parse_bytes(const std::string& text) {
+  MT_CHECK(!text.empty(), "mt_comm_bench: an empty size");
+  int64_t scale = 1;
+  std::string digits = text;
+  switch (text.back()) {
+    case 'K': case 'k': scale = 1ll << 10; digits.pop_back(); break;
+    case 'M': case 'm': scale = 1ll << 20; digits.pop_back(); break;
+    case 'G': case 'g': scale = 1ll << 30; digits.pop_back(); break;
+    default: break;
+  }
+  size_t used = 0;
+  long long n = -1;
+  try {
+    n = std::stoll(digits, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  MT_CHECK(used == digits.size() && n > 0, "mt_comm_bench: '", text,
+           "' is not a size (a positive integer, optionally with K, M or G)");
+  return n * scale;
+}
+
+int run(int argc, char** argv) {
+  parallel::CommBenchOptions o;
+  tools::FlagReader flags("mt_comm_bench", argc, argv);
+  while (flags.next()) {
+    if (flags.is("-b") || flags.is("--minbytes")) o.min_bytes = parse_bytes(flags.value());
+    else if (flags.is("-e") || flags.is("--maxbytes")) o.max_bytes = parse_bytes(flags.value());
+    else if (flags.is("-f") || flags.is("--stepfactor")) o.step_factor = flags.int_value();
+    else if (flags.is("-o") || flags.is("--op")) {
+      const std::string op = flags.value();
+      if (op != "all") o.ops.push_back(parallel::collective_kind_from_name(op));
+    } else if (flags.is("-d") || flags.is("--dtype")) {
+      const std::string d = flags.value();
+      MT_CHECK(d == "f32" || d == "bf16", "mt_comm_bench: -d must be f32 or bf16, got '", d, "'");
+      o.dtype = d == "f32" ? runtime::DType::F32 : runtime::DType::BF16;
+    } else if (flags.is("-w") || flags.is("--warmup_iters")) o.warmup = flags.int_value();
+    else if (flags.is("-n") || flags.is("--iters")) o.iters = flags.int_value();
+    else if (flags.is("-c") || flags.is("--check")) o.check = flags.int_value() != 0;
+    else if (flags.is("--skew")) o.skew = flags.double_value();
+    else if (flags.is("--compare-mpi")) o.compare_mpi = true;
+    else flags.unknown();
+  }
+  auto world = std::shared_ptr<parallel::ProcessGroup>(parallel::MpiProcessGroup::world());
+  const std::vector<parallel::CommBenchRow> rows = parallel::run_comm_bench(*world, o);
+  if (world->rank() == 0) std::cout << parallel::comm_bench_table(rows, world->size(), o.dtype);
+  for (const auto& r : rows)
+    if (r.errors > 0) return 1;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const mt::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+}
