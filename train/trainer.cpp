@@ -396,14 +396,13 @@ void Trainer::setup_parallelism() {
   ctx.sequence_parallel = p.enable_sequence_parallel;
   ctx.loss_parallel = !p.disable_loss_parallel;
   if (layout.ep > 1) {  // ep borrows ranks from dp_shard: efsdp = dp_shard / ep (validated)
-    expert_mesh_ =
-        layout.tp > 1
-            ? parallel::DeviceMesh::create(
-                  device_world_, {layout.dp_replicate, layout.ep, layout.dp_shard / layout.ep, layout.tp},
-                  {"dp_replicate", "ep", "efsdp", "tp"})
-            : parallel::DeviceMesh::create(
-                  device_world_, {layout.dp_replicate, layout.ep, layout.dp_shard / layout.ep},
-                  {"dp_replicate", "ep", "efsdp"});
+    std::vector<int64_t> shape = {layout.dp_replicate, layout.ep, layout.dp_shard / layout.ep};
+    std::vector<std::string> names = {"dp_replicate", "ep", "efsdp"};
+    if (layout.tp > 1) {  // tp innermost, as on the world mesh
+      shape.push_back(layout.tp);
+      names.push_back("tp");
+    }
+    expert_mesh_ = parallel::DeviceMesh::create(device_world_, shape, names);
     ctx.expert_mesh = expert_mesh_;
   }
   // "default": the blocks reshard when their shard group has several ranks (each gather saved is

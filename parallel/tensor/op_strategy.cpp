@@ -73,19 +73,17 @@ MeshStrategy choose_strategy(const std::string& op, const std::vector<const DTen
     bool valid = !rule.admits || rule.admits(shapes, s.inputs, mesh);
     for (size_t k = 0; k < inputs.size() && valid; ++k) {
       try {
+        const int64_t esize = int64_t(runtime::dtype_size(inputs[k]->local.dtype()));
         const RedistributePlan plan =
-            plan_redistribute(shapes[k], int64_t(runtime::dtype_size(inputs[k]->local.dtype())),
-                              mesh, inputs[k]->placements, s.inputs[k]);
+            plan_redistribute(shapes[k], esize, mesh, inputs[k]->placements, s.inputs[k]);
         s.bytes += plan.bytes();
         s.steps += int64_t(plan.steps.size());
         // A shard turned Partial moves nothing now but leaves a whole-size tensor to reduce
         // later: cost it as that reduction's bytes, so the dispatcher does not defer a gather.
-        for (const RedistributeStep& step : plan.steps) {
-          if (step.kind != RedistributeKind::PadToPartial) continue;
-          int64_t numel = 1;
-          for (int64_t d : shapes[k]) numel *= d;
-          s.bytes += numel * int64_t(runtime::dtype_size(inputs[k]->local.dtype()));
-        }
+        int64_t whole = esize;
+        for (int64_t d : shapes[k]) whole *= d;
+        for (const RedistributeStep& step : plan.steps)
+          if (step.kind == RedistributeKind::PadToPartial) s.bytes += whole;
       } catch (const Error&) {
         valid = false;  // e.g. two mesh dims sharding one tensor dim in an order it cannot have
       }

@@ -210,9 +210,10 @@ void expect_reshards(const std::string& name, const std::vector<std::string>& pa
   const TrainResult straight = run(job(corpus, dump, 3, saved), world(), 0, edit);
   args.push_back("--checkpoint.load_step=5");
   args.insert(args.end(), resumed_parallelism.begin(), resumed_parallelism.end());
+  const std::string tp_flag = "--parallelism.tensor_parallel_degree=";
   int64_t tp = 1;
   for (const std::string& a : resumed_parallelism)
-    if (a.starts_with("--parallelism.tensor_parallel_degree=")) tp = std::stoll(a.substr(37));
+    if (a.starts_with(tp_flag)) tp = std::stoll(a.substr(tp_flag.size()));
   for (int ranks : ranks_list) {
     SCOPED_TRACE(::testing::Message() << "resumed on " << ranks << " ranks");
     const bool member = world()->rank() < ranks;
