@@ -64,9 +64,9 @@ Case make_case(ProcessGroup& group, MPI_Comm comm, CollectiveKind kind, int64_t 
         in[size_t(i)] = float((r + 1) * (i % 7 + 1));
         want[size_t(i)] = float(n * (n + 1) / 2 * (i % 7 + 1));
       }
-      auto buf = std::make_shared<Tensor>();
+      auto buf = std::make_shared<Tensor>(runtime::empty({count}, {o.dtype}));
       const Tensor src = filled(in, o.dtype);
-      c.reset = [buf, src] { *buf = src.clone(); };
+      c.reset = [buf, src] { buf->copy_(src); };  // the same buffer every call, as MPI's
       c.run = [&group, buf] { group.all_reduce(*buf, ReduceOp::Sum, "comm_bench.all_reduce"); };
       if (raw_ok) {
         auto raw = std::make_shared<std::vector<float>>(in);
@@ -162,8 +162,8 @@ Case make_case(ProcessGroup& group, MPI_Comm comm, CollectiveKind kind, int64_t 
         in[size_t(i)] = r == 0 ? want[size_t(i)] : 0.0f;
       }
       const Tensor src = filled(in, o.dtype);
-      auto buf = std::make_shared<Tensor>();
-      c.reset = [buf, src] { *buf = src.clone(); };
+      auto buf = std::make_shared<Tensor>(runtime::empty({count}, {o.dtype}));
+      c.reset = [buf, src] { buf->copy_(src); };  // the same buffer every call, as MPI's
       c.run = [&group, buf] { group.broadcast(*buf, 0, "comm_bench.broadcast"); };
       if (raw_ok) {
         auto raw = std::make_shared<std::vector<float>>(in);
@@ -193,9 +193,13 @@ Case make_case(ProcessGroup& group, MPI_Comm comm, CollectiveKind kind, int64_t 
       };
       if (raw_ok) {
         auto raw = std::make_shared<std::vector<float>>(static_cast<size_t>(count));
-        c.raw = [comm, raw, in, next, prev] {
-          MPI_Sendrecv(in.data(), int(in.size()), MPI_FLOAT, int(next), 8, raw->data(),
-                       int(raw->size()), MPI_FLOAT, int(prev), 8, comm, MPI_STATUS_IGNORE);
+        // The same ordered pair of blocking calls (ProcessGroup has no fused send-receive).
+        c.raw = [comm, raw, in, next, prev, r] {
+          auto send = [&] { MPI_Send(in.data(), int(in.size()), MPI_FLOAT, int(next), 8, comm); };
+          if (r % 2 == 0) send();
+          MPI_Recv(raw->data(), int(raw->size()), MPI_FLOAT, int(prev), 8, comm,
+                   MPI_STATUS_IGNORE);
+          if (r % 2 != 0) send();
         };
       }
       c.check = [out, want] { return count_errors(*out, want); };
@@ -207,25 +211,38 @@ Case make_case(ProcessGroup& group, MPI_Comm comm, CollectiveKind kind, int64_t 
   return c;
 }
 
-// Seconds per call, averaged over `iters` timed calls after `warmup` untimed ones; `reset` runs
-// before and `after` after each call, outside the timing.
-double time_calls(ProcessGroup& group, const std::function<void()>& call,
-                  const std::function<void()>& reset, int64_t warmup, int64_t iters,
-                  const std::function<void()>& after) {
-  for (int64_t i = 0; i < warmup; ++i) {
-    if (reset) reset();
-    call();
-  }
-  double total = 0;
-  for (int64_t i = 0; i < iters; ++i) {
-    if (reset) reset();
-    group.barrier("comm_bench.barrier");
-    const auto t0 = Clock::now();
-    call();
-    total += std::chrono::duration<double>(Clock::now() - t0).count();
+// Seconds per call of ours and of the raw MPI call (-1 without one), each averaged over `iters`
+// timed calls after `warmup` untimed ones. The two alternate call by call, and which goes first
+// alternates too, so both see the same machine in the same state; resets and `after` (the check
+// of ours) run outside the timing.
+struct Times {
+  double ours = 0, raw = -1;
+};
+
+double timed_call(ProcessGroup& group, const std::function<void()>& call,
+                  const std::function<void()>& reset) {
+  if (reset) reset();
+  group.barrier("comm_bench.barrier");
+  const auto t0 = Clock::now();
+  call();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+Times time_calls(ProcessGroup& group, const Case& c, int64_t warmup, int64_t iters,
+                 const std::function<void()>& after) {
+  Times total{0, c.raw ? 0.0 : -1.0};
+  for (int64_t i = 0; i < warmup + iters; ++i) {
+    double raw = 0;
+    if (c.raw && i % 2 == 1) raw = timed_call(group, c.raw, c.raw_reset);
+    const double ours = timed_call(group, c.run, c.reset);
+    if (c.raw && i % 2 == 0) raw = timed_call(group, c.raw, c.raw_reset);
+    if (i < warmup) continue;
+    total.ours += ours;
+    if (c.raw) total.raw += raw;
     if (after) after();
   }
-  return total / double(std::max<int64_t>(1, iters));
+  const double n = double(std::max<int64_t>(1, iters));
+  return {total.ours / n, c.raw ? total.raw / n : -1.0};
 }
 
 // {min, sum, max} of a value over the group.
@@ -272,10 +289,10 @@ std::vector<CommBenchRow> run_comm_bench(ProcessGroup& group, const CommBenchOpt
       row.bytes = c.bytes;
       row.count = c.count;
       int64_t errors = 0;
-      const double mine = time_calls(group, c.run, c.reset, o.warmup, o.iters, [&] {
+      const Times times = time_calls(group, c, o.warmup, o.iters, [&] {
         if (o.check) errors += c.check();
       });
-      const std::vector<double> t = min_sum_max(group, mine);
+      const std::vector<double> t = min_sum_max(group, times.ours);
       row.min_s = t[0];
       row.avg_s = t[1] / double(n);
       row.max_s = t[2];
@@ -303,8 +320,7 @@ std::vector<CommBenchRow> run_comm_bench(ProcessGroup& group, const CommBenchOpt
         row.busbw = busbw_bytes_per_second(kind, n, row.bytes, std::max(row.max_s, 1e-12));
       }
       if (c.raw) {
-        const double raw = time_calls(group, c.raw, c.raw_reset, o.warmup, o.iters, nullptr);
-        row.mpi_max_s = min_sum_max(group, raw)[2];
+        row.mpi_max_s = min_sum_max(group, times.raw)[2];
         row.mpi_busbw = busbw_bytes_per_second(kind, n, row.bytes, std::max(row.mpi_max_s, 1e-12));
       }
       rows.push_back(row);

@@ -93,20 +93,16 @@ std::unique_ptr<MpiProcessGroup> MpiProcessGroup::world() {
     return std::unique_ptr<MpiProcessGroup>(new MpiProcessGroup(MPI_COMM_NULL, "mpi:world"));
   }
   MPI_Comm comm = MPI_COMM_NULL;
-  {
-    auto lock = mpi::lock();
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-    MT_CHECK(rc == MPI_SUCCESS, "MpiProcessGroup::world: MPI_Comm_dup failed: ",
-             mpi::error_string(rc));
-  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  const int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MT_CHECK(rc == MPI_SUCCESS, "MpiProcessGroup::world: MPI_Comm_dup failed: ",
+           mpi::error_string(rc));
   return std::unique_ptr<MpiProcessGroup>(new MpiProcessGroup(comm, "mpi:world"));
 }
 
 MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::string name)
     : comm_(comm), name_(std::move(name)) {
   if (comm_ == MPI_COMM_NULL) return;
-  auto lock = mpi::lock();
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
@@ -131,7 +127,6 @@ MpiProcessGroup::~MpiProcessGroup() {
   if (comm_ == MPI_COMM_NULL) return;
   mpi::unregister_group(uid_);
   if (mpi::finalized()) return;
-  auto lock = mpi::lock();
   MPI_Comm_free(&p2p_comm_);
   MPI_Comm_free(&comm_);
 }
@@ -142,23 +137,39 @@ void MpiProcessGroup::check(int rc, const char* what) const {
           ") failed: ", mpi::error_string(rc));
 }
 
-void MpiProcessGroup::wait(std::vector<MPI_Request>& requests, const char* what,
-                           std::vector<MPI_Status>* statuses, int peer) const {
-  const CollectiveRecord call = last_collective();
+void MpiProcessGroup::run_watched(const char* what, int peer,
+                                  const std::function<int()>& call) const {
+  const CollectiveRecord entered = last_collective();
   const std::chrono::milliseconds limit = collective_timeout();
   const auto deadline =
-      limit.count() > 0 ? call.started + limit : mpi::Clock::time_point::max();
-  const int rc = mpi::wait_until(requests, statuses, deadline);
-  if (rc != mpi::kTimedOut) return check(rc, what);
-  // Out of time: ask the other members where they are, report, end the job.
-  std::vector<PeerRecord> peers;
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_ || (peer >= 0 && r != peer)) continue;
-    peers.push_back({r, world_ranks_[size_t(r)], std::nullopt});
-  }
-  mpi::query_peers(uid_, peers, mpi::Clock::now() + std::chrono::seconds(5));
-  mpi::abort_job(describe_collective_timeout(name_, rank_, size_, call,
-                                             double(limit.count()) / 1000.0, peers, peer >= 0));
+      limit.count() > 0 ? entered.started + limit : mpi::Clock::time_point::max();
+  // The report runs on the monitor's thread while this one stays blocked; it copies what it
+  // reads, so it never touches this group.
+  mpi::WatchedCall watch(deadline, [group = name_, rank = rank_, size = size_,
+                                    world_ranks = world_ranks_, uid = uid_, entered, limit, peer] {
+    std::vector<PeerRecord> peers;
+    for (int r = 0; r < size; ++r) {
+      if (r == rank || (peer >= 0 && r != peer)) continue;
+      peers.push_back({r, world_ranks[size_t(r)], std::nullopt});
+    }
+    mpi::query_peers(uid, peers, mpi::Clock::now() + std::chrono::seconds(5));
+    mpi::abort_job(describe_collective_timeout(group, rank, size, entered,
+                                               double(limit.count()) / 1000.0, peers, peer >= 0));
+  });
+  check(call(), what);
+}
+
+void MpiProcessGroup::wait(std::vector<MPI_Request>& requests, const char* what) const {
+  std::vector<MPI_Status> statuses(requests.size());
+  run_watched(what, -1, [&] {
+    const int rc = MPI_Waitall(int(requests.size()), requests.data(), statuses.data());
+    if (rc == MPI_ERR_IN_STATUS) {
+      for (const MPI_Status& s : statuses) {
+        if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING) return s.MPI_ERROR;
+      }
+    }
+    return rc;
+  });
 }
 
 std::unique_ptr<ProcessGroup> MpiProcessGroup::split(int color, int key) {
@@ -170,30 +181,17 @@ std::unique_ptr<ProcessGroup> MpiProcessGroup::split(int color, int key) {
   MPI_Comm comm = MPI_COMM_NULL;
   // A barrier-like sync call keeps the split ordered after any queued async collective.
   barrier("split");
-  {
-    auto lock = mpi::lock();
-    check(MPI_Comm_split(comm_, color, key, &comm), "MPI_Comm_split");
-  }
+  check(MPI_Comm_split(comm_, color, key, &comm), "MPI_Comm_split");
   return std::unique_ptr<MpiProcessGroup>(new MpiProcessGroup(comm, child));
-}
-
-void MpiProcessGroup::run_one(const char* what,
-                              const std::function<int(MPI_Request*)>& start) const {
-  std::vector<MPI_Request> request(1, MPI_REQUEST_NULL);
-  {
-    auto lock = mpi::lock();
-    check(start(&request[0]), what);
-  }
-  wait(request, what);
 }
 
 void MpiProcessGroup::do_all_reduce(const Tensor& buf, ReduceOp op) {
   if (comm_ == MPI_COMM_NULL) return;
   const size_t es = buf.element_size();
   for_each_chunk(buf.numel(), [&](int64_t off, int count) {
-    run_one("all_reduce (MPI_Iallreduce)", [&](MPI_Request* r) {
-      return MPI_Iallreduce(MPI_IN_PLACE, bytes_of(buf) + off * es, count, mpi_type(buf.dtype()),
-                            mpi_op(op), comm_, r);
+    run_watched("all_reduce (MPI_Allreduce)", -1, [&] {
+      return MPI_Allreduce(MPI_IN_PLACE, bytes_of(buf) + off * es, count, mpi_type(buf.dtype()),
+                           mpi_op(op), comm_);
     });
   });
 }
@@ -206,19 +204,18 @@ void MpiProcessGroup::do_all_gather(const Tensor& out, const Tensor& in) {
     return;
   }
   MPI_Datatype type = mpi_type(in.dtype());
-  const char* what = "all_gather_into (MPI_Iallgather)";
+  const char* what = "all_gather_into (MPI_Allgather)";
   if (n <= max_message_elements()) {
-    run_one(what, [&](MPI_Request* r) {
-      return MPI_Iallgather(in.data_ptr(), int(n), type, out.data_ptr(), int(n), type, comm_, r);
+    run_watched(what, -1, [&] {
+      return MPI_Allgather(in.data_ptr(), int(n), type, out.data_ptr(), int(n), type, comm_);
     });
     return;
   }
   // Chunked: gather chunk [off, off+count) of every rank, then scatter it into the rank blocks.
   std::vector<char> tmp(size_t(size_) * size_t(max_message_elements()) * es);
   for_each_chunk(n, [&](int64_t off, int count) {
-    run_one(what, [&](MPI_Request* r) {
-      return MPI_Iallgather(bytes_of(in) + off * es, count, type, tmp.data(), count, type, comm_,
-                            r);
+    run_watched(what, -1, [&] {
+      return MPI_Allgather(bytes_of(in) + off * es, count, type, tmp.data(), count, type, comm_);
     });
     for (int rank = 0; rank < size_; ++rank) {
       std::memcpy(bytes_of(out) + (rank * n + off) * es, tmp.data() + size_t(rank) * count * es,
@@ -235,11 +232,11 @@ void MpiProcessGroup::do_reduce_scatter(const Tensor& out, const Tensor& in, Red
     return;
   }
   MPI_Datatype type = mpi_type(in.dtype());
-  const char* what = "reduce_scatter_into (MPI_Ireduce_scatter_block)";
+  const char* what = "reduce_scatter_into (MPI_Reduce_scatter_block)";
   if (n <= max_message_elements()) {
-    run_one(what, [&](MPI_Request* r) {
-      return MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), int(n), type, mpi_op(op),
-                                       comm_, r);
+    run_watched(what, -1, [&] {
+      return MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), int(n), type, mpi_op(op),
+                                      comm_);
     });
     return;
   }
@@ -250,9 +247,9 @@ void MpiProcessGroup::do_reduce_scatter(const Tensor& out, const Tensor& in, Red
       std::memcpy(tmp.data() + size_t(rank) * count * es, bytes_of(in) + (rank * n + off) * es,
                   size_t(count) * es);
     }
-    run_one(what, [&](MPI_Request* r) {
-      return MPI_Ireduce_scatter_block(tmp.data(), bytes_of(out) + off * es, count, type,
-                                       mpi_op(op), comm_, r);
+    run_watched(what, -1, [&] {
+      return MPI_Reduce_scatter_block(tmp.data(), bytes_of(out) + off * es, count, type,
+                                      mpi_op(op), comm_);
     });
   });
 }
@@ -261,15 +258,15 @@ void MpiProcessGroup::do_broadcast(const Tensor& buf, int root) {
   if (comm_ == MPI_COMM_NULL) return;
   const size_t es = buf.element_size();
   for_each_chunk(buf.numel(), [&](int64_t off, int count) {
-    run_one("broadcast (MPI_Ibcast)", [&](MPI_Request* r) {
-      return MPI_Ibcast(bytes_of(buf) + off * es, count, mpi_type(buf.dtype()), root, comm_, r);
+    run_watched("broadcast (MPI_Bcast)", -1, [&] {
+      return MPI_Bcast(bytes_of(buf) + off * es, count, mpi_type(buf.dtype()), root, comm_);
     });
   });
 }
 
 void MpiProcessGroup::do_barrier() {
   if (comm_ == MPI_COMM_NULL) return;
-  run_one("barrier (MPI_Ibarrier)", [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); });
+  run_watched("barrier (MPI_Barrier)", -1, [&] { return MPI_Barrier(comm_); });
 }
 
 void MpiProcessGroup::do_all_to_all(const Tensor& out, const Tensor& in,
@@ -280,9 +277,9 @@ void MpiProcessGroup::do_all_to_all(const Tensor& out, const Tensor& in,
   // so a mismatch throws everywhere instead of hanging.
   std::vector<int64_t> sent_to_me(size_t(size_), in_counts[0]);
   if (comm_ != MPI_COMM_NULL) {
-    run_one("all_to_all_single (MPI_Ialltoall of split sizes)", [&](MPI_Request* r) {
-      return MPI_Ialltoall(in_counts.data(), 1, MPI_INT64_T, sent_to_me.data(), 1, MPI_INT64_T,
-                           comm_, r);
+    run_watched("all_to_all_single (MPI_Alltoall of split sizes)", -1, [&] {
+      return MPI_Alltoall(in_counts.data(), 1, MPI_INT64_T, sent_to_me.data(), 1, MPI_INT64_T,
+                          comm_);
     });
   }
   int bad_peer = -1;
@@ -291,8 +288,8 @@ void MpiProcessGroup::do_all_to_all(const Tensor& out, const Tensor& in,
   }
   int any_bad = bad_peer >= 0 ? 1 : 0;
   if (comm_ != MPI_COMM_NULL) {
-    run_one("all_to_all_single (MPI_Iallreduce of the split check)", [&](MPI_Request* r) {
-      return MPI_Iallreduce(MPI_IN_PLACE, &any_bad, 1, MPI_INT, MPI_MAX, comm_, r);
+    run_watched("all_to_all_single (MPI_Allreduce of the split check)", -1, [&] {
+      return MPI_Allreduce(MPI_IN_PLACE, &any_bad, 1, MPI_INT, MPI_MAX, comm_);
     });
   }
   if (any_bad) {
@@ -319,23 +316,20 @@ void MpiProcessGroup::do_all_to_all(const Tensor& out, const Tensor& in,
   // Point-to-point on the group's private communicator: chunks between a pair arrive in order.
   MPI_Datatype type = mpi_type(in.dtype());
   std::vector<MPI_Request> requests;
-  {
-    auto lock = mpi::lock();
-    for (int j = 0; j < size_; ++j) {
-      if (j == rank_) continue;
-      for_each_chunk(out_counts[size_t(j)], [&](int64_t off, int count) {
-        requests.emplace_back();
-        check(MPI_Irecv(bytes_of(out) + (out_displ[size_t(j)] + off) * es, count, type, j, 0,
-                        p2p_comm_, &requests.back()),
-              "all_to_all_single (MPI_Irecv)");
-      });
-      for_each_chunk(in_counts[size_t(j)], [&](int64_t off, int count) {
-        requests.emplace_back();
-        check(MPI_Isend(bytes_of(in) + (in_displ[size_t(j)] + off) * es, count, type, j, 0,
-                        p2p_comm_, &requests.back()),
-              "all_to_all_single (MPI_Isend)");
-      });
-    }
+  for (int j = 0; j < size_; ++j) {
+    if (j == rank_) continue;
+    for_each_chunk(out_counts[size_t(j)], [&](int64_t off, int count) {
+      requests.emplace_back();
+      check(MPI_Irecv(bytes_of(out) + (out_displ[size_t(j)] + off) * es, count, type, j, 0,
+                      p2p_comm_, &requests.back()),
+            "all_to_all_single (MPI_Irecv)");
+    });
+    for_each_chunk(in_counts[size_t(j)], [&](int64_t off, int count) {
+      requests.emplace_back();
+      check(MPI_Isend(bytes_of(in) + (in_displ[size_t(j)] + off) * es, count, type, j, 0,
+                      p2p_comm_, &requests.back()),
+            "all_to_all_single (MPI_Isend)");
+    });
   }
   wait(requests, "all_to_all_single (MPI_Irecv/MPI_Isend)");
 }
@@ -343,14 +337,9 @@ void MpiProcessGroup::do_all_to_all(const Tensor& out, const Tensor& in,
 void MpiProcessGroup::do_send(const Tensor& buf, int dst, int tag) {
   const size_t es = buf.element_size();
   for_each_chunk(buf.numel(), [&](int64_t off, int count) {
-    std::vector<MPI_Request> request(1, MPI_REQUEST_NULL);
-    {
-      auto lock = mpi::lock();
-      check(MPI_Isend(bytes_of(buf) + off * es, count, mpi_type(buf.dtype()), dst, tag, comm_,
-                      &request[0]),
-            "send (MPI_Isend)");
-    }
-    wait(request, "send (MPI_Isend)", nullptr, dst);
+    run_watched("send (MPI_Send)", dst, [&] {
+      return MPI_Send(bytes_of(buf) + off * es, count, mpi_type(buf.dtype()), dst, tag, comm_);
+    });
   });
 }
 
@@ -358,16 +347,12 @@ void MpiProcessGroup::do_recv(const Tensor& buf, int src, int tag) {
   const size_t es = buf.element_size();
   MPI_Datatype type = mpi_type(buf.dtype());
   for_each_chunk(buf.numel(), [&](int64_t off, int count) {
-    std::vector<MPI_Request> request(1, MPI_REQUEST_NULL);
-    {
-      auto lock = mpi::lock();
-      check(MPI_Irecv(bytes_of(buf) + off * es, count, type, src, tag, comm_, &request[0]),
-            "recv (MPI_Irecv)");
-    }
-    std::vector<MPI_Status> status;
-    wait(request, "recv (MPI_Irecv)", &status, src);
+    MPI_Status status;
+    run_watched("recv (MPI_Recv)", src, [&] {
+      return MPI_Recv(bytes_of(buf) + off * es, count, type, src, tag, comm_, &status);
+    });
     int got = 0;
-    MPI_Get_count(&status[0], type, &got);
+    MPI_Get_count(&status, type, &got);
     MT_CHECK(got == count, "recv on group ", name_, " (rank ", rank_, " of ", size_, "): expected ",
              count, " elements from rank ", src, " with tag ", tag, ", got ", got,
              "; tensor shape ", buf.shape());

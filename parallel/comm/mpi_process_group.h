@@ -6,13 +6,14 @@
 //   run needs no mpirun (nor `srun -n 1` PMI). srun starting several tasks without PMI (no
 //   `--mpi=pmix` where the site's MpiDefault is none) is refused before MPI_Init, saying so:
 //   OpenMPI would fail inside it with its own text, or each task would train alone.
-// - MPI is initialised on first use with MPI_Init_thread(MPI_THREAD_MULTIPLE); when the library
-//   only provides MPI_THREAD_SERIALIZED, every MPI call of every group is serialised by one
-//   process-wide mutex. MPI is finalised at exit if we initialised it (see mpi_runtime.h).
-// - Every collective is a non-blocking MPI call polled until done, so none waits longer than
-//   collective_timeout(): past it the rank asks the other members where they are, prints the
-//   report and ends the job with MPI_Abort (exit code 124). A rank that dies ends the job through
-//   the launcher (mpirun/srun end the other ranks when one exits abnormally).
+// - MPI is initialised on first use with MPI_Init_thread(MPI_THREAD_MULTIPLE), which is required
+//   (a library without it is an error saying so). MPI is finalised at exit if we initialised it
+//   (see mpi_runtime.h).
+// - Every collective is MPI's blocking call (MPI_Allreduce, ...: the library's tuned algorithms,
+//   measured at raw MPI's bandwidth in bench/RESULTS.md), watched by the monitor thread so that
+//   none waits longer than collective_timeout(): past it the rank asks the other members where
+//   they are, prints the report and ends the job with MPI_Abort (exit code 124). A rank that dies
+//   ends the job through the launcher (mpirun/srun end the others when one exits abnormally).
 // - split(color, key) is collective over the group (MPI_Comm_split): ranks with the same color form
 //   a new group, ordered by key then by rank.
 // - Each group owns duplicates of its communicator (one for collectives and send/recv, one for the
@@ -66,12 +67,12 @@ class MpiProcessGroup : public ProcessGroup {
   // comm == MPI_COMM_NULL: the local single-process world. Takes ownership of comm.
   MpiProcessGroup(MPI_Comm comm, std::string name);
   void check(int rc, const char* what) const;
-  // Waits for the requests within the collective timeout; on timeout reports (asking the other
-  // members, or only `peer` for send/recv, where they are) and ends the job.
-  void wait(std::vector<MPI_Request>& requests, const char* what,
-            std::vector<MPI_Status>* statuses = nullptr, int peer = -1) const;
-  // Starts one non-blocking MPI call (under the MPI lock) and waits for it.
-  void run_one(const char* what, const std::function<int(MPI_Request*)>& start) const;
+  // Runs one blocking MPI call (returning its error code) within the collective timeout; past it,
+  // reports (asking the other members, or only `peer` for send/recv, where they are) and ends the
+  // job. Throws mt::Error naming `what` when the call fails.
+  void run_watched(const char* what, int peer, const std::function<int()>& call) const;
+  // MPI_Waitall under run_watched.
+  void wait(std::vector<MPI_Request>& requests, const char* what) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm p2p_comm_ = MPI_COMM_NULL;

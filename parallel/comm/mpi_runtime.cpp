@@ -1,4 +1,4 @@
-// The MPI library's lifetime, the SERIALIZED-mode lock, polled waits and the timeout monitor.
+// The MPI library's lifetime, polled waits, and the monitor (peer queries, watched deadlines).
 #include "parallel/comm/mpi_runtime.h"
 
 #include <algorithm>
@@ -44,9 +44,11 @@ class Runtime {
     } else {
       return;  // no launcher: the local single-process world
     }
-    MT_CHECK(thread_level_ >= MPI_THREAD_SERIALIZED,
+    // Blocking calls on several threads (each group's communication thread, the monitor) need it.
+    MT_CHECK(thread_level_ >= MPI_THREAD_MULTIPLE,
              "MpiProcessGroup: the MPI library provides thread level ", thread_level_,
-             ", at least MPI_THREAD_SERIALIZED is needed");
+             " but minititan needs MPI_THREAD_MULTIPLE (", int(MPI_THREAD_MULTIPLE),
+             "): OpenMPI >= 3 and MPICH provide it unless built without thread support");
     MPI_Comm_dup(MPI_COMM_WORLD, &monitor_comm_);
     MPI_Comm_set_errhandler(monitor_comm_, MPI_ERRORS_RETURN);
     active_ = true;
@@ -64,7 +66,6 @@ class Runtime {
   }
 
   bool active() const { return active_; }
-  bool serialized() const { return thread_level_ < MPI_THREAD_MULTIPLE; }
   MPI_Comm monitor_comm() const { return monitor_comm_; }
 
   int64_t agree_uid(MPI_Comm comm) {
@@ -91,6 +92,16 @@ class Runtime {
     groups_.erase(uid);
   }
 
+  int64_t watch(Clock::time_point deadline, std::function<void()> on_timeout) {
+    std::lock_guard g(watch_mutex_);
+    watched_[next_watch_] = {deadline, std::move(on_timeout)};
+    return next_watch_++;
+  }
+  void unwatch(int64_t id) {
+    std::lock_guard g(watch_mutex_);
+    watched_.erase(id);
+  }
+
  private:
   WireRecord record_of(int64_t uid) {
     WireRecord w;
@@ -105,12 +116,25 @@ class Runtime {
     return w;
   }
 
-  // Answers queries every 20 ms; the replies are small (eager) sends.
+  // Starts the report of every watched call past its deadline, once, on a thread of its own (the
+  // report asks the peers where they are, which takes a while; this thread keeps answering).
+  void fire_expired() {
+    std::lock_guard g(watch_mutex_);
+    const Clock::time_point now = Clock::now();
+    for (auto& [id, call] : watched_) {
+      if (call.on_timeout && now >= call.deadline) {
+        std::thread(std::move(call.on_timeout)).detach();
+        call.on_timeout = nullptr;
+      }
+    }
+  }
+
+  // Answers queries and checks deadlines every 20 ms; the replies are small (eager) sends.
   void monitor_loop() {
     while (!stop_) {
+      fire_expired();
       int flag = 0;
       {
-        auto l = lock();
         MPI_Status status;
         MPI_Iprobe(MPI_ANY_SOURCE, kQueryTag, monitor_comm_, &flag, &status);
         if (flag) {
@@ -133,6 +157,13 @@ class Runtime {
   std::mutex registry_mutex_;
   std::map<int64_t, const ProcessGroup*> groups_;
   int64_t next_uid_ = 1;
+  struct Watched {
+    Clock::time_point deadline;
+    std::function<void()> on_timeout;  // null once started
+  };
+  std::mutex watch_mutex_;
+  std::map<int64_t, Watched> watched_;
+  int64_t next_watch_ = 0;
   std::atomic<bool> stop_{false};
   std::thread monitor_;
 };
@@ -145,12 +176,6 @@ Runtime& runtime() {
 }  // namespace
 
 bool active() { return runtime().active(); }
-
-std::unique_lock<std::mutex> lock() {
-  static std::mutex mutex;
-  if (!runtime().serialized()) return {};
-  return std::unique_lock(mutex);
-}
 
 bool finalized() {
   int done = 0;
@@ -166,8 +191,17 @@ std::string error_string(int rc) {
 }
 
 int64_t agree_group_uid(MPI_Comm comm) { return runtime().agree_uid(comm); }
+
 void register_group(int64_t uid, const ProcessGroup* group) { runtime().add(uid, group); }
 void unregister_group(int64_t uid) { runtime().remove(uid); }
+
+WatchedCall::WatchedCall(Clock::time_point deadline, std::function<void()> on_timeout) {
+  if (deadline != Clock::time_point::max()) id_ = runtime().watch(deadline, std::move(on_timeout));
+}
+
+WatchedCall::~WatchedCall() {
+  if (id_ >= 0) runtime().unwatch(id_);
+}
 
 int wait_until(std::vector<MPI_Request>& requests, std::vector<MPI_Status>* statuses,
                Clock::time_point deadline) {
@@ -177,11 +211,7 @@ int wait_until(std::vector<MPI_Request>& requests, std::vector<MPI_Status>* stat
   auto pause = std::chrono::microseconds(20);
   for (int polls = 0;; ++polls) {
     int done = 0;
-    int rc = MPI_SUCCESS;
-    {
-      auto l = lock();
-      rc = MPI_Testall(int(requests.size()), requests.data(), &done, statuses->data());
-    }
+    int rc = MPI_Testall(int(requests.size()), requests.data(), &done, statuses->data());
     if (rc == MPI_ERR_IN_STATUS) {
       for (const MPI_Status& s : *statuses) {
         if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING) return s.MPI_ERROR;
@@ -206,7 +236,6 @@ void query_peers(int64_t uid, std::vector<PeerRecord>& peers, Clock::time_point 
   std::vector<WireRecord> replies(peers.size());
   std::vector<MPI_Request> sends(peers.size()), recvs(peers.size());
   {
-    auto l = lock();
     for (size_t i = 0; i < peers.size(); ++i) {
       MPI_Irecv(&replies[i], int(sizeof(WireRecord)), MPI_BYTE, peers[i].world_rank, kReplyTag,
                 comm, &recvs[i]);
@@ -232,7 +261,6 @@ void abort_job(const std::string& message) {
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   std::fprintf(stderr, "[rank %d] %s\n", world_rank, message.c_str());
   std::fflush(stderr);
-  auto l = lock();
   MPI_Abort(MPI_COMM_WORLD, 124);
   std::_Exit(124);  // MPI_Abort does not return; this is for libraries that do
 }

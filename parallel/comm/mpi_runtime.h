@@ -1,16 +1,15 @@
 // Internal to the MPI backend: the MPI library's lifetime (initialised on first use when a
-// launcher started the process, finalised at exit), the process-wide lock that serialises MPI
-// calls when the library is only MPI_THREAD_SERIALIZED, polled waits that give up at a deadline,
-// and the monitor: a thread that answers other ranks' "where are you on group G?" queries on a
-// private duplicate of MPI_COMM_WORLD, so a rank whose collective timed out can say which ranks
-// did not arrive.
+// launcher started the process, with MPI_THREAD_MULTIPLE; finalised at exit), and the monitor: a
+// thread that answers other ranks' "where are you on group G?" queries on a private duplicate of
+// MPI_COMM_WORLD, so a rank whose collective timed out can say which ranks did not arrive, and
+// that watches the deadlines of the blocking MPI calls in flight (WatchedCall).
 #pragma once
 
 #include <mpi.h>
 
 #include <chrono>
 #include <cstdint>
-#include <mutex>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,7 +20,6 @@ namespace mt::parallel::mpi {
 using Clock = std::chrono::steady_clock;
 
 bool active();  // a launcher started us and MPI is initialised (initialises it on first call)
-std::unique_lock<std::mutex> lock();  // empty lock when MPI_THREAD_MULTIPLE
 bool finalized();
 std::string error_string(int rc);
 
@@ -32,8 +30,24 @@ int64_t agree_group_uid(MPI_Comm comm);
 void register_group(int64_t uid, const ProcessGroup* group);
 void unregister_group(int64_t uid);
 
-// Tests the requests (taking lock() only while testing) until all complete or the deadline
-// passes. Returns MPI_SUCCESS, the MPI error of the first failed request, or kTimedOut.
+// A blocking MPI call under a deadline. While one is alive, the monitor checks its deadline every
+// 20 ms; once it has passed, on_timeout runs on a thread of its own (it reports and ends the job:
+// the blocked call never returns). The calls themselves are MPI's blocking ones, so they run
+// MPI's tuned algorithms at full speed instead of polled non-blocking schedules.
+class WatchedCall {
+ public:
+  // deadline == Clock::time_point::max(): not watched.
+  WatchedCall(Clock::time_point deadline, std::function<void()> on_timeout);
+  ~WatchedCall();
+  WatchedCall(const WatchedCall&) = delete;
+  WatchedCall& operator=(const WatchedCall&) = delete;
+
+ private:
+  int64_t id_ = -1;
+};
+
+// Tests the requests until all complete or the deadline passes (the monitor's own queries).
+// Returns MPI_SUCCESS, the MPI error of the first failed request, or kTimedOut.
 constexpr int kTimedOut = -1;
 int wait_until(std::vector<MPI_Request>& requests, std::vector<MPI_Status>* statuses,
                Clock::time_point deadline);

@@ -238,7 +238,7 @@ TEST(MpiProcessGroup, RecvSizeMismatchThrows) {
       FAIL() << "expected mt::Error";
     } catch (const mt::Error& e) {
       std::string msg = e.what();
-      EXPECT_NE(msg.find("recv (MPI_Irecv) on group mpi:world"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("recv (MPI_Recv) on group mpi:world"), std::string::npos) << msg;
       EXPECT_NE(msg.find("MPI_ERR_TRUNCATE"), std::string::npos) << msg;
     }
   }
