@@ -457,6 +457,7 @@ TrainResult RecsysTrainer::train() {
       m.tokens_per_sec =
           double(window_steps * tc.local_batch_size) / std::max(window_seconds, 1e-9);
       m.ranks = world_size();
+      m.comm_exposed_fraction = run.take_comm_exposed_fraction();
       const runtime::MemoryStats mem = runtime::memory_stats(device_);
       m.mem_in_use_bytes = mem.bytes_in_use;
       m.mem_peak_bytes = mem.peak_bytes_in_use;

@@ -64,6 +64,14 @@ RunScaffold::RunScaffold(const config::JobConfig& config, const TrainerOptions& 
     tensorboard_ =
         std::make_unique<TensorBoardWriter>((dump / config_.metrics.save_tb_folder).string());
   }
+  if (config_.comm.trace) {  // every rank writes its own records
+    const fs::path dir = dump / "comm";
+    fs::create_directories(dir);
+    const fs::path file = dir / ("rank-" + std::to_string(world_.rank()) + ".jsonl");
+    comm_file_ = std::make_unique<std::ofstream>(file, std::ios::app);
+    MT_CHECK(comm_file_->good(), "[comm] trace: cannot write ", file.string());
+    parallel::CommTrace::start();
+  }
 }
 
 void RunScaffold::log_step(const StepMetrics& m) {
@@ -83,6 +91,7 @@ void RunScaffold::log_values(int64_t step,
 }
 
 RunScaffold::~RunScaffold() {
+  if (config_.comm.trace) parallel::CommTrace::stop();
   if (!profiling_step_) return;
   try {
     (void)runtime::Profiler::stop();  // a step that threw: close its session
@@ -97,6 +106,8 @@ void RunScaffold::profile_begin(int64_t step, runtime::Device device) {
 }
 
 void RunScaffold::profile_end(int64_t step) {
+  const std::vector<parallel::CommRecord> collectives =
+      config_.comm.trace ? take_step_comm(step) : std::vector<parallel::CommRecord>{};
   if (!profiling_step_) return;
   profiling_step_ = false;
   const runtime::ProfileReport report = runtime::Profiler::stop();
@@ -105,10 +116,39 @@ void RunScaffold::profile_end(int64_t step) {
     const fs::path dir = fs::path(config_.job.dump_folder) / config_.profiling.save_traces_folder;
     fs::create_directories(dir);
     const fs::path trace = dir / ("step_" + std::to_string(step) + ".json");
-    report.write_chrome_trace(trace.string());
+    // The step's collectives, a track per group after the host's (tid 0) and device's (tid 1).
+    report.write_chrome_trace(trace.string(),
+                              parallel::comm_chrome_events(collectives, 0, report.wall_start_us, 2));
     out_ << "  trace: " << trace.string() << "\n";
   }
   out_ << std::flush;
+}
+
+std::vector<parallel::CommRecord> RunScaffold::take_step_comm(int64_t step) {
+  std::vector<parallel::CommRecord> records = parallel::CommTrace::take();
+  const double exposed = parallel::CommTrace::take_exposed_seconds();
+  const double seconds = seconds_since(last_comm_take_);
+  last_comm_take_ = std::chrono::steady_clock::now();
+  const int rank = world_.rank();
+  for (const parallel::CommRecord& r : records) {
+    comm_summary_.add(r);
+    *comm_file_ << parallel::comm_record_json(r, step, rank) << '\n';
+  }
+  *comm_file_ << parallel::comm_step_json({step, rank, seconds, exposed}) << '\n';
+  comm_file_->flush();
+  MT_CHECK(comm_file_->good(), "[comm] trace: writing ", config_.job.dump_folder,
+           "/comm/rank-", rank, ".jsonl failed");
+  comm_summary_.add_step(seconds, exposed);
+  window_exposed_s_ += exposed;
+  window_traced_s_ += seconds;
+  return records;
+}
+
+std::optional<double> RunScaffold::take_comm_exposed_fraction() {
+  if (!config_.comm.trace) return std::nullopt;
+  const double share = window_traced_s_ > 0 ? window_exposed_s_ / window_traced_s_ : 0.0;
+  window_exposed_s_ = window_traced_s_ = 0;
+  return share;
 }
 
 bool RunScaffold::end_of_step(int64_t step, int64_t seen, TrainResult& result) {
@@ -142,6 +182,11 @@ void RunScaffold::finish(TrainResult& result) {
   const fs::path dump(config_.job.dump_folder);
   if (write_files_ && config_.metrics.plot)
     plot_losses(result, dump / "loss.svg", config_.job.description + ": loss");
+  if (!comm_summary_.empty()) {
+    out_ << "communication of rank " << world_.rank() << " (" << (dump / "comm").string()
+         << ", mt_comm_report summarises every rank):\n"
+         << comm_summary_.text();
+  }
   log_summary(result, write_files_ ? dump : fs::path(), out_);
 }
 

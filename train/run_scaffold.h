@@ -1,17 +1,21 @@
 // RunScaffold: what every trainer's train() does around its steps, written once for the language
 // model Trainer and the RecsysTrainer: [training] deterministic (runtime/core/determinism.h) for
 // the run, the SIGINT/SIGTERM/SIGUSR1 stop request, metrics.jsonl, the [profiling] of every
-// profile_freq-th step, the end of each step (a checkpoint when due, a stop agreed by every rank)
+// profile_freq-th step, the [comm] trace of every step, the end of each step (a checkpoint when due, a stop agreed by every rank)
 // and the end of the run (the background save awaited, a preempted job requeued, loss.svg, the
 // summary line).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
+#include "parallel/comm/comm_report.h"
 #include "runtime/core/determinism.h"
 #include "runtime/core/device.h"
 #include "train/config/job_config.h"
@@ -57,8 +61,14 @@ class RunScaffold {
   // profile_freq-th step is recorded by the op profiler (runtime/core/profiler.h), its kernels
   // on `device` timed there. The log gets the summary (where the step's time went); rank 0
   // writes a Chrome trace to <dump_folder>/<save_traces_folder>/step_<N>.json.
+  // With [comm] trace (on every rank), each step's collectives and its exposed communication go
+  // to <dump_folder>/comm/rank-N.jsonl (parallel/comm/comm_trace.h), the collectives of a
+  // profiled step into its Chrome trace as a track per group, and finish() prints the summary.
   void profile_begin(int64_t step, runtime::Device device);
   void profile_end(int64_t step);
+  // The share of the time since the last call that the training thread was blocked in
+  // collectives; nullopt without [comm] trace.
+  std::optional<double> take_comm_exposed_fraction();
 
   // Collective. After step `step` (`seen`: tokens or samples so far): saves when due; returns
   // true when the run stops here because any rank was asked to (logged, result marked).
@@ -82,6 +92,14 @@ class RunScaffold {
   std::unique_ptr<JsonlWriter> jsonl_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   bool profiling_step_ = false;
+  // [comm] trace: this rank's trace file, the run's summary, the exposed time of the log window.
+  std::unique_ptr<std::ofstream> comm_file_;
+  parallel::CommSummary comm_summary_;
+  double window_exposed_s_ = 0, window_traced_s_ = 0;
+  std::chrono::steady_clock::time_point last_comm_take_ = std::chrono::steady_clock::now();
+  // Writes and sums the collectives since the last take (the step, and what ran between it and
+  // the step before: the stop check, logged metrics) and returns them.
+  std::vector<parallel::CommRecord> take_step_comm(int64_t step);
   bool preempted_ = false;  // the run stopped on a SIGUSR1 (a scheduler's preemption warning)
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };

@@ -803,6 +803,7 @@ TrainResult Trainer::train() {
       m.mem_in_use_bytes = mem.bytes_in_use;
       m.mem_peak_bytes = mem.peak_bytes_in_use;
       m.data_wait_fraction = window_wait / std::max(window_seconds, 1e-9);
+      m.comm_exposed_fraction = run.take_comm_exposed_fraction();
       m.elapsed_sec = run.elapsed_seconds();
       m.eta_sec = eta.eta(step);
       m.model_metrics = result.model_metrics.back();

@@ -48,6 +48,9 @@ class MpiProcessGroup : public ProcessGroup {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return name_; }
+  std::vector<int> world_ranks() const override {
+    return comm_ == MPI_COMM_NULL ? std::vector<int>{0} : world_ranks_;
+  }
   // The group's communicator, for side-by-side raw MPI measurements (parallel/comm/comm_bench.h);
   // collectives go through the ProcessGroup calls.
   MPI_Comm communicator() const { return comm_; }

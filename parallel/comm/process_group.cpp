@@ -49,6 +49,7 @@ ScopedCollectiveTimeout::ScopedCollectiveTimeout(std::chrono::milliseconds timeo
 ScopedCollectiveTimeout::~ScopedCollectiveTimeout() { set_collective_timeout(previous_); }
 
 void Work::wait() const {
+  ExposedCommScope blocked;
   if (wait_) wait_();
   if (done_.valid()) done_.get();
 }
@@ -146,7 +147,9 @@ Work ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op, const std::stri
   check_tensor(tensor, "tensor", "all_reduce", *this);
   check_reducible(tensor, op, "all_reduce", *this);
   Tensor t = tensor.detach();
-  return submit("all_reduce", name, int64_t(t.nbytes()), async_op, {t}, [this, t, op] {
+  CommRecord call = describe_call(name, int64_t(t.nbytes()), &t, &t);
+  call.reduce_op = reduce_op_name(op);
+  return submit("all_reduce", std::move(call), async_op, {t}, [this, t, op] {
     const bool host_avg = op == ReduceOp::Avg && !backend_reduces_avg();
     Tensor buf = staged(t, true);
     do_all_reduce(buf, backend_op(op, host_avg));
@@ -161,7 +164,8 @@ Work ProcessGroup::all_gather_into(const Tensor& out, const Tensor& in, const st
   check_tensor(in, "in", "all_gather_into", *this);
   check_rows(out, in, size(), "out", "in", "all_gather_into", *this);
   Tensor o = out.detach(), i = in.detach();
-  return submit("all_gather_into", name, int64_t(o.nbytes()), async_op, {o, i}, [this, o, i] {
+  CommRecord call = describe_call(name, int64_t(o.nbytes()), &i, &o);
+  return submit("all_gather_into", std::move(call), async_op, {o, i}, [this, o, i] {
     Tensor ob = out_buffer(o, false);
     do_all_gather(ob, i.contiguous());
     copy_back(o, ob);
@@ -175,7 +179,9 @@ Work ProcessGroup::reduce_scatter_into(const Tensor& out, const Tensor& in, Redu
   check_rows(in, out, size(), "in", "out", "reduce_scatter_into", *this);
   check_reducible(in, op, "reduce_scatter_into", *this);
   Tensor o = out.detach(), i = in.detach();
-  return submit("reduce_scatter_into", name, int64_t(i.nbytes()), async_op, {o, i},
+  CommRecord call = describe_call(name, int64_t(i.nbytes()), &i, &o);
+  call.reduce_op = reduce_op_name(op);
+  return submit("reduce_scatter_into", std::move(call), async_op, {o, i},
                 [this, o, i, op] {
                   const bool host_avg = op == ReduceOp::Avg && !backend_reduces_avg();
                   Tensor ob = out_buffer(o, true);
@@ -191,7 +197,9 @@ Work ProcessGroup::broadcast(const Tensor& tensor, int root, const std::string& 
   MT_CHECK(root >= 0 && root < size(), where("broadcast", *this), ": root must be in [0, ", size(),
            "), got ", root);
   Tensor t = tensor.detach();
-  return submit("broadcast", name, int64_t(t.nbytes()), async_op, {t}, [this, t, root] {
+  CommRecord call = describe_call(name, int64_t(t.nbytes()), &t, &t);
+  call.peer = root;
+  return submit("broadcast", std::move(call), async_op, {t}, [this, t, root] {
     Tensor buf = t.contiguous();
     do_broadcast(buf, root);
     copy_back(t, buf);
@@ -199,7 +207,8 @@ Work ProcessGroup::broadcast(const Tensor& tensor, int root, const std::string& 
 }
 
 Work ProcessGroup::barrier(const std::string& name, bool async_op) {
-  return submit("barrier", name, 0, async_op, {}, [this] { do_barrier(); });
+  return submit("barrier", describe_call(name, 0, nullptr, nullptr), async_op, {},
+                [this] { do_barrier(); });
 }
 
 Work ProcessGroup::all_to_all_single(const Tensor& out, const Tensor& in,
@@ -233,7 +242,12 @@ Work ProcessGroup::all_to_all_single(const Tensor& out, const Tensor& in,
   for (auto& s : out_splits) s *= row;
   for (auto& s : in_splits) s *= row;
   Tensor o = out.detach(), i = in.detach();
-  return submit(c, name, int64_t(i.nbytes()), async_op, {o, i},
+  CommRecord call = describe_call(name, int64_t(i.nbytes()), &i, &o);
+  if (CommTrace::active()) {
+    for (int64_t s : out_splits) call.recv_bytes.push_back(s * int64_t(o.element_size()));
+    for (int64_t s : in_splits) call.send_bytes.push_back(s * int64_t(i.element_size()));
+  }
+  return submit(c, std::move(call), async_op, {o, i},
                 [this, o, i, oc = std::move(out_splits), ic = std::move(in_splits)] {
                   Tensor ob = out_buffer(o, false);
                   do_all_to_all(ob, i.contiguous(), oc, ic);
@@ -247,7 +261,10 @@ Work ProcessGroup::send(const Tensor& tensor, int dst, int tag, const std::strin
   check_peer(dst, "dst", "send", *this);
   MT_CHECK(tag >= 0, where("send", *this), ": tag must be >= 0, got ", tag);
   Tensor t = tensor.detach();
-  return submit("send", name, int64_t(t.nbytes()), async_op, {t},
+  CommRecord call = describe_call(name, int64_t(t.nbytes()), &t, nullptr);
+  call.peer = dst;
+  call.tag = tag;
+  return submit("send", std::move(call), async_op, {t},
                 [this, t, dst, tag] { do_send(t.contiguous(), dst, tag); });
 }
 
@@ -257,7 +274,10 @@ Work ProcessGroup::recv(const Tensor& tensor, int src, int tag, const std::strin
   check_peer(src, "src", "recv", *this);
   MT_CHECK(tag >= 0, where("recv", *this), ": tag must be >= 0, got ", tag);
   Tensor t = tensor.detach();
-  return submit("recv", name, int64_t(t.nbytes()), async_op, {t}, [this, t, src, tag] {
+  CommRecord call = describe_call(name, int64_t(t.nbytes()), nullptr, &t);
+  call.peer = src;
+  call.tag = tag;
+  return submit("recv", std::move(call), async_op, {t}, [this, t, src, tag] {
     Tensor buf = out_buffer(t, false);
     do_recv(buf, src, tag);
     copy_back(t, buf);
@@ -279,41 +299,84 @@ CollectiveRecord ProcessGroup::last_collective() const {
   return last_;
 }
 
-Work ProcessGroup::submit(const char* collective, const std::string& name, int64_t bytes,
-                          bool async_op, std::vector<Tensor> tensors, std::function<void()> fn) {
+CommRecord ProcessGroup::describe_call(const std::string& name, int64_t size_bytes,
+                                       const Tensor* in, const Tensor* out) const {
+  CommRecord r;
+  r.name = name;
+  r.size_bytes = size_bytes;
+  if (!CommTrace::active()) return r;
+  r.group = this->name();
+  r.mesh_dim = mesh_dim_;
+  r.members = world_ranks();
+  r.group_rank = rank();
+  r.group_size = size();
+  auto describe_tensor = [](const Tensor* t, std::vector<int64_t>& shape, uint64_t& storage,
+                            int64_t& bytes) {
+    if (t == nullptr) return;
+    for (int64_t d = 0; d < t->dim(); ++d) shape.push_back(t->size(d));
+    storage = t->storage()->id();
+    bytes = int64_t(t->nbytes());
+  };
+  describe_tensor(in, r.in_shape, r.in_storage, r.bytes_in);
+  describe_tensor(out, r.out_shape, r.out_storage, r.bytes_out);
+  if (const Tensor* t = in != nullptr ? in : out) r.dtype = std::string(runtime::dtype_name(t->dtype()));
+  return r;
+}
+
+Work ProcessGroup::submit(const char* collective, CommRecord call, bool async_op,
+                          std::vector<Tensor> tensors, std::function<void()> fn) {
   {
     std::lock_guard lock(stats_mutex_);
-    CommStats& s = stats_[name];
+    CommStats& s = stats_[call.name];
     s.collective = collective;
     s.calls += 1;
-    s.bytes += bytes;
+    s.bytes += call.size_bytes;
   }
-  // Records the call as entered (sequence number, start time), runs it, and adds its busy time,
-  // on whichever thread runs it. Calls of one group run one at a time, in issue order.
-  std::packaged_task<void()> task([this, collective, name, fn = std::move(fn)] {
+  const bool traced = CommTrace::active();
+  if (traced) {
+    call.issue = CommTrace::next_issue();
+    call.collective = collective;
+    call.serves = ScopedCommPurpose::current();
+    call.async = async_op;
+  }
+  // Records the call as entered (sequence number, start time), runs it, and adds its busy time
+  // (and, when tracing, its record), on whichever thread runs it. Calls of one group run one at
+  // a time, in issue order.
+  std::packaged_task<void()> task([this, collective, traced, call = std::move(call),
+                                   fn = std::move(fn)]() mutable {
     const auto t0 = std::chrono::steady_clock::now();
     {
       std::lock_guard lock(stats_mutex_);
-      last_ = {last_.seq + 1, collective, name, true, t0};
+      last_ = {last_.seq + 1, collective, call.name, true, t0};
+      call.seq = last_.seq;
     }
+    if (traced) call.start_us = wall_clock_us();
     struct Finish {  // marks the call finished even when it throws
       ProcessGroup* group;
-      std::string name;
+      CommRecord& call;
+      bool traced;
       std::chrono::steady_clock::time_point t0;
       ~Finish() {
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::lock_guard lock(group->stats_mutex_);
-        group->last_.running = false;
-        group->stats_[name].seconds += seconds;
+        {
+          std::lock_guard lock(group->stats_mutex_);
+          group->last_.running = false;
+          group->stats_[call.name].seconds += seconds;
+        }
+        if (traced) {
+          call.end_us = wall_clock_us();
+          CommTrace::add(std::move(call));
+        }
       }
-    } finish{this, name, t0};
+    } finish{this, call, traced, t0};
     fn();
   });
   // The profiler shows each call as an op of the issuing thread: the whole call when it is
   // synchronous on the host (MPI), the time to queue it otherwise.
   std::optional<runtime::ProfiledKernelScope> recorded;
   if (runtime::t_profiler_records_this_thread) recorded.emplace(collective, device());
+  ExposedCommScope blocked;
   return dispatch(collective, std::move(task), async_op, tensors);
 }
 

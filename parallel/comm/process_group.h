@@ -4,6 +4,7 @@
 // - Every call carries a `name` (for profiling); the group records calls and payload bytes per
 //   name in stats(). Payload bytes: the in-place tensor (all_reduce, broadcast, send, recv), the
 //   gathered `out` (all_gather_into), the full `in` (reduce_scatter_into, all_to_all_single).
+//   While CommTrace is on, every call is also recorded in full (comm_trace.h).
 // - Every call returns a Work. Synchronous by default (the Work is already complete). With
 //   async_op = true the call runs on the group's communication thread (one per group, started on
 //   first use; calls run in issue order, sync calls issued after an async one queue behind it) and
@@ -36,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "parallel/comm/comm_trace.h"
 #include "runtime/core/tensor.h"
 
 namespace mt::parallel {
@@ -133,6 +135,12 @@ class ProcessGroup {
   void reset_stats();
   CollectiveRecord last_collective() const;  // thread-safe (timeout reports read it)
 
+  // World ranks of the members in group order; {} where the backend does not know them.
+  virtual std::vector<int> world_ranks() const { return {}; }
+  // The mesh dimension(s) this group spans ("dp_shard"), for traces; set by DeviceMesh.
+  void set_mesh_dim(std::string dims) { mesh_dim_ = std::move(dims); }
+  const std::string& mesh_dim() const { return mesh_dim_; }
+
  protected:
   ProcessGroup() = default;
   // Backend primitives. Buffers are contiguous tensors on device_type(); reductions receive
@@ -164,13 +172,19 @@ class ProcessGroup {
   void stop_comm_thread();
 
  private:
-  Work submit(const char* collective, const std::string& name, int64_t bytes, bool async_op,
-              std::vector<Tensor> tensors, std::function<void()> fn);
+  // `call` holds the caller's name and the call's size, and while CommTrace is on everything
+  // else a record needs (comm_trace.h); `collective` is a literal ("all_reduce").
+  Work submit(const char* collective, CommRecord call, bool async_op, std::vector<Tensor> tensors,
+              std::function<void()> fn);
+  // The record of a call on this group: `name` and `size_bytes` always, the rest when tracing.
+  CommRecord describe_call(const std::string& name, int64_t size_bytes, const Tensor* in,
+                           const Tensor* out) const;
   void comm_loop();
 
   mutable std::mutex stats_mutex_;  // guards stats_ and last_
   std::map<std::string, CommStats> stats_;
   CollectiveRecord last_;
+  std::string mesh_dim_;
 
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;

@@ -86,6 +86,7 @@ void FSDPParamGroup::unshard(bool async) {
     params_[i]->alloc_unsharded();
     params_[i]->copy_in(all_gather_in_.narrow(0, offsets_[i], params_[i]->padded_shard_numel()));
   }
+  ScopedCommPurpose purpose(comm_purpose());
   all_gather_work_ =
       shard_group_->all_gather_into(all_gather_out_, all_gather_in_, "fsdp.all_gather", async);
   state_ = State::Unsharding;
@@ -152,6 +153,7 @@ bool FSDPParamGroup::start_reduce_scatter() {
     params_[i]->copy_grad_in(params_[i]->unsharded().grad(), reduce_in_, shard_numel_, offsets_[i]);
     params_[i]->unsharded().set_grad(Tensor());
   }
+  ScopedCommPurpose purpose(comm_purpose());
   reduce_scatter_work_ = shard_group_->reduce_scatter_into(reduce_out_, reduce_in_, ReduceOp::Sum,
                                                            "fsdp.reduce_scatter", true);
   reduce_pending_ = true;
@@ -166,6 +168,7 @@ void FSDPParamGroup::wait_for_reduce_scatter() {
   reduce_in_ = Tensor();
   runtime::NoGradGuard no_grad;
   if (replicate_group_ != nullptr) {
+    ScopedCommPurpose purpose(comm_purpose());
     replicate_group_->all_reduce(reduce_out_, ReduceOp::Sum, "fsdp.all_reduce");
   }
   if (gradient_divide_factor_ != 1.0) runtime::mul_(reduce_out_, 1.0 / gradient_divide_factor_);

@@ -61,8 +61,8 @@ std::shared_ptr<DeviceMesh> DeviceMesh::create(std::shared_ptr<ProcessGroup> wor
     std::vector<bool> others(mesh->shape_.size(), true);
     others[d] = false;
     const int color = int(linear_index(mesh->coordinate_, mesh->shape_, others));
-    mesh->groups_.push_back(
-        mesh->world_->split(color, int(mesh->coordinate_[d])));
+    mesh->groups_.push_back(mesh->world_->split(color, int(mesh->coordinate_[d])));
+    mesh->groups_.back()->set_mesh_dim(mesh->names_[d]);
   }
   return mesh;
 }
@@ -106,6 +106,7 @@ std::shared_ptr<DeviceMesh> DeviceMesh::submesh(const std::vector<std::string>& 
   auto sub = std::shared_ptr<DeviceMesh>(new DeviceMesh());
   sub->world_ = world_->split(int(linear_index(coordinate_, shape_, others)),
                             int(linear_index(coordinate_, shape_, take)));
+  sub->world_->set_mesh_dim(join_names(dims));
   for (size_t d = 0; d < take.size(); ++d) {
     if (!take[d]) continue;
     sub->shape_.push_back(shape_[d]);
@@ -126,6 +127,7 @@ std::shared_ptr<DeviceMesh> DeviceMesh::flatten(const std::vector<std::string>& 
   flat->names_ = {name};
   flat->coordinate_ = {sub->rank()};
   flat->groups_ = {sub->world_};
+  sub->world_->set_mesh_dim(name);
   return flat;
 }
 

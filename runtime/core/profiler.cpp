@@ -20,6 +20,7 @@ using Clock = std::chrono::steady_clock;
 struct Session {
   Device device;
   Clock::time_point start;
+  double wall_start_us = 0;  // the same instant on the wall clock
   std::unique_ptr<DeviceTimeline> timeline;  // null: host times only
   std::vector<ProfiledOp> ops;
   std::vector<std::pair<int64_t, int64_t>> marks;  // per op: its begin and end marker, or -1
@@ -61,6 +62,9 @@ void Profiler::start(Device device) {
       session->timeline = rt->timeline(device.index);
   }
   session->start = Clock::now();
+  session->wall_start_us = double(std::chrono::duration_cast<std::chrono::microseconds>(
+                                      std::chrono::system_clock::now().time_since_epoch())
+                                      .count());
   g_session = session.release();
   t_profiler_records_this_thread = true;
 }
@@ -121,6 +125,7 @@ ProfileReport Profiler::stop() {
     r.device_span_ms = first < 0 ? 0 : (last - first) / 1e3;
   }
   r.wall_ms = us_since(s->start) / 1e3;
+  r.wall_start_us = s->wall_start_us;
   r.ops = std::move(s->ops);
   return r;
 }
@@ -178,7 +183,8 @@ std::string ProfileReport::summary(size_t top) const {
   return out.str();
 }
 
-void ProfileReport::write_chrome_trace(const std::string& path) const {
+void ProfileReport::write_chrome_trace(const std::string& path,
+                                       const std::vector<std::string>& extra_events) const {
   std::ofstream f(path);
   MT_CHECK(f.good(), "profiler: cannot write the trace ", path);
   // Device times are relative to the first marker: place it where its op began on the host.
@@ -211,6 +217,7 @@ void ProfileReport::write_chrome_trace(const std::string& path) const {
          "{\"name\": "
       << json_string(device_text(device)) << "}}";
   }
+  for (const std::string& e : extra_events) f << ",\n" << e;
   f << "\n]}\n";
   MT_CHECK(f.good(), "profiler: writing the trace ", path, " failed");
 }

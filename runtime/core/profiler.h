@@ -47,9 +47,14 @@ struct ProfileReport {
   std::vector<OpTotal> totals() const;
   // A short table: the span, busy and idle device time, then the `top` largest totals.
   std::string summary(size_t top = 12) const;
+  double wall_start_us = 0;   // the session's start on the wall clock (us since the epoch)
+
   // Chrome's trace-event JSON: host ops on thread 0, device ops on thread 1 (placed so that the
-  // first marker lines up with the host time its op began). Throws mt::Error if it cannot write.
-  void write_chrome_trace(const std::string& path) const;
+  // first marker lines up with the host time its op began), then `extra_events` (JSON objects,
+  // e.g. the collectives' tracks, with times relative to wall_start_us). Throws mt::Error if it
+  // cannot write.
+  void write_chrome_trace(const std::string& path,
+                          const std::vector<std::string>& extra_events = {}) const;
 };
 
 // The process's one recording session, from the calling thread.

@@ -4,8 +4,11 @@
 // still refer to it: release_memory() returns the bytes to the allocator (data() is null until
 // restore_memory() allocates them again; the contents are then undefined until written).
 // Host memory comes from the CPU allocator, or page-locked from the pinned host allocator.
+// Each storage has an id unique in the process (traces name tensors by it: an address may be
+// reused by the allocator, an id never is).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -22,7 +25,8 @@ class Storage {
       : allocator_(&allocator),
         data_(allocator.allocate(nbytes, device)),
         nbytes_(nbytes),
-        device_(device) {}
+        device_(device),
+        id_(next_id()) {}
   ~Storage() { release_memory(); }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -30,6 +34,7 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  uint64_t id() const { return id_; }
   bool has_memory() const { return data_ != nullptr; }
   bool is_pinned() const { return allocator_ == pinned_host_allocator(); }
   void release_memory() {
@@ -49,6 +54,12 @@ class Storage {
   size_t nbytes_;
   Device device_;
   uint64_t version_ = 0;
+  uint64_t id_;
+
+  static uint64_t next_id() {
+    static std::atomic<uint64_t> counter{0};
+    return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
 };
 
 }  // namespace mt::runtime

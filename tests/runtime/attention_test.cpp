@@ -230,7 +230,9 @@ TEST(Attention, TransposedViewsGiveTheContiguousResultsBitwise) {
         return views ? t.transpose(1, 2) : t.transpose(1, 2).contiguous();
       };
       Tensor y = scaled_dot_product_attention(bhtd(q), bhtd(k), bhtd(v));
-      if (views) EXPECT_TRUE(y.transpose(1, 2).is_contiguous()) << "out laid out [B, T, H, D]";
+      if (views) {
+        EXPECT_TRUE(y.transpose(1, 2).is_contiguous()) << "out laid out [B, T, H, D]";
+      }
       y.backward(views ? dy : dy.contiguous());
       results[views].push_back(bits_of(y));
       for (const Tensor& t : {q, k, v})

@@ -287,6 +287,10 @@ std::vector<SectionSpec> build_schema() {
            "A collective not finished after this long ends every rank with an error (at most a "
            "year: larger values overflowed the clock)",
            in_range(1, 365 * 24 * 3600)},
+          {"trace", &N::trace,
+           "Record every collective (group, mesh dim, bytes, time, busbw) to "
+           "<dump_folder>/comm/rank-N.jsonl on every rank, show the exposed communication share "
+           "in the step log and a summary at the end (mt_comm_report reads the folder)"},
       }));
   return s;
 }

@@ -137,6 +137,7 @@ struct EmbeddingTablesConfig {  // [embedding]: embedding tables of recommendati
 
 struct CommConfig {  // [comm]
   int64_t timeout_seconds = 300;
+  bool trace = false;  // every collective to <dump_folder>/comm/rank-N.jsonl
   bool operator==(const CommConfig&) const = default;
 };
 

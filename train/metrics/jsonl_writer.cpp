@@ -135,6 +135,7 @@ JsonObject to_json(const StepMetrics& m) {
       .add("mem_in_use_bytes", m.mem_in_use_bytes)
       .add("mem_peak_bytes", m.mem_peak_bytes)
       .add("data_wait_fraction", m.data_wait_fraction)
+      .add("comm_exposed_fraction", m.comm_exposed_fraction)
       .add("elapsed_sec", m.elapsed_sec)
       .add("eta_sec", m.eta_sec);
   for (const auto& [name, value] : m.model_metrics) o.add(name, value);

@@ -8,7 +8,8 @@
 // decimals, grad_norm 2 (scientific outside [0.01, 1e5)), lr 1 (scientific), tok/s/rank (per
 // rank, as torchtitan's tps; samples/s/rank for recsys models) has thousands separators and on
 // more than one rank is followed by the job's total, memory is "in-use/peak" in MiB (under 1 GiB
-// of peak) or GiB, data is the share of the step spent waiting for data, eta is compact ("45s",
+// of peak) or GiB, data is the share of the step spent waiting for data, comm (when [comm]
+// trace is on) the share blocked in collectives not overlapped by compute, eta is compact ("45s",
 // "3m12s", "2h05m", "3d04h"). Unknown values (no peak FLOPs, no memory stats, ETA during warmup)
 // print as "n/a", non-finite ones as "nan"/"inf".
 #pragma once
@@ -32,6 +33,8 @@ struct StepMetrics {
   std::optional<int64_t> mem_in_use_bytes;
   std::optional<int64_t> mem_peak_bytes;
   double data_wait_fraction = 0.0;  // share of the step's wall time spent waiting for data
+  // Share of the step the training thread was blocked in collectives ([comm] trace only).
+  std::optional<double> comm_exposed_fraction;
   double elapsed_sec = 0.0;         // since the start of training
   std::optional<double> eta_sec;    // nullopt while the estimator warms up
   // The model's own metrics (e.g. moe_load_imbalance), logged after the others by name.

@@ -77,6 +77,7 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const StepMetric
   if (m.mem_in_use_bytes) s.emplace_back("mem_in_use_gib", double(*m.mem_in_use_bytes) / kGiB);
   if (m.mem_peak_bytes) s.emplace_back("mem_peak_gib", double(*m.mem_peak_bytes) / kGiB);
   s.emplace_back("data_wait_fraction", m.data_wait_fraction);
+  if (m.comm_exposed_fraction) s.emplace_back("comm_exposed_fraction", *m.comm_exposed_fraction);
   for (const auto& [name, value] : m.model_metrics) s.emplace_back(name, value);
   return s;
 }

@@ -1,0 +1,128 @@
+// Per-collective records (the communication side of the profiler, and the execution trace that
+// mt_replay plays back). While CommTrace is on, every collective of every process group is
+// recorded when it finishes: what it was and whom it served, its group and mesh dimension, this
+// rank's bytes, its tensors (dtype, shape, storage id), and its start and end on the wall clock,
+// from which algbw and busbw follow by nccl-tests' definitions (bandwidth.h). An uneven
+// all_to_all keeps its per-peer bytes instead of a busbw (the even formula is wrong there).
+//
+// Exposed communication: the time the thread that started the trace spent blocked in
+// collectives (a synchronous call from entry to return; an async one in Work::wait()). Async calls
+// that finish while that thread computes cost nothing there. On a GPU (NCCL) a call only queues
+// on the communication stream and Work::wait() orders streams, so this counts host time only.
+//
+// Records are JSON lines (schema `kCommTraceSchema`, documented in the README's "Communication
+// and traces" section); times are microseconds since the Unix epoch, so the ranks of one node
+// line up (ranks on several nodes as well as their clocks agree).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "parallel/comm/bandwidth.h"
+
+namespace mt::parallel {
+
+inline constexpr int kCommTraceSchema = 1;
+
+struct CommRecord {
+  int64_t issue = 0;        // the call's place among this process's calls (issue order)
+  int64_t seq = 0;          // the call's number on its group (1 = the first)
+  std::string collective;   // "all_reduce", "all_gather_into", "reduce_scatter_into",
+                            // "all_to_all_single", "broadcast", "barrier", "send", "recv"
+  std::string name;         // the caller's name ("fsdp.all_gather")
+  std::string serves;       // what it served (ScopedCommPurpose: "layers.3"), or ""
+  std::string group;        // the group's name ("mpi:world/split(0,1)")
+  std::string mesh_dim;     // the mesh dimension the group spans ("dp_shard"), or ""
+  std::vector<int> members;  // world ranks of the members in group order ({} where unknown)
+  int group_rank = 0, group_size = 1;
+  std::string dtype;        // of the payload ("f32", "bf16", ...; "" for a barrier)
+  std::string reduce_op;    // "sum", "avg", "max", "min", or "" when it does not reduce
+  int peer = -1;            // broadcast: the root; send: dst; recv: src
+  int tag = -1;             // send/recv
+  std::vector<int64_t> in_shape, out_shape;  // the caller's tensors ({} where none)
+  uint64_t in_storage = 0, out_storage = 0;  // their storage ids (0 where none)
+  int64_t bytes_in = 0, bytes_out = 0;       // this rank's input and output bytes
+  int64_t size_bytes = 0;                    // nccl-tests' size of the call (bandwidth.h)
+  std::vector<int64_t> send_bytes, recv_bytes;  // all_to_all_single: to / from each member
+  bool async = false;
+  double start_us = 0, end_us = 0;  // wall clock, microseconds since the epoch
+
+  double seconds() const { return (end_us - start_us) / 1e6; }
+  bool has_kind() const;      // not a barrier
+  CollectiveKind kind() const;  // throws for a barrier
+  bool uneven() const;        // an all_to_all whose blocks differ between peers
+  double algbw() const;       // bytes/s; 0 for a barrier or a zero-length call
+  double busbw() const;       // bytes/s; 0 where it has no meaning (uneven all_to_all, barrier)
+  // All_to_all: this rank's bytes to and from the other members (its own block excluded).
+  AllToAllTraffic traffic() const;
+};
+
+// A rank's trace file holds one JSON line per record (with the step it belongs to and the
+// process's world rank) and one per traced step (its wall time and exposed communication).
+struct TracedCollective {
+  int64_t step = 0;
+  int rank = 0;
+  CommRecord record;
+};
+struct TracedStep {
+  int64_t step = 0;
+  int rank = 0;
+  double seconds = 0, exposed_seconds = 0;
+};
+std::string comm_record_json(const CommRecord& r, int64_t step, int rank);
+std::string comm_step_json(const TracedStep& s);
+struct CommTraceLine {
+  bool is_step = false;
+  TracedStep step;              // when is_step
+  TracedCollective collective;  // otherwise
+};
+// Reads a line written by either; throws mt::Error naming `where` on anything else.
+CommTraceLine parse_comm_trace_line(const std::string& line, const std::string& where);
+
+class CommTrace {
+ public:
+  // Starts recording (process-wide); the calling thread becomes the one whose blocked time counts
+  // as exposed. Throws if a trace is on.
+  static void start();
+  static void stop();  // drops what was not taken
+  static bool active();
+  // The records finished since the last take, in issue order.
+  static std::vector<CommRecord> take();
+  // Seconds the tracing thread spent blocked in collectives since the last take.
+  static double take_exposed_seconds();
+
+  // For ProcessGroup: the next issue number, a finished record, and blocked time.
+  static int64_t next_issue();
+  static void add(CommRecord record);
+  static void add_exposed(double seconds);  // ignored unless on the tracing thread
+};
+
+// Measures the time the current thread is blocked in its scope as exposed (when tracing).
+class ExposedCommScope {
+ public:
+  ExposedCommScope();
+  ~ExposedCommScope();
+  ExposedCommScope(const ExposedCommScope&) = delete;
+  ExposedCommScope& operator=(const ExposedCommScope&) = delete;
+
+ private:
+  double start_us_ = -1;
+};
+
+// Names what the collectives this thread issues in the scope serve ("layers.3"); nests.
+class ScopedCommPurpose {
+ public:
+  explicit ScopedCommPurpose(std::string purpose);
+  ~ScopedCommPurpose();
+  ScopedCommPurpose(const ScopedCommPurpose&) = delete;
+  ScopedCommPurpose& operator=(const ScopedCommPurpose&) = delete;
+  static const std::string& current();  // "" outside any scope
+
+ private:
+  std::string previous_;
+};
+
+double wall_clock_us();  // microseconds since the Unix epoch
+
+}  // namespace mt::parallel
