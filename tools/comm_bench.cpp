@@ -49,6 +49,12 @@ int run(int argc, char** argv) {
   parallel::CommBenchOptions o;
   tools::FlagReader flags("mt_comm_bench", argc, argv);
   while (flags.next()) {
+    if (flags.is("--help") || flags.is("-h")) {
+      std::cout << "usage: mpirun -np N mt_comm_bench [-b MIN] [-e MAX] [-f FACTOR] [-o OP|all] "
+                   "[-d f32|bf16] [-w WARMUP] [-n ITERS] [-c 0|1] [--skew S] [--compare-mpi]\n"
+                   "(see the top of tools/comm_bench.cpp)\n";
+      return 0;
+    }
     if (flags.is("-b") || flags.is("--minbytes")) o.min_bytes = parse_bytes(flags.value());
     else if (flags.is("-e") || flags.is("--maxbytes")) o.max_bytes = parse_bytes(flags.value());
     else if (flags.is("-f") || flags.is("--stepfactor")) o.step_factor = flags.int_value();

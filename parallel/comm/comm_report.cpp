@@ -8,7 +8,12 @@
 namespace mt::parallel {
 
 std::string comm_group_label(const CommRecord& r) {
-  return r.mesh_dim.empty() ? r.group : r.mesh_dim + " (" + r.group + ")";
+  std::string label = r.mesh_dim.empty() ? r.group : r.mesh_dim;
+  if (r.members.empty()) return label;
+  label += " [";
+  for (size_t i = 0; i < r.members.size(); ++i)
+    label += (i ? "," : "") + std::to_string(r.members[i]);
+  return label + "]";
 }
 
 void CommSummary::add(const CommRecord& r) {

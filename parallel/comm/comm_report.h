@@ -37,7 +37,8 @@ class CommSummary {
   double step_seconds_ = 0, exposed_seconds_ = 0;
 };
 
-// "dp_shard (mpi:world/split(0,1))", or the group's name when it has no mesh dimension.
+// The group as every member names it: "dp_shard [0,1]" (the mesh dimension, or the group's name
+// when it has none, and the members' world ranks where known).
 std::string comm_group_label(const CommRecord& r);
 
 // Chrome trace events (JSON objects, comma-free) for the records of one process: each group on
