@@ -9,12 +9,14 @@
 #include <any>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "models/llama/model_args.h"
 #include "models/moe/model_args.h"
+#include "parallel/comm/comm_trace.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "parallel/comm/object_collectives.h"
 #include "parallel/mesh/device_mesh.h"
@@ -248,6 +250,54 @@ std::vector<std::string> tp_args(int64_t tp, std::vector<std::string> more = {})
 
 // tp 2 on the 2 ranks of a pair; on 4 ranks FSDP 2 x TP 2 (a 2-D mesh): with sequence
 // parallelism (and loss parallel), without it, and with the logits gathered before the loss.
+// [comm] trace: every rank's file lists each step's collectives. A 2-layer Llama under FSDP
+// (every block and the root a group; the last block keeps its parameters between forward and
+// backward) all-gathers 2 x layers groups, reduce-scatters layers + 1 and all-reduces the clip
+// norm once per step, on the dp_shard group of every rank, with nccl-tests' busbw.
+TEST(TrainerMpi, CommTraceListsEachStepsCollectives) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int w = world()->size();
+  const fs::path dump = shared_dir("comm_trace");
+  run(job(corpus, dump, 8 / w,
+          {"--comm.trace=true", "--training.steps=3", "--validation.enable=false"}),
+      world());
+  const int64_t layers = 2;  // testing::shrink_llama
+  std::ifstream in(dump / "comm" / ("rank-" + std::to_string(world()->rank()) + ".jsonl"));
+  ASSERT_TRUE(in.good());
+  std::map<int64_t, std::map<std::string, int64_t>> per_step;  // step -> "name collective" -> n
+  std::map<int64_t, int64_t> step_lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    const parallel::CommTraceLine l = parallel::parse_comm_trace_line(line, "trace");
+    if (l.is_step) {
+      ++step_lines[l.step.step];
+      EXPECT_GT(l.step.seconds, 0);
+      EXPECT_GE(l.step.exposed_seconds, 0);
+      EXPECT_LE(l.step.exposed_seconds, l.step.seconds);
+      continue;
+    }
+    const parallel::CommRecord& r = l.collective.record;
+    EXPECT_EQ(l.collective.rank, world()->rank());
+    ++per_step[l.collective.step][r.name + " " + r.collective];
+    if (r.name.rfind("fsdp.", 0) == 0) {
+      EXPECT_EQ(r.mesh_dim, "dp_shard") << line;
+      EXPECT_EQ(r.group_size, w);
+      EXPECT_EQ(r.members.size(), size_t(w));
+      EXPECT_FALSE(r.serves.empty()) << line;
+      EXPECT_GT(r.size_bytes, 0);
+      EXPECT_GT(r.busbw(), 0) << line;
+      EXPECT_DOUBLE_EQ(r.busbw(), r.algbw() * double(w - 1) / double(w)) << line;
+    }
+  }
+  ASSERT_EQ(per_step.size(), 3u);
+  for (const auto& [step, counts] : per_step) {
+    EXPECT_EQ(step_lines[step], 1) << "step " << step;
+    EXPECT_EQ(counts.at("fsdp.all_gather all_gather_into"), 2 * layers) << "step " << step;
+    EXPECT_EQ(counts.at("fsdp.reduce_scatter reduce_scatter_into"), layers + 1) << "step " << step;
+    EXPECT_EQ(counts.at("clip_grad_norm all_reduce"), 1) << "step " << step;
+  }
+}
+
 TEST(TrainerMpi, TensorParallelMatchesOneProcess) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const int64_t dp = world()->size() / 2;
