@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "parallel/comm/execution_trace.h"
 #include "parallel/comm/process_group.h"
 #include "runtime/core/profiler.h"
 #include "runtime/ops/factory.h"
@@ -91,7 +92,7 @@ void RunScaffold::log_values(int64_t step,
 }
 
 RunScaffold::~RunScaffold() {
-  if (config_.comm.trace) parallel::CommTrace::stop();
+  if (config_.comm.trace || tracing_step_comm_) parallel::CommTrace::stop();
   if (!profiling_step_) return;
   try {
     (void)runtime::Profiler::stop();  // a step that threw: close its session
@@ -102,16 +103,36 @@ RunScaffold::~RunScaffold() {
 void RunScaffold::profile_begin(int64_t step, runtime::Device device) {
   const config::ProfilingConfig& p = config_.profiling;
   profiling_step_ = p.enable && step % p.profile_freq == 0;
-  if (profiling_step_) runtime::Profiler::start(device);
+  if (!profiling_step_) return;
+  runtime::Profiler::start(device, p.execution_trace);
+  if (p.execution_trace && !config_.comm.trace) {  // the step's collectives, for its trace
+    parallel::CommTrace::start();
+    tracing_step_comm_ = true;
+  }
 }
 
 void RunScaffold::profile_end(int64_t step) {
-  const std::vector<parallel::CommRecord> collectives =
-      config_.comm.trace ? take_step_comm(step) : std::vector<parallel::CommRecord>{};
+  std::vector<parallel::CommRecord> collectives;
+  if (config_.comm.trace) {
+    collectives = take_step_comm(step);
+  } else if (tracing_step_comm_) {
+    collectives = parallel::CommTrace::take();
+    parallel::CommTrace::stop();
+    tracing_step_comm_ = false;
+  }
   if (!profiling_step_) return;
   profiling_step_ = false;
   const runtime::ProfileReport report = runtime::Profiler::stop();
   out_ << "profile of step " << step << ": " << report.summary();
+  if (config_.profiling.execution_trace) {  // every rank writes its own
+    const fs::path dir = fs::path(config_.job.dump_folder) / config_.profiling.save_traces_folder /
+                         "execution_trace" / ("step_" + std::to_string(step));
+    fs::create_directories(dir);
+    parallel::write_execution_trace(
+        parallel::make_execution_trace(report, collectives, world_.rank(), world_.size(), step),
+        (dir / ("rank-" + std::to_string(world_.rank()) + ".json")).string());
+    out_ << "  execution trace: " << dir.string() << " (mt_replay replays it)\n";
+  }
   if (write_files_) {
     const fs::path dir = fs::path(config_.job.dump_folder) / config_.profiling.save_traces_folder;
     fs::create_directories(dir);

@@ -61,6 +61,8 @@ class RunScaffold {
   // profile_freq-th step is recorded by the op profiler (runtime/core/profiler.h), its kernels
   // on `device` timed there. The log gets the summary (where the step's time went); rank 0
   // writes a Chrome trace to <dump_folder>/<save_traces_folder>/step_<N>.json.
+  // With [profiling] execution_trace, every rank writes each profiled step's execution trace
+  // (parallel/comm/execution_trace.h) to <dump_folder>/<save_traces_folder>/execution_trace/.
   // With [comm] trace (on every rank), each step's collectives and its exposed communication go
   // to <dump_folder>/comm/rank-N.jsonl (parallel/comm/comm_trace.h), the collectives of a
   // profiled step into its Chrome trace as a track per group, and finish() prints the summary.
@@ -92,6 +94,7 @@ class RunScaffold {
   std::unique_ptr<JsonlWriter> jsonl_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   bool profiling_step_ = false;
+  bool tracing_step_comm_ = false;  // CommTrace on for a profiled step's execution trace only
   // [comm] trace: this rank's trace file, the run's summary, the exposed time of the log window.
   std::unique_ptr<std::ofstream> comm_file_;
   parallel::CommSummary comm_summary_;

@@ -11,8 +11,10 @@ std::string comm_group_label(const CommRecord& r) {
   std::string label = r.mesh_dim.empty() ? r.group : r.mesh_dim;
   if (r.members.empty()) return label;
   label += " [";
-  for (size_t i = 0; i < r.members.size(); ++i)
-    label += (i ? "," : "") + std::to_string(r.members[i]);
+  for (size_t i = 0; i < r.members.size(); ++i) {
+    if (i > 0) label += ',';
+    label += std::to_string(r.members[i]);
+  }
   return label + "]";
 }
 

@@ -20,6 +20,7 @@ std::mutex g_mutex;  // guards g_records and g_exposed_s
 std::vector<CommRecord> g_records;
 double g_exposed_s = 0;
 thread_local bool t_tracing_thread = false;
+thread_local int t_exposed_depth = 0;  // ExposedCommScopes open on this thread
 thread_local std::string t_purpose;
 
 }  // namespace
@@ -95,6 +96,7 @@ std::string comm_record_json(const CommRecord& r, int64_t step, int rank) {
                       {"send_bytes", r.send_bytes},
                       {"recv_bytes", r.recv_bytes},
                       {"async", r.async},
+                      {"issued_us", r.issued_us},
                       {"start_us", r.start_us},
                       {"end_us", r.end_us},
                       {"algbw", r.algbw()},
@@ -162,6 +164,7 @@ CommTraceLine parse_comm_trace_line(const std::string& line, const std::string& 
     j.at("send_bytes").get_to(r.send_bytes);
     j.at("recv_bytes").get_to(r.recv_bytes);
     j.at("async").get_to(r.async);
+    j.at("issued_us").get_to(r.issued_us);
     j.at("start_us").get_to(r.start_us);
     j.at("end_us").get_to(r.end_us);
   } catch (const nlohmann::json::exception& e) {
@@ -220,11 +223,16 @@ void CommTrace::add_exposed(double seconds) {
 }
 
 ExposedCommScope::ExposedCommScope() {
-  if (CommTrace::active() && t_tracing_thread) start_us_ = wall_clock_us();
+  if (!CommTrace::active() || !t_tracing_thread) return;
+  nested_ = t_exposed_depth++ > 0;  // a sync call waiting on its Work: counted once, outside
+  if (!nested_) start_us_ = wall_clock_us();
+  entered_ = true;
 }
 
 ExposedCommScope::~ExposedCommScope() {
-  if (start_us_ >= 0) CommTrace::add_exposed((wall_clock_us() - start_us_) / 1e6);
+  if (!entered_) return;
+  --t_exposed_depth;
+  if (!nested_) CommTrace::add_exposed((wall_clock_us() - start_us_) / 1e6);
 }
 
 ScopedCommPurpose::ScopedCommPurpose(std::string purpose)

@@ -46,7 +46,8 @@ struct CommRecord {
   int64_t size_bytes = 0;                    // nccl-tests' size of the call (bandwidth.h)
   std::vector<int64_t> send_bytes, recv_bytes;  // all_to_all_single: to / from each member
   bool async = false;
-  double start_us = 0, end_us = 0;  // wall clock, microseconds since the epoch
+  double issued_us = 0;             // when the caller issued it (wall clock, us since the epoch)
+  double start_us = 0, end_us = 0;  // when it ran (the same clock; later than issued when queued)
 
   double seconds() const { return (end_us - start_us) / 1e6; }
   bool has_kind() const;      // not a barrier
@@ -98,7 +99,8 @@ class CommTrace {
   static void add_exposed(double seconds);  // ignored unless on the tracing thread
 };
 
-// Measures the time the current thread is blocked in its scope as exposed (when tracing).
+// Measures the time the current thread is blocked in its scope as exposed (when tracing). Scopes
+// nest: only the outermost one counts.
 class ExposedCommScope {
  public:
   ExposedCommScope();
@@ -107,7 +109,8 @@ class ExposedCommScope {
   ExposedCommScope& operator=(const ExposedCommScope&) = delete;
 
  private:
-  double start_us_ = -1;
+  bool entered_ = false, nested_ = false;
+  double start_us_ = 0;
 };
 
 // Names what the collectives this thread issues in the scope serve ("layers.3"); nests.

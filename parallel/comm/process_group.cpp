@@ -338,6 +338,7 @@ Work ProcessGroup::submit(const char* collective, CommRecord call, bool async_op
     call.collective = collective;
     call.serves = ScopedCommPurpose::current();
     call.async = async_op;
+    call.issued_us = wall_clock_us();
   }
   // Records the call as entered (sequence number, start time), runs it, and adds its busy time
   // (and, when tracing, its record), on whichever thread runs it. Calls of one group run one at

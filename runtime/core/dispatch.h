@@ -38,6 +38,7 @@ class KernelTable<R(Args...)> {
     if (!t_profiler_records_this_thread) [[likely]]
       return fn(std::forward<CallArgs>(args)...);
     ProfiledKernelScope recorded(op_, device);  // this thread records (runtime/core/profiler.h)
+    if (Profiler::records_tensors()) (record_kernel_arg<Args>(recorded.index(), args), ...);
     return fn(std::forward<CallArgs>(args)...);
   }
   const char* op() const { return op_; }

@@ -11,6 +11,7 @@
 
 #include "runtime/core/device_runtime.h"
 #include "runtime/core/error.h"
+#include "runtime/core/tensor.h"
 
 namespace mt::runtime {
 namespace {
@@ -25,6 +26,7 @@ struct Session {
   std::vector<ProfiledOp> ops;
   std::vector<std::pair<int64_t, int64_t>> marks;  // per op: its begin and end marker, or -1
   int depth = 0;
+  bool with_tensors = false;
 };
 
 // Touched only by the thread that opened the session (t_profiler_records_this_thread says which),
@@ -53,10 +55,11 @@ std::string json_string(const std::string& s) {
 
 }  // namespace
 
-void Profiler::start(Device device) {
+void Profiler::start(Device device, bool with_tensors) {
   MT_CHECK(!g_recording.exchange(true), "Profiler::start: a session is already open");
   auto session = std::make_unique<Session>();
   session->device = device;
+  session->with_tensors = with_tensors;
   if (!device.is_cpu()) {
     if (DeviceRuntime* rt = device_runtime(device.type))
       session->timeline = rt->timeline(device.index);
@@ -96,6 +99,19 @@ void Profiler::end_op(int64_t index) {
     }
   }
   s.ops[size_t(index)].host_end_us = us_since(s.start);
+}
+
+bool Profiler::records_tensors() { return g_session != nullptr && g_session->with_tensors; }
+
+void Profiler::add_tensor(int64_t index, const Tensor& t, bool output) {
+  if (!t.defined()) return;
+  ProfiledOp& op = g_session->ops[size_t(index)];
+  TensorMeta m;
+  m.storage = t.storage()->id();
+  for (int64_t d = 0; d < t.dim(); ++d) m.shape.push_back(t.size(d));
+  m.dtype = std::string(dtype_name(t.dtype()));
+  m.bytes = int64_t(t.nbytes());
+  (output ? op.outputs : op.inputs).push_back(std::move(m));
 }
 
 ProfileReport Profiler::stop() {

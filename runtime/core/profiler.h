@@ -14,11 +14,22 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/core/device.h"
 
 namespace mt::runtime {
+
+class Tensor;
+
+// A kernel argument as an execution trace records it (with_tensors sessions).
+struct TensorMeta {
+  uint64_t storage = 0;  // Storage::id(): unique in the process, never reused
+  std::vector<int64_t> shape;
+  std::string dtype;     // "f32", ...
+  int64_t bytes = 0;     // of this view
+};
 
 struct ProfiledOp {
   const char* name = "";  // the kernel table's op name
@@ -26,6 +37,8 @@ struct ProfiledOp {
   int depth = 0;  // 0: dispatched by op code; 1 and more: from inside another kernel
   double host_begin_us = 0, host_end_us = 0;        // since the session began
   double device_begin_us = -1, device_end_us = -1;  // since the device's first marker; -1: none
+  // with_tensors sessions: the kernel's tensor arguments (outputs: its non-const Tensor& ones).
+  std::vector<TensorMeta> inputs, outputs;
 };
 
 struct OpTotal {
@@ -61,8 +74,9 @@ struct ProfileReport {
 class Profiler {
  public:
   // Begins recording this thread's kernels, timing those on `device` on its timeline where it
-  // has one. Throws if a session is open.
-  static void start(Device device);
+  // has one; with_tensors also records each kernel's tensor arguments (an execution trace).
+  // Throws if a session is open.
+  static void start(Device device, bool with_tensors = false);
   // Ends the session: waits for the device's markers and returns the report.
   static ProfileReport stop();
   static bool recording();  // a session is open (on any thread)
@@ -70,16 +84,33 @@ class Profiler {
   // For KernelTable: record one dispatched kernel (only on the session's thread).
   static int64_t begin_op(const char* name, Device device);
   static void end_op(int64_t index);
+  static bool records_tensors();  // the session was started with_tensors
+  static void add_tensor(int64_t index, const Tensor& t, bool output);
 };
 
 // This thread opened the current session (the test KernelTable makes on every dispatch).
 inline thread_local bool t_profiler_records_this_thread = false;
+
+// Records one kernel argument of declared type `Declared` in a with_tensors session: Tensor and
+// std::vector<Tensor> arguments, as outputs when passed by non-const reference.
+template <class Declared, class Actual>
+void record_kernel_arg(int64_t index, const Actual& arg) {
+  using T = std::remove_cvref_t<Declared>;
+  constexpr bool output = std::is_lvalue_reference_v<Declared> &&
+                          !std::is_const_v<std::remove_reference_t<Declared>>;
+  if constexpr (std::is_same_v<T, Tensor>) {
+    Profiler::add_tensor(index, arg, output);
+  } else if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
+    for (const Tensor& t : arg) Profiler::add_tensor(index, t, output);
+  }
+}
 
 // Wraps one kernel dispatch while this thread records (KernelTable uses it).
 class ProfiledKernelScope {
  public:
   ProfiledKernelScope(const char* name, Device device) : index_(Profiler::begin_op(name, device)) {}
   ~ProfiledKernelScope() { Profiler::end_op(index_); }
+  int64_t index() const { return index_; }
   ProfiledKernelScope(const ProfiledKernelScope&) = delete;
   ProfiledKernelScope& operator=(const ProfiledKernelScope&) = delete;
 

@@ -234,7 +234,7 @@ TEST_F(JsonlTest, WritesOneFlushedLinePerStepAndAppends) {
               R"({"step": 120, "loss": 3.45213, "grad_norm": 1.234, "lr": 3e-04, )"
               R"("tokens_per_sec": 12345.4, "tokens_per_sec_total": 12345.4, "mfu": null, )"
               R"("mem_in_use_bytes": 1288490188, )"
-              R"("mem_peak_bytes": 1610612736, "data_wait_fraction": 0.021, "elapsed_sec": 30, )"
+              R"("mem_peak_bytes": 1610612736, "data_wait_fraction": 0.021, "comm_exposed_fraction": null, "elapsed_sec": 30, )"
               R"("eta_sec": 192})");
     m.step = 121;
     m.loss = std::numeric_limits<double>::infinity();

@@ -238,6 +238,10 @@ std::vector<SectionSpec> build_schema() {
           {"save_traces_folder", &F::save_traces_folder, "Trace folder, inside job.dump_folder",
            non_empty()},
           {"profile_freq", &F::profile_freq, "Trace one step every this many (> 0 when enabled)"},
+          {"execution_trace", &F::execution_trace,
+           "Also write each profiled step's execution trace (every kernel and collective in "
+           "issue order, with its tensors) on every rank, to <dump_folder>/<save_traces_folder>/"
+           "execution_trace/step_N/rank-R.json (mt_replay plays its collectives back)"},
       }));
   s.push_back(section<V>(
       "validation", &JobConfig::validation, "Loss on the held-out split during training.",

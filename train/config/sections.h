@@ -109,6 +109,7 @@ struct ProfilingConfig {  // [profiling]
   bool enable = false;
   std::string save_traces_folder = "profile_traces";
   int64_t profile_freq = 10;
+  bool execution_trace = false;  // each profiled step's kernels and collectives, every rank
   bool operator==(const ProfilingConfig&) const = default;
 };
 

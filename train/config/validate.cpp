@@ -58,6 +58,9 @@ void validate(const JobConfig& config) {
           "job.requeue_on_preemption needs checkpoint.enable = true (the requeued job resumes "
           "from the checkpoint saved at the stop)",
           "job.requeue_on_preemption", "checkpoint.enable");
+  require(!config.profiling.execution_trace || config.profiling.enable, config,
+          "profiling.execution_trace records the profiled steps: set profiling.enable = true",
+          "profiling.execution_trace", "profiling.enable");
   require(!config.profiling.enable || config.profiling.profile_freq > 0, config,
           "profiling.profile_freq must be > 0 when profiling.enable = true",
           "profiling.profile_freq", "profiling.enable");

@@ -1,0 +1,51 @@
+// Execution traces: one step of one rank, every top-level kernel and every collective in issue
+// order, each with its tensors (a storage id unique in the process, shape, dtype, bytes), the
+// thread it ran on and its duration. `train` writes one per rank for each profiled step with
+// [profiling] execution_trace = true, to
+// <dump_folder>/<save_traces_folder>/execution_trace/step_<S>/rank-<R>.json; mt_replay plays its
+// collectives back (parallel/comm/replay.h). The format (schema kExecutionTraceSchema) is in the
+// README's "Communication and traces" section.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "parallel/comm/comm_trace.h"
+#include "runtime/core/profiler.h"
+
+namespace mt::parallel {
+
+inline constexpr int kExecutionTraceSchema = 1;
+
+struct TraceNode {
+  enum class Type { Op, Collective };
+  Type type = Type::Op;
+  int64_t id = 0;           // place in issue order (1 = first)
+  std::string name;         // the kernel's name, or the collective ("all_gather_into")
+  std::string thread;       // "main", or "comm <group>" for an async collective
+  std::string device;       // "cpu", "cuda:0"
+  double issued_us = 0;     // since the trace began
+  double dur_us = 0;        // host time of the kernel call, or the collective's run time
+  std::vector<runtime::TensorMeta> inputs, outputs;  // ops
+  CommRecord collective;    // collectives
+};
+
+struct ExecutionTrace {
+  int rank = 0, world_size = 1;
+  int64_t step = 0;
+  std::vector<TraceNode> nodes;
+};
+
+// A profiled step (a with_tensors session) and the collectives of that step (CommTrace), merged in
+// issue order. Collectives issued before the session began are left out; the profiler's own
+// entries for collectives are replaced by their records.
+ExecutionTrace make_execution_trace(const runtime::ProfileReport& ops,
+                                    const std::vector<CommRecord>& collectives, int rank,
+                                    int world_size, int64_t step);
+
+// Throw mt::Error naming the file on failure (and, reading, on anything not such a trace).
+void write_execution_trace(const ExecutionTrace& trace, const std::string& path);
+ExecutionTrace read_execution_trace(const std::string& path);
+
+}  // namespace mt::parallel

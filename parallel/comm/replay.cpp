@@ -1,0 +1,299 @@
+// Replay of traced collectives: groups from members, buffers by storage id, the calls in order.
+#include "parallel/comm/replay.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "runtime/core/allocator.h"
+#include "runtime/core/error.h"
+#include "runtime/ops/factory.h"
+
+namespace mt::parallel {
+
+namespace {
+
+using runtime::DType;
+using runtime::Tensor;
+
+ReduceOp reduce_op_from(const std::string& name, const std::string& where) {
+  if (name == "sum") return ReduceOp::Sum;
+  if (name == "avg") return ReduceOp::Avg;
+  if (name == "max") return ReduceOp::Max;
+  if (name == "min") return ReduceOp::Min;
+  MT_FAIL(where, ": unknown reduce op '", name, "'");
+}
+
+std::string where_of(const TraceNode& n) {
+  return detail::concat("trace node ", n.id, " (", n.collective.name, " ", n.collective.collective,
+                        ")");
+}
+
+// The groups every trace's collectives ran on, rebuilt by splitting `world` (collective: every
+// rank walks the same sorted member lists).
+class Groups {
+ public:
+  Groups(ProcessGroup& world, const std::vector<ExecutionTrace>& traces) : world_(world) {
+    std::set<std::vector<int>> all;
+    for (const ExecutionTrace& t : traces) {
+      for (const TraceNode& n : t.nodes) {
+        if (n.type != TraceNode::Type::Collective) continue;
+        MT_CHECK(!n.collective.members.empty(), where_of(n), " on rank ", t.rank,
+                 " has no member list (its backend did not record world ranks): cannot replay");
+        all.insert(n.collective.members);
+      }
+    }
+    everyone_.resize(size_t(world.size()));
+    for (int r = 0; r < world.size(); ++r) everyone_[size_t(r)] = r;
+    for (const std::vector<int>& members : all) {
+      if (members == everyone_) continue;
+      const auto me = std::find(members.begin(), members.end(), world.rank());
+      const bool in = me != members.end();
+      // Non-members split off together; their group is kept (freeing is collective in MPI).
+      std::shared_ptr<ProcessGroup> g =
+          world.split(in ? 0 : 1, in ? int(me - members.begin()) : world.rank());
+      (in ? groups_[members] : others_.emplace_back()) = std::move(g);
+    }
+  }
+
+  ProcessGroup& operator()(const std::vector<int>& members) {
+    if (members == everyone_) return world_;
+    return *groups_.at(members);
+  }
+
+ private:
+  ProcessGroup& world_;
+  std::vector<int> everyone_;
+  std::map<std::vector<int>, std::shared_ptr<ProcessGroup>> groups_;
+  std::vector<std::shared_ptr<ProcessGroup>> others_;
+};
+
+// One tensor use of a call: its storage, dtype and (scaled) shape.
+struct Use {
+  uint64_t storage = 0;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+};
+
+std::vector<int64_t> scaled(std::vector<int64_t> shape, int64_t k) {
+  if (!shape.empty()) shape[0] *= k;
+  return shape;
+}
+
+// The buffers of the replay, by (storage id, dtype): allocated up front or at first use, freed
+// after last use (lazy), each filled with a constant from its id when allocated.
+class Buffers {
+ public:
+  using Key = std::pair<uint64_t, DType>;
+
+  Buffers(const std::vector<std::vector<Use>>& calls, bool lazy) : lazy_(lazy) {
+    for (size_t i = 0; i < calls.size(); ++i) {
+      for (const Use& u : calls[i]) {
+        const Key k{u.storage, u.dtype};
+        numel_[k] = std::max(numel_[k], u.numel());
+        last_use_[k] = i;
+      }
+    }
+    if (!lazy_) {
+      for (const auto& [k, n] : numel_) allocate(k);
+    }
+  }
+
+  Tensor view(const Use& u) {
+    const Key k{u.storage, u.dtype};
+    if (!live_.count(k)) allocate(k);
+    return live_.at(k).narrow(0, 0, u.numel()).view(u.shape);
+  }
+
+  // After call i: frees what it used last (lazy).
+  void release_after(size_t i) {
+    if (!lazy_) return;
+    for (auto it = live_.begin(); it != live_.end();) {
+      it = last_use_.at(it->first) == i ? live_.erase(it) : std::next(it);
+    }
+  }
+
+ private:
+  void allocate(const Key& k) {
+    Tensor t = runtime::empty({std::max<int64_t>(1, numel_.at(k))}, {k.second});
+    if (k.second != DType::Bool) t.fill_(double(k.first % 13 + 1));
+    live_[k] = t;
+  }
+
+  bool lazy_;
+  std::map<Key, int64_t> numel_;
+  std::map<Key, size_t> last_use_;
+  std::map<Key, Tensor> live_;
+};
+
+std::vector<Use> uses_of(const CommRecord& r, int64_t k, const std::string& where) {
+  std::vector<Use> uses;
+  const DType dtype = r.dtype.empty() ? DType::F32 : runtime::dtype_from_name(r.dtype);
+  auto add = [&](uint64_t storage, const std::vector<int64_t>& shape) {
+    if (storage == 0) return;
+    MT_CHECK(!shape.empty(), where, ": a tensor without dims cannot be scaled or replayed");
+    uses.push_back({storage, dtype, scaled(shape, k)});
+  };
+  add(r.in_storage, r.in_shape);
+  if (r.out_storage != r.in_storage || r.in_storage == 0) add(r.out_storage, r.out_shape);
+  return uses;
+}
+
+// Rows of an all_to_all split from its bytes.
+std::vector<int64_t> split_rows(const std::vector<int64_t>& bytes, int64_t row_bytes, int64_t k,
+                                const std::string& where) {
+  std::vector<int64_t> rows;
+  for (int64_t b : bytes) {
+    MT_CHECK(b % row_bytes == 0, where, ": split of ", b,
+             " bytes is not whole rows of ", row_bytes, " bytes");
+    rows.push_back(b / row_bytes * k);
+  }
+  return rows;
+}
+
+uint64_t mix(uint64_t h, double v) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof bits);
+  return (h ^ bits) * 1099511628211ull;
+}
+
+double sum_of(const Tensor& t) {
+  if (t.dtype() == DType::Bool) return 0;
+  const std::vector<double> v = t.to(DType::F64).contiguous().to_vector<double>();
+  double s = 0;
+  for (double x : v) s += x;
+  return s;
+}
+
+}  // namespace
+
+ReplayResult replay_collectives(ProcessGroup& world, const std::vector<ExecutionTrace>& traces,
+                                const ReplayOptions& o) {
+  MT_CHECK(o.scale_bytes >= 1, "replay: scale_bytes must be >= 1, got ", o.scale_bytes);
+  MT_CHECK(o.iterations >= 1, "replay: iterations must be >= 1, got ", o.iterations);
+  const int n = world.size();
+  MT_CHECK(int(traces.size()) == n, "replay: ", traces.size(), " traces for ", n,
+           " ranks: replay runs on as many ranks as the traced step");
+  const ExecutionTrace* mine = nullptr;
+  for (const ExecutionTrace& t : traces) {
+    MT_CHECK(t.world_size == n, "replay: the trace of rank ", t.rank, " was recorded on ",
+             t.world_size, " ranks, this replay has ", n);
+    if (t.rank == world.rank()) mine = &t;
+  }
+  MT_CHECK(mine != nullptr, "replay: no trace for rank ", world.rank());
+  Groups groups(world, traces);
+
+  std::vector<const TraceNode*> calls;
+  std::vector<std::vector<Use>> uses;
+  for (const TraceNode& node : mine->nodes) {
+    if (node.type != TraceNode::Type::Collective) continue;
+    calls.push_back(&node);
+    uses.push_back(uses_of(node.collective, o.scale_bytes, where_of(node)));
+  }
+
+  ReplayResult result;
+  for (int64_t iteration = 0; iteration < o.iterations; ++iteration) {
+    const bool last = iteration + 1 == o.iterations;
+    const runtime::Device cpu{runtime::DeviceType::CPU, 0};
+    const int64_t before = runtime::memory_stats(cpu).bytes_in_use;
+    runtime::reset_peak_memory(cpu);
+    Buffers buffers(uses, o.allocation == ReplayOptions::Allocation::Lazy);
+    uint64_t digest = 1469598103934665603ull;
+    std::vector<ReplayedCall> timed;
+    world.barrier("replay_start");  // not "replay.": those are the traced calls
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const CommRecord& r = calls[i]->collective;
+      const std::string where = where_of(*calls[i]);
+      ProcessGroup& g = groups(r.members);
+      Tensor in, out;
+      for (const Use& u : uses[i]) {
+        if (u.storage == r.in_storage && !in.defined()) in = buffers.view(u);
+        if (u.storage == r.out_storage) out = buffers.view(u);
+      }
+      if (!out.defined()) out = in;
+      if (!in.defined()) in = out;
+      const auto t0 = std::chrono::steady_clock::now();
+      if (r.collective == "all_reduce") {
+        g.all_reduce(in, reduce_op_from(r.reduce_op, where), "replay." + r.name);
+      } else if (r.collective == "all_gather_into") {
+        g.all_gather_into(out, in, "replay." + r.name);
+      } else if (r.collective == "reduce_scatter_into") {
+        g.reduce_scatter_into(out, in, reduce_op_from(r.reduce_op, where), "replay." + r.name);
+      } else if (r.collective == "all_to_all_single") {
+        int64_t row = int64_t(in.element_size());  // bytes of one row: the dims after the first
+        for (int64_t d = 1; d < in.dim(); ++d) row *= in.size(d);
+        g.all_to_all_single(out, in, split_rows(r.recv_bytes, row, o.scale_bytes, where),
+                            split_rows(r.send_bytes, row, o.scale_bytes, where),
+                            "replay." + r.name);
+      } else if (r.collective == "broadcast") {
+        g.broadcast(in, r.peer, "replay." + r.name);
+      } else if (r.collective == "barrier") {
+        g.barrier("replay." + r.name);
+      } else if (r.collective == "send") {
+        g.send(in, r.peer, r.tag, "replay." + r.name);
+      } else if (r.collective == "recv") {
+        g.recv(out, r.peer, r.tag, "replay." + r.name);
+      } else {
+        MT_FAIL(where, ": cannot replay '", r.collective, "'");
+      }
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      if (r.collective != "send" && r.collective != "barrier") digest = mix(digest, sum_of(out));
+      ReplayedCall c;
+      c.node_id = calls[i]->id;
+      c.collective = r.collective;
+      c.name = r.name;
+      c.members = r.members;
+      c.size_bytes = r.size_bytes * o.scale_bytes;
+      c.recorded_us = r.end_us - r.start_us;
+      c.replayed_us = us;
+      timed.push_back(std::move(c));
+      buffers.release_after(i);
+    }
+    if (last) {
+      result.calls = std::move(timed);
+      result.digest = digest;
+      result.peak_bytes = runtime::memory_stats(cpu).peak_bytes_in_use - before;
+    }
+  }
+  return result;
+}
+
+std::string replay_table(const ReplayResult& result, int64_t world_size) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "%6s %-20s %-26s %12s %12s %12s %10s\n", "node", "collective",
+                "name", "bytes", "recorded(us)", "replayed(us)", "busbw GB/s");
+  out += line;
+  double recorded = 0, replayed = 0;
+  for (const ReplayedCall& c : result.calls) {
+    CommRecord r;
+    r.collective = c.collective;
+    r.group_size = int(c.members.size());
+    r.size_bytes = c.size_bytes;
+    r.end_us = c.replayed_us;
+    std::snprintf(line, sizeof line, "%6lld %-20s %-26s %12lld %12.1f %12.1f %10.3f\n",
+                  (long long)c.node_id, c.collective.c_str(), c.name.c_str(),
+                  (long long)c.size_bytes, c.recorded_us, c.replayed_us, r.busbw() / 1e9);
+    out += line;
+    recorded += c.recorded_us;
+    replayed += c.replayed_us;
+  }
+  std::snprintf(line, sizeof line,
+                "%zu collectives on %lld ranks: recorded %.1f us, replayed %.1f us; peak %.2f MiB "
+                "of replay buffers; output digest %016llx\n",
+                result.calls.size(), (long long)world_size, recorded, replayed,
+                double(result.peak_bytes) / double(1 << 20), (unsigned long long)result.digest);
+  out += line;
+  return out;
+}
+
+}  // namespace mt::parallel

@@ -1,0 +1,58 @@
+// Replaying the collectives of execution traces (execution_trace.h) without the model, as PARAM's
+// comms replay does: on the same number of ranks, every rank issues its trace's collectives in
+// the recorded order, with the recorded sizes, dtypes, reduce ops and split sizes, on groups
+// rebuilt from the recorded members, and times each against the recorded time. Replaying with
+// scale_bytes = K multiplies every tensor's dim 0 (and the all_to_all split sizes) by K: what a
+// K-times larger model's step would cost on this network.
+//
+// Tensors are named by their storage ids. With Allocation::Lazy each is created at its first use
+// and freed after its last, so the replay needs the memory of the live tensors only; Pre
+// allocates every one up front (what a replay without liveness would need). Every buffer starts
+// with the same values either way (a constant from its storage id), so the outputs, and their
+// digest, are the same.
+//
+// Calls are issued synchronously in issue order (async ones too; overlap with compute is not
+// modelled). Compute is not replayed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/comm/execution_trace.h"
+#include "parallel/comm/process_group.h"
+
+namespace mt::parallel {
+
+struct ReplayOptions {
+  enum class Allocation { Pre, Lazy };
+  Allocation allocation = Allocation::Lazy;
+  int64_t scale_bytes = 1;  // >= 1
+  int64_t iterations = 1;   // the sequence is replayed this many times; the last one is timed
+};
+
+struct ReplayedCall {
+  int64_t node_id = 0;  // in the trace
+  std::string collective, name;
+  std::vector<int> members;
+  int64_t size_bytes = 0;  // nccl-tests' size as replayed (scaled)
+  double recorded_us = 0, replayed_us = 0;
+};
+
+struct ReplayResult {
+  std::vector<ReplayedCall> calls;  // this rank's, in issue order
+  int64_t peak_bytes = 0;           // the allocator's peak above what was in use before
+  uint64_t digest = 0;              // of every output of every call, in order
+};
+
+// Collective over `world`, whose size must be the traces' world size; `traces` holds one trace
+// per rank (any order); this rank replays its own. Throws mt::Error naming what does not fit
+// (a missing rank, a collective without its members, a size that does not scale).
+ReplayResult replay_collectives(ProcessGroup& world, const std::vector<ExecutionTrace>& traces,
+                                const ReplayOptions& options);
+
+// Rank 0's table: per call the recorded and replayed time and the replayed busbw; then totals.
+std::string replay_table(const ReplayResult& result, int64_t world_size);
+
+}  // namespace mt::parallel

@@ -1,0 +1,182 @@
+// Execution traces and their replay on real ranks: a profiled FSDP step of a 2-layer Llama,
+// traced with [profiling] execution_trace, lists its kernels with their tensors and exactly the
+// FSDP collectives (2 x layers all-gathers, layers + 1 reduce-scatters, one clip all-reduce);
+// replaying it issues the same collectives (kind, group, dtype, shapes, sizes) in the same order,
+// as CommTrace sees them; lazy allocation peaks lower than pre-allocation with the same outputs;
+// --scale-bytes 2 doubles every size; bad traces are errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "parallel/comm/comm_trace.h"
+#include "parallel/comm/execution_trace.h"
+#include "parallel/comm/mpi_process_group.h"
+#include "parallel/comm/replay.h"
+#include "runtime/core/error.h"
+#include "tests/testing/mpi_fixtures.h"
+#include "tests/testing/shared_data.h"
+#include "tests/testing/trainer_fixtures.h"
+#include "train/config/load.h"
+#include "train/trainer.h"
+
+namespace mt::train {
+namespace {
+
+namespace fs = std::filesystem;
+using parallel::CommRecord;
+using parallel::ExecutionTrace;
+using parallel::TraceNode;
+
+std::shared_ptr<parallel::ProcessGroup> world() {
+  static std::shared_ptr<parallel::ProcessGroup> pg(parallel::MpiProcessGroup::world());
+  return pg;
+}
+
+// Every rank's trace of step 2 of a traced run (trained once per process).
+const std::vector<ExecutionTrace>& traces(const fs::path& corpus) {
+  static const std::vector<ExecutionTrace> all = [&] {
+    const fs::path dump = testing::shared_dir(*world(), "mt_replay_mpi", "run");
+    const fs::path tokenizer = testing::shared_small_tokenizer(*world(), "mt_replay_mpi", corpus);
+    const config::JobConfig cfg = config::load_config(
+        fs::path(), {"--job.dump_folder=" + dump.string(),
+                     "--model.tokenizer_path=" + tokenizer.string(),
+                     "--training.dataset_path=" + corpus.string(),
+                     "--training.local_batch_size=" + std::to_string(8 / world()->size()),
+                     "--training.global_batch_size=8", "--training.seq_len=32",
+                     "--training.steps=2", "--training.max_norm=0.5",
+                     "--training.mixed_precision_param=float32", "--profiling.enable=true",
+                     "--profiling.profile_freq=2", "--profiling.execution_trace=true"});
+    TrainerOptions options;
+    options.edit_model_args = testing::shrink_llama;
+    options.quiet = true;
+    options.handle_signals = false;
+    options.write_files = false;
+    options.world = world();
+    Trainer(cfg, options).train();
+    world()->barrier("traces written");
+    std::vector<ExecutionTrace> out;
+    for (int r = 0; r < world()->size(); ++r) {
+      out.push_back(parallel::read_execution_trace(
+          (dump / "profile_traces" / "execution_trace" / "step_2" /
+           ("rank-" + std::to_string(r) + ".json"))
+              .string()));
+    }
+    return out;
+  }();
+  return all;
+}
+
+std::vector<CommRecord> collectives_of(const ExecutionTrace& t) {
+  std::vector<CommRecord> out;
+  for (const TraceNode& n : t.nodes)
+    if (n.type == TraceNode::Type::Collective) out.push_back(n.collective);
+  return out;
+}
+
+TEST(ExecutionTrace, ListsTheKernelsWithTheirTensorsAndTheFsdpCollectives) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const ExecutionTrace& mine = traces(corpus)[size_t(world()->rank())];
+  EXPECT_EQ(mine.rank, world()->rank());
+  EXPECT_EQ(mine.world_size, world()->size());
+  EXPECT_EQ(mine.step, 2);
+  std::map<std::string, int64_t> counts;
+  int64_t ops_with_tensors = 0;
+  int64_t last_id = 0;
+  for (const TraceNode& n : mine.nodes) {
+    EXPECT_EQ(n.id, last_id + 1);
+    last_id = n.id;
+    if (n.type == TraceNode::Type::Collective) {
+      ++counts[n.collective.name + " " + n.collective.collective];
+      continue;
+    }
+    EXPECT_EQ(n.thread, "main");
+    if (!n.inputs.empty() && !n.outputs.empty()) ++ops_with_tensors;
+    for (const auto& t : n.inputs) EXPECT_NE(t.storage, 0u) << n.name;
+  }
+  const int64_t layers = 2;  // testing::shrink_llama
+  EXPECT_EQ(counts["fsdp.all_gather all_gather_into"], 2 * layers);
+  EXPECT_EQ(counts["fsdp.reduce_scatter reduce_scatter_into"], layers + 1);
+  EXPECT_EQ(counts["clip_grad_norm all_reduce"], 1);
+  EXPECT_GT(ops_with_tensors, 20);  // matmuls, norms, attention, the optimizer...
+}
+
+// The replay's own calls, as CommTrace records them, against the traced ones.
+void expect_same_calls(const std::vector<CommRecord>& replayed, const std::vector<CommRecord>& traced,
+                       int64_t scale) {
+  ASSERT_EQ(replayed.size(), traced.size());
+  for (size_t i = 0; i < traced.size(); ++i) {
+    const CommRecord& a = replayed[i];
+    const CommRecord& b = traced[i];
+    EXPECT_EQ(a.collective, b.collective) << i;
+    EXPECT_EQ(a.name, "replay." + b.name) << i;
+    EXPECT_EQ(a.members, b.members) << i;
+    EXPECT_EQ(a.dtype, b.dtype) << i;
+    EXPECT_EQ(a.reduce_op, b.reduce_op) << i;
+    EXPECT_EQ(a.size_bytes, b.size_bytes * scale) << i << " " << b.name;
+    if (scale == 1) {
+      EXPECT_EQ(a.in_shape, b.in_shape) << i;
+      EXPECT_EQ(a.out_shape, b.out_shape) << i;
+    }
+  }
+}
+
+parallel::ReplayResult replay(const fs::path& corpus,
+                              parallel::ReplayOptions::Allocation allocation, int64_t scale,
+                              std::vector<CommRecord>* issued) {
+  parallel::ReplayOptions o;
+  o.allocation = allocation;
+  o.scale_bytes = scale;
+  parallel::CommTrace::start();
+  const parallel::ReplayResult r = parallel::replay_collectives(*world(), traces(corpus), o);
+  *issued = parallel::CommTrace::take();
+  parallel::CommTrace::stop();
+  // The replay's own barrier and group splits are not the traced calls.
+  std::erase_if(*issued, [](const CommRecord& c) { return c.name.rfind("replay.", 0) != 0; });
+  return r;
+}
+
+TEST(Replay, IssuesTheTracedCollectivesInOrderAndLazyAllocationPeaksLower) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const std::vector<CommRecord> traced = collectives_of(traces(corpus)[size_t(world()->rank())]);
+  std::vector<CommRecord> lazy_calls, pre_calls;
+  const parallel::ReplayResult lazy =
+      replay(corpus, parallel::ReplayOptions::Allocation::Lazy, 1, &lazy_calls);
+  const parallel::ReplayResult pre = replay(corpus, parallel::ReplayOptions::Allocation::Pre, 1, &pre_calls);
+  expect_same_calls(lazy_calls, traced, 1);
+  expect_same_calls(pre_calls, traced, 1);
+  EXPECT_EQ(lazy.calls.size(), traced.size());
+  EXPECT_EQ(lazy.digest, pre.digest);
+  EXPECT_GT(lazy.peak_bytes, 0);
+  EXPECT_LT(lazy.peak_bytes, pre.peak_bytes);
+}
+
+TEST(Replay, ScaleBytesMultipliesEverySize) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const std::vector<CommRecord> traced = collectives_of(traces(corpus)[size_t(world()->rank())]);
+  std::vector<CommRecord> calls;
+  replay(corpus, parallel::ReplayOptions::Allocation::Lazy, 2, &calls);
+  expect_same_calls(calls, traced, 2);
+}
+
+TEST(Replay, TracesThatDoNotFitAreErrors) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const std::vector<ExecutionTrace>& all = traces(corpus);
+  std::vector<ExecutionTrace> fewer(all.begin(), all.end() - 1);
+  EXPECT_THROW(parallel::replay_collectives(*world(), fewer, {}), mt::Error);
+  std::vector<ExecutionTrace> no_members = all;
+  for (ExecutionTrace& t : no_members)
+    for (TraceNode& n : t.nodes) n.collective.members.clear();
+  EXPECT_THROW(parallel::replay_collectives(*world(), no_members, {}), mt::Error);
+  parallel::ReplayOptions zero;
+  zero.scale_bytes = 0;
+  EXPECT_THROW(parallel::replay_collectives(*world(), all, zero), mt::Error);
+  const fs::path bad = testing::shared_dir(*world(), "mt_replay_mpi", "bad") / "rank-0.json";
+  if (world()->rank() == 0) std::ofstream(bad) << "{\"format\": \"something else\"}";
+  world()->barrier("bad written");
+  EXPECT_THROW(parallel::read_execution_trace(bad.string()), mt::Error);
+}
+
+}  // namespace
+}  // namespace mt::train

@@ -1,0 +1,97 @@
+// mt_replay: replays the collectives of a traced step (an execution trace per rank, written by
+// train with [profiling] execution_trace = true) on as many ranks, without the model
+// (parallel/comm/replay.h):
+//
+//   mpirun -np N build/tools/mt_replay TRACE_DIR_OR_FILES... [--comms] [--allocation lazy|pre]
+//       [--scale-bytes K] [--iters N]
+//
+// TRACE_DIR holds rank-<R>.json (<dump_folder>/<save_traces_folder>/execution_trace/step_<S>);
+// every rank reads every trace (the groups are rebuilt from their members) and replays its own.
+// Rank 0 prints each call's recorded and replayed time, the replay's peak memory and a digest of
+// every output (equal for both allocations). --all (compute too) is not built: the kernels are
+// recorded with their tensors, but nothing re-runs a kernel by name yet.
+#include <filesystem>
+#include <iostream>
+#include <regex>
+
+#include "parallel/comm/mpi_process_group.h"
+#include "parallel/comm/replay.h"
+#include "runtime/core/error.h"
+#include "tools/flags.h"
+
+namespace {
+
+using namespace mt;
+namespace fs = std::filesystem;
+
+std::vector<std::string> trace_files(const std::vector<std::string>& args) {
+  std::vector<std::string> files;
+  const std::regex name(R"(rank-\d+\.json)");
+  for (const std::string& a : args) {
+    if (!fs::is_directory(a)) {
+      files.push_back(a);
+      continue;
+    }
+    for (const auto& e : fs::directory_iterator(a))
+      if (std::regex_match(e.path().filename().string(), name)) files.push_back(e.path().string());
+  }
+  MT_CHECK(!files.empty(), "mt_replay: no trace files (rank-<R>.json) in the arguments");
+  return files;
+}
+
+int run(int argc, char** argv) {
+  tools::FlagReader flags("mt_replay", argc, argv);
+  std::vector<std::string> inputs;
+  parallel::ReplayOptions o;
+  while (flags.next()) {
+    if (flags.is("--help") || flags.is("-h")) {
+      std::cout << "usage: mpirun -np N mt_replay TRACE_DIR_OR_FILES... [--comms] "
+                   "[--allocation lazy|pre] [--scale-bytes K] [--iters N]\n";
+      return 0;
+    }
+    if (flags.is("--comms")) continue;  // the only mode
+    if (flags.is("--all")) {
+      MT_FAIL("mt_replay: --all (collectives and compute) is not built yet: the trace records "
+              "every kernel with its tensors, but replaying kernels by name is missing; use "
+              "--comms");
+    } else if (flags.is("--allocation")) {
+      const std::string a = flags.value();
+      MT_CHECK(a == "lazy" || a == "pre", "mt_replay: --allocation must be lazy or pre, got '", a,
+               "'");
+      o.allocation = a == "lazy" ? parallel::ReplayOptions::Allocation::Lazy
+                                 : parallel::ReplayOptions::Allocation::Pre;
+    } else if (flags.is("--scale-bytes")) {
+      o.scale_bytes = flags.int_value();
+    } else if (flags.is("--iters")) {
+      o.iterations = flags.int_value();
+    } else if (flags.is_positional()) {
+      inputs.push_back(flags.arg());
+    } else {
+      flags.unknown();
+    }
+  }
+  MT_CHECK(!inputs.empty(), "mt_replay: give the traces (a folder of rank-<R>.json, or files)");
+  std::vector<parallel::ExecutionTrace> traces;
+  for (const std::string& f : trace_files(inputs)) traces.push_back(parallel::read_execution_trace(f));
+  auto world = parallel::MpiProcessGroup::world();
+  const parallel::ReplayResult r = parallel::replay_collectives(*world, traces, o);
+  if (world->rank() == 0) {
+    std::cout << "replay of step " << traces.front().step << " on " << world->size()
+              << " ranks (rank 0's calls; allocation "
+              << (o.allocation == parallel::ReplayOptions::Allocation::Lazy ? "lazy" : "pre")
+              << ", scale-bytes " << o.scale_bytes << "):\n"
+              << parallel::replay_table(r, world->size());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+}
