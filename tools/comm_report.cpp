@@ -1,11 +1,12 @@
 // mt_comm_report: the communication of a run traced with [comm] trace = true, from every rank's
 // records (<dump_folder>/comm/rank-N.jsonl, parallel/comm/comm_trace.h):
 //
-//   mt_comm_report DUMP_FOLDER [--step S] [--trace OUT.json]
+//   mt_comm_report DUMP_FOLDER [--step S] [--trace OUT.json] [--calls]
 //
 // prints, over every rank, per collective and group: calls, bytes, time, mean busbw and share of
 // the step time, then each rank's exposed communication, and for uneven all_to_alls (MoE
-// dispatch, embedding exchange) the bottleneck rank of each call (the most off-rank bytes); and
+// dispatch, embedding exchange) the bottleneck rank of each call (the most off-rank bytes), per
+// name (--calls: every call); and
 // writes one Chrome trace of step S (default: the last traced) with a process per rank and a
 // track per group (default path: DUMP_FOLDER/comm/trace-step-S.json).
 #include <algorithm>
@@ -60,7 +61,7 @@ std::vector<RankTrace> read_traces(const fs::path& dir) {
 
 // Each uneven all_to_all call (the same call on every member: step, members, seq): its
 // bottleneck rank and that rank's off-rank bytes and bandwidth.
-void print_uneven(const std::vector<RankTrace>& ranks) {
+void print_uneven(const std::vector<RankTrace>& ranks, bool list_calls) {
   struct Call {
     std::string name;
     std::vector<std::pair<int, parallel::CommRecord>> on_rank;
@@ -75,8 +76,15 @@ void print_uneven(const std::vector<RankTrace>& ranks) {
     }
   }
   if (calls.empty()) return;
-  std::cout << "\nuneven all_to_all (busbw has no meaning there): the bottleneck rank of each "
-               "call\n";
+  // Per name: how many calls, the bottleneck's mean off-rank bytes and bandwidth, and how often
+  // each rank was the bottleneck.
+  struct PerName {
+    int64_t calls = 0, bytes = 0;
+    double bandwidth = 0;
+    std::map<int, int64_t> bottlenecks;
+    bool incomplete = false;
+  };
+  std::map<std::string, PerName> by_name;
   for (const auto& [key, call] : calls) {
     int worst = -1;
     int64_t worst_bytes = -1;
@@ -88,12 +96,28 @@ void print_uneven(const std::vector<RankTrace>& ranks) {
         worst = rank;
       }
     }
-    std::printf("  step %lld %-28s seq %5lld: bottleneck rank %d, %lld B off-rank, %.3f GB/s%s\n",
-                (long long)std::get<0>(key), call.name.c_str(), (long long)std::get<2>(key), worst,
-                (long long)worst_bytes, seconds > 0 ? double(worst_bytes) / seconds / 1e9 : 0.0,
-                int64_t(call.on_rank.size()) < int64_t(std::get<1>(key).size())
-                    ? " (not every member's record was found)"
-                    : "");
+    PerName& p = by_name[call.name];
+    p.calls += 1;
+    p.bytes += worst_bytes;
+    p.bandwidth += seconds > 0 ? double(worst_bytes) / seconds : 0.0;
+    p.bottlenecks[worst] += 1;
+    p.incomplete |= call.on_rank.size() < std::get<1>(key).size();
+    if (list_calls) {
+      std::printf("  step %lld %-28s seq %5lld: bottleneck rank %d, %lld B off-rank, %.3f GB/s\n",
+                  (long long)std::get<0>(key), call.name.c_str(), (long long)std::get<2>(key),
+                  worst, (long long)worst_bytes,
+                  seconds > 0 ? double(worst_bytes) / seconds / 1e9 : 0.0);
+    }
+  }
+  std::printf("  %-28s %7s %16s %16s  %s\n", "name", "calls", "bneck KiB (mean)",
+              "bneck GB/s (mean)", "bottleneck rank: calls");
+  for (const auto& [name, p] : by_name) {
+    std::string ranks;
+    for (const auto& [rank, n] : p.bottlenecks)
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(rank) + ": " + std::to_string(n);
+    std::printf("  %-28s %7lld %16.1f %16.3f  %s%s\n", name.c_str(), (long long)p.calls,
+                double(p.bytes) / double(p.calls) / 1024.0, p.bandwidth / double(p.calls) / 1e9,
+                ranks.c_str(), p.incomplete ? " (some members' records missing)" : "");
   }
 }
 
@@ -129,12 +153,14 @@ int run(int argc, char** argv) {
   tools::FlagReader flags("mt_comm_report", argc, argv);
   std::string dump, trace_path;
   int64_t step = -1;
+  bool list_calls = false;
   while (flags.next()) {
     if (flags.is("--help") || flags.is("-h")) {
-      std::cout << "usage: mt_comm_report DUMP_FOLDER [--step S] [--trace OUT.json]\n";
+      std::cout << "usage: mt_comm_report DUMP_FOLDER [--step S] [--trace OUT.json] [--calls]\n";
       return 0;
     }
     if (flags.is("--step")) step = flags.int_value();
+    else if (flags.is("--calls")) list_calls = true;
     else if (flags.is("--trace")) trace_path = flags.value();
     else if (flags.is_positional() && dump.empty()) dump = flags.arg();
     else flags.unknown();
@@ -161,7 +187,7 @@ int run(int argc, char** argv) {
     std::printf("  rank %d: %.3f s of %.3f s (%.1f%%) over %zu steps\n", t.rank, exposed, seconds,
                 seconds > 0 ? 100.0 * exposed / seconds : 0.0, t.steps.size());
   }
-  print_uneven(ranks);
+  print_uneven(ranks, list_calls);
   if (step < 0) {
     for (const RankTrace& t : ranks)
       for (const auto& c : t.collectives) step = std::max(step, c.step);

@@ -220,6 +220,9 @@ ReplayResult replay_collectives(ProcessGroup& world, const std::vector<Execution
       }
       if (!out.defined()) out = in;
       if (!in.defined()) in = out;
+      // Each call starts together on its group: its time is its own, not the skew the last call
+      // (or this rank's digest of it) left behind.
+      if (r.collective != "send" && r.collective != "recv") g.barrier("replay_sync");
       const auto t0 = std::chrono::steady_clock::now();
       if (r.collective == "all_reduce") {
         g.all_reduce(in, reduce_op_from(r.reduce_op, where), "replay." + r.name);

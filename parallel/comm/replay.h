@@ -12,7 +12,8 @@
 // digest, are the same.
 //
 // Calls are issued synchronously in issue order (async ones too; overlap with compute is not
-// modelled). Compute is not replayed.
+// modelled), each after a barrier on its group (send/recv: none), so a call's time is its own.
+// Compute is not replayed.
 #pragma once
 
 #include <cstdint>
