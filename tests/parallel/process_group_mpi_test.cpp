@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "parallel/comm/comm_trace.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/ops/factory.h"
 
@@ -223,6 +224,55 @@ TEST(MpiProcessGroup, SendRecvRing) {
     auto g = got.to_vector<double>();
     for (int i = 0; i < 15; ++i) EXPECT_EQ(g[size_t(i)], value(prev, i)) << d << " i=" << i;
   }
+}
+
+// CommTrace on real ranks: an uneven all_to_all's record holds the bytes sent to and received from
+// each rank (its split sizes), its off-rank traffic excludes its own block, and it has no busbw;
+// an all_gather's record has the members and nccl-tests' busbw factor (n - 1) / n.
+TEST(MpiProcessGroup, TracedCollectivesRecordTheirBytesPerPeer) {
+  const int R = world().rank(), W = world().size();
+  const int64_t row_bytes = 3 * 4;  // rows of 3 floats
+  auto rows = [](int from, int to) { return int64_t(from + 2 * to + 1); };  // from -> to
+  std::vector<int64_t> in_splits, out_splits;
+  for (int j = 0; j < W; ++j) {
+    in_splits.push_back(rows(R, j));
+    out_splits.push_back(rows(j, R));
+  }
+  int64_t in_rows = 0, out_rows = 0;
+  for (int j = 0; j < W; ++j) {
+    in_rows += in_splits[size_t(j)];
+    out_rows += out_splits[size_t(j)];
+  }
+  Tensor in = runtime::ones({in_rows, 3}, {DType::F32});
+  Tensor out = runtime::zeros({out_rows, 3}, {DType::F32});
+  Tensor gathered = runtime::zeros({int64_t(W) * 4}, {DType::F32});
+  CommTrace::start();
+  world().all_to_all_single(out, in, out_splits, in_splits, "uneven");
+  world().all_gather_into(gathered, runtime::ones({4}, {DType::F32}), "ag");
+  const std::vector<CommRecord> records = CommTrace::take();
+  CommTrace::stop();
+  ASSERT_EQ(records.size(), 2u);
+  const CommRecord& a2a = records[0];
+  std::vector<int> members(static_cast<size_t>(W));
+  for (int j = 0; j < W; ++j) members[size_t(j)] = j;
+  EXPECT_EQ(a2a.members, members);
+  int64_t sent_off = 0, received_off = 0;
+  for (int j = 0; j < W; ++j) {
+    EXPECT_EQ(a2a.send_bytes[size_t(j)], rows(R, j) * row_bytes) << "to rank " << j;
+    EXPECT_EQ(a2a.recv_bytes[size_t(j)], rows(j, R) * row_bytes) << "from rank " << j;
+    if (j == R) continue;
+    sent_off += rows(R, j) * row_bytes;
+    received_off += rows(j, R) * row_bytes;
+  }
+  EXPECT_EQ(a2a.traffic().sent_off_rank, sent_off);
+  EXPECT_EQ(a2a.traffic().received_off_rank, received_off);
+  EXPECT_TRUE(a2a.uneven());
+  EXPECT_EQ(a2a.busbw(), 0);
+  const CommRecord& ag = records[1];
+  EXPECT_EQ(ag.size_bytes, int64_t(W) * 16);
+  EXPECT_EQ(ag.bytes_in, 16);
+  EXPECT_EQ(ag.bytes_out, int64_t(W) * 16);
+  EXPECT_DOUBLE_EQ(ag.busbw(), ag.algbw() * double(W - 1) / double(W));
 }
 
 TEST(MpiProcessGroup, RecvSizeMismatchThrows) {
