@@ -2,12 +2,15 @@
 // minititan's process groups (parallel/comm/comm_bench.h). Run it under a launcher:
 //
 //   mpirun -np 4 build/tools/mt_comm_bench -b 8 -e 32M -f 2 [-o all_reduce|...|all] [-d f32|bf16]
-//       [-w 5] [-n 20] [-c 1] [--skew 0.5] [--compare-mpi]
+//       [-w 5] [-n 20] [-c 1] [--skew 0.5 | --a2a-from DUMP [--a2a-name ep.dispatch]]
+//       [--compare-mpi]
 //
 // -b/-e: smallest and largest size (bytes; K, M, G suffixes), -f: the factor between sizes,
 // -o: the collective (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, sendrecv, or
 // all), -d: the dtype, -w/-n: warm-up and timed iterations, -c 0: skip the correctness check of
-// every timed iteration, --skew S: an uneven all_to_all, --compare-mpi: the raw MPI call on the
+// every timed iteration, --skew S: an uneven all_to_all, --a2a-from DUMP: the all_to_all's
+// distribution taken from a [comm] trace (each rank's first uneven all_to_all, or the first named
+// --a2a-name), scaled to each size, --compare-mpi: the raw MPI call on the
 // same sizes beside ours (f32). Rank 0 prints the table; exit status 1 when a check failed.
 #include <cstdio>
 #include <iostream>
@@ -47,11 +50,13 @@ int64_t parse_bytes(const std::string& text) {
 
 int run(int argc, char** argv) {
   parallel::CommBenchOptions o;
+  std::string a2a_from, a2a_name;
   tools::FlagReader flags("mt_comm_bench", argc, argv);
   while (flags.next()) {
     if (flags.is("--help") || flags.is("-h")) {
       std::cout << "usage: mpirun -np N mt_comm_bench [-b MIN] [-e MAX] [-f FACTOR] [-o OP|all] "
-                   "[-d f32|bf16] [-w WARMUP] [-n ITERS] [-c 0|1] [--skew S] [--compare-mpi]\n"
+                   "[-d f32|bf16] [-w WARMUP] [-n ITERS] [-c 0|1] "
+                   "[--skew S | --a2a-from DUMP_FOLDER [--a2a-name NAME]] [--compare-mpi]\n"
                    "(see the top of tools/comm_bench.cpp)\n";
       return 0;
     }
@@ -69,10 +74,16 @@ int run(int argc, char** argv) {
     else if (flags.is("-n") || flags.is("--iters")) o.iters = flags.int_value();
     else if (flags.is("-c") || flags.is("--check")) o.check = flags.int_value() != 0;
     else if (flags.is("--skew")) o.skew = flags.double_value();
+    else if (flags.is("--a2a-from")) a2a_from = flags.value();
+    else if (flags.is("--a2a-name")) a2a_name = flags.value();
     else if (flags.is("--compare-mpi")) o.compare_mpi = true;
     else flags.unknown();
   }
   auto world = std::shared_ptr<parallel::ProcessGroup>(parallel::MpiProcessGroup::world());
+  if (!a2a_from.empty()) {
+    o.all_to_all_weights =
+        parallel::all_to_all_weights_from_trace(a2a_from, a2a_name, world->size());
+  }
   const std::vector<parallel::CommBenchRow> rows = parallel::run_comm_bench(*world, o);
   if (world->rank() == 0) std::cout << parallel::comm_bench_table(rows, world->size(), o.dtype);
   for (const auto& r : rows)

@@ -9,6 +9,8 @@
 // name (--calls: every call); and
 // writes one Chrome trace of step S (default: the last traced) with a process per rank and a
 // track per group (default path: DUMP_FOLDER/comm/trace-step-S.json).
+#include "parallel/comm/comm_report.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -16,7 +18,6 @@
 #include <map>
 #include <regex>
 
-#include "parallel/comm/comm_report.h"
 #include "runtime/core/error.h"
 #include "tools/flags.h"
 
@@ -46,10 +47,12 @@ std::vector<RankTrace> read_traces(const fs::path& dir) {
     std::string line;
     for (int64_t n = 1; std::getline(in, line); ++n) {
       if (line.empty()) continue;
-      const auto parsed = parallel::parse_comm_trace_line(
-          line, entry.path().string() + ":" + std::to_string(n));
-      if (parsed.is_step) t.steps.push_back(parsed.step);
-      else t.collectives.push_back(parsed.collective);
+      const auto parsed =
+          parallel::parse_comm_trace_line(line, entry.path().string() + ":" + std::to_string(n));
+      if (parsed.is_step)
+        t.steps.push_back(parsed.step);
+      else
+        t.collectives.push_back(parsed.collective);
     }
     ranks.push_back(std::move(t));
   }
@@ -159,11 +162,16 @@ int run(int argc, char** argv) {
       std::cout << "usage: mt_comm_report DUMP_FOLDER [--step S] [--trace OUT.json] [--calls]\n";
       return 0;
     }
-    if (flags.is("--step")) step = flags.int_value();
-    else if (flags.is("--calls")) list_calls = true;
-    else if (flags.is("--trace")) trace_path = flags.value();
-    else if (flags.is_positional() && dump.empty()) dump = flags.arg();
-    else flags.unknown();
+    if (flags.is("--step"))
+      step = flags.int_value();
+    else if (flags.is("--calls"))
+      list_calls = true;
+    else if (flags.is("--trace"))
+      trace_path = flags.value();
+    else if (flags.is_positional() && dump.empty())
+      dump = flags.arg();
+    else
+      flags.unknown();
   }
   MT_CHECK(!dump.empty(), "mt_comm_report: give the run's dump folder (see --help)");
   const fs::path dir = fs::path(dump) / "comm";
@@ -193,9 +201,8 @@ int run(int argc, char** argv) {
       for (const auto& c : t.collectives) step = std::max(step, c.step);
   }
   if (step >= 0) {
-    const fs::path out = trace_path.empty()
-                             ? dir / ("trace-step-" + std::to_string(step) + ".json")
-                             : fs::path(trace_path);
+    const fs::path out = trace_path.empty() ? dir / ("trace-step-" + std::to_string(step) + ".json")
+                                            : fs::path(trace_path);
     write_merged_trace(ranks, step, out);
   }
   return 0;

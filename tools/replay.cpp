@@ -10,12 +10,13 @@
 // Rank 0 prints each call's recorded and replayed time, the replay's peak memory and a digest of
 // every output (equal for both allocations). --all (compute too) is not built: the kernels are
 // recorded with their tensors, but nothing re-runs a kernel by name yet.
+#include "parallel/comm/replay.h"
+
 #include <filesystem>
 #include <iostream>
 #include <regex>
 
 #include "parallel/comm/mpi_process_group.h"
-#include "parallel/comm/replay.h"
 #include "runtime/core/error.h"
 #include "tools/flags.h"
 
@@ -51,9 +52,10 @@ int run(int argc, char** argv) {
     }
     if (flags.is("--comms")) continue;  // the only mode
     if (flags.is("--all")) {
-      MT_FAIL("mt_replay: --all (collectives and compute) is not built yet: the trace records "
-              "every kernel with its tensors, but replaying kernels by name is missing; use "
-              "--comms");
+      MT_FAIL(
+          "mt_replay: --all (collectives and compute) is not built yet: the trace records "
+          "every kernel with its tensors, but replaying kernels by name is missing; use "
+          "--comms");
     } else if (flags.is("--allocation")) {
       const std::string a = flags.value();
       MT_CHECK(a == "lazy" || a == "pre", "mt_replay: --allocation must be lazy or pre, got '", a,
@@ -72,7 +74,8 @@ int run(int argc, char** argv) {
   }
   MT_CHECK(!inputs.empty(), "mt_replay: give the traces (a folder of rank-<R>.json, or files)");
   std::vector<parallel::ExecutionTrace> traces;
-  for (const std::string& f : trace_files(inputs)) traces.push_back(parallel::read_execution_trace(f));
+  for (const std::string& f : trace_files(inputs))
+    traces.push_back(parallel::read_execution_trace(f));
   auto world = parallel::MpiProcessGroup::world();
   const parallel::ReplayResult r = parallel::replay_collectives(*world, traces, o);
   if (world->rank() == 0) {

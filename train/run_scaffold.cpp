@@ -138,8 +138,8 @@ void RunScaffold::profile_end(int64_t step) {
     fs::create_directories(dir);
     const fs::path trace = dir / ("step_" + std::to_string(step) + ".json");
     // The step's collectives, a track per group after the host's (tid 0) and device's (tid 1).
-    report.write_chrome_trace(trace.string(),
-                              parallel::comm_chrome_events(collectives, 0, report.wall_start_us, 2));
+    report.write_chrome_trace(
+        trace.string(), parallel::comm_chrome_events(collectives, 0, report.wall_start_us, 2));
     out_ << "  trace: " << trace.string() << "\n";
   }
   out_ << std::flush;

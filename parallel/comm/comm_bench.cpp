@@ -7,9 +7,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <sstream>
 
+#include "parallel/comm/comm_trace.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/core/error.h"
 #include "runtime/ops/factory.h"
@@ -48,6 +50,24 @@ struct Case {
 int64_t skewed_rows(int64_t base, double skew, int64_t from, int64_t to, int64_t n) {
   const double w = 1.0 + skew * double((from + 2 * to) % n) / double(std::max<int64_t>(1, n - 1));
   return int64_t(std::llround(double(base) * w));
+}
+
+// Rows rank `from` sends rank `to` in an all_to_all with `base` rows per peer on average: the
+// recorded weights, the skew, or even.
+int64_t all_to_all_rows(const CommBenchOptions& o, int64_t base, int64_t from, int64_t to,
+                        int64_t n) {
+  if (!o.all_to_all_weights.empty()) {
+    double mean_total = 0;
+    for (const auto& row : o.all_to_all_weights)
+      for (double w : row) mean_total += w / double(n);
+    return std::llround(double(base * n) * o.all_to_all_weights[size_t(from)][size_t(to)] /
+                        std::max(mean_total, 1e-30));
+  }
+  return o.skew > 0 ? skewed_rows(base, o.skew, from, to, n) : base;
+}
+
+bool uneven_all_to_all(const CommBenchOptions& o) {
+  return o.skew > 0 || !o.all_to_all_weights.empty();
 }
 
 Case make_case(ProcessGroup& group, MPI_Comm comm, CollectiveKind kind, int64_t size_bytes,
@@ -125,8 +145,8 @@ Case make_case(ProcessGroup& group, MPI_Comm comm, CollectiveKind kind, int64_t 
       const int64_t base = std::max<int64_t>(1, size_bytes / esize / n);
       std::vector<int64_t> send(static_cast<size_t>(n)), recv(static_cast<size_t>(n));
       for (int64_t j = 0; j < n; ++j) {
-        send[size_t(j)] = o.skew > 0 ? skewed_rows(base, o.skew, r, j, n) : base;
-        recv[size_t(j)] = o.skew > 0 ? skewed_rows(base, o.skew, j, r, n) : base;
+        send[size_t(j)] = all_to_all_rows(o, base, r, j, n);
+        recv[size_t(j)] = all_to_all_rows(o, base, j, r, n);
       }
       std::vector<float> in, want;
       for (int64_t j = 0; j < n; ++j)
@@ -135,12 +155,13 @@ Case make_case(ProcessGroup& group, MPI_Comm comm, CollectiveKind kind, int64_t 
         for (int64_t i = 0; i < recv[size_t(j)]; ++i) want.push_back(float(j + 1 + r % 3 + i % 2));
       const Tensor src = filled(in, o.dtype);
       auto out = std::make_shared<Tensor>(runtime::empty({int64_t(want.size())}, src.options()));
-      const std::vector<int64_t> s = o.skew > 0 ? send : std::vector<int64_t>{};
-      const std::vector<int64_t> v = o.skew > 0 ? recv : std::vector<int64_t>{};
+      const bool uneven = uneven_all_to_all(o);
+      const std::vector<int64_t> s = uneven ? send : std::vector<int64_t>{};
+      const std::vector<int64_t> v = uneven ? recv : std::vector<int64_t>{};
       c.run = [&group, out, src, s, v] {
         group.all_to_all_single(*out, src, v, s, "comm_bench.all_to_all");
       };
-      if (raw_ok && o.skew <= 0) {
+      if (raw_ok && !uneven) {
         auto raw = std::make_shared<std::vector<float>>(want.size());
         c.raw = [comm, raw, in, base] {
           MPI_Alltoall(in.data(), int(base), MPI_FLOAT, raw->data(), int(base), MPI_FLOAT, comm);
@@ -266,6 +287,9 @@ std::vector<CommBenchRow> run_comm_bench(ProcessGroup& group, const CommBenchOpt
            "comm bench: dtype must be f32 or bf16");
   MT_CHECK(o.iters >= 1 && o.warmup >= 0, "comm bench: expected iters >= 1 and warmup >= 0");
   MT_CHECK(o.skew >= 0, "comm bench: expected skew >= 0, got ", o.skew);
+  MT_CHECK(o.all_to_all_weights.empty() || int64_t(o.all_to_all_weights.size()) == group.size(),
+           "comm bench: all_to_all weights for ", o.all_to_all_weights.size(),
+           " ranks, the group has ", group.size());
   MPI_Comm comm = MPI_COMM_NULL;
   if (o.compare_mpi) {
     const auto* mpi = dynamic_cast<const MpiProcessGroup*>(&group);
@@ -299,7 +323,7 @@ std::vector<CommBenchRow> run_comm_bench(ProcessGroup& group, const CommBenchOpt
       row.checked = o.check;
       row.errors = int64_t(min_sum_max(group, double(errors))[1]);
       row.algbw = algbw_bytes_per_second(row.bytes, std::max(row.max_s, 1e-12));
-      row.uneven = kind == CollectiveKind::AllToAll && o.skew > 0;
+      row.uneven = kind == CollectiveKind::AllToAll && uneven_all_to_all(o);
       if (row.uneven) {
         // Every rank's off-rank bytes (the split sizes are known everywhere).
         std::vector<AllToAllTraffic> traffic;
@@ -308,8 +332,8 @@ std::vector<CommBenchRow> run_comm_bench(ProcessGroup& group, const CommBenchOpt
         for (int64_t from = 0; from < n; ++from) {
           std::vector<int64_t> s(static_cast<size_t>(n)), v(static_cast<size_t>(n));
           for (int64_t j = 0; j < n; ++j) {
-            s[size_t(j)] = skewed_rows(base, o.skew, from, j, n) * esize;
-            v[size_t(j)] = skewed_rows(base, o.skew, j, from, n) * esize;
+            s[size_t(j)] = all_to_all_rows(o, base, from, j, n) * esize;
+            v[size_t(j)] = all_to_all_rows(o, base, j, from, n) * esize;
           }
           traffic.push_back(all_to_all_traffic(s, v, from));
         }
@@ -327,6 +351,30 @@ std::vector<CommBenchRow> run_comm_bench(ProcessGroup& group, const CommBenchOpt
     }
   }
   return rows;
+}
+
+std::vector<std::vector<double>> all_to_all_weights_from_trace(const std::string& dump_folder,
+                                                               const std::string& name,
+                                                               int64_t ranks) {
+  std::vector<std::vector<double>> weights;
+  for (int64_t r = 0; r < ranks; ++r) {
+    const std::string path = dump_folder + "/comm/rank-" + std::to_string(r) + ".jsonl";
+    std::ifstream in(path);
+    MT_CHECK(in.good(), "comm bench: cannot read ", path,
+             " (a [comm] trace dump of a run on as many ranks)");
+    std::string line;
+    for (int64_t n = 1; weights.size() == size_t(r) && std::getline(in, line); ++n) {
+      const CommTraceLine l = parse_comm_trace_line(line, path + ":" + std::to_string(n));
+      const CommRecord& rec = l.collective.record;
+      if (l.is_step || !rec.uneven() || (!name.empty() && rec.name != name)) continue;
+      MT_CHECK(int64_t(rec.send_bytes.size()) == ranks, path, ":", n, ": ", rec.name,
+               " ran on a group of ", rec.send_bytes.size(), " ranks; the bench runs on ", ranks);
+      weights.emplace_back(rec.send_bytes.begin(), rec.send_bytes.end());
+    }
+    MT_CHECK(weights.size() == size_t(r) + 1, path, " has no uneven all_to_all",
+             name.empty() ? std::string() : " named '" + name + "'");
+  }
+  return weights;
 }
 
 std::string comm_bench_table(const std::vector<CommBenchRow>& rows, int64_t ranks, DType dtype) {
@@ -361,7 +409,9 @@ std::string comm_bench_table(const std::vector<CommBenchRow>& rows, int64_t rank
                     r.mpi_busbw / 1e9, r.busbw / std::max(r.mpi_busbw, 1e-30));
       out << line;
     }
-    if (r.uneven) out << "  (rank " << r.bottleneck_rank << ", " << r.bottleneck_bytes << " B off-rank)";
+    if (r.uneven) {
+      out << "  (rank " << r.bottleneck_rank << ", " << r.bottleneck_bytes << " B off-rank)";
+    }
     out << "\n";
   }
   return out.str();

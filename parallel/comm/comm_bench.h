@@ -6,8 +6,9 @@
 // slowest rank's time, as nccl-tests does. An all_to_all with skew > 0 sends uneven blocks (rank
 // r sends rank j about size/n x (1 + skew x ((r + 2j) mod n) / (n - 1)) bytes): its row reports
 // the bottleneck rank's off-rank bytes and bandwidth instead of a busbw, which has no meaning
-// there. With compare_mpi (f32, an MPI group), the same sizes also go through the raw blocking
-// MPI call on the group's communicator, alternating with ours, for a side-by-side busbw.
+// there; all_to_all_weights replaces the skew with a distribution recorded in training. With
+// compare_mpi (f32, an MPI group), the same sizes also go through the raw blocking MPI call on the
+// group's communicator, alternating with ours call by call, for a side-by-side busbw.
 //
 // Sizes are nccl-tests' (bandwidth.h): rounded down to whole elements and to a multiple of the
 // ranks where a collective splits its buffer. Collective over the group; rows come back on
@@ -30,6 +31,10 @@ struct CommBenchOptions {
   int64_t warmup = 5, iters = 20;
   bool check = true;
   double skew = 0;           // all_to_all: 0 = even blocks
+  // all_to_all: a recorded distribution instead (weights[from][to], e.g. the bytes of a traced MoE
+  // dispatch): rank r sends rank j size/n x n x weights[r][j] / (mean over ranks of their
+  // weights' sum) bytes, so that the mean rank sends `size`. Empty: skew decides.
+  std::vector<std::vector<double>> all_to_all_weights;
   bool compare_mpi = false;  // raw MPI side by side (f32 on an MPI group)
 };
 
@@ -49,6 +54,13 @@ struct CommBenchRow {
 };
 
 std::vector<CommBenchRow> run_comm_bench(ProcessGroup& group, const CommBenchOptions& options);
+
+// The per-peer bytes of a traced uneven all_to_all on every rank, from a [comm] trace dump
+// (<dump_folder>/comm/rank-R.jsonl, R < ranks): each rank's first uneven all_to_all named `name`
+// ("" = any). Throws mt::Error naming what is missing or recorded on another number of ranks.
+std::vector<std::vector<double>> all_to_all_weights_from_trace(const std::string& dump_folder,
+                                                               const std::string& name,
+                                                               int64_t ranks);
 
 // nccl-tests-like text: a header line per collective, then size, count, type, time min/avg/max
 // (us), algbw and busbw (GB/s), the check, and the raw MPI columns when measured.

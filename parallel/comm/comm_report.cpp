@@ -38,9 +38,10 @@ void CommSummary::add_step(double seconds, double exposed_seconds) {
 
 std::string CommSummary::text() const {
   std::vector<std::pair<std::pair<std::string, std::string>, Row>> sorted(rows_.begin(),
-                                                                           rows_.end());
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+                                                                          rows_.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.second.seconds > b.second.seconds;
+  });
   std::string out;
   char line[512];
   std::snprintf(line, sizeof line, "  %-20s %-40s %7s %12s %10s %10s %8s\n", "collective", "group",
@@ -84,9 +85,12 @@ std::vector<std::string> comm_chrome_events(const std::vector<CommRecord>& recor
                                       {"args", {{"name", track}}}}
                            .dump());
     }
-    nlohmann::json args = {{"bytes", r.size_bytes},      {"bytes_in", r.bytes_in},
-                           {"bytes_out", r.bytes_out},   {"seq", r.seq},
-                           {"async", r.async},           {"busbw_GBps", r.busbw() / 1e9},
+    nlohmann::json args = {{"bytes", r.size_bytes},
+                           {"bytes_in", r.bytes_in},
+                           {"bytes_out", r.bytes_out},
+                           {"seq", r.seq},
+                           {"async", r.async},
+                           {"busbw_GBps", r.busbw() / 1e9},
                            {"algbw_GBps", r.algbw() / 1e9}};
     if (!r.serves.empty()) args["serves"] = r.serves;
     if (r.collective == "all_to_all_single") {
@@ -94,15 +98,15 @@ std::vector<std::string> comm_chrome_events(const std::vector<CommRecord>& recor
       args["send_bytes"] = r.send_bytes;
       args["recv_bytes"] = r.recv_bytes;
     }
-    events.push_back(nlohmann::json{{"ph", "X"},
-                                    {"name", r.name + " " + r.collective},
-                                    {"cat", "comm"},
-                                    {"pid", pid},
-                                    {"tid", it->second},
-                                    {"ts", r.start_us - origin_us},
-                                    {"dur", r.end_us - r.start_us},
-                                    {"args", args}}
-                         .dump());
+    events.push_back(nlohmann::json{
+        {"ph", "X"},
+        {"name", r.name + " " + r.collective},
+        {"cat", "comm"},
+        {"pid", pid},
+        {"tid", it->second},
+        {"ts", r.start_us - origin_us},
+        {"dur", r.end_us - r.start_us},
+        {"args", args}}.dump());
   }
   return events;
 }

@@ -111,9 +111,12 @@ std::string comm_record_json(const CommRecord& r, int64_t step, int rank) {
 }
 
 std::string comm_step_json(const TracedStep& s) {
-  return nlohmann::json{{"schema", kCommTraceSchema},   {"type", "step"},
-                        {"step", s.step},                {"rank", s.rank},
-                        {"seconds", s.seconds},          {"exposed_seconds", s.exposed_seconds}}
+  return nlohmann::json{{"schema", kCommTraceSchema},
+                        {"type", "step"},
+                        {"step", s.step},
+                        {"rank", s.rank},
+                        {"seconds", s.seconds},
+                        {"exposed_seconds", s.exposed_seconds}}
       .dump();
 }
 

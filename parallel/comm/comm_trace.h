@@ -26,35 +26,35 @@ namespace mt::parallel {
 inline constexpr int kCommTraceSchema = 1;
 
 struct CommRecord {
-  int64_t issue = 0;        // the call's place among this process's calls (issue order)
-  int64_t seq = 0;          // the call's number on its group (1 = the first)
-  std::string collective;   // "all_reduce", "all_gather_into", "reduce_scatter_into",
-                            // "all_to_all_single", "broadcast", "barrier", "send", "recv"
-  std::string name;         // the caller's name ("fsdp.all_gather")
-  std::string serves;       // what it served (ScopedCommPurpose: "layers.3"), or ""
-  std::string group;        // the group's name ("mpi:world/split(0,1)")
-  std::string mesh_dim;     // the mesh dimension the group spans ("dp_shard"), or ""
+  int64_t issue = 0;         // the call's place among this process's calls (issue order)
+  int64_t seq = 0;           // the call's number on its group (1 = the first)
+  std::string collective;    // "all_reduce", "all_gather_into", "reduce_scatter_into",
+                             // "all_to_all_single", "broadcast", "barrier", "send", "recv"
+  std::string name;          // the caller's name ("fsdp.all_gather")
+  std::string serves;        // what it served (ScopedCommPurpose: "layers.3"), or ""
+  std::string group;         // the group's name ("mpi:world/split(0,1)")
+  std::string mesh_dim;      // the mesh dimension the group spans ("dp_shard"), or ""
   std::vector<int> members;  // world ranks of the members in group order ({} where unknown)
   int group_rank = 0, group_size = 1;
-  std::string dtype;        // of the payload ("f32", "bf16", ...; "" for a barrier)
-  std::string reduce_op;    // "sum", "avg", "max", "min", or "" when it does not reduce
-  int peer = -1;            // broadcast: the root; send: dst; recv: src
-  int tag = -1;             // send/recv
-  std::vector<int64_t> in_shape, out_shape;  // the caller's tensors ({} where none)
-  uint64_t in_storage = 0, out_storage = 0;  // their storage ids (0 where none)
-  int64_t bytes_in = 0, bytes_out = 0;       // this rank's input and output bytes
-  int64_t size_bytes = 0;                    // nccl-tests' size of the call (bandwidth.h)
+  std::string dtype;      // of the payload ("f32", "bf16", ...; "" for a barrier)
+  std::string reduce_op;  // "sum", "avg", "max", "min", or "" when it does not reduce
+  int peer = -1;          // broadcast: the root; send: dst; recv: src
+  int tag = -1;           // send/recv
+  std::vector<int64_t> in_shape, out_shape;     // the caller's tensors ({} where none)
+  uint64_t in_storage = 0, out_storage = 0;     // their storage ids (0 where none)
+  int64_t bytes_in = 0, bytes_out = 0;          // this rank's input and output bytes
+  int64_t size_bytes = 0;                       // nccl-tests' size of the call (bandwidth.h)
   std::vector<int64_t> send_bytes, recv_bytes;  // all_to_all_single: to / from each member
   bool async = false;
   double issued_us = 0;             // when the caller issued it (wall clock, us since the epoch)
   double start_us = 0, end_us = 0;  // when it ran (the same clock; later than issued when queued)
 
   double seconds() const { return (end_us - start_us) / 1e6; }
-  bool has_kind() const;      // not a barrier
+  bool has_kind() const;        // not a barrier
   CollectiveKind kind() const;  // throws for a barrier
-  bool uneven() const;        // an all_to_all whose blocks differ between peers
-  double algbw() const;       // bytes/s; 0 for a barrier or a zero-length call
-  double busbw() const;       // bytes/s; 0 where it has no meaning (uneven all_to_all, barrier)
+  bool uneven() const;          // an all_to_all whose blocks differ between peers
+  double algbw() const;         // bytes/s; 0 for a barrier or a zero-length call
+  double busbw() const;         // bytes/s; 0 where it has no meaning (uneven all_to_all, barrier)
   // All_to_all: this rank's bytes to and from the other members (its own block excluded).
   AllToAllTraffic traffic() const;
 };

@@ -16,9 +16,14 @@ namespace {
 
 // The profiler's entries for collectives (ProcessGroup records each call as an op of its own).
 bool is_collective_op(const char* name) {
-  static const std::set<std::string> names = {
-      "all_reduce", "all_gather_into", "reduce_scatter_into", "all_to_all_single",
-      "broadcast",  "barrier",         "send",                "recv"};
+  static const std::set<std::string> names = {"all_reduce",
+                                              "all_gather_into",
+                                              "reduce_scatter_into",
+                                              "all_to_all_single",
+                                              "broadcast",
+                                              "barrier",
+                                              "send",
+                                              "recv"};
   return names.count(name) > 0;
 }
 
@@ -31,8 +36,8 @@ std::string device_text(runtime::Device d) {
 nlohmann::json tensors_json(const std::vector<runtime::TensorMeta>& tensors) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& t : tensors) {
-    out.push_back({{"storage", t.storage}, {"shape", t.shape}, {"dtype", t.dtype},
-                   {"bytes", t.bytes}});
+    out.push_back(
+        {{"storage", t.storage}, {"shape", t.shape}, {"dtype", t.dtype}, {"bytes", t.bytes}});
   }
   return out;
 }
@@ -85,8 +90,9 @@ ExecutionTrace make_execution_trace(const runtime::ProfileReport& ops,
     n.collective = r;
     trace.nodes.push_back(std::move(n));
   }
-  std::stable_sort(trace.nodes.begin(), trace.nodes.end(),
-                   [](const TraceNode& a, const TraceNode& b) { return a.issued_us < b.issued_us; });
+  std::stable_sort(
+      trace.nodes.begin(), trace.nodes.end(),
+      [](const TraceNode& a, const TraceNode& b) { return a.issued_us < b.issued_us; });
   for (size_t i = 0; i < trace.nodes.size(); ++i) trace.nodes[i].id = int64_t(i) + 1;
   return trace;
 }
@@ -98,7 +104,9 @@ void write_execution_trace(const ExecutionTrace& trace, const std::string& path)
     if (n.type == TraceNode::Type::Collective) {
       j = nlohmann::json::parse(comm_record_json(n.collective, trace.step, trace.rank));
     } else {
-      j = {{"type", "op"}, {"name", n.name}, {"inputs", tensors_json(n.inputs)},
+      j = {{"type", "op"},
+           {"name", n.name},
+           {"inputs", tensors_json(n.inputs)},
            {"outputs", tensors_json(n.outputs)}};
     }
     j["id"] = n.id;  // a collective's "name" is its caller's; "collective" is its kind

@@ -21,14 +21,14 @@ inline constexpr int kExecutionTraceSchema = 1;
 struct TraceNode {
   enum class Type { Op, Collective };
   Type type = Type::Op;
-  int64_t id = 0;           // place in issue order (1 = first)
-  std::string name;         // the kernel's name, or the collective ("all_gather_into")
-  std::string thread;       // "main", or "comm <group>" for an async collective
-  std::string device;       // "cpu", "cuda:0"
-  double issued_us = 0;     // since the trace began
-  double dur_us = 0;        // host time of the kernel call, or the collective's run time
+  int64_t id = 0;        // place in issue order (1 = first)
+  std::string name;      // the kernel's name, or the collective ("all_gather_into")
+  std::string thread;    // "main", or "comm <group>" for an async collective
+  std::string device;    // "cpu", "cuda:0"
+  double issued_us = 0;  // since the trace began
+  double dur_us = 0;     // host time of the kernel call, or the collective's run time
   std::vector<runtime::TensorMeta> inputs, outputs;  // ops
-  CommRecord collective;    // collectives
+  CommRecord collective;                             // collectives
 };
 
 struct ExecutionTrace {

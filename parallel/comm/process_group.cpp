@@ -319,7 +319,9 @@ CommRecord ProcessGroup::describe_call(const std::string& name, int64_t size_byt
   };
   describe_tensor(in, r.in_shape, r.in_storage, r.bytes_in);
   describe_tensor(out, r.out_shape, r.out_storage, r.bytes_out);
-  if (const Tensor* t = in != nullptr ? in : out) r.dtype = std::string(runtime::dtype_name(t->dtype()));
+  if (const Tensor* t = in != nullptr ? in : out) {
+    r.dtype = std::string(runtime::dtype_name(t->dtype()));
+  }
   return r;
 }
 

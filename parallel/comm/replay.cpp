@@ -152,8 +152,8 @@ std::vector<int64_t> split_rows(const std::vector<int64_t>& bytes, int64_t row_b
                                 const std::string& where) {
   std::vector<int64_t> rows;
   for (int64_t b : bytes) {
-    MT_CHECK(b % row_bytes == 0, where, ": split of ", b,
-             " bytes is not whole rows of ", row_bytes, " bytes");
+    MT_CHECK(b % row_bytes == 0, where, ": split of ", b, " bytes is not whole rows of ", row_bytes,
+             " bytes");
     rows.push_back(b / row_bytes * k);
   }
   return rows;

@@ -5,10 +5,16 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 
+#include "parallel/comm/comm_trace.h"
 #include "parallel/comm/mpi_process_group.h"
+#include "runtime/core/error.h"
 
 namespace mt::parallel {
 namespace {
@@ -85,6 +91,61 @@ TEST(CommBench, UnevenAllToAllReportsTheBottleneckRank) {
   EXPECT_EQ(r.bottleneck_rank, best);
   EXPECT_EQ(r.bottleneck_bytes, best_bytes);
   EXPECT_DOUBLE_EQ(r.bottleneck_bw, double(best_bytes) / r.max_s);
+}
+
+// A distribution recorded in training: each rank's first uneven all_to_all in a [comm] trace dump
+// (here written by the test: rank r sent (r + 1) x (j + 1) KiB to rank j) sets the blocks, scaled
+// so that the mean rank sends the row's size; the check passes and the rank with the most off-rank
+// bytes is the bottleneck.
+TEST(CommBench, AllToAllDistributionFromATrace) {
+  const int64_t n = world()->size();
+  const std::filesystem::path dump =
+      std::filesystem::temp_directory_path() / ("mt_comm_bench_a2a_" + std::to_string(getppid()));
+  if (world()->rank() == 0) {
+    std::filesystem::create_directories(dump / "comm");
+    for (int64_t r = 0; r < n; ++r) {
+      std::ofstream f(dump / "comm" / ("rank-" + std::to_string(r) + ".jsonl"));
+      CommRecord even;
+      even.collective = "all_to_all_single";
+      even.name = "ep.dispatch.counts";
+      even.send_bytes = even.recv_bytes = std::vector<int64_t>(size_t(n), 8);
+      f << comm_record_json(even, 1, int(r)) << "\n";
+      CommRecord uneven = even;
+      uneven.name = "ep.dispatch";
+      uneven.send_bytes.clear();
+      for (int64_t j = 0; j < n; ++j) uneven.send_bytes.push_back((r + 1) * (j + 1) * 1024);
+      f << comm_record_json(uneven, 1, int(r)) << "\n";
+    }
+  }
+  world()->barrier("dump written");
+  CommBenchOptions o;
+  o.all_to_all_weights = all_to_all_weights_from_trace(dump.string(), "ep.dispatch", n);
+  ASSERT_EQ(o.all_to_all_weights.size(), size_t(n));
+  EXPECT_DOUBLE_EQ(o.all_to_all_weights[1][0], 2 * 1024);
+  EXPECT_THROW(all_to_all_weights_from_trace(dump.string(), "no.such.call", n), mt::Error);
+  EXPECT_THROW(all_to_all_weights_from_trace(dump.string(), "", n + 1), mt::Error);
+  o.min_bytes = o.max_bytes = 4 * 64 * n;
+  o.ops = {CollectiveKind::AllToAll};
+  o.warmup = 0;
+  o.iters = 2;
+  const std::vector<CommBenchRow> rows = run_comm_bench(*world(), o);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_TRUE(rows[0].uneven);
+  EXPECT_EQ(rows[0].errors, 0);
+  // Off-rank weight of rank r: what it sends and receives, its own block excluded; the first of
+  // equals is the bottleneck (on 2 ranks both move the same bytes).
+  int64_t best = -1, best_weight = -1;
+  for (int64_t r = 0; r < n; ++r) {
+    int64_t w = 0;
+    for (int64_t j = 0; j < n; ++j) w += j == r ? 0 : 2 * (r + 1) * (j + 1);
+    if (w > best_weight) {
+      best = r;
+      best_weight = w;
+    }
+  }
+  EXPECT_EQ(rows[0].bottleneck_rank, best);
+  world()->barrier("bench done");
+  if (world()->rank() == 0) std::filesystem::remove_all(dump);
 }
 
 }  // namespace

@@ -2,12 +2,13 @@
 // reduce op and peer; nccl-tests' busbw of each kind; an uneven all_to_all's per-peer bytes and
 // off-rank traffic; purposes nest; exposed time counts the tracing thread only; the JSON lines
 // round-trip and bad lines are errors naming the place.
+#include "parallel/comm/comm_trace.h"
+
 #include <gtest/gtest.h>
 
 #include <thread>
 
 #include "parallel/comm/comm_report.h"
-#include "parallel/comm/comm_trace.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/core/error.h"
 #include "runtime/ops/factory.h"
@@ -170,9 +171,9 @@ TEST(CommTrace, JsonLinesRoundTripAndBadLinesAreErrors) {
   ASSERT_TRUE(s.is_step);
   EXPECT_EQ(s.step.step, 4);
   EXPECT_DOUBLE_EQ(s.step.exposed_seconds, 0.1);
-  for (const std::string bad : {"{", "[1]", R"({"schema": 99, "type": "step"})",
-                                R"({"schema": 1, "type": "collective", "step": 1})",
-                                R"({"schema": 1, "type": "lunch"})"}) {
+  for (const std::string bad :
+       {"{", "[1]", R"({"schema": 99, "type": "step"})",
+        R"({"schema": 1, "type": "collective", "step": 1})", R"({"schema": 1, "type": "lunch"})"}) {
     try {
       (void)parse_comm_trace_line(bad, "rank-0.jsonl:7");
       ADD_FAILURE() << "accepted " << bad;

@@ -533,6 +533,11 @@ TEST_F(ConfigTest, InvalidCombinationsNameEveryKey) {
                 load_args({"--profiling.enable=true", "--profiling.profile_freq=0"});
               }),
               HasSubstr("profiling.profile_freq must be > 0 when profiling.enable = true"));
+  // An execution trace records the profiled steps: without profiling there are none.
+  EXPECT_THAT(error_of([&] { load_args({"--profiling.execution_trace=true"}); }),
+              HasSubstr("profiling.execution_trace records the profiled steps"));
+  EXPECT_NO_THROW(load_args({"--profiling.execution_trace=true", "--profiling.enable=true"}));
+  EXPECT_NO_THROW(load_args({"--comm.trace=true"}));
 }
 
 // A quick run of a config whose warmup is longer than the run: the warmup is clamped to the

@@ -40,14 +40,14 @@ const std::vector<ExecutionTrace>& traces(const fs::path& corpus) {
     const fs::path dump = testing::shared_dir(*world(), "mt_replay_mpi", "run");
     const fs::path tokenizer = testing::shared_small_tokenizer(*world(), "mt_replay_mpi", corpus);
     const config::JobConfig cfg = config::load_config(
-        fs::path(), {"--job.dump_folder=" + dump.string(),
-                     "--model.tokenizer_path=" + tokenizer.string(),
-                     "--training.dataset_path=" + corpus.string(),
-                     "--training.local_batch_size=" + std::to_string(8 / world()->size()),
-                     "--training.global_batch_size=8", "--training.seq_len=32",
-                     "--training.steps=2", "--training.max_norm=0.5",
-                     "--training.mixed_precision_param=float32", "--profiling.enable=true",
-                     "--profiling.profile_freq=2", "--profiling.execution_trace=true"});
+        fs::path(),
+        {"--job.dump_folder=" + dump.string(), "--model.tokenizer_path=" + tokenizer.string(),
+         "--training.dataset_path=" + corpus.string(),
+         "--training.local_batch_size=" + std::to_string(8 / world()->size()),
+         "--training.global_batch_size=8", "--training.seq_len=32", "--training.steps=2",
+         "--training.max_norm=0.5", "--training.mixed_precision_param=float32",
+         "--profiling.enable=true", "--profiling.profile_freq=2",
+         "--profiling.execution_trace=true"});
     TrainerOptions options;
     options.edit_model_args = testing::shrink_llama;
     options.quiet = true;
@@ -58,10 +58,10 @@ const std::vector<ExecutionTrace>& traces(const fs::path& corpus) {
     world()->barrier("traces written");
     std::vector<ExecutionTrace> out;
     for (int r = 0; r < world()->size(); ++r) {
-      out.push_back(parallel::read_execution_trace(
-          (dump / "profile_traces" / "execution_trace" / "step_2" /
-           ("rank-" + std::to_string(r) + ".json"))
-              .string()));
+      out.push_back(
+          parallel::read_execution_trace((dump / "profile_traces" / "execution_trace" / "step_2" /
+                                          ("rank-" + std::to_string(r) + ".json"))
+                                             .string()));
     }
     return out;
   }();
@@ -103,8 +103,8 @@ TEST(ExecutionTrace, ListsTheKernelsWithTheirTensorsAndTheFsdpCollectives) {
 }
 
 // The replay's own calls, as CommTrace records them, against the traced ones.
-void expect_same_calls(const std::vector<CommRecord>& replayed, const std::vector<CommRecord>& traced,
-                       int64_t scale) {
+void expect_same_calls(const std::vector<CommRecord>& replayed,
+                       const std::vector<CommRecord>& traced, int64_t scale) {
   ASSERT_EQ(replayed.size(), traced.size());
   for (size_t i = 0; i < traced.size(); ++i) {
     const CommRecord& a = replayed[i];
@@ -143,7 +143,8 @@ TEST(Replay, IssuesTheTracedCollectivesInOrderAndLazyAllocationPeaksLower) {
   std::vector<CommRecord> lazy_calls, pre_calls;
   const parallel::ReplayResult lazy =
       replay(corpus, parallel::ReplayOptions::Allocation::Lazy, 1, &lazy_calls);
-  const parallel::ReplayResult pre = replay(corpus, parallel::ReplayOptions::Allocation::Pre, 1, &pre_calls);
+  const parallel::ReplayResult pre =
+      replay(corpus, parallel::ReplayOptions::Allocation::Pre, 1, &pre_calls);
   expect_same_calls(lazy_calls, traced, 1);
   expect_same_calls(pre_calls, traced, 1);
   EXPECT_EQ(lazy.calls.size(), traced.size());
