@@ -5,6 +5,7 @@
 
 #include "models/llama/parallelize.h"
 #include "models/moe/model.h"
+#include "parallel/comm/comm_trace.h"
 #include "parallel/expert/token_exchange.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/tensor/tp_style.h"
@@ -16,19 +17,26 @@ namespace mt::models::moe {
 
 namespace {
 
-// The models/ seam (TokenDispatcher) served by parallel/'s all-to-all exchange.
+// The models/ seam (TokenDispatcher) served by parallel/'s all-to-all exchange; its collectives
+// say which MoE layer they serve (communication traces).
 class ExpertParallelDispatcher final : public TokenDispatcher {
  public:
-  ExpertParallelDispatcher(std::shared_ptr<parallel::ProcessGroup> ep_group, int64_t num_experts)
-      : exchange_(std::move(ep_group), num_experts) {}
+  ExpertParallelDispatcher(std::shared_ptr<parallel::ProcessGroup> ep_group, int64_t num_experts,
+                           std::string purpose)
+      : exchange_(std::move(ep_group), num_experts), purpose_(std::move(purpose)) {}
   std::pair<Tensor, std::vector<int64_t>> dispatch(const Tensor& x,
                                                    const std::vector<int64_t>& counts) override {
+    parallel::ScopedCommPurpose serves(purpose_);
     return exchange_.dispatch(x, counts);
   }
-  Tensor combine(const Tensor& y) override { return exchange_.combine(y); }
+  Tensor combine(const Tensor& y) override {
+    parallel::ScopedCommPurpose serves(purpose_);
+    return exchange_.combine(y);
+  }
 
  private:
   parallel::ExpertTokenExchange exchange_;
+  std::string purpose_;
 };
 
 // Rows [begin, begin + count) of a weight as a new leaf (the rest of the memory goes). A weight
@@ -47,7 +55,8 @@ Tensor own_rows(const Tensor& w, int64_t begin, int64_t count) {
   return out;
 }
 
-void split_experts(GroupedExperts& experts, const parallel::DeviceMesh& expert_mesh) {
+void split_experts(GroupedExperts& experts, const parallel::DeviceMesh& expert_mesh,
+                   const std::string& purpose) {
   const int64_t ep = expert_mesh.size("ep"), num = experts.num_experts();
   MT_CHECK(num % ep == 0, "expert parallelism: ", num, " routed experts cannot be split evenly ",
            "over parallelism.expert_parallel_degree = ", ep, "; choose a degree that divides ",
@@ -59,8 +68,8 @@ void split_experts(GroupedExperts& experts, const parallel::DeviceMesh& expert_m
   experts.w2 = own_rows(experts.w2, begin, local);
   experts.w3 = own_rows(experts.w3, begin, local);
   experts.expert_begin = begin;
-  experts.dispatcher =
-      std::make_shared<ExpertParallelDispatcher>(expert_mesh.group_ptr(expert_mesh.dim_index("ep")), num);
+  experts.dispatcher = std::make_shared<ExpertParallelDispatcher>(
+      expert_mesh.group_ptr(expert_mesh.dim_index("ep")), num, purpose);
 }
 
 }  // namespace
@@ -149,8 +158,9 @@ void parallelize(runtime::nn::Module& model, const ParallelContext& context) {
                                                 parallel::Replicate{}};
     if (with_tp) placements.push_back(parallel::Replicate{});  // experts whole on each tp rank
     expert_options.outer = parallel::OuterSharding{mesh, placements};
+    int64_t moe_layer = 0;
     for (const auto& layer : moe->moe_layers()) {
-      split_experts(*layer->experts, *mesh);
+      split_experts(*layer->experts, *mesh, "experts of MoE layer " + std::to_string(moe_layer++));
       // Fewer local experts than efsdp ranks: shard each expert's rows instead (dim 1).
       expert_options.shard_dim = layer->experts->w1.size(0) < mesh->size("efsdp") ? 1 : 0;
       parallel::fully_shard(*layer->experts, efsdp_mesh, expert_options);

@@ -31,7 +31,7 @@ struct CommRecord {
   std::string collective;    // "all_reduce", "all_gather_into", "reduce_scatter_into",
                              // "all_to_all_single", "broadcast", "barrier", "send", "recv"
   std::string name;          // the caller's name ("fsdp.all_gather")
-  std::string serves;        // what it served (ScopedCommPurpose: "layers.3"), or ""
+  std::string serves;        // what it served (ScopedCommPurpose), or ""
   std::string group;         // the group's name ("mpi:world/split(0,1)")
   std::string mesh_dim;      // the mesh dimension the group spans ("dp_shard"), or ""
   std::vector<int> members;  // world ranks of the members in group order ({} where unknown)
@@ -113,7 +113,8 @@ class ExposedCommScope {
   double start_us_ = 0;
 };
 
-// Names what the collectives this thread issues in the scope serve ("layers.3"); nests.
+// Names what the collectives this thread issues in the scope serve ("experts of MoE layer 0");
+// nests.
 class ScopedCommPurpose {
  public:
   explicit ScopedCommPurpose(std::string purpose);

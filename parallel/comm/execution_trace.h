@@ -27,7 +27,9 @@ struct TraceNode {
   std::string device;    // "cpu", "cuda:0"
   double issued_us = 0;  // since the trace began
   double dur_us = 0;     // host time of the kernel call, or the collective's run time
-  std::vector<runtime::TensorMeta> inputs, outputs;  // ops
+  // Ops: the kernel's tensor arguments. Outputs are those taken by non-const reference; a kernel
+  // that writes into a `const Tensor& out` it is given lists that among its inputs.
+  std::vector<runtime::TensorMeta> inputs, outputs;
   CommRecord collective;                             // collectives
 };
 

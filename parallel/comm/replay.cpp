@@ -83,6 +83,7 @@ struct Use {
   }
 };
 
+// A 0-d tensor (a scalar all-reduce) stays as it is.
 std::vector<int64_t> scaled(std::vector<int64_t> shape, int64_t k) {
   if (!shape.empty()) shape[0] *= k;
   return shape;
@@ -134,12 +135,11 @@ class Buffers {
   std::map<Key, Tensor> live_;
 };
 
-std::vector<Use> uses_of(const CommRecord& r, int64_t k, const std::string& where) {
+std::vector<Use> uses_of(const CommRecord& r, int64_t k) {
   std::vector<Use> uses;
   const DType dtype = r.dtype.empty() ? DType::F32 : runtime::dtype_from_name(r.dtype);
   auto add = [&](uint64_t storage, const std::vector<int64_t>& shape) {
     if (storage == 0) return;
-    MT_CHECK(!shape.empty(), where, ": a tensor without dims cannot be scaled or replayed");
     uses.push_back({storage, dtype, scaled(shape, k)});
   };
   add(r.in_storage, r.in_shape);
@@ -196,7 +196,7 @@ ReplayResult replay_collectives(ProcessGroup& world, const std::vector<Execution
   for (const TraceNode& node : mine->nodes) {
     if (node.type != TraceNode::Type::Collective) continue;
     calls.push_back(&node);
-    uses.push_back(uses_of(node.collective, o.scale_bytes, where_of(node)));
+    uses.push_back(uses_of(node.collective, o.scale_bytes));
   }
 
   ReplayResult result;
@@ -255,7 +255,8 @@ ReplayResult replay_collectives(ProcessGroup& world, const std::vector<Execution
       c.collective = r.collective;
       c.name = r.name;
       c.members = r.members;
-      c.size_bytes = r.size_bytes * o.scale_bytes;
+      c.size_bytes = r.in_shape.empty() && r.out_shape.empty() ? r.size_bytes
+                                                               : r.size_bytes * o.scale_bytes;
       c.recorded_us = r.end_us - r.start_us;
       c.replayed_us = us;
       timed.push_back(std::move(c));

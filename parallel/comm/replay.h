@@ -2,8 +2,8 @@
 // comms replay does: on the same number of ranks, every rank issues its trace's collectives in
 // the recorded order, with the recorded sizes, dtypes, reduce ops and split sizes, on groups
 // rebuilt from the recorded members, and times each against the recorded time. Replaying with
-// scale_bytes = K multiplies every tensor's dim 0 (and the all_to_all split sizes) by K: what a
-// K-times larger model's step would cost on this network.
+// scale_bytes = K multiplies every tensor's dim 0 (and the all_to_all split sizes) by K (0-d
+// tensors stay): what a K-times larger model's step would cost on this network.
 //
 // Tensors are named by their storage ids. With Allocation::Lazy each is created at its first use
 // and freed after its last, so the replay needs the memory of the live tensors only; Pre

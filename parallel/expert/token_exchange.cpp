@@ -3,6 +3,7 @@
 
 #include <numeric>
 
+#include "parallel/comm/comm_trace.h"
 #include "runtime/autograd/function.h"
 #include "runtime/core/error.h"
 #include "runtime/ops/factory.h"
@@ -38,9 +39,12 @@ Tensor all_to_all_rows(std::shared_ptr<ProcessGroup> group, const Tensor& x,
   const Tensor xc = x.detach().contiguous();
   Tensor out = exchange_rows(*group, xc, out_splits, in_splits, name);
   if (runtime::autograd::any_requires_grad({x})) {
+    // The backward's exchange serves what the forward's did (communication traces).
     runtime::autograd::record(
         "all_to_all_rows", {x}, {out},
-        [group, out_splits, in_splits, name](const runtime::autograd::BackwardArgs& args) {
+        [group, out_splits, in_splits, name, purpose = ScopedCommPurpose::current()](
+            const runtime::autograd::BackwardArgs& args) {
+          ScopedCommPurpose serves(purpose);
           const Tensor g = args.grad(0).contiguous();
           return std::vector<Tensor>{
               exchange_rows(*group, g, in_splits, out_splits, name + ".backward")};

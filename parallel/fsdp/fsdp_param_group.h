@@ -36,7 +36,8 @@ class FSDPParamGroup {
                  double gradient_divide_factor);
 
   const std::string& module_fqn() const { return module_fqn_; }
-  // What this group's collectives serve, in traces: "layers.3", or "(root)".
+  // What this group's collectives serve, in traces: the module's type ("TransformerBlock"; its
+  // path is not known here), or "(root)" without one.
   std::string comm_purpose() const { return module_fqn_.empty() ? "(root)" : module_fqn_; }
   const std::vector<std::unique_ptr<FSDPParam>>& params() const { return params_; }
   const std::shared_ptr<DeviceMesh>& mesh() const { return mesh_; }

@@ -102,6 +102,15 @@ TEST(StepLine, Format) {
             "mfu  41.2%  mem   512/768 MiB  data   2%  eta n/a");
 }
 
+// With [comm] trace the exposed communication share follows the data wait.
+TEST(StepLine, CommTraceAddsTheExposedShare) {
+  StepMetrics m = example();
+  m.comm_exposed_fraction = 0.123;
+  EXPECT_EQ(format_step_line(m),
+            "step  120  loss  3.4521  grad_norm     1.23  lr 3.0e-04  tok/s/rank    12,345  "
+            "mfu    n/a  mem   1.2/1.5 GiB  data   2%  comm  12%  eta 3m12s");
+}
+
 // On several ranks the per-rank rate (as torchtitan's tps) is followed by the job's total.
 TEST(StepLine, SeveralRanksAddTheJobsTotal) {
   StepMetrics m = example();

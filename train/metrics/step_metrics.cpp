@@ -90,7 +90,9 @@ std::string format_step_line(const StepMetrics& m, int step_width) {
   line += "  mem " + pad_left(mem, 13);
   const double data = m.data_wait_fraction;
   line += "  data " + pad_left(std::isfinite(data) ? fmt("%.0f%%", data * 100.0) : "n/a", 4);
-  if (m.comm_exposed_fraction) line += "  comm " + pad_left(fmt("%.0f%%", *m.comm_exposed_fraction * 100.0), 4);
+  if (m.comm_exposed_fraction) {
+    line += "  comm " + pad_left(fmt("%.0f%%", *m.comm_exposed_fraction * 100.0), 4);
+  }
   line += "  eta " + (m.eta_sec ? format_duration(*m.eta_sec) : std::string("n/a"));
   // The headline model metrics only: per-layer ones (name with "_layer") go to metrics.jsonl.
   for (const auto& [name, value] : m.model_metrics) {
