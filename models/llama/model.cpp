@@ -90,9 +90,9 @@ Tensor Attention::operator()(const Tensor& x, const Tensor& cos, const Tensor& s
 // On the CPU they are joined for one GEMM, which OpenBLAS runs faster than three (the ~20M
 // model's step +2-3%); on a GPU, three GEMMs: cuBLASLt ran the joined N = q + 2 kv GEMM slower
 // than the three together (H100, 1B shapes: 167.6 us with the join against 160.1 us; the 1B's
-// step 0.7% slower, bench/RESULTS.md).
+// step 0.7% slower, bench/RESULTS.md). Float8 layers run their own GEMMs (each its own scale).
 std::vector<Tensor> Attention::project_qkv(const Tensor& h) {
-  if (!h.device().is_cpu()) return {(*wq)(h), (*wk)(h), (*wv)(h)};
+  if (!h.device().is_cpu() || wq->float8) return {(*wq)(h), (*wk)(h), (*wv)(h)};
   const int64_t q_dim = wq->weight.size(0), kv_dim = wk->weight.size(0);  // this rank's heads
   std::vector<Tensor> qkv = runtime::split(
       runtime::linear(h, runtime::cat({wq->weight, wk->weight, wv->weight}, 0)),

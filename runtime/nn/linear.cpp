@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "runtime/ops/factory.h"
+#include "runtime/ops/float8.h"
 #include "runtime/ops/matmul.h"
 
 namespace mt::runtime::nn {
@@ -36,7 +37,7 @@ Tensor Linear::operator()(const Tensor& x) {
     // (tensor parallelism splits in_features).
     MT_CHECK(in[0].size(-1) == weight.size(1), "Linear: expected input [..., ", weight.size(1),
              "], got shape ", in[0].shape());
-    return linear(in[0], weight, bias);
+    return float8 ? float8_linear(in[0], weight, bias) : linear(in[0], weight, bias);
   });
 }
 

@@ -29,6 +29,10 @@ class Linear : public Module {
   Tensor weight;  // [out, in]
   Tensor bias;    // [out] or undefined
 
+  // Float8 training: the layer's GEMMs run in FP8 (runtime/ops/float8.h). Set by
+  // nn::convert_linears_to_float8 (runtime/nn/float8_conversion.h), which checks the layer can.
+  bool float8 = false;
+
  private:
   int64_t in_features_, out_features_;
 };

@@ -1,0 +1,223 @@
+// CUDA kernels of float8 training: amax (a grid-stride max over |x|'s bits), the scaled cast to
+// FP8 codes with the hardware's saturating round-to-nearest-even conversion, writing the codes
+// and/or their transpose through a shared-memory tile, and the scaled FP8 GEMM through cuBLASLt
+// (FP8 tensor cores, compute capability 8.9+). Tested bit for bit against the CPU reference
+// (runtime/cpu/float8.cpp) for the casts, within f32 accumulation for the GEMM.
+#include <cuda_fp8.h>
+
+#include <mutex>
+#include <unordered_map>
+
+#include "runtime/cuda/block_reduce.cuh"
+#include "runtime/cuda/loops.cuh"
+#include "runtime/kernels/float8.h"
+
+namespace mt::runtime::cuda {
+namespace {
+
+std::optional<std::string> cuda_float8_gemm_unsupported() {
+  const cudaDeviceProp& p = device_properties(current_device());
+  if (p.major * 10 + p.minor >= 89) return std::nullopt;
+  return std::string(p.name) + " has compute capability " + std::to_string(p.major) + "." +
+         std::to_string(p.minor) + "; FP8 tensor cores need 8.9 (Ada) or newer";
+}
+
+template <class F>
+void dispatch_f32_bf16(DType dtype, const char* op, F&& f) {
+  if (dtype == DType::F32) return f(float{});
+  if (dtype == DType::BF16) return f(__nv_bfloat16{});
+  MT_FAIL(op, ": expected f32 or bf16, got ", dtype_name(dtype));
+}
+
+template <class T>
+__global__ void amax_kernel(const T* x, int64_t n, unsigned* amax_bits) {
+  unsigned best = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    best = max(best, __float_as_uint(float(x[i])) & 0x7fffffffu);  // NaN's bits are the largest
+  }
+  best = block_max(best, 0u);
+  if (threadIdx.x == 0) atomicMax(amax_bits, best);
+}
+
+void cuda_float8_amax(const Tensor& x, Tensor& amax) {
+  check_on_current_device(x, "float8_amax");
+  auto* bits = ptr<unsigned>(amax);
+  MT_CUDA_CHECK(cudaMemsetAsync(bits, 0, sizeof(unsigned), current_stream()));
+  if (x.numel() == 0) return;
+  dispatch_f32_bf16(x.dtype(), "float8_amax", [&](auto tag) {
+    using T = decltype(tag);
+    amax_kernel<T><<<std::min(blocks_for(x.numel()), 4u * 132u), kThreads, 0, current_stream()>>>(
+        ptr<const T>(x), x.numel(), bits);
+    MT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+__device__ inline uint8_t to_code(float v, Float8Format format) {
+  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE,
+                               format == Float8Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
+}
+
+constexpr int kTile = 32, kTileRows = 8;  // a 32 x 32 tile per block of 32 x 8 threads
+
+// Codes of x * scale for one tile; rows written as read, the transpose through shared memory.
+template <class T>
+__global__ void cast_kernel(const T* x, int64_t rows, int64_t cols, const float* amax,
+                            Float8Format format, uint8_t* codes, uint8_t* codes_t,
+                            float* scale_inv) {
+  __shared__ uint8_t tile[kTile][kTile + 1];
+  const float scale = float8_scale(*amax, format);
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
+    *scale_inv = 1.0f / scale;
+  }
+  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+    const int64_t r = r0 + j, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) {
+      const uint8_t code = to_code(float(x[r * cols + c]) * scale, format);
+      if (codes) codes[r * cols + c] = code;
+      tile[j][threadIdx.x] = code;
+    }
+  }
+  if (!codes_t) return;
+  __syncthreads();
+  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+    const int64_t c = c0 + j, r = r0 + threadIdx.x;
+    if (r < rows && c < cols) codes_t[c * rows + r] = tile[threadIdx.x][j];
+  }
+}
+
+void cuda_float8_cast(const Tensor& x, const Tensor& amax, Float8Format format, Tensor& codes,
+                      Tensor& codes_t, Tensor& scale_inv) {
+  check_on_current_device(x, "float8_cast");
+  const int64_t rows = x.size(0), cols = x.size(1);
+  const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile));
+  MT_CHECK(grid.y <= 65535u, "float8_cast: ", rows, " rows exceed the grid's limit");
+  dispatch_f32_bf16(x.dtype(), "float8_cast", [&](auto tag) {
+    using T = decltype(tag);
+    cast_kernel<T><<<dim3(std::max(grid.x, 1u), std::max(grid.y, 1u)), dim3(kTile, kTileRows), 0,
+                     current_stream()>>>(
+        ptr<const T>(x), rows, cols, ptr<const float>(amax), format,
+        codes.defined() ? ptr<uint8_t>(codes) : nullptr,
+        codes_t.defined() ? ptr<uint8_t>(codes_t) : nullptr, ptr<float>(scale_inv));
+    MT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// ---- the scaled FP8 GEMM (cuBLASLt) --------------------------------------------------------
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+struct Problem {
+  int64_t m, n, k;
+  Float8Format a_format, b_format;
+  DType out;
+  bool fast_accum;
+  bool operator==(const Problem&) const = default;
+};
+
+struct ProblemHash {
+  size_t operator()(const Problem& p) const {
+    size_t h = size_t(p.a_format) * 7 + size_t(p.b_format) * 3 + size_t(p.out) * 11 +
+               size_t(p.fast_accum);
+    for (int64_t v : {p.m, p.n, p.k}) h = h * 1000003u ^ size_t(v);
+    return h;
+  }
+};
+
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+cudaDataType_t fp8_type(Float8Format f) {
+  return f == Float8Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
+
+// Row-major out[M, N] = a[M, K] b[N, K]^T is column-major out^T[N, M] = op(B1) B2 with cuBLAS's
+// first operand our b (stored K x N column-major, ld K, transposed) and its second our a (K x M,
+// ld K, not transposed): the "TN" layout FP8 GEMMs require. Scale pointers are set per call.
+Plan make_plan(const Problem& p) {
+  Plan plan;
+  MT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  MT_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  MT_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  const int8_t fast = p.fast_accum ? 1 : 0;
+  MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
+                                                 sizeof(fast)));
+  const cudaDataType_t out = p.out == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  MT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, fp8_type(p.b_format), p.k, p.n, p.k));
+  MT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, fp8_type(p.a_format), p.k, p.m, p.k));
+  MT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, out, p.n, p.m, p.n));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  MT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = kWorkspaceBytes;
+  MT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+      cublaslt_handle(), plan.op, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  MT_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS,
+           "float8_matmul: cuBLASLt has no FP8 algorithm for [", p.m, ", ", p.k, "] @ [", p.n,
+           ", ", p.k, "]^T (", float8_format_name(p.a_format), " x ",
+           float8_format_name(p.b_format), " -> ", dtype_name(p.out), "): ",
+           cublasGetStatusString(st));
+  plan.algo = result.algo;
+  return plan;
+}
+
+const Plan& plan_for(const Problem& p) {
+  static std::mutex mutex;
+  static std::unordered_map<Problem, Plan, ProblemHash> plans;
+  std::lock_guard lock(mutex);
+  auto it = plans.find(p);
+  if (it == plans.end()) it = plans.emplace(p, make_plan(p)).first;
+  return it->second;
+}
+
+void cuda_float8_matmul(const Tensor& a, Float8Format a_format, const Tensor& a_scale_inv,
+                        const Tensor& b, Float8Format b_format, const Tensor& b_scale_inv,
+                        bool fast_accum, Tensor& out) {
+  for (const Tensor* t : {&a, &b, &a_scale_inv, &b_scale_inv, static_cast<const Tensor*>(&out)}) {
+    check_on_current_device(*t, "float8_matmul");
+  }
+  const Problem p{a.size(0), b.size(0), a.size(1), a_format, b_format, out.dtype(), fast_accum};
+  if (out.numel() == 0) return;
+  if (p.k == 0) {
+    out.zero_();
+    return;
+  }
+  MT_CHECK(p.m % 16 == 0 && p.n % 16 == 0 && p.k % 16 == 0, "float8_matmul: [", p.m, ", ", p.k,
+           "] @ [", p.n, ", ", p.k, "]^T: FP8 GEMMs need every dimension a multiple of 16");
+  const Plan& plan = plan_for(p);
+  // Scales are per call (device pointers: no host synchronisation); the descriptor is shared, so
+  // setting them and launching happen under one lock.
+  static std::mutex launch_mutex;
+  std::lock_guard lock(launch_mutex);
+  const void* sa = b_scale_inv.data_ptr();  // cuBLAS's A is our b
+  const void* sb = a_scale_inv.data_ptr();
+  MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                 &sa, sizeof(sa)));
+  MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                 &sb, sizeof(sb)));
+  const float one = 1.0f, zero = 0.0f;
+  MT_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), plan.op, &one, b.data_ptr(), plan.a,
+                                 a.data_ptr(), plan.b, &zero, out.data_ptr(), plan.c,
+                                 out.data_ptr(), plan.c, &plan.algo, workspace(kWorkspaceBytes),
+                                 kWorkspaceBytes, current_stream()));
+}
+
+MT_REGISTER_KERNEL(float8_gemm_unsupported_kernel, DeviceType::CUDA, cuda_float8_gemm_unsupported);
+MT_REGISTER_KERNEL(float8_amax_kernel, DeviceType::CUDA, cuda_float8_amax);
+MT_REGISTER_KERNEL(float8_cast_kernel, DeviceType::CUDA, cuda_float8_cast);
+MT_REGISTER_KERNEL(float8_matmul_kernel, DeviceType::CUDA, cuda_float8_matmul);
+
+}  // namespace
+}  // namespace mt::runtime::cuda

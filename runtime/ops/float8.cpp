@@ -1,0 +1,159 @@
+#include "runtime/ops/float8.h"
+
+#include <atomic>
+#include <iostream>
+
+#include "runtime/autograd/function.h"
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/matmul.h"
+
+namespace mt::runtime {
+
+const char* float8_format_name(Float8Format f) { return f == Float8Format::E4M3 ? "e4m3" : "e5m2"; }
+
+namespace {
+
+constexpr int64_t kGemmMultiple = 16;  // FP8 GEMMs' rule for every dimension
+
+TensorOptions codes_options(Device device) {
+  return TensorOptions{}.with_dtype(DType::Bool).with_device(device);
+}
+
+TensorOptions f32_options(Device device) {
+  return TensorOptions{}.with_dtype(DType::F32).with_device(device);
+}
+
+void check_codes(const Tensor& t, const char* what) {
+  MT_CHECK(t.defined() && t.dim() == 2 && t.dtype() == DType::Bool && t.is_contiguous(),
+           "float8_mm: expected ", what, " as contiguous 2-D codes, got ",
+           t.defined() ? dtype_name(t.dtype()) : "an undefined tensor",
+           t.defined() ? " of shape " : "", t.defined() ? t.shape() : Shape{});
+}
+
+// Tokens that are not a multiple of 16 (a generation step, an odd batch): this call runs in the
+// layer's own precision, said once per process.
+void warn_high_precision_fallback(int64_t tokens) {
+  static std::atomic<bool> warned{false};
+  if (warned.exchange(true)) return;
+  std::cerr << "warning: float8_linear: " << tokens << " tokens is not a multiple of "
+            << kGemmMultiple << "; such calls run in the layer's own precision\n";
+}
+
+}  // namespace
+
+Float8Tensor to_float8(const Tensor& x, Float8Format format, bool rows, bool transposed) {
+  MT_CHECK(x.dim() == 2, "to_float8: expected a 2-D tensor, got shape ", x.shape());
+  MT_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::BF16,
+           "to_float8: expected f32 or bf16, got ", dtype_name(x.dtype()));
+  const Tensor xc = x.detach().contiguous();
+  const Device device = x.device();
+  const Tensor amax = Tensor::empty({1}, f32_options(device));
+  Tensor amax_out = amax;
+  float8_amax_kernel(device, xc, amax_out);
+  Float8Tensor r;
+  r.format = format;
+  if (rows) r.codes = Tensor::empty(x.shape(), codes_options(device));
+  if (transposed) r.codes_t = Tensor::empty({x.size(1), x.size(0)}, codes_options(device));
+  r.scale_inv = Tensor::empty({1}, f32_options(device));
+  float8_cast_kernel(device, xc, amax, format, r.codes, r.codes_t, r.scale_inv);
+  return r;
+}
+
+Tensor float8_dequantize(const Tensor& codes, Float8Format format, const Tensor& scale_inv) {
+  check_codes(codes, "codes");
+  const Tensor host = codes.to(Device::cpu());
+  const float s = scale_inv.to(Device::cpu()).data<float>()[0];
+  Tensor out = Tensor::empty(codes.shape(), f32_options(Device::cpu()));
+  const auto* p = static_cast<const uint8_t*>(host.data_ptr());
+  float* o = out.data<float>();
+  for (int64_t i = 0; i < codes.numel(); ++i) o[i] = float8_to_float(p[i], format) * s;
+  return out;
+}
+
+Tensor float8_mm(const Tensor& a, Float8Format a_format, const Tensor& a_scale_inv,
+                 const Tensor& b, Float8Format b_format, const Tensor& b_scale_inv,
+                 DType out_dtype, bool fast_accum) {
+  check_codes(a, "a");
+  check_codes(b, "b");
+  MT_CHECK(a.size(1) == b.size(1), "float8_mm: a ", a.shape(), " and b ", b.shape(),
+           " differ in K (the product is a @ b^T)");
+  MT_CHECK(a.device() == b.device(), "float8_mm: operands on different devices: ", a.device(),
+           " and ", b.device());
+  MT_CHECK(!(a_format == Float8Format::E5M2 && b_format == Float8Format::E5M2),
+           "float8_mm: two e5m2 operands (FP8 GEMMs take at most one)");
+  MT_CHECK(out_dtype == DType::F32 || out_dtype == DType::BF16,
+           "float8_mm: expected an f32 or bf16 output, got ", dtype_name(out_dtype));
+  Tensor out = Tensor::empty({a.size(0), b.size(0)}, f32_options(a.device()).with_dtype(out_dtype));
+  float8_matmul_kernel(a.device(), a, a_format, a_scale_inv, b, b_format, b_scale_inv, fast_accum,
+                       out);
+  return out;
+}
+
+std::optional<std::string> float8_linear_unsupported(Device device, int64_t in_features,
+                                                     int64_t out_features) {
+  if (auto why = float8_gemm_unsupported_kernel(device)) return why;
+  if (in_features % kGemmMultiple != 0 || out_features % kGemmMultiple != 0) {
+    return "in " + std::to_string(in_features) + " x out " + std::to_string(out_features) +
+           " is not a multiple of " + std::to_string(kGemmMultiple);
+  }
+  return std::nullopt;
+}
+
+Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  MT_CHECK(weight.dim() == 2, "float8_linear: expected a 2-D weight [out, in], got shape ",
+           weight.shape());
+  MT_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "float8_linear: input ", x.shape(),
+           " does not end in the weight's in_features ", weight.size(1));
+  MT_CHECK(x.dtype() == weight.dtype() && (x.dtype() == DType::F32 || x.dtype() == DType::BF16),
+           "float8_linear: expected an f32 or bf16 input and weight of one dtype, got ",
+           dtype_name(x.dtype()), " and ", dtype_name(weight.dtype()));
+  const int64_t in = weight.size(1), out = weight.size(0);
+  const int64_t tokens = x.numel() / in;
+  if (auto why = float8_linear_unsupported(x.device(), in, out)) {
+    MT_FAIL("float8_linear: cannot run x ", x.shape(), " @ weight ", weight.shape(), "^T in FP8: ",
+            *why);
+  }
+  if (tokens % kGemmMultiple != 0) {
+    warn_high_precision_fallback(tokens);
+    return linear(x, weight, bias);
+  }
+  const bool need_dx = autograd::any_requires_grad({x});
+  const bool need_dw = autograd::any_requires_grad({weight});
+  const Tensor x2 = x.detach().reshape({tokens, in});
+  const Float8Tensor xq = to_float8(x2, Float8Format::E4M3, true, need_dw);
+  const Float8Tensor wq = to_float8(weight.detach(), Float8Format::E4M3, true, need_dx);
+  Tensor y = float8_mm(xq.codes, xq.format, xq.scale_inv, wq.codes, wq.format, wq.scale_inv,
+                       x.dtype(), /*fast_accum=*/true);
+  if (need_dx || need_dw) {
+    // Backward keeps the transposed codes only: dx = dy @ W, dW = dy^T @ x.
+    autograd::record(
+        "float8_linear", {x, weight}, {y},
+        [x_t = xq.codes_t, x_scale_inv = xq.scale_inv, w_t = wq.codes_t,
+         w_scale_inv = wq.scale_inv, x_shape = x.shape(), dtype = x.dtype(), tokens,
+         out](const autograd::BackwardArgs& args) -> std::vector<Tensor> {
+          const Tensor g = args.grad(0).reshape({tokens, out}).contiguous();
+          const Float8Tensor gq = to_float8(g, Float8Format::E5M2, args.needs(0), args.needs(1));
+          Tensor dx, dw;
+          if (args.needs(0)) {
+            dx = float8_mm(gq.codes, gq.format, gq.scale_inv, w_t, Float8Format::E4M3, w_scale_inv,
+                           dtype, /*fast_accum=*/false)
+                     .reshape(x_shape);
+          }
+          if (args.needs(1)) {
+            dw = float8_mm(gq.codes_t, gq.format, gq.scale_inv, x_t, Float8Format::E4M3,
+                           x_scale_inv, dtype, /*fast_accum=*/false);
+          }
+          return {dx, dw};
+        });
+  }
+  if (bias.defined()) {
+    MT_CHECK(bias.dim() == 1 && bias.size(0) == out, "float8_linear: expected a bias of shape [",
+             out, "], got ", bias.shape());
+    y = add(y, bias);
+  }
+  Shape out_shape = x.shape();
+  out_shape.back() = out;
+  return y.reshape(out_shape);
+}
+
+}  // namespace mt::runtime

@@ -1,0 +1,55 @@
+// Float8 training ops (torchao's "tensorwise" recipe): dynamic per-tensor scales, FP8 codes
+// (runtime/kernels/float8.h) and scaled FP8 GEMMs with f32 accumulation.
+//
+// float8_linear(x, W, b) computes x @ W^T + b with every GEMM in FP8:
+//   forward        y  = fp8(x, e4m3)  @ fp8(W, e4m3)^T       (fast accumulation)
+//   grad input     dx = fp8(dy, e5m2) @ fp8(W, e4m3)
+//   grad weight    dW = fp8(dy, e5m2)^T @ fp8(x, e4m3)
+// The FP8 copies of x and W that backward needs (transposed: the tensor cores take K-contiguous
+// operands) are made in forward and saved instead of x itself: a quarter of an f32 activation's
+// bytes, half a bf16's. Outputs and gradients have x's and W's dtypes (f32 or bf16).
+//
+// On CUDA this needs FP8 tensor cores (compute capability 8.9 or newer) and dimensions that are
+// multiples of 16; the CPU runs the exact reference (emulated codes, f32 GEMM on their values),
+// which is what the tests and `emulate = true` use.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "runtime/core/tensor.h"
+#include "runtime/kernels/float8.h"
+
+namespace mt::runtime {
+
+// A tensor cast to FP8: its codes (Bool-dtype bytes, see kernels/float8.h), the codes of its
+// transpose, and the f32 [1] inverse scale that turns codes back into values.
+struct Float8Tensor {
+  Tensor codes;    // [rows, cols], or undefined when not asked for
+  Tensor codes_t;  // [cols, rows], or undefined when not asked for
+  Tensor scale_inv;
+  Float8Format format = Float8Format::E4M3;
+};
+
+// Casts a 2-D f32/bf16 tensor with one dynamic scale (its amax); `rows` / `transposed` say which
+// layouts to write. Not differentiable (the op below owns the gradients).
+Float8Tensor to_float8(const Tensor& x, Float8Format format, bool rows, bool transposed);
+
+// The values the codes stand for, as an f32 [rows, cols] tensor (tests and debugging).
+Tensor float8_dequantize(const Tensor& codes, Float8Format format, const Tensor& scale_inv);
+
+// a [M, K] @ b [N, K]^T on FP8 codes with their scales -> [M, N] of `out_dtype`.
+Tensor float8_mm(const Tensor& a, Float8Format a_format, const Tensor& a_scale_inv,
+                 const Tensor& b, Float8Format b_format, const Tensor& b_scale_inv,
+                 DType out_dtype, bool fast_accum);
+
+// Why float8_linear cannot run x [..., in] @ weight [out, in]^T, or nullopt when it can: the
+// device has no FP8 tensor cores, or a dimension is not a multiple of 16 (the FP8 GEMMs' rule,
+// kept on the CPU too so that emulation converts the same layers a GPU would).
+std::optional<std::string> float8_linear_unsupported(Device device, int64_t in_features,
+                                                     int64_t out_features);
+
+// x [..., in] @ weight [out, in]^T (+ bias [out]) with FP8 GEMMs; differentiable in all three.
+Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+}  // namespace mt::runtime
