@@ -9,6 +9,9 @@
 #   kernels  the kernel table (gpu_kernels_bench)
 #   train    the debug models and the DLRM trained on the CPU and the GPU (gpu_check.sh,
 #            PARTS=train)
+#   float8   float8_gpu_test (the FP8 kernels against the CPU reference) and the kernel table's
+#            float8 rows (gpu_kernels_bench --float8-only); for the float8 training rows, the llama
+#            stage with MT_FLOAT8=1 and MODES="compile compile_float8"
 # Pack the bundle here first (bash bench/gpu_bundle.sh), then there (carry [".device"]):
 #   bash bench/gpu_all.sh "$OUT"
 # All logs come back as OUT/logs.tgz (a call returns at most 8 files); the summary prints last.
@@ -31,6 +34,14 @@ run_stage() {
       (source .device/device-env.sh && timeout 90 .device/bin/gpu_kernels_bench) \
         >"$work/kernels.txt" 2>&1
       echo "gpu_kernels_bench rc=$?" ;;
+    float8)
+      (source .device/device-env.sh && timeout 60 .device/bin/float8_gpu_test) \
+        >"$work/float8_gpu_test.txt" 2>&1
+      echo "float8_gpu_test rc=$?"
+      grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$work/float8_gpu_test.txt" | sort -u
+      (source .device/device-env.sh && timeout 60 .device/bin/gpu_kernels_bench --float8-only) \
+        >"$work/float8_kernels.txt" 2>&1
+      echo "gpu_kernels_bench --float8-only rc=$?" ;;
     llama)
       (source .device/device-env.sh && BENCH_DIR=$work/llama MT_TIMEOUT=${MT_TIMEOUT:-150} \
         EAGER_TIMEOUT=${EAGER_TIMEOUT:-90} COMPILE_TIMEOUT=${COMPILE_TIMEOUT:-180} \
@@ -52,7 +63,7 @@ run_stage() {
       PARTS=train STEPS=${STEPS:-20} TRAIN_TIMEOUT=${TRAIN_TIMEOUT:-60} \
         bash bench/gpu_check.sh "$work/check" >"$work/train.txt" 2>&1
       echo "gpu_check train rc=$?" ;;
-    *) echo "gpu_all: unknown stage '$1' (tests, kernels, llama, train, profile)" ;;
+    *) echo "gpu_all: unknown stage '$1' (tests, kernels, llama, train, profile, float8)" ;;
   esac
 }
 run_stages() { for s in $stages; do run_stage "$s"; done; }
@@ -61,6 +72,6 @@ export stages work
 timeout "${ALL_TIMEOUT:-440}" bash -c run_stages
 echo "stages rc=$?"
 tar czf "$out/logs.tgz" --exclude="*.h5" --exclude="*.bin" -C "$work" . && ls -la "$out"
-for f in kernels.txt llama.txt train.txt profile.txt; do
+for f in float8_kernels.txt kernels.txt llama.txt train.txt profile.txt; do
   [ -f "$work/$f" ] && { echo "==== $f"; tail -40 "$work/$f"; }
 done

@@ -9,7 +9,10 @@
 // data loader, so those rows include their copy, the host id check and, with the backward, the
 // host grouping by row), and AdamW and FSDP's one-rank casts over the 1B's own 146 tensors.
 //
-//   ./build/bench/gpu_kernels_bench [--reps N]      (on the GPU machine: .device/bin/...)
+// Float8 GEMMs and casts at the 1B and 8B layers' shapes against bf16 (issue 32); --float8-only
+// measures the ceilings and those rows alone.
+//
+//   ./build/bench/gpu_kernels_bench [--reps N] [--float8-only]   (on the GPU machine: .device/bin/)
 //
 // Runs through the runtime's public ops (what training calls), synchronising the device once
 // per timed batch of repetitions. Without a CUDA device it says so and exits 0.
@@ -33,6 +36,7 @@
 #include "runtime/ops/embedding.h"
 #include "runtime/ops/embedding_bag.h"
 #include "runtime/ops/factory.h"
+#include "runtime/ops/float8.h"
 #include "runtime/ops/grouped_matmul.h"
 #include "runtime/ops/loss.h"
 #include "runtime/ops/join.h"
@@ -49,6 +53,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 int g_reps = 20;
+bool g_float8_only = false;
 
 // Median seconds per call of fn over g_reps timed calls (after 3 warm-ups), one device sync per
 // call so each sample is the call's own time.
@@ -94,6 +99,63 @@ void print(const std::vector<Row>& rows, double tb_per_s, double tflop_per_s) {
               "TFLOP/s\n", tb_per_s, tflop_per_s);
 }
 
+// Float8 (issue 32) at the Llama 3 1B and 8B layers' shapes (8192 tokens): the FP8 GEMM on
+// operands cast beforehand against the bf16 linear of the same shape (FLOPs 2 m n k, against the
+// bf16 ceiling: FP8's tensor-core peak is twice it), the cast of a bf16 activation to codes in
+// both layouts (bytes: read once, two codes written; the kernels read it twice, amax then cast),
+// and a whole layer forward + backward in float8 against bf16 (3 GEMMs each).
+void float8_rows(Device dev, std::vector<Row>& rows) {
+  if (auto why = float8_gemm_unsupported_kernel(dev)) {
+    std::printf("float8 rows skipped: %s\n", why->c_str());
+    return;
+  }
+  const DType bf16 = DType::BF16;
+  const int64_t n = 8192;
+  struct Shape3 {
+    const char* name;
+    int64_t in, out;
+  };
+  for (const Shape3& s : {Shape3{"1B ffn up", 2048, 8192}, Shape3{"1B ffn down", 8192, 2048},
+                          Shape3{"1B attn out", 2048, 2048}, Shape3{"8B ffn up", 4096, 14336},
+                          Shape3{"8B ffn down", 14336, 4096}, Shape3{"8B attn out", 4096, 4096},
+                          Shape3{"8B kv proj", 4096, 1024}}) {
+    NoGradGuard no_grad;
+    const std::string shape =
+        std::to_string(n) + "x" + std::to_string(s.in) + " -> " + std::to_string(s.out);
+    const double flops = 2.0 * n * s.in * s.out;
+    Tensor x = rnd({n, s.in}, bf16, dev, "f8x"), w = rnd({s.out, s.in}, bf16, dev, "f8w");
+    rows.push_back({std::string("bf16 linear (") + s.name + ")", shape,
+                    time_it(dev, [&] { linear(x, w); }), flops, true});
+    const Float8Tensor xq = to_float8(x, Float8Format::E4M3, true, false);
+    const Float8Tensor wq = to_float8(w, Float8Format::E4M3, true, false);
+    rows.push_back({std::string("fp8 gemm (") + s.name + ")", shape, time_it(dev, [&] {
+                      float8_mm(xq.codes, xq.format, xq.scale_inv, wq.codes, wq.format,
+                                wq.scale_inv, bf16, true);
+                    }),
+                    flops, true});
+  }
+  {
+    NoGradGuard no_grad;
+    Tensor x = rnd({n, 4096}, bf16, dev, "f8cast");
+    rows.push_back({"float8 cast, both layouts", "8192x4096 bf16 -> e4m3", time_it(dev, [&] {
+                      to_float8(x, Float8Format::E4M3, true, true);
+                    }),
+                    double(n) * 4096 * (2 + 1 + 1), false});
+  }
+  EnableGradGuard grad_on;
+  Tensor x = rnd({n, 2048}, bf16, dev, "f8lx").set_requires_grad(true);
+  Tensor w = rnd({8192, 2048}, bf16, dev, "f8lw").set_requires_grad(true);
+  const double layer_flops = 3 * 2.0 * n * 2048 * 8192;
+  rows.push_back({"bf16 linear fwd+bwd (1B ffn up)", "8192x2048 -> 8192", time_it(dev, [&] {
+                    sum(linear(x, w)).backward();
+                  }),
+                  layer_flops, true});
+  rows.push_back({"float8_linear fwd+bwd (1B ffn up)", "8192x2048 -> 8192", time_it(dev, [&] {
+                    sum(float8_linear(x, w)).backward();
+                  }),
+                  layer_flops, true});
+}
+
 int run() {
   if (cuda_device_count() == 0) {
     std::printf("gpu_kernels_bench: no CUDA device (%s); nothing to measure\n",
@@ -119,6 +181,11 @@ int run() {
   const double tflop_per_s = 2.0 * double(M) * M * M / mm_s / 1e12;
   rows.push_back({"matmul bf16 (ceiling)", "8192^3", mm_s, 2.0 * M * M * M, true});
   a = b = Tensor();
+  if (g_float8_only) {
+    float8_rows(dev, rows);
+    print(rows, tb_per_s, tflop_per_s);
+    return 0;
+  }
 
   NoGradGuard no_grad_outer;
   // Matmuls of the block.
@@ -145,6 +212,7 @@ int run() {
                     }),
                     qkv_flops, true});
   }
+  float8_rows(dev, rows);
   // Memory-bound fused kernels, bf16 activations.
   {
     Tensor x = rnd({N, D}, bf16, dev, "x"), w = rnd({D}, bf16, dev, "w");
@@ -326,6 +394,15 @@ int run() {
 }  // namespace mt::runtime
 
 int main(int argc, char** argv) {
+  int kept = 1;  // --float8-only is ours; the rest is bench_args' --reps
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--float8-only") == 0) {
+      mt::runtime::g_float8_only = true;
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
   mt::runtime::g_reps = mt::bench::parse_reps(argc, argv, mt::runtime::g_reps);
   if (mt::runtime::g_reps < 0) return 2;
   try {

@@ -1,0 +1,161 @@
+// CUDA float8 kernels against the CPU reference: amax, scales and codes (both layouts) bit for
+// bit, the hardware conversion against the reference's on every f32 neighbourhood of every code,
+// the scaled FP8 GEMM (every operand-format pair, f32 and bf16 outputs, fast accumulation on and
+// off) within f32 accumulation, and float8_linear's output and gradients. Skips without a GPU.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "runtime/ops/float8.h"
+#include "tests/testing/gpu_compare.h"
+
+namespace mt::runtime::gpu_test {
+namespace {
+
+class Float8Gpu : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped()) return;
+    if (auto why = float8_gemm_unsupported_kernel(Device::cuda())) GTEST_SKIP() << *why;
+  }
+};
+
+constexpr Float8Format kFormats[] = {Float8Format::E4M3, Float8Format::E5M2};
+
+std::vector<uint8_t> bytes_of(const Tensor& codes) {
+  const Tensor host = on_cpu(codes);
+  const auto* p = static_cast<const uint8_t*>(host.data_ptr());
+  return std::vector<uint8_t>(p, p + host.numel());
+}
+
+// Values spread over many binades (subnormal codes and saturation included once scaled), a few
+// exact ties, zeros and negative zeros.
+Tensor wide_values(const Shape& shape, DType dtype, uint64_t seed) {
+  Tensor x = rnd(shape, DType::F32, seed).contiguous();
+  float* p = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    p[i] = std::ldexp(p[i], int(i % 29) - 20);
+    if (i % 97 == 0) p[i] = 0.0f;
+    if (i % 101 == 0) p[i] = -0.0f;
+  }
+  return x.to(dtype);
+}
+
+TEST_F(Float8Gpu, CastsMatchTheCpuBitForBit) {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    for (Float8Format f : kFormats) {
+      for (const Shape& shape : {Shape{37, 53}, Shape{256, 2048}, Shape{4096, 48}, Shape{1, 1}}) {
+        const Tensor x = wide_values(shape, dtype, 3);
+        const Float8Tensor want = to_float8(x, f, true, true);
+        const Float8Tensor got = to_float8(on_cuda(x), f, true, true);
+        EXPECT_EQ(on_cpu(got.scale_inv).to_vector<float>(), want.scale_inv.to_vector<float>());
+        EXPECT_EQ(bytes_of(got.codes), bytes_of(want.codes))
+            << dtype_name(dtype) << " " << float8_format_name(f) << " " << str(shape);
+        EXPECT_EQ(bytes_of(got.codes_t), bytes_of(want.codes_t))
+            << dtype_name(dtype) << " " << float8_format_name(f) << " " << str(shape);
+      }
+    }
+  }
+}
+
+// The hardware conversion against the reference's near every code: each code's value, its f32
+// neighbours, and the midpoints to the next code (ties), with a scale of 1 (amax = max).
+TEST_F(Float8Gpu, HardwareConversionMatchesTheReferenceAtEveryCode) {
+  for (Float8Format f : kFormats) {
+    std::vector<float> values;
+    for (int c = 0; c < 256; ++c) {
+      const float v = float8_to_float(uint8_t(c), f);
+      if (!std::isfinite(v)) continue;
+      values.push_back(v);
+      values.push_back(std::nextafter(v, 1e9f));
+      values.push_back(std::nextafter(v, -1e9f));
+      const float next = float8_to_float(uint8_t(c + 1), f);
+      if (c != 0x7f && c != 0xff && std::isfinite(next)) values.push_back((v + next) / 2);
+    }
+    // Within +-max, so that amax = max and the scale is exactly 1 (saturation: the test above).
+    std::erase_if(values, [&](float v) { return std::abs(v) > float8_max(f); });
+    const int64_t n = int64_t(values.size());
+    const Tensor x = from_vector<float>(values, {1, n});
+    const Float8Tensor want = to_float8(x, f, true, false);
+    const Float8Tensor got = to_float8(on_cuda(x), f, true, false);
+    ASSERT_EQ(want.scale_inv.to_vector<float>()[0], 1.0f);
+    const std::vector<uint8_t> g = bytes_of(got.codes), w = bytes_of(want.codes);
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(int(g[size_t(i)]), int(w[size_t(i)]))
+          << float8_format_name(f) << " of " << values[size_t(i)];
+    }
+  }
+}
+
+TEST_F(Float8Gpu, NanPropagatesToTheScale) {
+  Tensor x = rnd({64, 64}, DType::F32, 9).contiguous();
+  x.data<float>()[100] = std::nanf("");
+  const Float8Tensor got = to_float8(on_cuda(x), Float8Format::E4M3, true, false);
+  EXPECT_TRUE(std::isnan(on_cpu(got.scale_inv).to_vector<float>()[0]));
+}
+
+double relative_error(const Tensor& got, const Tensor& want) {
+  const std::vector<double> g = on_cpu(got).to_vector<double>(), w = want.to_vector<double>();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    num += (g[i] - w[i]) * (g[i] - w[i]);
+    den += w[i] * w[i];
+  }
+  return std::sqrt(num / den);
+}
+
+TEST_F(Float8Gpu, GemmMatchesTheCpuReference) {
+  struct Case {
+    int64_t m, n, k;
+  };
+  const std::pair<Float8Format, Float8Format> pairs[] = {
+      {Float8Format::E4M3, Float8Format::E4M3},
+      {Float8Format::E5M2, Float8Format::E4M3},
+      {Float8Format::E4M3, Float8Format::E5M2}};
+  for (const Case& c : {Case{64, 48, 32}, Case{256, 512, 1024}, Case{8192, 512, 2048}}) {
+    for (const auto& [fa, fb] : pairs) {
+      const Float8Tensor a = to_float8(rnd({c.m, c.k}, DType::F32, 1), fa, true, false);
+      const Float8Tensor b = to_float8(rnd({c.n, c.k}, DType::F32, 2), fb, true, false);
+      for (DType out : {DType::F32, DType::BF16}) {
+        for (bool fast : {false, true}) {
+          const Tensor want = float8_mm(a.codes, fa, a.scale_inv, b.codes, fb, b.scale_inv, out,
+                                        fast);
+          const Tensor got = float8_mm(on_cuda(a.codes), fa, on_cuda(a.scale_inv),
+                                       on_cuda(b.codes), fb, on_cuda(b.scale_inv), out, fast);
+          EXPECT_EQ(got.dtype(), out);
+          EXPECT_LT(relative_error(got, want), out == DType::BF16 ? 4e-3 : 1e-4)
+              << c.m << "x" << c.n << "x" << c.k << " " << float8_format_name(fa) << "/"
+              << float8_format_name(fb) << " " << dtype_name(out) << (fast ? " fast" : "");
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Float8Gpu, LinearAndItsGradientsMatchTheCpu) {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const Tensor x = rnd({4, 64, 256}, dtype, 11), w = rnd({512, 256}, dtype, 12);
+    const Tensor b = rnd({512}, dtype, 13), r = rnd({4, 64, 512}, dtype, 14);
+    std::vector<Tensor> outs[2];
+    for (int d = 0; d < 2; ++d) {
+      const std::vector<Tensor> in =
+          to_device({x, w, b}, d == 0 ? Device::cpu() : Device::cuda(), true);
+      const Tensor y = float8_linear(in[0], in[1], in[2]);
+      sum(mul(y, d == 0 ? r : on_cuda(r))).backward();
+      outs[d] = {y, in[0].grad(), in[1].grad(), in[2].grad()};
+    }
+    const double tol = dtype == DType::BF16 ? 8e-3 : 1e-4;
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(outs[1][i].dtype(), dtype);
+      EXPECT_LT(relative_error(outs[1][i], outs[0][i].to(DType::F64)), tol)
+          << dtype_name(dtype) << " output " << i << " (y, dx, dW, db)";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mt::runtime::gpu_test
