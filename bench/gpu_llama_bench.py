@@ -5,12 +5,27 @@ beside minititan's `train` and prints one table of all three.
 
     python3 bench/gpu_llama_bench.py --preset 1b --seq 2048 --batch 4 --mode both
     python3 bench/gpu_llama_bench.py --preset tiny --device cpu --seq 64 --batch 2   # smoke test
+    python3 bench/gpu_llama_bench.py --mode compile_float8          # torchao float8 + compile
+    python3 bench/gpu_llama_bench.py --preset tiny --device cpu --seq 64 --batch 2 \
+        --mode eager_float8 --float8-emulate                         # float8 smoke test (CPU)
 
 The training step matches minititan's: float32 master weights, bf16 compute (torch.autocast),
 f32 logits and cross-entropy, gradient clipping to max_norm, AdamW (fused on CUDA; betas 0.9,
 0.95, eps 1e-8, weight decay 0.1). Timed with CUDA events over --steps steps after --warmup
 steps (torch.compile compiles during the first one). MFU = flops_per_token x tokens/s / peak,
 with minititan's FLOP formula and its peak table (H100 SXM: 989 TFLOP/s bf16 dense).
+
+Float8 modes (eager_float8, compile_float8; rows "pytorch eager float8", "pytorch compile
+float8"): the same model with its linears converted by torchao's convert_to_float8_training
+(torchao.float8, Float8LinearConfig's default: the tensorwise recipe, dynamic per-tensor scales,
+e4m3 inputs and weights, e5m2 gradients), skipping the linears whose name contains one of
+--float8-filter-fqns (default "output", as torchtitan's filter_fqns) or whose dimensions are not
+multiples of 16, as torchtitan's float8 converter does; then torch.compile for compile_float8. MFU
+still counts bf16 FLOPs with the same formula and peak (torchtitan's convention), so float8
+rows compare by tokens/s. torchao is not on the GPU machine's image: carry its wheel (.whl, see
+/work/.library/device/README.md) and install it first; without torchao (or on a GPU before
+sm_89) the mode writes an error row instead of training. gpu_llama_bench.sh runs them with
+MODES="eager compile compile_float8".
 
 --results FILE appends each mode's row as a JSON line; --table FILE prints the rows of FILE as a
 table, with a row per minititan run (--minititan NAME DUMP LOG: the dump folder's metrics.jsonl,
@@ -59,18 +74,75 @@ def fmt_row_line(row):
 
 # ---- the PyTorch runs -----------------------------------------------------------------------
 
+def mode_row_name(mode):  # "compile_float8" -> "pytorch compile float8"
+    return "pytorch " + mode.replace("_", " ")
+
+
+def float8_unavailable(a, device):
+    """Why a float8 mode cannot run here (None when it can): torchao missing, or a GPU without
+    FP8 tensor cores (compute capability < 8.9) unless --float8-emulate."""
+    import torch
+    try:
+        import torchao
+        from torchao.float8 import convert_to_float8_training, Float8LinearConfig  # noqa: F401
+    except Exception as e:  # ImportError, or a torchao built for another torch failing to load
+        return (f"torchao is not importable ({type(e).__name__}: {e}); carry its wheel "
+                "(.whl) and install it with pip --target, PYTHONPATH=that folder")
+    if device.type == "cuda" and not a.float8_emulate:
+        cap = torch.cuda.get_device_capability(device)
+        if cap < (8, 9):
+            return (f"float8 needs FP8 tensor cores (compute capability >= 8.9); "
+                    f"{torch.cuda.get_device_name(device)} is {cap[0]}.{cap[1]}")
+    return None
+
+
+def convert_float8(model, a):
+    """torchtitan's float8 converter (tensorwise): torchao's convert_to_float8_training with
+    Float8LinearConfig's defaults, skipping linears whose FQN contains a filter_fqns entry or
+    whose weight dimensions are not multiples of 16. Returns the converted FQNs."""
+    import torch.nn as nn
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    filter_fqns = [f for f in a.float8_filter_fqns.split(",") if f]
+    converted = []
+
+    def module_filter_fn(mod, fqn):
+        if not isinstance(mod, nn.Linear) or any(f in fqn for f in filter_fqns):
+            return False
+        if mod.weight.shape[0] % 16 or mod.weight.shape[1] % 16:
+            print(f"float8: {fqn} stays high precision (weight {tuple(mod.weight.shape)} not "
+                  "multiples of 16)")
+            return False
+        converted.append(fqn)
+        return True
+
+    config = Float8LinearConfig(emulate=a.float8_emulate)  # default recipe: tensorwise
+    convert_to_float8_training(model, config=config, module_filter_fn=module_filter_fn)
+    return converted
+
+
 def run_mode(mode, margs, a, device):
     import torch
     import torch.nn.functional as F
     from llama_torch_model import Transformer, flops_per_token
 
+    base, float8 = mode.split("_")[0], mode.endswith("_float8")  # eager | compile, float8 or not
     cuda = device.type == "cuda"
     gc.collect()  # a previous mode's model and optimizer are gone before the peak is reset
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     torch.manual_seed(a.seed)
-    model = Transformer(margs, complex_rope=mode != "compile").to(device)  # f32 master weights
+    model = Transformer(margs, complex_rope=base != "compile").to(device)  # f32 master weights
+    float8_info = None
+    if float8:
+        import torchao
+        converted = convert_float8(model, a)
+        float8_info = dict(recipe="tensorwise", torchao=torchao.__version__,
+                           emulate=a.float8_emulate, converted_linears=len(converted),
+                           filter_fqns=a.float8_filter_fqns)
+        print(f"float8: torchao {torchao.__version__}, {len(converted)} linears converted "
+              f"(tensorwise{', emulated' if a.float8_emulate else ''}), filter_fqns "
+              f"{a.float8_filter_fqns!r}", flush=True)
     params = list(model.parameters())
     opt_kw = dict(lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     opt = torch.optim.AdamW(params, fused=True, **opt_kw) if cuda else \
@@ -81,7 +153,7 @@ def run_mode(mode, margs, a, device):
             logits = model(inputs)  # f32 logits, as minititan's Transformer returns them
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
-    step_loss = torch.compile(loss_fn) if mode == "compile" else loss_fn
+    step_loss = torch.compile(loss_fn) if base == "compile" else loss_fn
     gen = torch.Generator(device=device).manual_seed(a.seed)
     batches = []
     for _ in range(4):  # a few random batches on the device, reused
@@ -121,13 +193,15 @@ def run_mode(mode, margs, a, device):
     peak = peak_flops(device_name, a.peak_tflops)
     fpt = flops_per_token(margs, a.seq)
     tps = a.batch * a.seq * a.steps / seconds
-    row = dict(name="pytorch " + mode, framework=f"pytorch-{torch.__version__}",
+    row = dict(name=mode_row_name(mode), framework=f"pytorch-{torch.__version__}",
                device_name=device_name, params=sum(p.numel() for p in params),
                flops_per_token=fpt, batch=a.batch, seq=a.seq, steps=a.steps, warmup=a.warmup,
                tokens_per_s=tps, step_ms=1e3 * seconds / a.steps,
                mfu=fpt * tps / peak if peak else None, peak_flops=peak,
                peak_mem_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
                loss_first=loss_first, loss_last=loss_last, first_step_s=first_step_s)
+    if float8_info:
+        row["float8"] = float8_info
     return row
 
 
@@ -205,11 +279,21 @@ def print_table(rows, peak_tflops, margs, batch, seq, gpu_name=None):
               f"{mem:>10} {loss:>18} {r['params']:>12}")
     if note:
         print(note)
-    ours = by_name.get("minititan")
-    for peer in ("pytorch eager", "pytorch compile"):
-        other = by_name.get(peer)
+    for r in rows:  # every MFU is bf16 FLOPs against the bf16 peak, float8 rows too
+        if "error" not in r and r.get("mfu") is not None and peak:
+            bf16 = r["flops_per_token"] * r["tokens_per_s"] / peak
+            if abs(r["mfu"] - bf16) > 0.02 * bf16:
+                print(f"WARNING: {r['name']} reported MFU {100 * r['mfu']:.1f}%, not the "
+                      f"{100 * bf16:.1f}% of bf16 FLOPs / {peak / 1e12:.0f} TFLOP/s")
+    for mine, peer in (("minititan", "pytorch eager"), ("minititan", "pytorch compile"),
+                       ("minititan float8", "minititan"),
+                       ("minititan float8", "pytorch compile float8"),
+                       ("minititan float8", "pytorch compile"),
+                       ("pytorch compile float8", "pytorch compile"),
+                       ("pytorch eager float8", "pytorch eager")):
+        ours, other = by_name.get(mine), by_name.get(peer)
         if ours and other and "error" not in ours and "error" not in other:
-            print(f"minititan / {peer}: {ours['tokens_per_s'] / other['tokens_per_s']:.2f}x "
+            print(f"{mine} / {peer}: {ours['tokens_per_s'] / other['tokens_per_s']:.2f}x "
                   "tokens/s")
     params = {r["params"] for r in rows if "error" not in r}
     if len(params) > 1:
@@ -234,7 +318,14 @@ def main():
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--steps", type=int, default=20, help="timed steps")
     p.add_argument("--warmup", type=int, default=10, help="untimed steps first (>= 1)")
-    p.add_argument("--mode", choices=("eager", "compile", "both"), default="both")
+    p.add_argument("--mode", choices=("eager", "compile", "both", "eager_float8",
+                                      "compile_float8"), default="both",
+                   help="both: eager, then compile; *_float8: torchao float8 (tensorwise)")
+    p.add_argument("--float8-filter-fqns", default="output",
+                   help="float8 modes: comma-separated; linears whose name contains one stay "
+                        "high precision (torchtitan's filter_fqns)")
+    p.add_argument("--float8-emulate", action="store_true",
+                   help="float8 modes: torchao's emulation (no FP8 GEMMs: CPU smoke tests)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--max-norm", type=float, default=1.0)
@@ -273,10 +364,12 @@ def main():
     modes = ["eager", "compile"] if a.mode == "both" else [a.mode]
     rows = []
     for mode in modes:
-        if mode == "compile" and not hasattr(torch, "compile"):
-            row = dict(name="pytorch compile", error=f"torch {torch.__version__} has no compile")
-        else:
-            row = run_mode(mode, margs, a, device)
+        why = None
+        if mode.startswith("compile") and not hasattr(torch, "compile"):
+            why = f"torch {torch.__version__} has no compile"
+        elif mode.endswith("_float8"):
+            why = float8_unavailable(a, device)
+        row = dict(name=mode_row_name(mode), error=why) if why else run_mode(mode, margs, a, device)
         rows.append(row)
         print(fmt_row_line(row), flush=True)
         if a.results:

@@ -16,9 +16,23 @@
 # Environment (defaults): BATCH (4), SEQ (2048), WARMUP (10 untimed steps), STEPS (20 timed),
 # TRAIN (.device/bin/train), PYTHON (python3, with torch >= 2.0, numpy, h5py), BENCH_DIR
 # (out/gpu_llama_bench), MODES ("eager compile"), and time limits in seconds per run: MT_TIMEOUT
-# (240), EAGER_TIMEOUT (120), COMPILE_TIMEOUT (240); MT_BASELINE (0; 1: a second minititan
-# row that waits for every step and runs deterministic kernels); TRAIN_ARGS and TORCH_ARGS: more
-# flags for `train` (e.g. --activation_checkpoint.mode=full) and for gpu_llama_bench.py.
+# (240), EAGER_TIMEOUT (120), COMPILE_TIMEOUT (240, each compile* mode); MT_BASELINE (0; 1: a
+# second minititan row that waits for every step and runs deterministic kernels); MT_FLOAT8 (0; 1:
+# a row "minititan float8", dump folder BENCH_DIR/minititan_float8, trained with
+# --quantize.linear.float8.enable=true: the tensorwise recipe, filter_fqns ["output"]; its MFU is
+# the one `train` reports, meant in bf16 FLOPs against the bf16 peak as torchtitan counts);
+# TRAIN_ARGS and TORCH_ARGS: more flags for `train` (e.g. --activation_checkpoint.mode=full) and
+# for gpu_llama_bench.py (every mode).
+# MODES may also name eager_float8 and compile_float8: the PyTorch model with torchao's
+# convert_to_float8_training (tensorwise, the output projection left in bf16), rows "pytorch eager
+# float8" and "pytorch compile float8", MFU in bf16 FLOPs like the others. torchao is not on the
+# GPU machine's image: carry its wheel (.whl, see /work/.library/device/README.md) and install it
+# first, else those rows say torchao is missing. bf16 and float8, both frameworks, in one run:
+#
+#   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+#     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+#   source .device/device-env.sh && MT_FLOAT8=1 MODES="compile compile_float8" \
+#     bash bench/gpu_llama_bench.sh
 # minititan's numbers are its own metrics (BENCH_DIR/minititan/metrics.jsonl, the steps after
 # WARMUP), not measured again here. The logs are BENCH_DIR/*.log; to bring them back from the
 # device machine: cp BENCH_DIR/*.log BENCH_DIR/rows.jsonl "$OUT"/ afterwards.
@@ -85,20 +99,26 @@ if [ "${MT_BASELINE:-0}" = 1 ]; then
   run_minititan "minititan (sync, det.)" minititan_baseline --metrics.log_freq=1 \
     --training.deterministic=true
 fi
+# MT_FLOAT8=1: float8 linears (tensorwise), as in the issue's goal against the bf16 row above.
+if [ "${MT_FLOAT8:-0}" = 1 ]; then
+  run_minititan "minititan float8" minititan_float8 --metrics.log_freq="$LOG_FREQ" \
+    --quantize.linear.float8.enable=true
+fi
 
 # PyTorch: one process per mode, so each peak memory is its own.
 for mode in $MODES; do
-  limit=$([ "$mode" = compile ] && echo "${COMPILE_TIMEOUT:-240}" || echo "${EAGER_TIMEOUT:-120}")
+  case $mode in compile*) limit=${COMPILE_TIMEOUT:-240} ;; *) limit=${EAGER_TIMEOUT:-120} ;; esac
+  name="pytorch ${mode//_/ }"  # gpu_llama_bench.py's row name: compile_float8 -> compile float8
   log=$BENCH_DIR/torch_$mode.log
-  echo "pytorch $mode (log: $log)"
+  echo "$name (log: $log)"
   LD_LIBRARY_PATH=$py_libs timeout "$limit" "$PYTHON" bench/gpu_llama_bench.py "${shape[@]}" \
     --mode "$mode" --results "$rows" >"$log" 2>&1
   rc=$?
-  grep '^name=' "$log"
+  grep -E '^(name=|float8:)' "$log"
   if [ $rc -ne 0 ]; then
     tail -5 "$log"
-    grep -q "\"pytorch $mode\"" "$rows" 2>/dev/null ||
-      error_row "pytorch $mode" "exit $rc$([ $rc -eq 124 ] && echo ' (timed out)'): $(last_error "$log")"
+    grep -q "\"$name\"" "$rows" 2>/dev/null ||
+      error_row "$name" "exit $rc$([ $rc -eq 124 ] && echo ' (timed out)'): $(last_error "$log")"
   fi
 done
 

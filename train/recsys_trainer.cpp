@@ -134,6 +134,13 @@ void check_recsys_config(const config::JobConfig& c) {
            "dense layers over all of them (it has no tensor-parallel plan); "
            "parallelism.expert_parallel_degree, data_parallel_replicate_degree and "
            "tensor_parallel_degree must be 1");
+  // DLRM's MLPs are narrow (Criteo's 13 dense features in, one logit out) and its time goes to
+  // the tables: FP8 GEMMs would buy little there, so float8 is for the transformer models only.
+  MT_CHECK(!c.float8.enable,
+           "train: float8 training is built for the transformer models "
+           "(llama3, deepseek_v3), not model.name = \"dlrm\", which trains in float32; set "
+           "quantize.linear.float8.enable = false (it is true, ",
+           c.where("quantize.linear.float8.enable"), ")");
 }
 
 }  // namespace

@@ -44,6 +44,7 @@
 #include "runtime/optim/clip_grad.h"
 #include "runtime/optim/lr_scheduler.h"
 #include "train/checkpointer.h"
+#include "train/float8_setup.h"
 #include "train/launch_layout.h"
 #include "train/config/render.h"
 #include "train/config/validate.h"
@@ -262,6 +263,7 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
       place_ranks(*world_, tc.device, config_.where("training.device"));
   device_ = placement.device;
   placement_text_ = placement.text;
+  check_float8_device(config_, device_);  // before the data: "auto" may have resolved to a CPU
   const fs::path dump(config_.job.dump_folder);
   if (rank() == 0) remove_incomplete_saves(config_, log());
   if (options_.write_files) config::write_config(config_, dump / "config.toml");
@@ -316,6 +318,9 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
     if (shards) no_values.emplace();
     model_ = spec_->build(bo);  // on the CPU: initial weights do not depend on the device
   }
+  // Float8 linears before parallelism, as torchtitan converts: FSDP gathers their weights whole,
+  // so each GEMM scales the same tensors as on one rank.
+  if (config_.float8.enable) float8_text_ = apply_float8_training(*model_, config_, device_);
   if (shards) {
     setup_parallelism();
     parallel::init_sharded_parameters(*model_, bo.seed);
@@ -689,6 +694,7 @@ TrainResult Trainer::train() {
       << " parameters, vocab " << vocab_text() << ", " << std::setprecision(3)
       << flops_per_token / 1e6 << " MFLOPs/token; activation checkpointing: "
       << activation_checkpointing_text() << "\n"
+      << (float8_text_.empty() ? "" : float8_text_ + "\n")
       << "data: " << token_file_.string() << ": " << loader_->info().num_tokens << " tokens, "
       << loader_->num_train_windows() << " training + " << loader_->num_val_windows()
       << " validation windows of " << tc.seq_len << "\n"
@@ -723,7 +729,9 @@ TrainResult Trainer::train() {
                                 (config_.parallelism.disable_loss_parallel ? "off" : "on") + ")"
                           : "")
         << "; FSDP over " << dp_mesh_->describe() << "; parameters computed in "
-        << tc.mixed_precision_param << ", gradients reduced in " << tc.mixed_precision_reduce
+        << tc.mixed_precision_param
+        << (config_.float8.enable ? " (the float8 linears' GEMMs in FP8)" : "")
+        << ", gradients reduced in " << tc.mixed_precision_reduce
         << ", float32 master weights; reshard after forward: " << reshard_text_ << "\n";
   }
 

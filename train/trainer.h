@@ -178,6 +178,7 @@ class Trainer {
   std::shared_ptr<parallel::ProcessGroup> dp_world_;
   int64_t tp_ = 1;
   std::string reshard_text_;  // fsdp_reshard_after_forward as applied, for the log
+  std::string float8_text_;   // what [quantize.linear.float8] converted, for the log; "" when off
   std::unique_ptr<data::BpeTokenizer> tokenizer_;
   std::filesystem::path token_file_;
   std::unique_ptr<data::Loader> loader_;

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "runtime/autograd/function.h"
+#include "runtime/core/grad_mode.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/matmul.h"
 
@@ -30,10 +31,11 @@ void check_codes(const Tensor& t, const char* what) {
            t.defined() ? " of shape " : "", t.defined() ? t.shape() : Shape{});
 }
 
-// Tokens that are not a multiple of 16 (a generation step, an odd batch): this call runs in the
-// layer's own precision, said once per process.
+// Tokens that are not a multiple of 16 (an odd batch; a generation step, said nothing about):
+// this call runs in the layer's own precision, said once per process when training.
 void warn_high_precision_fallback(int64_t tokens) {
   static std::atomic<bool> warned{false};
+  if (!GradMode::enabled()) return;
   if (warned.exchange(true)) return;
   std::cerr << "warning: float8_linear: " << tokens << " tokens is not a multiple of "
             << kGemmMultiple << "; such calls run in the layer's own precision\n";

@@ -234,7 +234,7 @@ TEST(Float8Linear, ForwardAndGradientsAreTheScaledFp8Products) {
 }
 
 TEST(Float8Linear, TokensNotAMultipleOf16RunInTheLayersPrecision) {
-  const Tensor x = randn_as({3, 32}, DType::F32, 1, "x");
+  const Tensor x = randn_as({3, 32}, DType::F32, 1, "x").set_requires_grad(true);
   const Tensor w = randn_as({16, 32}, DType::F32, 2, "w");
   EXPECT_TRUE(all_close(float8_linear(x, w), linear(x, w), 0, 0));
 }

@@ -1,7 +1,8 @@
 // Tests of the config system (train/config): defaults, precedence (defaults < file < command
 // line), `extends` chains, every error class with its message (file, line, key, suggestion),
-// --print-config round trips, that every shipped configs/*.toml loads, and that a warmup longer
-// than the run is clamped with a warning (make_lr_scheduler).
+// dotted sections ([quantize.linear.float8]) in files and flags, --print-config round trips,
+// that every shipped configs/*.toml loads, and that a warmup longer than the run is clamped with
+// a warning (make_lr_scheduler).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -107,6 +108,10 @@ TEST_F(ConfigTest, DefaultsAreTorchtitans) {
   EXPECT_FALSE(d.validation.enable);
   EXPECT_EQ(d.validation.steps, -1);
   EXPECT_EQ(d.comm.timeout_seconds, 300);
+  EXPECT_FALSE(d.float8.enable);
+  EXPECT_EQ(d.float8.recipe_name, "tensorwise");
+  EXPECT_EQ(d.float8.filter_fqns, StringList{"output"});
+  EXPECT_FALSE(d.float8.emulate);
 
   // No file and no flags: the defaults, valid, with no origins.
   const JobConfig loaded = load_config(CommandLine{});
@@ -131,14 +136,24 @@ TEST_F(ConfigTest, SchemaIsComplete) {
       EXPECT_TRUE(f.check.passes(f.get(defaults))) << f.key() << " default breaks its rule";
     }
   }
-  for (const char* s :
-       {"job", "model", "optimizer", "lr_scheduler", "training", "parallelism", "checkpoint",
-        "activation_checkpoint", "metrics", "profiling", "validation", "embedding", "comm"}) {
+  for (const char* s : {"job", "model", "optimizer", "lr_scheduler", "training", "parallelism",
+                        "checkpoint", "activation_checkpoint", "metrics", "profiling", "validation",
+                        "embedding", "comm", "quantize.linear.float8"}) {
     EXPECT_TRUE(sections.count(s)) << s;
   }
   EXPECT_GE(keys.size(), 50u);
   EXPECT_EQ(find_field("training"), nullptr);
   EXPECT_EQ(find_field("training.nope"), nullptr);
+  // Dotted section names: the key is after the last dot; the leading parts are groups.
+  ASSERT_NE(find_field("quantize.linear.float8.enable"), nullptr);
+  EXPECT_EQ(find_field("quantize.linear.float8.enable")->section, "quantize.linear.float8");
+  EXPECT_EQ(find_field("quantize.linear.enable"), nullptr);
+  EXPECT_EQ(find_field("quantize.linear.float8"), nullptr);
+  EXPECT_TRUE(is_section_group("quantize"));
+  EXPECT_TRUE(is_section_group("quantize.linear"));
+  EXPECT_FALSE(is_section_group("quantize.linear.float8"));
+  EXPECT_FALSE(is_section_group("quant"));
+  EXPECT_FALSE(is_section_group("training"));
 }
 
 TEST_F(ConfigTest, EqualityComparesEveryKeyButNotOrigins) {
@@ -688,6 +703,157 @@ TEST_F(ConfigTest, CommandLineErrors) {
               HasSubstr("empty item"));
   EXPECT_THAT(error_of([&] { parse_command_line({"--checkpoint.exclude_from_loading=[1]"}); }),
               HasSubstr("expected a list of strings, got integer 1 as item 1"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dotted sections: [quantize.linear.float8]
+
+TEST_F(ConfigTest, Float8SectionIsANestedTomlTable) {
+  const fs::path file = write("x.toml",
+                              "[training]\n"
+                              "device = \"cpu\"\n"
+                              "\n"
+                              "[quantize.linear.float8]\n"
+                              "enable = true\n"
+                              "filter_fqns = [\"output\", \"router\"]\n"
+                              "emulate = true\n");
+  const JobConfig c = load_config(file);
+  EXPECT_TRUE(c.float8.enable);
+  EXPECT_EQ(c.float8.recipe_name, "tensorwise");
+  EXPECT_EQ(c.float8.filter_fqns, (StringList{"output", "router"}));
+  EXPECT_TRUE(c.float8.emulate);
+  EXPECT_EQ(c.where("quantize.linear.float8.enable"), at("x.toml", 5));
+  EXPECT_EQ(c.where("quantize.linear.float8.emulate"), at("x.toml", 7));
+  EXPECT_EQ(c.where("quantize.linear.float8.recipe_name"), "default value");
+
+  // The other ways TOML writes the same nested tables.
+  for (const std::string& text :
+       {std::string("[quantize]\nlinear.float8.enable = true\nlinear.float8.emulate = true\n"),
+        std::string("[quantize.linear]\nfloat8 = { enable = true, emulate = true }\n"),
+        std::string("quantize.linear.float8.enable = true\n"
+                    "quantize.linear.float8.emulate = true\n")}) {
+    SCOPED_TRACE(text);
+    const JobConfig d = load_config(write("y.toml", text + "[training]\ndevice = \"cuda\"\n"));
+    EXPECT_TRUE(d.float8.enable);
+    EXPECT_TRUE(d.float8.emulate);
+    EXPECT_EQ(d.float8.filter_fqns, StringList{"output"});
+  }
+}
+
+TEST_F(ConfigTest, Float8SectionOnTheCommandLine) {
+  const fs::path file = write("x.toml", "[quantize.linear.float8]\nenable = false\n");
+  const JobConfig c = load_config(
+      file, {"--quantize.linear.float8.enable=true", "--quantize.linear.float8.emulate", "true",
+             "--quantize.linear.float8.filter_fqns=output,layers.0", "--training.device=cpu"});
+  EXPECT_TRUE(c.float8.enable);
+  EXPECT_TRUE(c.float8.emulate);
+  EXPECT_EQ(c.float8.filter_fqns, (StringList{"output", "layers.0"}));
+  EXPECT_EQ(c.where("quantize.linear.float8.enable"),
+            "command-line flag --quantize.linear.float8.enable=true");
+  // An empty list: every linear float8.
+  EXPECT_TRUE(load_args({"--quantize.linear.float8.filter_fqns="}).float8.filter_fqns.empty());
+  EXPECT_THAT(help_text(), HasSubstr("\n[quantize.linear.float8]  Float8 training"));
+  EXPECT_THAT(help_text(), HasSubstr("--quantize.linear.float8.filter_fqns=LIST  (default "
+                                     "[\"output\"])"));
+}
+
+TEST_F(ConfigTest, UnknownNamesInDottedSectionsSuggestTheNearest) {
+  const struct {
+    std::string toml, message;
+  } cases[] = {
+      {"\n[quantize.linear.float9]\nenable = true\n",
+       "unknown section [quantize.linear.float9] at LINE2; did you mean "
+       "[quantize.linear.float8]?"},
+      {"\n[quantise.linear.float8]\nenable = true\n",
+       "unknown section [quantise.linear.float8] at LINE2; did you mean "
+       "[quantize.linear.float8]?"},
+      {"[quantize.linear.float8]\nenabel = true\n",
+       "unknown key 'quantize.linear.float8.enabel' at LINE2; did you mean "
+       "'quantize.linear.float8.enable'?"},
+      {"[quantize]\nenable = true\n",
+       "unknown key 'quantize.enable' at LINE2; [quantize] holds only the sections "
+       "[quantize.linear.float8]: did you mean 'quantize.linear.float8.enable'?"},
+      {"[quantize.linear]\nzzzzzzzz = 1\n",
+       "unknown key 'quantize.linear.zzzzzzzz' at LINE2; [quantize.linear] holds only the "
+       "sections [quantize.linear.float8]"},
+      {"[quantize]\nlinear = 1\n",
+       "quantize.linear: expected a table (holding the sections [quantize.linear.float8]), got "
+       "integer 1 at LINE2"},
+      {"\nquantize = 1\n",
+       "quantize: expected a table (holding the sections [quantize.linear.float8]), got integer "
+       "1 at LINE2"},
+      {"[quantize.linear]\nfloat8 = 1\n",
+       "quantize.linear.float8: expected a table (a [quantize.linear.float8] section), got "
+       "integer 1 at LINE2"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.toml);
+    const fs::path f = write("case.toml", c.toml);
+    std::string message = c.message;
+    message.replace(message.find("LINE2"), 5, at("case.toml", 2));
+    EXPECT_EQ(error_of([&] { load_config(f); }), message);
+  }
+  EXPECT_EQ(error_of([&] { parse_command_line({"--quantize.linear.float8.enabel=true"}); }),
+            "unknown command-line flag --quantize.linear.float8.enabel=true; did you mean "
+            "--quantize.linear.float8.enable?");
+  EXPECT_EQ(error_of([&] { parse_command_line({"--quantize.enable=true"}); }),
+            "unknown command-line flag --quantize.enable=true; did you mean "
+            "--quantize.linear.float8.enable?");
+  EXPECT_EQ(error_of([&] { parse_command_line({"--quantize.linear.flaot8.enable=true"}); }),
+            "unknown command-line flag --quantize.linear.flaot8.enable=true; did you mean "
+            "--quantize.linear.float8.enable?");
+}
+
+TEST_F(ConfigTest, Float8RowwiseRecipeIsNotBuiltYet) {
+  const fs::path file = write("x.toml", "[quantize.linear.float8]\nrecipe_name = \"rowwise\"\n");
+  EXPECT_EQ(error_of([&] { load_config(file); }),
+            "quantize.linear.float8.recipe_name: must be \"tensorwise\", the only recipe built so "
+            "far (\"rowwise\" is not built yet), got \"rowwise\" at " +
+                at("x.toml", 2));
+  EXPECT_THAT(error_of([&] { load_args({"--quantize.linear.float8.recipe_name=tensorwis"}); }),
+              HasSubstr("got \"tensorwis\" at command-line flag "
+                        "--quantize.linear.float8.recipe_name=tensorwis; did you mean "
+                        "\"tensorwise\"?"));
+}
+
+TEST_F(ConfigTest, Float8OnTheCpuNeedsEmulate) {
+  const fs::path file = write("x.toml",
+                              "[training]\ndevice = \"cpu\"\n"
+                              "[quantize.linear.float8]\nenable = true\n");
+  EXPECT_EQ(error_of([&] { load_config(file); }),
+            "invalid config: float8 training on the CPU: the CPU has no FP8 GEMMs (float8 "
+            "training needs a GPU with FP8 tensor cores); set quantize.linear.float8.emulate = "
+            "true to run the exact CPU reference (for tests and debugging); got "
+            "quantize.linear.float8.enable = true (" +
+                at("x.toml", 4) + "), training.device = \"cpu\" (" + at("x.toml", 2) +
+                "), quantize.linear.float8.emulate = false (default value)");
+  EXPECT_NO_THROW(load_config(file, {"--quantize.linear.float8.emulate=true"}));
+  EXPECT_NO_THROW(load_config(file, {"--quantize.linear.float8.enable=false"}));
+  // "auto" is known only at run time: the trainer checks it once resolved.
+  EXPECT_NO_THROW(load_config(file, {"--training.device=auto"}));
+  EXPECT_NO_THROW(load_config(file, {"--training.device=cuda"}));
+  // Tensor parallelism with float8 is not built yet.
+  EXPECT_THAT(
+      error_of([&] {
+        load_config(file, {"--training.device=cuda", "--parallelism.tensor_parallel_degree=2"});
+      }),
+      HasSubstr("float8 training with tensor parallelism is not built yet"));
+}
+
+TEST_F(ConfigTest, Float8SectionRoundTripsThroughPrintConfig) {
+  const JobConfig c = load_args(
+      {"--quantize.linear.float8.enable=true", "--quantize.linear.float8.emulate=true",
+       "--quantize.linear.float8.filter_fqns=output,router.gate", "--training.device=cpu"});
+  const std::string text = render_toml(c);
+  EXPECT_THAT(text, HasSubstr("\n[quantize.linear.float8]  # Float8 training"));
+  EXPECT_THAT(text, HasSubstr("\nfilter_fqns = [\"output\", \"router.gate\"]  # from "
+                              "command-line flag --quantize.linear.float8.filter_fqns="));
+  const fs::path out = dir_ / "config.toml";
+  write_config(c, out);
+  const JobConfig back = load_config(out);
+  EXPECT_EQ(back, c);
+  EXPECT_EQ(back.float8, c.float8);
+  EXPECT_EQ(back.where("quantize.linear.float8.enable").rfind(out.string() + " line ", 0), 0u);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -143,6 +143,9 @@ TEST(RecsysTrainer, BadConfigsNameTheKey) {
             std::string::npos);
   EXPECT_NE(error({"--parallelism.tensor_parallel_degree=2"}).find("no tensor-parallel plan"),
             std::string::npos);
+  EXPECT_NE(error({"--quantize.linear.float8.enable=true", "--quantize.linear.float8.emulate=true"})
+                .find("float8 training is built for the transformer models"),
+            std::string::npos);
   EXPECT_NE(error({"--embedding.managed_collision=[\"cat_0\", \"user\"]"}).find("'user'"),
             std::string::npos);
   EXPECT_NE(error({"--embedding.lookup_only=[\"cat_1\"]"}).find("embedding.managed_collision"),

@@ -1,8 +1,8 @@
 // The Trainer (train/trainer.h) end to end: a shrunk Llama debug model trained on tinyshakespeare
 // (tokenized on the fly with a small BPE tokenizer trained in the test) gets its loss below a
 // threshold, two runs give bit-for-bit identical losses (also with another thread count),
-// gradient accumulation matches one large batch, and config/data errors reach the user as
-// messages.
+// gradient accumulation matches one large batch, float8 training (emulated on the CPU) tracks
+// float32, and config/data errors reach the user as messages.
 #include "train/trainer.h"
 
 #include <gtest/gtest.h>
@@ -28,6 +28,7 @@
 #include "tests/testing/tensorboard_events.h"
 #include "tests/testing/trainer_fixtures.h"
 #include "train/config/load.h"
+#include "train/float8_setup.h"
 #include "train/run_scaffold.h"
 
 namespace mt::train {
@@ -328,6 +329,98 @@ TEST(Trainer, ActivationCheckpointingAppliesAndKeepsTheLosses) {
   EXPECT_EQ(runs["op"].grad_norms, runs["none"].grad_norms);
   EXPECT_EQ(runs["default"].losses, runs["none"].losses);
   EXPECT_EQ(runs["default"].grad_norms, runs["none"].grad_norms);
+}
+
+// [quantize.linear.float8] with emulate = true: the CPU reference of float8 training. Every
+// linear of the shrunk debug model (2 blocks of wq, wk, wv, wo, w1, w2, w3; all sizes multiples
+// of 16) runs its GEMMs in FP8 but the output projection (filter_fqns' default); the losses track
+// the float32 run's from the same seed without being them bit for bit (float8 did run).
+TEST(Trainer, Float8EmulatedOnTheCpuTracksHighPrecision) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  auto train_with = [&](bool float8, const std::string& param_dtype, int64_t steps,
+                        std::string& log) {
+    std::vector<std::string> flags = {"--training.steps=" + std::to_string(steps),
+                                      "--validation.enable=false", "--metrics.log_freq=5",
+                                      "--training.mixed_precision_param=" + param_dtype};
+    if (float8) {
+      flags.push_back("--quantize.linear.float8.enable=true");
+      flags.push_back("--quantize.linear.float8.emulate=true");
+    }
+    const std::string name = std::string(float8 ? "float8_" : "high_") + param_dtype;
+    return run_logged(tiny_config(corpus, temp_dir(name), flags), log);
+  };
+  std::string high_log, f8_log;
+  const TrainResult high = train_with(false, "float32", 10, high_log);
+  const TrainResult f8 = train_with(true, "float32", 10, f8_log);
+  EXPECT_NE(f8_log.find("float8: 14 linears (tensorwise), 1 left in float32: output (filtered)"),
+            std::string::npos)
+      << f8_log;
+  EXPECT_EQ(high_log.find("float8:"), std::string::npos) << high_log;
+  ASSERT_EQ(high.losses.size(), 10u);
+  ASSERT_EQ(f8.losses.size(), 10u);
+  double max_rel = 0.0;
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_TRUE(std::isfinite(f8.losses[i]) && std::isfinite(f8.grad_norms[i])) << "step " << i + 1;
+    EXPECT_NEAR(f8.losses[i], high.losses[i], 0.05 * high.losses[i]) << "step " << i + 1;
+    max_rel = std::max(max_rel, std::abs(f8.losses[i] - high.losses[i]) / high.losses[i]);
+  }
+  EXPECT_NE(f8.losses, high.losses) << "float8 gave the float32 losses bit for bit: did it run?";
+  EXPECT_LT(mean_last(f8.losses, 3), f8.losses.front() - 0.5) << "the float8 loss did not fall";
+  std::cout << "float8 (emulated) vs float32: max relative loss difference over 10 steps "
+            << max_rel << "\n";
+
+  // With bf16 mixed precision (FSDP on a 1-rank mesh, the model built without values and
+  // converted before it is sharded) the linears left out are in bfloat16, and it trains too.
+  std::string bf16_log;
+  const TrainResult bf16 = train_with(true, "bfloat16", 3, bf16_log);
+  EXPECT_NE(bf16_log.find("float8: 14 linears (tensorwise), 1 left in bfloat16: output "
+                          "(filtered)"),
+            std::string::npos)
+      << bf16_log;
+  EXPECT_NE(bf16_log.find("parameters computed in bfloat16 (the float8 linears' GEMMs in FP8)"),
+            std::string::npos)
+      << bf16_log;
+  ASSERT_EQ(bf16.losses.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NEAR(bf16.losses[i], high.losses[i], 0.05 * high.losses[i]) << "step " << i + 1;
+  }
+}
+
+// Float8 on a CPU without emulate = true is an error naming the device, also where
+// training.device = "auto" resolved to the CPU (the config alone cannot tell).
+TEST(Trainer, Float8OnTheCpuWithoutEmulateNamesTheDevice) {
+  const config::JobConfig job = config::load_config(
+      fs::path(), {"--training.device=auto", "--quantize.linear.float8.enable=true"});
+  const std::string msg = error_of([&] { check_float8_device(job, runtime::Device::cpu()); });
+  EXPECT_NE(msg.find("training.device = \"auto\" (command-line flag --training.device=auto) "
+                     "runs on cpu"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("set quantize.linear.float8.emulate = true to run the exact CPU reference"),
+            std::string::npos)
+      << msg;
+  config::JobConfig emulated = job;
+  emulated.float8.emulate = true;
+  EXPECT_NO_THROW(check_float8_device(emulated, runtime::Device::cpu()));
+  config::JobConfig off = job;
+  off.float8.enable = false;
+  EXPECT_NO_THROW(check_float8_device(off, runtime::Device::cpu()));
+}
+
+// How the log line names what stayed in high precision: grouped by reason, a few names each.
+TEST(Trainer, Float8ConversionTextGroupsTheSkippedLinears) {
+  runtime::nn::Float8Conversion c;
+  c.converted = {"layers.0.attention.wq"};
+  EXPECT_EQ(float8_conversion_text(c, "tensorwise", "bfloat16"), "float8: 1 linear (tensorwise)");
+  c.skipped = {{"output", "filtered"},
+               {"layers.0.moe.router.gate", "in 64 x out 8 is not a multiple of 16"},
+               {"layers.1.moe.router.gate", "in 64 x out 8 is not a multiple of 16"},
+               {"layers.2.moe.router.gate", "in 64 x out 8 is not a multiple of 16"},
+               {"layers.3.moe.router.gate", "in 64 x out 8 is not a multiple of 16"}};
+  EXPECT_EQ(float8_conversion_text(c, "tensorwise", "bfloat16"),
+            "float8: 1 linear (tensorwise), 5 left in bfloat16: output (filtered); "
+            "layers.0.moe.router.gate, layers.1.moe.router.gate, layers.2.moe.router.gate and 1 "
+            "more (in 64 x out 8 is not a multiple of 16)");
 }
 
 TEST(Trainer, GeneratesASample) {

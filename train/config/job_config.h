@@ -32,6 +32,7 @@ struct JobConfig {
   ParallelismConfig parallelism;
   CheckpointConfig checkpoint;
   ActivationCheckpointConfig activation_checkpoint;
+  Float8LinearConfig float8;  // [quantize.linear.float8]
   MetricsConfig metrics;
   ProfilingConfig profiling;
   ValidationConfig validation;

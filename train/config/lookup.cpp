@@ -1,5 +1,6 @@
 #include "train/config/lookup.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "runtime/core/error.h"
@@ -40,6 +41,21 @@ std::optional<std::string> key_in_other_section(std::string_view name, std::stri
     if (bare[i] == *best) return full[i];
   }
   return std::nullopt;
+}
+
+// The full key nearest to `name` among the keys of the group's sections ("enable" under
+// [quantize] -> "quantize.linear.float8.enable").
+std::optional<std::string> suggest_group_key(std::string_view group, std::string_view name) {
+  std::vector<std::string> bare, full;
+  for (const SectionSpec* s : sections_in_group(group)) {
+    for (const FieldSpec& f : s->fields) {
+      bare.emplace_back(f.name);
+      full.push_back(f.key());
+    }
+  }
+  auto best = nearest(name, bare);
+  if (!best) return std::nullopt;
+  return full[size_t(std::find(bare.begin(), bare.end(), *best) - bare.begin())];
 }
 
 }  // namespace
@@ -83,13 +99,32 @@ void fail_top_level_key(std::string_view name, const std::string& where) {
           join(section_names(), "[", "]"));
 }
 
+std::string sections_in_group_text(std::string_view group) {
+  std::vector<std::string> names;
+  for (const SectionSpec* s : sections_in_group(group)) names.emplace_back(s->name);
+  return join(names, "[", "]");
+}
+
+void fail_group_key(std::string_view group, std::string_view name, const std::string& where) {
+  const std::string key = std::string(group) + "." + std::string(name);
+  const std::string holds =
+      "; [" + std::string(group) + "] holds only the sections " + sections_in_group_text(group);
+  if (auto best = suggest_group_key(group, name)) {
+    MT_FAIL("unknown key '", key, "' at ", where, holds, ": did you mean '", *best, "'?");
+  }
+  MT_FAIL("unknown key '", key, "' at ", where, holds);
+}
+
 void fail_unknown_flag(std::string_view name, const std::string& flag,
                        const std::vector<std::string>& options) {
   std::optional<std::string> best;
-  const size_t dot = name.find('.');
+  const size_t dot = name.rfind('.');  // keys hold no dots; section names may
   if (dot != std::string_view::npos) {
-    if (const SectionSpec* s = find_section(name.substr(0, dot))) {
-      best = suggest_key(*s, name.substr(dot + 1));
+    const std::string_view section = name.substr(0, dot), key = name.substr(dot + 1);
+    if (const SectionSpec* s = find_section(section)) {
+      best = suggest_key(*s, key);
+    } else if (is_section_group(section)) {
+      best = suggest_group_key(section, key);
     }
   }
   if (!best) {

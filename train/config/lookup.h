@@ -20,6 +20,12 @@ const FieldSpec& lookup_field(const SectionSpec& section, std::string_view name,
 std::optional<std::string> suggest_key(const SectionSpec& section, std::string_view name);
 // A key written outside any section (`steps = 10` at the top of a file).
 [[noreturn]] void fail_top_level_key(std::string_view name, const std::string& where);
+// A key written in a table that only groups dotted sections (`enable = true` under [quantize],
+// which holds [quantize.linear.float8]): suggests the nearest key of those sections.
+[[noreturn]] void fail_group_key(std::string_view group, std::string_view name,
+                                 const std::string& where);
+// The sections of a group, for messages: "[quantize.linear.float8]".
+std::string sections_in_group_text(std::string_view group);
 // A command-line flag "--name" that is neither a known option nor "--section.key".
 [[noreturn]] void fail_unknown_flag(std::string_view name, const std::string& flag,
                                     const std::vector<std::string>& options);

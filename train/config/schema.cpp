@@ -63,6 +63,14 @@ bool block_period_or_op(const Value& v) {
   return ec == std::errc() && end == s->data() + s->size() && n > 0;
 }
 
+// quantize.linear.float8.recipe_name: torchtitan's recipes are tensorwise and rowwise; only
+// tensorwise is built so far, and the rule says so to whoever asks for rowwise.
+Check float8_recipe() {
+  Check check = one_of({"tensorwise"});
+  check.rule = "\"tensorwise\", the only recipe built so far (\"rowwise\" is not built yet)";
+  return check;
+}
+
 std::vector<SectionSpec> build_schema() {
   using J = JobSectionConfig;
   using M = ModelConfig;
@@ -72,6 +80,7 @@ std::vector<SectionSpec> build_schema() {
   using P = ParallelismConfig;
   using C = CheckpointConfig;
   using A = ActivationCheckpointConfig;
+  using Q = Float8LinearConfig;
   using X = MetricsConfig;
   using F = ProfilingConfig;
   using V = ValidationConfig;
@@ -218,6 +227,27 @@ std::vector<SectionSpec> build_schema() {
                       "attention and every other matmul output",
                       custom("a positive integer as a string, or \"op\"", block_period_or_op)},
                  }));
+  s.push_back(section<Q>(
+      "quantize.linear.float8", &JobConfig::float8,
+      "Float8 training of linear layers (torchao's convert_to_float8_training): their forward "
+      "and both backward GEMMs in FP8 with dynamic scales; weights and gradients stay in their "
+      "dtypes.",
+      {
+          {"enable", &Q::enable,
+           "Run the GEMMs of every nn::Linear in FP8 (e4m3 inputs and weights, e5m2 gradients), "
+           "except those filtered and those whose sizes are not multiples of 16; needs a GPU with "
+           "FP8 tensor cores (compute capability 8.9+: H100, H200, L40S, RTX 4090)"},
+          {"recipe_name", &Q::recipe_name,
+           "How values are scaled into FP8: tensorwise = one dynamic scale per tensor (its amax)",
+           float8_recipe()},
+          {"filter_fqns", &Q::filter_fqns,
+           "Linears whose fully qualified name contains one of these stay in high precision "
+           "(the output projection by default: its error reaches the logits directly)"},
+          {"emulate", &Q::emulate,
+           "Allow float8 on the CPU, which runs the exact CPU reference (emulated FP8 codes, "
+           "f32 GEMMs on their values): for tests and debugging, slower than plain float32. "
+           "No effect on a GPU, which runs its FP8 GEMMs either way"},
+      }));
   s.push_back(section<X>(
       "metrics", &JobConfig::metrics, "Logging of training metrics.",
       {
@@ -322,8 +352,19 @@ const SectionSpec* find_section(std::string_view name) {
   return nullptr;
 }
 
+std::vector<const SectionSpec*> sections_in_group(std::string_view group) {
+  std::vector<const SectionSpec*> out;
+  for (const SectionSpec& s : schema()) {
+    if (s.name.size() > group.size() && s.name.starts_with(group) && s.name[group.size()] == '.')
+      out.push_back(&s);
+  }
+  return out;
+}
+
+bool is_section_group(std::string_view name) { return !sections_in_group(name).empty(); }
+
 const FieldSpec* find_field(std::string_view key) {
-  size_t dot = key.find('.');
+  size_t dot = key.rfind('.');  // keys hold no dots; section names may
   if (dot == std::string_view::npos) return nullptr;
   const SectionSpec* s = find_section(key.substr(0, dot));
   return s ? s->find(key.substr(dot + 1)) : nullptr;

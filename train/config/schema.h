@@ -38,7 +38,13 @@ struct SectionSpec {
 // Every section, in the order they are printed.
 const std::vector<SectionSpec>& schema();
 
+// Section names may be dotted ("quantize.linear.float8"); key names never are.
 const SectionSpec* find_section(std::string_view name);  // nullptr when absent
-const FieldSpec* find_field(std::string_view key);       // "section.name"; nullptr when absent
+// The sections whose names start with `group` and a dot: "quantize" and "quantize.linear" are
+// groups ([quantize.linear.float8]), TOML tables that hold sections rather than keys.
+std::vector<const SectionSpec*> sections_in_group(std::string_view group);
+bool is_section_group(std::string_view name);  // sections_in_group(name) is not empty
+// "section.name", split at the last dot; nullptr when absent.
+const FieldSpec* find_field(std::string_view key);
 
 }  // namespace mt::train::config

@@ -1,5 +1,7 @@
 // One plain struct per TOML section of a job config ([job], [model], [optimizer], ...), holding
 // that section's values with their defaults (torchtitan's, where torchtitan has the key).
+// Section names may be dotted, as torchtitan's are ([quantize.linear.float8], nested tables in
+// TOML); keys never are.
 //
 // Each component receives only its own section (`const OptimizerConfig&`), never the whole
 // JobConfig. What each key means, its valid values and its docs are in ONE place, the schema
@@ -94,6 +96,14 @@ struct ActivationCheckpointConfig {  // [activation_checkpoint]
   std::string mode = "selective";
   std::string selective_ac_option = "2";
   bool operator==(const ActivationCheckpointConfig&) const = default;
+};
+
+struct Float8LinearConfig {  // [quantize.linear.float8]: float8 training of linear layers
+  bool enable = false;
+  std::string recipe_name = "tensorwise";
+  StringList filter_fqns = {"output"};  // linears whose FQN contains one stay in high precision
+  bool emulate = false;                 // allow float8 on the CPU (the exact CPU reference)
+  bool operator==(const Float8LinearConfig&) const = default;
 };
 
 struct MetricsConfig {  // [metrics]

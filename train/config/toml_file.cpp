@@ -84,6 +84,49 @@ void apply_section(JobConfig& config, const SectionSpec& section, const toml::va
   }
 }
 
+// "a" or "group.a": the dotted name of entry `key` of a table named `group` ("" at the top).
+std::string dotted(const std::string& group, const std::string& key) {
+  return group.empty() ? key : group + "." + key;
+}
+
+// An entry that is not a table where only tables belong: at the top of a file or in a group of
+// dotted sections ([quantize] holds [quantize.linear.float8]).
+[[noreturn]] void fail_not_a_table(const std::string& group, const std::string& key,
+                                   const toml::value& value, const std::string& where) {
+  const std::string name = dotted(group, key);
+  if (find_section(name)) {
+    MT_FAIL(name, ": expected a table (a [", name, "] section), got ", describe(value), " at ",
+            where);
+  }
+  if (is_section_group(name)) {
+    MT_FAIL(name, ": expected a table (holding the sections ", sections_in_group_text(name),
+            "), got ", describe(value), " at ", where);
+  }
+  if (group.empty()) fail_top_level_key(name, where);
+  fail_group_key(group, key, where);
+}
+
+// A table named by its dotted path ("training", "quantize.linear.float8"): a section's keys, or
+// a group of dotted sections' tables. A table that is neither is followed down while it holds
+// only tables, so that the error names the header the file wrote ([quantise.linear.float8]:
+// "did you mean [quantize.linear.float8]?").
+void apply_table(JobConfig& config, const std::string& name, const toml::value& table,
+                 const std::string& shown) {
+  if (const SectionSpec* section = find_section(name)) {
+    apply_section(config, *section, table, shown);
+    return;
+  }
+  const auto entries = in_file_order(table);
+  const bool only_tables =
+      !entries.empty() && std::all_of(entries.begin(), entries.end(),
+                                      [](const auto& e) { return e.second->is_table(); });
+  if (!is_section_group(name) && !only_tables) lookup_section(name, at(shown, table));  // fails
+  for (const auto& [key, value] : entries) {
+    if (!value->is_table()) fail_not_a_table(name, key, *value, at(shown, *value));
+    apply_table(config, dotted(name, key), *value, shown);
+  }
+}
+
 void apply_chain(JobConfig& config, const fs::path& file, const std::string& shown,
                  const std::string& included_from, Chain& chain) {
   std::error_code ec;
@@ -110,15 +153,8 @@ void apply_chain(JobConfig& config, const fs::path& file, const std::string& sho
   }
   for (const auto& [name, value] : in_file_order(root)) {
     if (name == kExtends) continue;
-    const std::string where = at(shown, *value);
-    if (!value->is_table()) {
-      if (find_section(name)) {
-        MT_FAIL(name, ": expected a table (a [", name, "] section), got ", describe(*value), " at ",
-                where);
-      }
-      fail_top_level_key(name, where);
-    }
-    apply_section(config, lookup_section(name, where), *value, shown);
+    if (!value->is_table()) fail_not_a_table("", name, *value, at(shown, *value));
+    apply_table(config, name, *value, shown);
   }
   chain.canonical.pop_back();
   chain.shown.pop_back();

@@ -38,6 +38,23 @@ void require(bool ok, const JobConfig& config, std::string_view rule, const Keys
   MT_FAIL("invalid config: ", rule, "; got ", shown);
 }
 
+// [quantize.linear.float8]. training.device = "auto" is checked once resolved, by the trainer.
+void validate_float8(const JobConfig& config) {
+  const Float8LinearConfig& f = config.float8;
+  if (!f.enable) return;
+  require(config.training.device != "cpu" || f.emulate, config,
+          "float8 training on the CPU: the CPU has no FP8 GEMMs (float8 training needs a GPU with "
+          "FP8 tensor cores); set quantize.linear.float8.emulate = true to run the exact CPU "
+          "reference (for tests and debugging)",
+          "quantize.linear.float8.enable", "training.device", "quantize.linear.float8.emulate");
+  // With tp each rank holds a shard of a weight: its own amax would give each shard another
+  // scale than the whole weight's (torchtitan's float8 tp styles share the amax; not built).
+  require(config.parallelism.tensor_parallel_degree == 1, config,
+          "float8 training with tensor parallelism is not built yet; set "
+          "parallelism.tensor_parallel_degree = 1 or quantize.linear.float8.enable = false",
+          "quantize.linear.float8.enable", "parallelism.tensor_parallel_degree");
+}
+
 }  // namespace
 
 void validate(const JobConfig& config) {
@@ -67,6 +84,7 @@ void validate(const JobConfig& config) {
   require(!config.validation.enable || config.validation.freq > 0, config,
           "validation.freq must be > 0 when validation.enable = true", "validation.freq",
           "validation.enable");
+  validate_float8(config);
 }
 
 WorldLayout validate_for_world(const JobConfig& config, int64_t world_size) {
