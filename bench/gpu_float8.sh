@@ -7,7 +7,7 @@
 # Here: bash bench/gpu_bundle.sh, and torchao's wheel in .whl/ (bench/gpu_llama_bench.sh says
 # how); there (carry [".device", ".whl"]): bash bench/gpu_float8.sh "$OUT"
 # Environment: MODES (PyTorch rows, default "compile_float8"; add compile for bf16 compile),
-# WARMUP (10), STEPS (20), LOSS_STEPS (300).
+# WARMUP (10), STEPS (20), LOSS_STEPS (300; 0 skips the loss curves).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: gpu_float8.sh OUT_DIR}
@@ -32,11 +32,13 @@ BENCH_DIR=/tmp/llama MT_FLOAT8=1 MODES=${MODES:-compile_float8} WARMUP=${WARMUP:
 echo "gpu_llama_bench rc=$?"
 tar czf "$out/llama_logs.tgz" -C /tmp/llama --exclude=data --exclude="*.h5" . 2>/dev/null
 
-DEVICE=cuda TRAIN=.device/bin/train DATA=.device/data STEPS=${LOSS_STEPS:-300} \
-  OUT_DIR=/tmp/loss RUN_TIMEOUT=60 timeout 200 bash bench/float8_loss_curve.sh \
-  >"$out/loss_curve.txt" 2>&1
-echo "float8_loss_curve rc=$?"
+if [ "${LOSS_STEPS:-300}" -gt 0 ]; then
+  DEVICE=cuda TRAIN=.device/bin/train DATA=.device/data STEPS=${LOSS_STEPS:-300} \
+    OUT_DIR=/tmp/loss RUN_TIMEOUT=60 timeout 200 bash bench/float8_loss_curve.sh \
+    >"$out/loss_curve.txt" 2>&1
+  echo "float8_loss_curve rc=$?"
+fi
 
 cat "$out/float8_kernels.txt"
 tail -25 "$out/llama.txt"
-tail -20 "$out/loss_curve.txt"
+[ -f "$out/loss_curve.txt" ] && tail -20 "$out/loss_curve.txt"

@@ -48,7 +48,10 @@ Tensor wide_values(const Shape& shape, DType dtype, uint64_t seed) {
 TEST_F(Float8Gpu, CastsMatchTheCpuBitForBit) {
   for (DType dtype : {DType::F32, DType::BF16}) {
     for (Float8Format f : kFormats) {
-      for (const Shape& shape : {Shape{37, 53}, Shape{256, 2048}, Shape{4096, 48}, Shape{1, 1}}) {
+      // 37 x 53 and 1 x 1 take the one-element kernel, the others the eight-element one (72 x 200:
+      // partial tiles both ways).
+      for (const Shape& shape :
+           {Shape{37, 53}, Shape{256, 2048}, Shape{4096, 48}, Shape{72, 200}, Shape{1, 1}}) {
         const Tensor x = wide_values(shape, dtype, 3);
         const Float8Tensor want = to_float8(x, f, true, true);
         const Float8Tensor got = to_float8(on_cuda(x), f, true, true);
@@ -108,6 +111,14 @@ double relative_error(const Tensor& got, const Tensor& want) {
   return std::sqrt(num / den);
 }
 
+// Hopper's FP8 tensor cores do not accumulate in full f32: against the CPU's f32 sums, an f32
+// output was 1.0-1.3e-4 off (relative Frobenius norm), 4.4-8.6e-4 with fast accumulation (H200,
+// 2026-11-27, K up to 2048); bf16 outputs are bounded by bf16's rounding.
+double gemm_tolerance(DType out, bool fast_accum) {
+  if (out == DType::BF16) return 4e-3;
+  return fast_accum ? 2e-3 : 3e-4;
+}
+
 TEST_F(Float8Gpu, GemmMatchesTheCpuReference) {
   struct Case {
     int64_t m, n, k;
@@ -127,7 +138,7 @@ TEST_F(Float8Gpu, GemmMatchesTheCpuReference) {
           const Tensor got = float8_mm(on_cuda(a.codes), fa, on_cuda(a.scale_inv),
                                        on_cuda(b.codes), fb, on_cuda(b.scale_inv), out, fast);
           EXPECT_EQ(got.dtype(), out);
-          EXPECT_LT(relative_error(got, want), out == DType::BF16 ? 4e-3 : 1e-4)
+          EXPECT_LT(relative_error(got, want), gemm_tolerance(out, fast))
               << c.m << "x" << c.n << "x" << c.k << " " << float8_format_name(fa) << "/"
               << float8_format_name(fb) << " " << dtype_name(out) << (fast ? " fast" : "");
         }
@@ -148,8 +159,9 @@ TEST_F(Float8Gpu, LinearAndItsGradientsMatchTheCpu) {
       sum(mul(y, d == 0 ? r : on_cuda(r))).backward();
       outs[d] = {y, in[0].grad(), in[1].grad(), in[2].grad()};
     }
-    const double tol = dtype == DType::BF16 ? 8e-3 : 1e-4;
     for (size_t i = 0; i < 4; ++i) {
+      // y's GEMM accumulates fast (as torchao's forward), the gradients' do not.
+      const double tol = dtype == DType::BF16 ? 8e-3 : gemm_tolerance(DType::F32, i == 0);
       EXPECT_EQ(outs[1][i].dtype(), dtype);
       EXPECT_LT(relative_error(outs[1][i], outs[0][i].to(DType::F64)), tol)
           << dtype_name(dtype) << " output " << i << " (y, dx, dW, db)";
