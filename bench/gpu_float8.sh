@@ -41,4 +41,4 @@ fi
 
 cat "$out/float8_kernels.txt"
 tail -25 "$out/llama.txt"
-[ -f "$out/loss_curve.txt" ] && tail -20 "$out/loss_curve.txt"
+if [ -f "$out/loss_curve.txt" ]; then tail -20 "$out/loss_curve.txt"; fi
