@@ -36,6 +36,8 @@ struct ParallelContext {
   // keeping it saves an all-gather.
   bool reshard_root_after_forward = false;
   parallel::MixedPrecisionPolicy mp_policy;
+  // FSDP gathers float8 linears' weights as FP8 codes (FullyShardOptions::float8_all_gather).
+  bool float8_all_gather = false;
   // Summed gradients are divided by this. The trainer normalises its loss by the global token
   // count, so the sum over ranks is already the mean gradient: 1.
   double gradient_divide_factor = 1.0;

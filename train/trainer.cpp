@@ -422,6 +422,7 @@ void Trainer::setup_parallelism() {
                   (ctx.reshard_root_after_forward ? "yes" : "no") + ")";
   ctx.mp_policy.param_dtype = dtype_from_config(config_.training.mixed_precision_param);
   ctx.mp_policy.reduce_dtype = dtype_from_config(config_.training.mixed_precision_reduce);
+  ctx.float8_all_gather = config_.float8.enable && config_.float8.enable_fsdp_float8_all_gather;
   ctx.gradient_divide_factor = 1.0;  // the loss is normalised by the global token count
   spec_->parallelize(*model_, ctx);
 }

@@ -64,6 +64,7 @@ void parallelize(runtime::nn::Module& model, const ParallelContext& context) {
   parallel::FullyShardOptions options;
   options.reshard_after_forward = context.reshard_after_forward;
   options.mp_policy = context.mp_policy;
+  options.float8_all_gather = context.float8_all_gather;
   options.gradient_divide_factor = context.gradient_divide_factor;
   if (context.tp_mesh) {
     check_tensor_parallel(llama->args(), context.tp_mesh->size());

@@ -102,7 +102,15 @@ Tensor FSDPParam::padded_view(const Tensor& flat, int64_t start, int64_t valid) 
                                                                                valid);
 }
 
+void FSDPParam::enable_float8_all_gather() {
+  MT_CHECK(tensor_dim_ == 0 && unsharded_.dim() == 2 && slots_.size() == 1,
+           "FSDP float8 all-gather: '", fqn_, "' must be a 2-D weight sharded on dim 0 and held ",
+           "by one module");
+  float8_all_gather_ = true;
+}
+
 void FSDPParam::add_tied_slot(Tensor* slot) {
+  float8_all_gather_ = false;  // another module reads it in its own precision
   *slot = *slots_.front();
   slots_.push_back(slot);
 }
@@ -118,17 +126,23 @@ void FSDPParam::copy_in(const Tensor& flat) const {
 }
 
 void FSDPParam::copy_out(const Tensor& gathered, int64_t rank_stride, int64_t offset) const {
-  MT_CHECK(gathered.dtype() == unsharded_.dtype() && gathered.is_contiguous(),
-           "FSDPParam::copy_out: '", fqn_, "' expected a contiguous ", unsharded_.dtype(),
-           " buffer");
+  copy_out_into(gathered, rank_stride, offset, unsharded_);
+}
+
+void FSDPParam::copy_out_into(const Tensor& gathered, int64_t rank_stride, int64_t offset,
+                              const Tensor& dst) const {
+  MT_CHECK(gathered.dtype() == dst.dtype() && gathered.is_contiguous() &&
+               dst.shape() == unsharded_.shape(),
+           "FSDPParam::copy_out: '", fqn_, "' expected a contiguous ", dst.dtype(),
+           " buffer and a destination of shape ", unsharded_.shape());
   for (int64_t r = 0; r < num_shards_; ++r) {
     const ChunkRange chunk = chunk_range(size_, num_shards_, r);
     if (chunk.length == 0) continue;
     // The copy kernel itself, not Tensor::copy_: the same parameter values again, so tensors
     // saved for backward must not see a new version.
-    const Tensor dst = unsharded_.narrow(tensor_dim_, chunk.offset, chunk.length);
-    runtime::copy_kernel(dst.device(), padded_view(gathered, r * rank_stride + offset, chunk.length),
-                         dst);
+    const Tensor piece = dst.narrow(tensor_dim_, chunk.offset, chunk.length);
+    runtime::copy_kernel(piece.device(),
+                         padded_view(gathered, r * rank_stride + offset, chunk.length), piece);
   }
 }
 

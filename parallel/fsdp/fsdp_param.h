@@ -62,6 +62,13 @@ class FSDPParam {
   int64_t padded_shard_numel() const { return padded_shard_numel_; }  // per-rank flat size
   int64_t tensor_dim() const { return tensor_dim_; }
 
+  // FSDP's float8 all-gather (fully_shard's float8_all_gather): this parameter, the weight of a
+  // float8 linear sharded on dim 0, travels as e4m3 codes (FSDPParamGroup::unshard), and its
+  // unsharded tensor is never filled: float8_linear reads the registered codes instead. A tied
+  // parameter (read by another module in its own precision) never does.
+  void enable_float8_all_gather();
+  bool float8_all_gather() const { return float8_all_gather_; }
+
   void use_sharded() const {
     for (Tensor* s : slots_) *s = sharded_;
   }
@@ -80,6 +87,14 @@ class FSDPParam {
   // Fills `unsharded` from the all-gather output: rank r's piece starts at r * rank_stride +
   // offset elements of `gathered` (compute dtype, contiguous).
   void copy_out(const Tensor& gathered, int64_t rank_stride, int64_t offset) const;
+  // The same into `dst` (of the full shape and gathered's dtype: the float8 codes).
+  void copy_out_into(const Tensor& gathered, int64_t rank_stride, int64_t offset,
+                     const Tensor& dst) const;
+  // Where this rank's shard goes in an all-gather input `flat` (any dtype): its valid slices of
+  // the padded shard laid out at flat[0, padded_shard_numel()).
+  Tensor shard_view(const Tensor& flat) const {
+    return padded_view(flat, 0, sharded_.size(tensor_dim_));
+  }
   // Writes the unsharded gradient, cast to `flat`'s dtype, into the reduce-scatter input: rank r's
   // slices at r * rank_stride + offset (padding left as is).
   void copy_grad_in(const Tensor& grad, const Tensor& flat, int64_t rank_stride,
@@ -105,6 +120,7 @@ class FSDPParam {
 
   int64_t tensor_dim_ = 0, size_ = 0, num_shards_ = 1, padded_shard_numel_ = 0;
   runtime::Shape padded_shape_;
+  bool float8_all_gather_ = false;
   Tensor sharded_, unsharded_;
   DTensor dtensor_;
 };

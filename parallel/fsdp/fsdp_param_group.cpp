@@ -4,8 +4,10 @@
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/kernels/copy.h"
+#include "runtime/kernels/float8.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
+#include "runtime/ops/float8.h"
 
 namespace mt::parallel {
 
@@ -53,6 +55,11 @@ FSDPParamGroup::FSDPParamGroup(std::string module_fqn,
     offsets_.push_back(shard_numel_);
     shard_numel_ += p->padded_shard_numel();
   }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    int64_t& numel = gathers_float8(i) ? float8_numel_ : gather_numel_;
+    gather_offsets_.push_back(numel);
+    numel += params_[i]->padded_shard_numel();
+  }
   reduce_dtype_ = policy.reduce_dtype.value_or(compute_dtype_);
   MT_CHECK(gradient_divide_factor_ > 0, "fully_shard on '", module_fqn_,
            "': gradient divide factor must be > 0, got ", gradient_divide_factor_);
@@ -79,26 +86,81 @@ void FSDPParamGroup::unshard(bool async) {
     state_ = State::Unsharded;
     return;
   }
-  const auto opts = runtime::TensorOptions{}.with_dtype(compute_dtype_).with_device(device_);
-  all_gather_in_ = runtime::empty({shard_numel_}, opts);
-  all_gather_out_ = runtime::empty({n * shard_numel_}, opts);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    params_[i]->alloc_unsharded();
-    params_[i]->copy_in(all_gather_in_.narrow(0, offsets_[i], params_[i]->padded_shard_numel()));
-  }
   ScopedCommPurpose purpose(comm_purpose());
-  all_gather_work_ =
-      shard_group_->all_gather_into(all_gather_out_, all_gather_in_, "fsdp.all_gather", async);
+  if (gather_numel_ > 0) {
+    const auto opts = runtime::TensorOptions{}.with_dtype(compute_dtype_).with_device(device_);
+    all_gather_in_ = runtime::empty({gather_numel_}, opts);
+    all_gather_out_ = runtime::empty({n * gather_numel_}, opts);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (gathers_float8(i)) continue;
+      params_[i]->alloc_unsharded();
+      params_[i]->copy_in(
+          all_gather_in_.narrow(0, gather_offsets_[i], params_[i]->padded_shard_numel()));
+    }
+    all_gather_work_ =
+        shard_group_->all_gather_into(all_gather_out_, all_gather_in_, "fsdp.all_gather", async);
+  }
+  if (float8_numel_ > 0) start_float8_all_gather(async);
   state_ = State::Unsharding;
   if (!async) wait_for_unshard();
+}
+
+void FSDPParamGroup::start_float8_all_gather(bool async) {
+  const auto f32 = runtime::TensorOptions{}.with_dtype(runtime::DType::F32).with_device(device_);
+  const auto bytes = f32.with_dtype(runtime::DType::Bool);
+  std::vector<size_t> float8;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (gathers_float8(i)) float8.push_back(i);
+  // The whole weights' amaxes: each shard's over its compute-dtype values, then one max over the
+  // shard group (every rank holds the same amaxes: same scales, same codes as one process).
+  const Tensor amaxes = runtime::empty({int64_t(float8.size())}, f32);
+  std::vector<Tensor> values;
+  for (size_t k = 0; k < float8.size(); ++k) {
+    values.push_back(params_[float8[k]]->sharded().to(compute_dtype_).contiguous());
+    Tensor amax = amaxes.narrow(0, int64_t(k), 1);
+    runtime::float8_amax_kernel(device_, values.back(), amax);
+  }
+  shard_group_->all_reduce(amaxes, ReduceOp::Max, "fsdp.float8_amax");
+  float8_in_ = runtime::empty({float8_numel_}, bytes);
+  float8_out_ = runtime::empty({shard_group_->size() * float8_numel_}, bytes);
+  float8_scale_inv_ = runtime::empty({int64_t(float8.size())}, f32);
+  for (size_t k = 0; k < float8.size(); ++k) {
+    const FSDPParam& p = *params_[float8[k]];
+    Tensor codes = p.shard_view(float8_in_.narrow(0, gather_offsets_[float8[k]],
+                                                  p.padded_shard_numel()));
+    Tensor no_transpose, scale_inv = float8_scale_inv_.narrow(0, int64_t(k), 1);
+    runtime::float8_cast_kernel(device_, values[k], amaxes.narrow(0, int64_t(k), 1),
+                                runtime::Float8Format::E4M3, codes, no_transpose, scale_inv);
+  }
+  float8_work_ = shard_group_->all_gather_into(float8_out_, float8_in_, "fsdp.float8_all_gather",
+                                               async);
+}
+
+void FSDPParamGroup::finish_float8_all_gather() {
+  float8_work_.wait();
+  const auto bytes = runtime::TensorOptions{}.with_dtype(runtime::DType::Bool).with_device(device_);
+  for (size_t i = 0, k = 0; i < params_.size(); ++i) {
+    if (!gathers_float8(i)) continue;
+    const FSDPParam& p = *params_[i];
+    const Tensor codes = runtime::empty(p.unsharded().shape(), bytes);
+    p.copy_out_into(float8_out_, float8_numel_, gather_offsets_[i], codes);
+    runtime::register_float8_weight_codes(
+        p.unsharded(), runtime::Float8Tensor{codes, Tensor(),
+                                             float8_scale_inv_.narrow(0, int64_t(k++), 1),
+                                             runtime::Float8Format::E4M3});
+  }
+  float8_in_ = Tensor();
+  float8_out_ = Tensor();
+  float8_work_ = Work();
 }
 
 void FSDPParamGroup::wait_for_unshard() {
   if (state_ != State::Unsharding) return;
   all_gather_work_.wait();
   for (size_t i = 0; i < params_.size(); ++i) {
-    params_[i]->copy_out(all_gather_out_, shard_numel_, offsets_[i]);
+    if (!gathers_float8(i)) params_[i]->copy_out(all_gather_out_, gather_numel_, gather_offsets_[i]);
   }
+  if (float8_numel_ > 0) finish_float8_all_gather();
   all_gather_in_ = Tensor();
   all_gather_out_ = Tensor();
   all_gather_work_ = Work();
@@ -107,7 +169,10 @@ void FSDPParamGroup::wait_for_unshard() {
 
 void FSDPParamGroup::reshard() {
   wait_for_unshard();
-  for (const auto& p : params_) p->free_unsharded();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (gathers_float8(i)) runtime::unregister_float8_weight_codes(params_[i]->unsharded());
+    params_[i]->free_unsharded();
+  }
   state_ = State::Sharded;
 }
 

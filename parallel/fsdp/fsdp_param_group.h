@@ -9,6 +9,12 @@
 //             its shard's .grad.
 //
 // T is the sum of the parameters' padded shard sizes, so rank r's pieces sit at [r*T, (r+1)*T).
+//
+// Float8 all-gather (parameters with FSDPParam::float8_all_gather, more than one shard): those
+// weights travel as e4m3 codes in a second, byte, all-gather. Their scale is the whole weight's:
+// one all-reduce (max) of the group's per-shard amaxes first, over the compute-dtype values, so
+// the codes are exactly those float8_linear would make from the gathered weight. The codes are
+// registered for the unsharded weight (register_float8_weight_codes), which is never filled.
 // Both directions can run asynchronously on the group's communication thread; the wait_* calls
 // finish them on the calling thread.
 #pragma once
@@ -67,6 +73,15 @@ class FSDPParamGroup {
   std::vector<std::unique_ptr<FSDPParam>> params_;
   std::vector<int64_t> offsets_;  // of each parameter's piece in a rank's [T] block
   int64_t shard_numel_ = 0;       // T
+  // The all-gathers' blocks: the compute-dtype one without the float8 parameters, and the codes
+  // of those (offsets of each parameter in the block it travels in).
+  std::vector<int64_t> gather_offsets_;
+  int64_t gather_numel_ = 0, float8_numel_ = 0;
+  bool gathers_float8(size_t i) const {  // parameter i travels as codes
+    return shard_group_->size() > 1 && params_[i]->float8_all_gather();
+  }
+  void start_float8_all_gather(bool async);
+  void finish_float8_all_gather();
   std::shared_ptr<DeviceMesh> mesh_;
   ProcessGroup* shard_group_;
   ProcessGroup* replicate_group_ = nullptr;  // HSDP only
@@ -75,8 +90,9 @@ class FSDPParamGroup {
   double gradient_divide_factor_;
 
   State state_ = State::Sharded;
-  Work all_gather_work_;
+  Work all_gather_work_, float8_work_;
   Tensor all_gather_in_, all_gather_out_;
+  Tensor float8_in_, float8_out_, float8_scale_inv_;  // scale_inv: one per float8 parameter
 
   bool reduce_pending_ = false;
   Work reduce_scatter_work_;

@@ -9,6 +9,7 @@
 #include "runtime/autograd/engine.h"
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
+#include "runtime/nn/linear.h"
 
 namespace mt::parallel {
 
@@ -49,6 +50,11 @@ class FSDPState {
 };
 
 namespace {
+
+bool is_float8_linear_weight(const runtime::nn::NamedSlot& slot) {
+  const auto* linear = dynamic_cast<const runtime::nn::Linear*>(slot.owner);
+  return linear != nullptr && linear->float8 && slot.local_name == "weight";
+}
 
 thread_local FSDPState* t_forward_root = nullptr;
 
@@ -232,6 +238,10 @@ std::shared_ptr<FSDPModule> fully_shard(Module& module, std::shared_ptr<DeviceMe
                                                  compute, options.shard_dim,
                                                  outer ? &*outer : nullptr));
     params.back()->use_sharded();
+    if (options.float8_all_gather && is_float8_linear_weight(slot) && !outer &&
+        options.shard_dim == 0) {
+      params.back()->enable_float8_all_gather();
+    }
     originals.emplace_back(t, params.back().get());
   }
   std::unique_ptr<FSDPParamGroup> group;

@@ -1,12 +1,13 @@
 #include "runtime/ops/float8.h"
 
-#include <atomic>
 #include <iostream>
+#include <mutex>
+#include <unordered_map>
 
 #include "runtime/autograd/function.h"
-#include "runtime/core/grad_mode.h"
 #include "runtime/ops/elementwise.h"
-#include "runtime/ops/matmul.h"
+#include "runtime/ops/factory.h"
+#include "runtime/ops/join.h"
 
 namespace mt::runtime {
 
@@ -31,17 +32,45 @@ void check_codes(const Tensor& t, const char* what) {
            t.defined() ? " of shape " : "", t.defined() ? t.shape() : Shape{});
 }
 
-// Tokens that are not a multiple of 16 (an odd batch; a generation step, said nothing about):
-// this call runs in the layer's own precision, said once per process when training.
-void warn_high_precision_fallback(int64_t tokens) {
-  static std::atomic<bool> warned{false};
-  if (!GradMode::enabled()) return;
-  if (warned.exchange(true)) return;
-  std::cerr << "warning: float8_linear: " << tokens << " tokens is not a multiple of "
-            << kGemmMultiple << "; such calls run in the layer's own precision\n";
+
+// Codes registered for weights (FSDP's float8 all-gather), by the weight's storage.
+struct WeightCodes {
+  std::mutex mutex;
+  std::unordered_map<const void*, Float8Tensor> by_storage;
+};
+
+WeightCodes& weight_codes() {
+  static WeightCodes codes;
+  return codes;
+}
+
+std::optional<Float8Tensor> registered_weight_codes(const Tensor& weight) {
+  WeightCodes& w = weight_codes();
+  std::lock_guard lock(w.mutex);
+  auto it = w.by_storage.find(weight.storage().get());
+  if (it == w.by_storage.end()) return std::nullopt;
+  MT_CHECK(it->second.codes.shape() == weight.shape(), "float8_linear: the codes registered for a ",
+           "weight of shape ", weight.shape(), " have shape ", it->second.codes.shape());
+  return it->second;
 }
 
 }  // namespace
+
+void register_float8_weight_codes(const Tensor& weight, Float8Tensor codes) {
+  MT_CHECK(codes.codes.defined() && codes.codes.shape() == weight.shape() &&
+               codes.format == Float8Format::E4M3,
+           "register_float8_weight_codes: expected e4m3 codes of the weight's shape ",
+           weight.shape());
+  WeightCodes& w = weight_codes();
+  std::lock_guard lock(w.mutex);
+  w.by_storage[weight.storage().get()] = std::move(codes);
+}
+
+void unregister_float8_weight_codes(const Tensor& weight) {
+  WeightCodes& w = weight_codes();
+  std::lock_guard lock(w.mutex);
+  w.by_storage.erase(weight.storage().get());
+}
 
 Float8Tensor to_float8(const Tensor& x, Float8Format format, bool rows, bool transposed) {
   MT_CHECK(x.dim() == 2, "to_float8: expected a 2-D tensor, got shape ", x.shape());
@@ -116,14 +145,26 @@ Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) 
             *why);
   }
   if (tokens % kGemmMultiple != 0) {
-    warn_high_precision_fallback(tokens);
-    return linear(x, weight, bias);
+    // Zero rows up to the next multiple (a generation step, an odd batch): they change neither
+    // the amax nor the other rows, and the weight is still not read (FSDP may gather it as codes).
+    Tensor padded = cat({x.reshape({tokens, in}),
+                         zeros({kGemmMultiple - tokens % kGemmMultiple, in}, x.options())},
+                        0);
+    Shape out_shape = x.shape();
+    out_shape.back() = out;
+    return float8_linear(padded, weight, bias).narrow(0, 0, tokens).reshape(out_shape);
   }
   const bool need_dx = autograd::any_requires_grad({x});
   const bool need_dw = autograd::any_requires_grad({weight});
   const Tensor x2 = x.detach().reshape({tokens, in});
   const Float8Tensor xq = to_float8(x2, Float8Format::E4M3, true, need_dw);
-  const Float8Tensor wq = to_float8(weight.detach(), Float8Format::E4M3, true, need_dx);
+  Float8Tensor wq;
+  if (auto gathered = registered_weight_codes(weight)) {  // FSDP gathered the weight in FP8
+    wq = std::move(*gathered);
+    if (need_dx) wq.codes_t = wq.codes.transpose(0, 1).contiguous();
+  } else {
+    wq = to_float8(weight.detach(), Float8Format::E4M3, true, need_dx);
+  }
   Tensor y = float8_mm(xq.codes, xq.format, xq.scale_inv, wq.codes, wq.format, wq.scale_inv,
                        x.dtype(), /*fast_accum=*/true);
   if (need_dx || need_dw) {

@@ -10,7 +10,7 @@
 // bytes, half a bf16's. Outputs and gradients have x's and W's dtypes (f32 or bf16).
 //
 // On CUDA this needs FP8 tensor cores (compute capability 8.9 or newer) and dimensions that are
-// multiples of 16; the CPU runs the exact reference (emulated codes, f32 GEMM on their values),
+// multiples of 16 (inputs whose token count is not are padded with zero rows); the CPU runs the exact reference (emulated codes, f32 GEMM on their values),
 // which is what the tests and `emulate = true` use.
 #pragma once
 
@@ -50,6 +50,14 @@ std::optional<std::string> float8_linear_unsupported(Device device, int64_t in_f
                                                      int64_t out_features);
 
 // x [..., in] @ weight [out, in]^T (+ bias [out]) with FP8 GEMMs; differentiable in all three.
+// When `weight` has codes registered below, they are used instead of casting it (its values are
+// then not read at all).
 Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// FSDP's float8 all-gather gathers a weight already cast (e4m3 codes of the whole [out, in]
+// weight and their scale) and registers them for the unsharded weight tensor, whose own values
+// it does not gather; reshard unregisters them. Keyed by the weight's storage.
+void register_float8_weight_codes(const Tensor& weight, Float8Tensor codes);
+void unregister_float8_weight_codes(const Tensor& weight);
 
 }  // namespace mt::runtime

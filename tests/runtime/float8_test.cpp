@@ -16,6 +16,7 @@
 #include "runtime/nn/linear.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
+#include "runtime/ops/join.h"
 #include "runtime/ops/matmul.h"
 #include "runtime/ops/reduce.h"
 #include "tests/testing/errors.h"
@@ -233,10 +234,19 @@ TEST(Float8Linear, ForwardAndGradientsAreTheScaledFp8Products) {
   EXPECT_GT(err, 0.0);  // FP8 ran: the result is not the f32 one
 }
 
-TEST(Float8Linear, TokensNotAMultipleOf16RunInTheLayersPrecision) {
+// A token count that is not a multiple of 16 is padded with zero rows: the same rows as the
+// padded call (zeros change neither the amax nor the other rows), and gradients for x alone.
+TEST(Float8Linear, TokensNotAMultipleOf16ArePaddedWithZeroRows) {
   const Tensor x = randn_as({3, 32}, DType::F32, 1, "x").set_requires_grad(true);
-  const Tensor w = randn_as({16, 32}, DType::F32, 2, "w");
-  EXPECT_TRUE(all_close(float8_linear(x, w), linear(x, w), 0, 0));
+  const Tensor w = randn_as({16, 32}, DType::F32, 2, "w").set_requires_grad(true);
+  const Tensor y = float8_linear(x, w);
+  ASSERT_EQ(y.shape(), (Shape{3, 16}));
+  const Tensor padded = cat({x.detach(), zeros({13, 32})}, 0);
+  EXPECT_TRUE(all_close(y, float8_linear(padded, w.detach()).narrow(0, 0, 3), 0, 0));
+  EXPECT_FALSE(all_close(y, linear(x.detach(), w.detach()), 0, 0));  // FP8, not f32
+  sum(y).backward();
+  EXPECT_EQ(x.grad().shape(), x.shape());
+  EXPECT_EQ(w.grad().shape(), w.shape());
 }
 
 TEST(Float8Linear, RejectsWhatFp8GemmsCannotRun) {

@@ -247,6 +247,10 @@ std::vector<SectionSpec> build_schema() {
            "Allow float8 on the CPU, which runs the exact CPU reference (emulated FP8 codes, "
            "f32 GEMMs on their values): for tests and debugging, slower than plain float32. "
            "No effect on a GPU, which runs its FP8 GEMMs either way"},
+          {"enable_fsdp_float8_all_gather", &Q::enable_fsdp_float8_all_gather,
+           "FSDP all-gathers the float8 linears' weights as FP8 codes (half bf16's bytes) with "
+           "the whole weight's scale (one all-reduce of the shards' amaxes per group and "
+           "gather): the same codes, so the same training, as gathering them in bf16"},
       }));
   s.push_back(section<X>(
       "metrics", &JobConfig::metrics, "Logging of training metrics.",

@@ -41,6 +41,10 @@ void require(bool ok, const JobConfig& config, std::string_view rule, const Keys
 // [quantize.linear.float8]. training.device = "auto" is checked once resolved, by the trainer.
 void validate_float8(const JobConfig& config) {
   const Float8LinearConfig& f = config.float8;
+  require(f.enable || !f.enable_fsdp_float8_all_gather, config,
+          "quantize.linear.float8.enable_fsdp_float8_all_gather needs float8 training "
+          "(quantize.linear.float8.enable = true)",
+          "quantize.linear.float8.enable_fsdp_float8_all_gather", "quantize.linear.float8.enable");
   if (!f.enable) return;
   require(config.training.device != "cpu" || f.emulate, config,
           "float8 training on the CPU: the CPU has no FP8 GEMMs (float8 training needs a GPU with "
