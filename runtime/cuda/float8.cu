@@ -7,10 +7,10 @@
 #include <cuda_fp8.h>
 
 #include <mutex>
-#include <unordered_map>
 
 #include "runtime/cuda/block_reduce.cuh"
 #include "runtime/cuda/loops.cuh"
+#include "runtime/cuda/plan_cache.cuh"
 #include "runtime/kernels/float8.h"
 
 namespace mt::runtime::cuda {
@@ -260,12 +260,7 @@ Plan make_plan(const Problem& p) {
 }
 
 const Plan& plan_for(const Problem& p) {
-  static std::mutex mutex;
-  static std::unordered_map<Problem, Plan, ProblemHash> plans;
-  std::lock_guard lock(mutex);
-  auto it = plans.find(p);
-  if (it == plans.end()) it = plans.emplace(p, make_plan(p)).first;
-  return it->second;
+  return cached_plan<Plan, Problem, ProblemHash>(p, make_plan);
 }
 
 void cuda_float8_matmul(const Tensor& a, Float8Format a_format, const Tensor& a_scale_inv,

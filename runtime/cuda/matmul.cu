@@ -6,11 +6,10 @@
 // classic cuBLAS strided-batched GEMM runs the same problem.
 #include <algorithm>
 #include <climits>
-#include <mutex>
 #include <optional>
-#include <unordered_map>
 
 #include "runtime/cuda/loops.cuh"
+#include "runtime/cuda/plan_cache.cuh"
 #include "runtime/kernels/matmul.h"
 #include "runtime/kernels/matmul_layout.h"
 
@@ -143,12 +142,7 @@ Plan make_plan(const Gemm& g) {
 }
 
 const Plan& plan_for(const Gemm& g) {
-  static std::mutex mutex;
-  static std::unordered_map<Gemm, Plan, GemmHash> plans;
-  std::lock_guard lock(mutex);
-  auto it = plans.find(g);
-  if (it == plans.end()) it = plans.emplace(g, make_plan(g)).first;
-  return it->second;
+  return cached_plan<Plan, Gemm, GemmHash>(g, make_plan);
 }
 
 void run_gemm(const Gemm& g, const void* a, const void* b, void* c) {
