@@ -65,6 +65,12 @@ FSDPParamGroup::FSDPParamGroup(std::string module_fqn,
            "': gradient divide factor must be > 0, got ", gradient_divide_factor_);
 }
 
+FSDPParamGroup::~FSDPParamGroup() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (gathers_float8(i)) runtime::unregister_float8_weight_codes(params_[i]->unsharded());
+  }
+}
+
 int64_t FSDPParamGroup::unsharded_bytes() const {
   int64_t bytes = 0;
   for (const auto& p : params_) bytes += int64_t(p->unsharded().nbytes());

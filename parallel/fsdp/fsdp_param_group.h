@@ -40,6 +40,9 @@ class FSDPParamGroup {
   FSDPParamGroup(std::string module_fqn, std::vector<std::unique_ptr<FSDPParam>> params,
                  std::shared_ptr<DeviceMesh> mesh, MixedPrecisionPolicy policy,
                  double gradient_divide_factor);
+  ~FSDPParamGroup();  // unregisters float8 codes still registered
+  FSDPParamGroup(const FSDPParamGroup&) = delete;
+  FSDPParamGroup& operator=(const FSDPParamGroup&) = delete;
 
   const std::string& module_fqn() const { return module_fqn_; }
   // What this group's collectives serve, in traces: the module's type ("TransformerBlock"; its

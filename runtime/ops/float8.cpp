@@ -33,10 +33,11 @@ void check_codes(const Tensor& t, const char* what) {
 }
 
 
-// Codes registered for weights (FSDP's float8 all-gather), by the weight's storage.
+// Codes registered for weights (FSDP's float8 all-gather), by the weight's storage id (unique in
+// the process: a freed storage's id is never reused).
 struct WeightCodes {
   std::mutex mutex;
-  std::unordered_map<const void*, Float8Tensor> by_storage;
+  std::unordered_map<uint64_t, Float8Tensor> by_storage;
 };
 
 WeightCodes& weight_codes() {
@@ -47,7 +48,7 @@ WeightCodes& weight_codes() {
 std::optional<Float8Tensor> registered_weight_codes(const Tensor& weight) {
   WeightCodes& w = weight_codes();
   std::lock_guard lock(w.mutex);
-  auto it = w.by_storage.find(weight.storage().get());
+  auto it = w.by_storage.find(weight.storage()->id());
   if (it == w.by_storage.end()) return std::nullopt;
   MT_CHECK(it->second.codes.shape() == weight.shape(), "float8_linear: the codes registered for a ",
            "weight of shape ", weight.shape(), " have shape ", it->second.codes.shape());
@@ -63,13 +64,13 @@ void register_float8_weight_codes(const Tensor& weight, Float8Tensor codes) {
            weight.shape());
   WeightCodes& w = weight_codes();
   std::lock_guard lock(w.mutex);
-  w.by_storage[weight.storage().get()] = std::move(codes);
+  w.by_storage[weight.storage()->id()] = std::move(codes);
 }
 
 void unregister_float8_weight_codes(const Tensor& weight) {
   WeightCodes& w = weight_codes();
   std::lock_guard lock(w.mutex);
-  w.by_storage.erase(weight.storage().get());
+  w.by_storage.erase(weight.storage()->id());
 }
 
 Float8Tensor to_float8(const Tensor& x, Float8Format format, bool rows, bool transposed) {
