@@ -497,7 +497,29 @@ struct Trainer::StepValues {
   std::map<std::string, double> model_metrics;  // the model's after_optimizer_step hook
 };
 
+namespace {
+// [quantize.linear.float8] precompute_float8_dynamic_scale_for_fsdp: the float8 weights' amaxes
+// in one all-reduce for the step's gathers, dropped when the step ends (the weights change).
+class Float8ScalesForStep {
+ public:
+  Float8ScalesForStep(runtime::nn::Module& model, bool on) : model_(model), on_(on) {
+    if (on_) parallel::precompute_float8_scales(model_);
+  }
+  ~Float8ScalesForStep() {
+    if (on_) parallel::clear_float8_scales(model_);
+  }
+  Float8ScalesForStep(const Float8ScalesForStep&) = delete;
+  Float8ScalesForStep& operator=(const Float8ScalesForStep&) = delete;
+
+ private:
+  runtime::nn::Module& model_;
+  bool on_;
+};
+}  // namespace
+
 Trainer::StepValues Trainer::train_step() {
+  const Float8ScalesForStep float8_scales(
+      *model_, config_.float8.enable && config_.float8.precompute_float8_dynamic_scale_for_fsdp);
   // All micro-batches first: the loss is normalised by their total count of valid tokens.
   std::vector<data::Batch> batches;
   batches.reserve(size_t(grad_accum_));

@@ -111,6 +111,36 @@ void FSDPParamGroup::unshard(bool async) {
   if (!async) wait_for_unshard();
 }
 
+int64_t FSDPParamGroup::float8_gathered_count() const {
+  int64_t n = 0;
+  for (size_t i = 0; i < params_.size(); ++i) n += gathers_float8(i);
+  return n;
+}
+
+std::vector<Tensor> FSDPParamGroup::float8_shard_values() const {
+  std::vector<Tensor> values;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (gathers_float8(i)) values.push_back(params_[i]->sharded().to(compute_dtype_).contiguous());
+  }
+  return values;
+}
+
+namespace {
+// out[k] = amax of values[k] (f32).
+void amaxes_into(const std::vector<Tensor>& values, const Tensor& out) {
+  for (size_t k = 0; k < values.size(); ++k) {
+    Tensor amax = out.narrow(0, int64_t(k), 1);
+    runtime::float8_amax_kernel(out.device(), values[k], amax);
+  }
+}
+}  // namespace
+
+void FSDPParamGroup::float8_shard_amaxes(const Tensor& out) const {
+  MT_CHECK(out.numel() == float8_gathered_count(), "float8_shard_amaxes: expected ",
+           float8_gathered_count(), " slots, got ", out.numel());
+  amaxes_into(float8_shard_values(), out);
+}
+
 void FSDPParamGroup::start_float8_all_gather(bool async) {
   const auto f32 = runtime::TensorOptions{}.with_dtype(runtime::DType::F32).with_device(device_);
   const auto bytes = f32.with_dtype(runtime::DType::Bool);
@@ -118,15 +148,15 @@ void FSDPParamGroup::start_float8_all_gather(bool async) {
   for (size_t i = 0; i < params_.size(); ++i)
     if (gathers_float8(i)) float8.push_back(i);
   // The whole weights' amaxes: each shard's over its compute-dtype values, then one max over the
-  // shard group (every rank holds the same amaxes: same scales, same codes as one process).
-  const Tensor amaxes = runtime::empty({int64_t(float8.size())}, f32);
-  std::vector<Tensor> values;
-  for (size_t k = 0; k < float8.size(); ++k) {
-    values.push_back(params_[float8[k]]->sharded().to(compute_dtype_).contiguous());
-    Tensor amax = amaxes.narrow(0, int64_t(k), 1);
-    runtime::float8_amax_kernel(device_, values.back(), amax);
+  // shard group (every rank holds the same amaxes: same scales, same codes as one process),
+  // unless precomputed for every group at once.
+  const std::vector<Tensor> values = float8_shard_values();
+  Tensor amaxes = float8_amaxes_;
+  if (!amaxes.defined()) {
+    amaxes = runtime::empty({int64_t(float8.size())}, f32);
+    amaxes_into(values, amaxes);
+    shard_group_->all_reduce(amaxes, ReduceOp::Max, "fsdp.float8_amax");
   }
-  shard_group_->all_reduce(amaxes, ReduceOp::Max, "fsdp.float8_amax");
   float8_in_ = runtime::empty({float8_numel_}, bytes);
   float8_out_ = runtime::empty({shard_group_->size() * float8_numel_}, bytes);
   float8_scale_inv_ = runtime::empty({int64_t(float8.size())}, f32);

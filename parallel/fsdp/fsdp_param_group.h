@@ -71,6 +71,15 @@ class FSDPParamGroup {
   // Finishes the reduction started above: gradients land on the shards. No-op when none runs.
   void wait_for_reduce_scatter();
 
+  // Float8 all-gather (precompute_float8_scales, fully_shard.h): how many parameters travel as
+  // codes, each one's shard amax (over its compute-dtype values) into out[k], and the whole
+  // weights' amaxes to use instead of all-reducing the group's own at each unshard (undefined:
+  // all-reduce them again).
+  int64_t float8_gathered_count() const;
+  ProcessGroup& shard_group() const { return *shard_group_; }
+  void float8_shard_amaxes(const Tensor& out) const;
+  void set_float8_amaxes(Tensor amaxes) { float8_amaxes_ = std::move(amaxes); }
+
  private:
   std::string module_fqn_;
   std::vector<std::unique_ptr<FSDPParam>> params_;
@@ -96,6 +105,8 @@ class FSDPParamGroup {
   Work all_gather_work_, float8_work_;
   Tensor all_gather_in_, all_gather_out_;
   Tensor float8_in_, float8_out_, float8_scale_inv_;  // scale_inv: one per float8 parameter
+  Tensor float8_amaxes_;                              // precomputed, or undefined
+  std::vector<Tensor> float8_shard_values() const;    // the shards in the compute dtype
 
   bool reduce_pending_ = false;
   Work reduce_scatter_work_;

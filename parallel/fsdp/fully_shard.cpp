@@ -10,6 +10,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/nn/linear.h"
+#include "runtime/ops/factory.h"
 
 namespace mt::parallel {
 
@@ -293,6 +294,51 @@ void init_sharded_parameters(Module& root, uint64_t seed) {
     }
     module->reset_parameters(runtime::nn::InitContext{seed, dot});
   }
+}
+
+}  // namespace mt::parallel
+
+namespace mt::parallel {
+namespace {
+// The FSDP groups of `root`'s tree that gather float8 codes.
+std::vector<FSDPParamGroup*> float8_groups(Module& root) {
+  std::vector<FSDPParamGroup*> groups;
+  const auto modules = root.named_modules();
+  for (const auto& s : live_states()) {
+    const bool under = std::any_of(modules.begin(), modules.end(),
+                                   [&](const auto& m) { return m.second == &s->module(); });
+    if (under && s->group() != nullptr && s->group()->float8_gathered_count() > 0)
+      groups.push_back(s->group());
+  }
+  return groups;
+}
+}  // namespace
+
+void precompute_float8_scales(Module& root) {
+  runtime::NoGradGuard no_grad;
+  std::map<ProcessGroup*, std::vector<FSDPParamGroup*>> by_shard_group;
+  for (FSDPParamGroup* g : float8_groups(root)) by_shard_group[&g->shard_group()].push_back(g);
+  for (const auto& [pg, groups] : by_shard_group) {
+    int64_t total = 0;
+    for (FSDPParamGroup* g : groups) total += g->float8_gathered_count();
+    const Tensor amaxes = runtime::empty(
+        {total}, runtime::TensorOptions{}.with_dtype(runtime::DType::F32).with_device(pg->device()));
+    int64_t offset = 0;
+    for (FSDPParamGroup* g : groups) {
+      g->float8_shard_amaxes(amaxes.narrow(0, offset, g->float8_gathered_count()));
+      offset += g->float8_gathered_count();
+    }
+    pg->all_reduce(amaxes, ReduceOp::Max, "fsdp.float8_amax_precompute");
+    offset = 0;
+    for (FSDPParamGroup* g : groups) {
+      g->set_float8_amaxes(amaxes.narrow(0, offset, g->float8_gathered_count()));
+      offset += g->float8_gathered_count();
+    }
+  }
+}
+
+void clear_float8_scales(Module& root) {
+  for (FSDPParamGroup* g : float8_groups(root)) g->set_float8_amaxes(Tensor());
 }
 
 }  // namespace mt::parallel

@@ -111,4 +111,11 @@ std::vector<DistributedParam> distributed_parameters(runtime::nn::Module& module
 // fully_shard does not manage.
 void init_sharded_parameters(runtime::nn::Module& root, uint64_t seed);
 
+// torchtitan's precompute_float8_dynamic_scale_for_fsdp: the amaxes of every weight FSDP gathers
+// as float8 codes under `root` (FullyShardOptions::float8_all_gather) in ONE all-reduce per shard
+// group, instead of one per FSDP group at each all-gather. They hold until clear_float8_scales:
+// call it once the weights change (the trainer brackets each training step with the two).
+void precompute_float8_scales(runtime::nn::Module& root);
+void clear_float8_scales(runtime::nn::Module& root);
+
 }  // namespace mt::parallel

@@ -816,6 +816,26 @@ TEST_F(ConfigTest, Float8RowwiseRecipeIsNotBuiltYet) {
                         "\"tensorwise\"?"));
 }
 
+// The float8 all-gather needs float8 training; precomputing its scales needs the all-gather.
+TEST_F(ConfigTest, Float8AllGatherKeysNeedWhatTheyBuildOn) {
+  EXPECT_THAT(
+      error_of([&] { load_args({"--quantize.linear.float8.enable_fsdp_float8_all_gather=true"}); }),
+      HasSubstr("enable_fsdp_float8_all_gather needs float8 training"));
+  EXPECT_THAT(error_of([&] {
+                load_args({"--quantize.linear.float8.enable=true", "--training.device=cuda",
+                           "--quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp="
+                           "true"});
+              }),
+              HasSubstr("precompute_float8_dynamic_scale_for_fsdp needs "
+                        "quantize.linear.float8.enable_fsdp_float8_all_gather = true"));
+  const JobConfig c = load_args(
+      {"--quantize.linear.float8.enable=true", "--training.device=cuda",
+       "--quantize.linear.float8.enable_fsdp_float8_all_gather=true",
+       "--quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp=true"});
+  EXPECT_TRUE(c.float8.enable_fsdp_float8_all_gather);
+  EXPECT_TRUE(c.float8.precompute_float8_dynamic_scale_for_fsdp);
+}
+
 TEST_F(ConfigTest, Float8OnTheCpuNeedsEmulate) {
   const fs::path file = write("x.toml",
                               "[training]\ndevice = \"cpu\"\n"

@@ -343,6 +343,26 @@ TEST(TrainerMpi, Float8AllGatherMatchesGatheringInBf16) {
                        double(before["fsdp.all_gather"]);
   EXPECT_GT(ratio, 0.45);  // the norms' weights still travel in bf16
   EXPECT_LT(ratio, 0.55);
+
+  // Precomputed: every float8 weight's amax in one all-reduce a step, the same run again.
+  args.push_back("--quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp=true");
+  const fs::path pre_dump = shared_dir("float8_gather_precompute");
+  const TrainResult pre = run(job(corpus, pre_dump, 8 / w, args), world());
+  ASSERT_EQ(pre.losses.size(), bf16.losses.size());
+  for (size_t i = 0; i < bf16.losses.size(); ++i) {
+    EXPECT_EQ(pre.losses[i], bf16.losses[i]) << "step " << i + 1;
+    EXPECT_EQ(pre.grad_norms[i], bf16.grad_norms[i]) << "step " << i + 1;
+  }
+  std::map<std::string, int64_t> all_reduces;  // name -> calls, over the 5 steps
+  std::ifstream in(pre_dump / "comm" / ("rank-" + std::to_string(world()->rank()) + ".jsonl"));
+  std::string line;
+  while (std::getline(in, line)) {
+    const parallel::CommTraceLine l = parallel::parse_comm_trace_line(line, "trace");
+    if (!l.is_step && l.collective.record.collective == "all_reduce")
+      ++all_reduces[l.collective.record.name];
+  }
+  EXPECT_EQ(all_reduces["fsdp.float8_amax_precompute"], 5);  // one a step
+  EXPECT_EQ(all_reduces.count("fsdp.float8_amax"), 0u);
 }
 
 TEST(TrainerMpi, TensorParallelMatchesOneProcess) {

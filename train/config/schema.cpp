@@ -251,6 +251,10 @@ std::vector<SectionSpec> build_schema() {
            "FSDP all-gathers the float8 linears' weights as FP8 codes (half bf16's bytes) with "
            "the whole weight's scale (one all-reduce of the shards' amaxes per group and "
            "gather): the same codes, so the same training, as gathering them in bf16"},
+          {"precompute_float8_dynamic_scale_for_fsdp",
+           &Q::precompute_float8_dynamic_scale_for_fsdp,
+           "With the float8 all-gather: every float8 weight's amax in one all-reduce at the start "
+           "of each step, instead of one per FSDP group at each all-gather (same values)"},
       }));
   s.push_back(section<X>(
       "metrics", &JobConfig::metrics, "Logging of training metrics.",

@@ -104,6 +104,7 @@ struct Float8LinearConfig {  // [quantize.linear.float8]: float8 training of lin
   StringList filter_fqns = {"output"};  // linears whose FQN contains one stay in high precision
   bool emulate = false;                 // allow float8 on the CPU (the exact CPU reference)
   bool enable_fsdp_float8_all_gather = false;  // FSDP gathers the float8 weights as FP8 codes
+  bool precompute_float8_dynamic_scale_for_fsdp = false;  // their amaxes: one all-reduce a step
   bool operator==(const Float8LinearConfig&) const = default;
 };
 

@@ -45,6 +45,11 @@ void validate_float8(const JobConfig& config) {
           "quantize.linear.float8.enable_fsdp_float8_all_gather needs float8 training "
           "(quantize.linear.float8.enable = true)",
           "quantize.linear.float8.enable_fsdp_float8_all_gather", "quantize.linear.float8.enable");
+  require(f.enable_fsdp_float8_all_gather || !f.precompute_float8_dynamic_scale_for_fsdp, config,
+          "quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp needs "
+          "quantize.linear.float8.enable_fsdp_float8_all_gather = true",
+          "quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp",
+          "quantize.linear.float8.enable_fsdp_float8_all_gather");
   if (!f.enable) return;
   require(config.training.device != "cpu" || f.emulate, config,
           "float8 training on the CPU: the CPU has no FP8 GEMMs (float8 training needs a GPU with "
