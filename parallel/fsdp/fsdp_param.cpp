@@ -126,11 +126,15 @@ void FSDPParam::copy_in(const Tensor& flat) const {
 }
 
 void FSDPParam::copy_out(const Tensor& gathered, int64_t rank_stride, int64_t offset) const {
-  copy_out_into(gathered, rank_stride, offset, unsharded_);
+  // The copy kernel itself, not Tensor::copy_: the same parameter values again, so tensors saved
+  // for backward must not see a new version.
+  copy_out_into(gathered, rank_stride, offset, unsharded_, [](const Tensor& src, Tensor& dst) {
+    runtime::copy_kernel(dst.device(), src, dst);
+  });
 }
 
 void FSDPParam::copy_out_into(const Tensor& gathered, int64_t rank_stride, int64_t offset,
-                              const Tensor& dst) const {
+                              const Tensor& dst, const PieceCopy& copy) const {
   MT_CHECK(gathered.dtype() == dst.dtype() && gathered.is_contiguous() &&
                dst.shape() == unsharded_.shape(),
            "FSDPParam::copy_out: '", fqn_, "' expected a contiguous ", dst.dtype(),
@@ -138,11 +142,8 @@ void FSDPParam::copy_out_into(const Tensor& gathered, int64_t rank_stride, int64
   for (int64_t r = 0; r < num_shards_; ++r) {
     const ChunkRange chunk = chunk_range(size_, num_shards_, r);
     if (chunk.length == 0) continue;
-    // The copy kernel itself, not Tensor::copy_: the same parameter values again, so tensors
-    // saved for backward must not see a new version.
-    const Tensor piece = dst.narrow(tensor_dim_, chunk.offset, chunk.length);
-    runtime::copy_kernel(piece.device(),
-                         padded_view(gathered, r * rank_stride + offset, chunk.length), piece);
+    Tensor piece = dst.narrow(tensor_dim_, chunk.offset, chunk.length);
+    copy(padded_view(gathered, r * rank_stride + offset, chunk.length), piece);
   }
 }
 

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,9 +88,11 @@ class FSDPParam {
   // Fills `unsharded` from the all-gather output: rank r's piece starts at r * rank_stride +
   // offset elements of `gathered` (compute dtype, contiguous).
   void copy_out(const Tensor& gathered, int64_t rank_stride, int64_t offset) const;
-  // The same into `dst` (of the full shape and gathered's dtype: the float8 codes).
+  // The same into `dst` (of the full shape and gathered's dtype), each rank's piece moved by
+  // copy(src, dst) (the float8 codes: byte for byte).
+  using PieceCopy = std::function<void(const Tensor& src, Tensor& dst)>;
   void copy_out_into(const Tensor& gathered, int64_t rank_stride, int64_t offset,
-                     const Tensor& dst) const;
+                     const Tensor& dst, const PieceCopy& copy) const;
   // Where this rank's shard goes in an all-gather input `flat` (any dtype): its valid slices of
   // the padded shard laid out at flat[0, padded_shard_numel()).
   Tensor shard_view(const Tensor& flat) const {

@@ -179,7 +179,11 @@ void FSDPParamGroup::finish_float8_all_gather() {
     if (!gathers_float8(i)) continue;
     const FSDPParam& p = *params_[i];
     const Tensor codes = runtime::empty(p.unsharded().shape(), bytes);
-    p.copy_out_into(float8_out_, float8_numel_, gather_offsets_[i], codes);
+    // Dim-0 pieces: contiguous rows on both sides, moved byte for byte.
+    p.copy_out_into(float8_out_, float8_numel_, gather_offsets_[i], codes,
+                    [](const Tensor& src, Tensor& dst) {
+                      runtime::float8_copy_kernel(dst.device(), src, dst);
+                    });
     runtime::register_float8_weight_codes(
         p.unsharded(), runtime::Float8Tensor{codes, Tensor(),
                                              float8_scale_inv_.narrow(0, int64_t(k++), 1),

@@ -4,6 +4,7 @@
 #include "runtime/kernels/float8.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "runtime/cpu/blas.h"
@@ -60,6 +61,19 @@ void cpu_float8_cast(const Tensor& x, const Tensor& amax, Float8Format format, T
   });
 }
 
+void cpu_float8_transpose(const Tensor& codes, Tensor& codes_t) {
+  const int64_t rows = codes.size(0), cols = codes.size(1);
+  const uint8_t* in = codes_of(codes);
+  uint8_t* out = codes_of(codes_t);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+  }
+}
+
+void cpu_float8_copy(const Tensor& src, Tensor& dst) {
+  std::memcpy(codes_of(dst), codes_of(src), size_t(src.numel()));
+}
+
 std::vector<float> decoded(const Tensor& codes, Float8Format format) {
   std::vector<float> v(size_t(codes.numel()));
   const uint8_t* p = codes_of(codes);
@@ -89,6 +103,8 @@ MT_REGISTER_KERNEL(float8_gemm_unsupported_kernel, DeviceType::CPU, cpu_float8_g
 MT_REGISTER_KERNEL(float8_amax_kernel, DeviceType::CPU, cpu_float8_amax);
 MT_REGISTER_KERNEL(float8_cast_kernel, DeviceType::CPU, cpu_float8_cast);
 MT_REGISTER_KERNEL(float8_matmul_kernel, DeviceType::CPU, cpu_float8_matmul);
+MT_REGISTER_KERNEL(float8_transpose_kernel, DeviceType::CPU, cpu_float8_transpose);
+MT_REGISTER_KERNEL(float8_copy_kernel, DeviceType::CPU, cpu_float8_copy);
 
 }  // namespace
 }  // namespace cpu

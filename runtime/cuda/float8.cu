@@ -190,6 +190,40 @@ void cuda_float8_cast(const Tensor& x, const Tensor& amax, Float8Format format, 
   });
 }
 
+// codes_t = codes^T through a 32 x 32 shared-memory tile, one byte per thread.
+__global__ void transpose_kernel(const uint8_t* codes, int64_t rows, int64_t cols,
+                                 uint8_t* codes_t) {
+  __shared__ uint8_t tile[kTile][kTile + 1];
+  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+    const int64_t r = r0 + j, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[j][threadIdx.x] = codes[r * cols + c];
+  }
+  __syncthreads();
+  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+    const int64_t c = c0 + j, r = r0 + threadIdx.x;
+    if (r < rows && c < cols) codes_t[c * rows + r] = tile[threadIdx.x][j];
+  }
+}
+
+void cuda_float8_transpose(const Tensor& codes, Tensor& codes_t) {
+  check_on_current_device(codes, "float8_transpose");
+  const int64_t rows = codes.size(0), cols = codes.size(1);
+  if (rows == 0 || cols == 0) return;
+  MT_CHECK((rows + kTile - 1) / kTile <= 65535, "float8_transpose: ", rows,
+           " rows exceed the grid's limit");
+  const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile));
+  transpose_kernel<<<grid, dim3(kTile, kTileRows), 0, current_stream()>>>(
+      ptr<const uint8_t>(codes), rows, cols, ptr<uint8_t>(codes_t));
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+void cuda_float8_copy(const Tensor& src, Tensor& dst) {
+  check_on_current_device(src, "float8_copy");
+  MT_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), size_t(src.numel()),
+                                cudaMemcpyDeviceToDevice, current_stream()));
+}
+
 // ---- the scaled FP8 GEMM (cuBLASLt) --------------------------------------------------------
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
@@ -299,6 +333,8 @@ MT_REGISTER_KERNEL(float8_gemm_unsupported_kernel, DeviceType::CUDA, cuda_float8
 MT_REGISTER_KERNEL(float8_amax_kernel, DeviceType::CUDA, cuda_float8_amax);
 MT_REGISTER_KERNEL(float8_cast_kernel, DeviceType::CUDA, cuda_float8_cast);
 MT_REGISTER_KERNEL(float8_matmul_kernel, DeviceType::CUDA, cuda_float8_matmul);
+MT_REGISTER_KERNEL(float8_transpose_kernel, DeviceType::CUDA, cuda_float8_transpose);
+MT_REGISTER_KERNEL(float8_copy_kernel, DeviceType::CUDA, cuda_float8_copy);
 
 }  // namespace
 }  // namespace mt::runtime::cuda

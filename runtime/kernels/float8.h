@@ -114,6 +114,15 @@ inline constinit KernelTable<void(const Tensor& x, const Tensor& amax, Float8For
                                   Tensor& codes, Tensor& codes_t, Tensor& scale_inv)>
     float8_cast_kernel{"float8_cast"};
 
+// Byte-for-byte moves of codes (contiguous Bool-dtype tensors). Codes never go through the
+// runtime's Bool copies: a bool copy may keep only each byte's low bit.
+// codes_t [cols, rows] = codes [rows, cols] transposed.
+inline constinit KernelTable<void(const Tensor& codes, Tensor& codes_t)> float8_transpose_kernel{
+    "float8_transpose"};
+// dst = src (the same number of bytes).
+inline constinit KernelTable<void(const Tensor& src, Tensor& dst)> float8_copy_kernel{
+    "float8_copy"};
+
 // out [M, N] (f32 or bf16) = (decode(a) * a_scale_inv) @ (decode(b) * b_scale_inv)^T, for codes
 // a [M, K] and b [N, K] (both K-contiguous: the FP8 tensor cores' "TN" layout), f32 accumulation.
 // fast_accum lets the GPU accumulate in its faster, less precise mode (forward GEMMs, as torchao).

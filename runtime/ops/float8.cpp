@@ -25,9 +25,9 @@ TensorOptions f32_options(Device device) {
   return TensorOptions{}.with_dtype(DType::F32).with_device(device);
 }
 
-void check_codes(const Tensor& t, const char* what) {
+void check_codes(const Tensor& t, const char* op, const char* what) {
   MT_CHECK(t.defined() && t.dim() == 2 && t.dtype() == DType::Bool && t.is_contiguous(),
-           "float8_mm: expected ", what, " as contiguous 2-D codes, got ",
+           op, ": expected ", what, " as contiguous 2-D codes, got ",
            t.defined() ? dtype_name(t.dtype()) : "an undefined tensor",
            t.defined() ? " of shape " : "", t.defined() ? t.shape() : Shape{});
 }
@@ -91,8 +91,15 @@ Float8Tensor to_float8(const Tensor& x, Float8Format format, bool rows, bool tra
   return r;
 }
 
+Tensor float8_transpose(const Tensor& codes) {
+  check_codes(codes, __func__, "codes");
+  Tensor out = Tensor::empty({codes.size(1), codes.size(0)}, codes_options(codes.device()));
+  float8_transpose_kernel(codes.device(), codes, out);
+  return out;
+}
+
 Tensor float8_dequantize(const Tensor& codes, Float8Format format, const Tensor& scale_inv) {
-  check_codes(codes, "codes");
+  check_codes(codes, __func__, "codes");
   const Tensor host = codes.to(Device::cpu());
   const float s = scale_inv.to(Device::cpu()).data<float>()[0];
   Tensor out = Tensor::empty(codes.shape(), f32_options(Device::cpu()));
@@ -105,8 +112,8 @@ Tensor float8_dequantize(const Tensor& codes, Float8Format format, const Tensor&
 Tensor float8_mm(const Tensor& a, Float8Format a_format, const Tensor& a_scale_inv,
                  const Tensor& b, Float8Format b_format, const Tensor& b_scale_inv,
                  DType out_dtype, bool fast_accum) {
-  check_codes(a, "a");
-  check_codes(b, "b");
+  check_codes(a, "float8_mm", "a");
+  check_codes(b, "float8_mm", "b");
   MT_CHECK(a.size(1) == b.size(1), "float8_mm: a ", a.shape(), " and b ", b.shape(),
            " differ in K (the product is a @ b^T)");
   MT_CHECK(a.device() == b.device(), "float8_mm: operands on different devices: ", a.device(),
@@ -162,7 +169,7 @@ Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) 
   Float8Tensor wq;
   if (auto gathered = registered_weight_codes(weight)) {  // FSDP gathered the weight in FP8
     wq = std::move(*gathered);
-    if (need_dx) wq.codes_t = wq.codes.transpose(0, 1).contiguous();
+    if (need_dx) wq.codes_t = float8_transpose(wq.codes);
   } else {
     wq = to_float8(weight.detach(), Float8Format::E4M3, true, need_dx);
   }

@@ -35,6 +35,9 @@ struct Float8Tensor {
 // layouts to write. Not differentiable (the op below owns the gradients).
 Float8Tensor to_float8(const Tensor& x, Float8Format format, bool rows, bool transposed);
 
+// codes [rows, cols] transposed into new codes [cols, rows] (byte for byte).
+Tensor float8_transpose(const Tensor& codes);
+
 // The values the codes stand for, as an f32 [rows, cols] tensor (tests and debugging).
 Tensor float8_dequantize(const Tensor& codes, Float8Format format, const Tensor& scale_inv);
 

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -260,6 +261,38 @@ TEST(Float8Linear, RejectsWhatFp8GemmsCannotRun) {
   EXPECT_THAT(error_of([&] { to_float8(randn_as({2, 2, 2}, DType::F32, 1, "x"),
                                        Float8Format::E4M3, true, false); }),
               HasSubstr("expected a 2-D tensor"));
+}
+
+TEST(Float8Codes, TransposeMovesEveryByte) {
+  const Float8Tensor q = to_float8(randn_as({48, 80}, DType::F32, 4, "x"), Float8Format::E4M3,
+                                   true, true);
+  const Tensor t = float8_transpose(q.codes);
+  ASSERT_EQ(t.shape(), (Shape{80, 48}));
+  EXPECT_EQ(std::memcmp(t.data_ptr(), q.codes_t.data_ptr(), 80 * 48), 0);
+  int high_bits = 0;  // codes other than 0 and 1: a bool copy would have lost them
+  for (int64_t i = 0; i < t.numel(); ++i) high_bits += static_cast<const uint8_t*>(t.data_ptr())[i] > 1;
+  EXPECT_GT(high_bits, 48 * 80 / 2);
+}
+
+// Registered codes (FSDP's float8 all-gather) stand for the weight: its own values are not read.
+TEST(Float8Codes, RegisteredWeightCodesReplaceTheCast) {
+  const Tensor x = randn_as({16, 32}, DType::F32, 1, "x").set_requires_grad(true);
+  const Tensor w = randn_as({48, 32}, DType::F32, 2, "w");
+  const Tensor want = float8_linear(x, w);
+  const Tensor stand_in = zeros({48, 32}).set_requires_grad(true);  // values never read
+  register_float8_weight_codes(stand_in, to_float8(w, Float8Format::E4M3, true, false));
+  const Tensor got = float8_linear(x, stand_in);
+  EXPECT_TRUE(all_close(got, want, 0, 0));
+  sum(got).backward();  // backward transposes the registered codes
+  EXPECT_EQ(stand_in.grad().shape(), w.shape());
+  x.set_grad(Tensor());
+  sum(float8_linear(x, w)).backward();
+  const Tensor dx_want = x.grad();
+  x.set_grad(Tensor());
+  sum(float8_linear(x, stand_in)).backward();
+  EXPECT_TRUE(all_close(x.grad(), dx_want, 0, 0));
+  unregister_float8_weight_codes(stand_in);
+  EXPECT_FALSE(all_close(float8_linear(x, stand_in), want, 0, 0));  // zeros again
 }
 
 class Tiny : public nn::Module {
