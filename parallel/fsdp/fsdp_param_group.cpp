@@ -198,7 +198,8 @@ void FSDPParamGroup::wait_for_unshard() {
   if (state_ != State::Unsharding) return;
   all_gather_work_.wait();
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (!gathers_float8(i)) params_[i]->copy_out(all_gather_out_, gather_numel_, gather_offsets_[i]);
+    if (gathers_float8(i)) continue;
+    params_[i]->copy_out(all_gather_out_, gather_numel_, gather_offsets_[i]);
   }
   if (float8_numel_ > 0) finish_float8_all_gather();
   all_gather_in_ = Tensor();

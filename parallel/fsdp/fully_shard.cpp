@@ -321,8 +321,8 @@ void precompute_float8_scales(Module& root) {
   for (const auto& [pg, groups] : by_shard_group) {
     int64_t total = 0;
     for (FSDPParamGroup* g : groups) total += g->float8_gathered_count();
-    const Tensor amaxes = runtime::empty(
-        {total}, runtime::TensorOptions{}.with_dtype(runtime::DType::F32).with_device(pg->device()));
+    const auto f32 = runtime::TensorOptions{}.with_dtype(runtime::DType::F32);
+    const Tensor amaxes = runtime::empty({total}, f32.with_device(pg->device()));
     int64_t offset = 0;
     for (FSDPParamGroup* g : groups) {
       g->float8_shard_amaxes(amaxes.narrow(0, offset, g->float8_gathered_count()));

@@ -1,6 +1,5 @@
 #include "runtime/ops/float8.h"
 
-#include <iostream>
 #include <mutex>
 #include <unordered_map>
 
@@ -31,7 +30,6 @@ void check_codes(const Tensor& t, const char* op, const char* what) {
            t.defined() ? dtype_name(t.dtype()) : "an undefined tensor",
            t.defined() ? " of shape " : "", t.defined() ? t.shape() : Shape{});
 }
-
 
 // Codes registered for weights (FSDP's float8 all-gather), by the weight's storage id (unique in
 // the process: a freed storage's id is never reused).

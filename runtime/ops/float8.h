@@ -9,9 +9,10 @@
 // operands) are made in forward and saved instead of x itself: a quarter of an f32 activation's
 // bytes, half a bf16's. Outputs and gradients have x's and W's dtypes (f32 or bf16).
 //
-// On CUDA this needs FP8 tensor cores (compute capability 8.9 or newer) and dimensions that are
-// multiples of 16 (inputs whose token count is not are padded with zero rows); the CPU runs the exact reference (emulated codes, f32 GEMM on their values),
-// which is what the tests and `emulate = true` use.
+// On CUDA this needs FP8 tensor cores (compute capability 8.9 or newer) and in/out features that
+// are multiples of 16 (a token count that is not is padded with zero rows); the CPU runs the
+// exact reference (emulated codes, f32 GEMM on their values), which is what the tests and
+// `emulate = true` use.
 #pragma once
 
 #include <optional>

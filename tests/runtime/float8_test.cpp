@@ -270,7 +270,8 @@ TEST(Float8Codes, TransposeMovesEveryByte) {
   ASSERT_EQ(t.shape(), (Shape{80, 48}));
   EXPECT_EQ(std::memcmp(t.data_ptr(), q.codes_t.data_ptr(), 80 * 48), 0);
   int high_bits = 0;  // codes other than 0 and 1: a bool copy would have lost them
-  for (int64_t i = 0; i < t.numel(); ++i) high_bits += static_cast<const uint8_t*>(t.data_ptr())[i] > 1;
+  const auto* bytes = static_cast<const uint8_t*>(t.data_ptr());
+  for (int64_t i = 0; i < t.numel(); ++i) high_bits += bytes[i] > 1;
   EXPECT_GT(high_bits, 48 * 80 / 2);
 }
 
