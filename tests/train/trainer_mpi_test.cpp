@@ -298,20 +298,35 @@ TEST(TrainerMpi, CommTraceListsEachStepsCollectives) {
   }
 }
 
-// Bytes of the TransformerBlock groups' all-gathers in a traced run (this rank), by call name.
-std::map<std::string, int64_t> block_gather_bytes(const fs::path& dump) {
+// This rank's traced collectives of a run (<dump>/comm/rank-R.jsonl), step lines left out.
+std::vector<parallel::CommRecord> traced_collectives(const fs::path& dump) {
   std::ifstream in(dump / "comm" / ("rank-" + std::to_string(world()->rank()) + ".jsonl"));
   EXPECT_TRUE(in.good()) << dump;
-  std::map<std::string, int64_t> bytes;
+  std::vector<parallel::CommRecord> records;
   std::string line;
   while (std::getline(in, line)) {
     const parallel::CommTraceLine l = parallel::parse_comm_trace_line(line, "trace");
-    if (l.is_step) continue;
-    const parallel::CommRecord& r = l.collective.record;
+    if (!l.is_step) records.push_back(l.collective.record);
+  }
+  return records;
+}
+
+// Bytes of the TransformerBlock groups' all-gathers in a traced run (this rank), by call name.
+std::map<std::string, int64_t> block_gather_bytes(const fs::path& dump) {
+  std::map<std::string, int64_t> bytes;
+  for (const parallel::CommRecord& r : traced_collectives(dump)) {
     if (r.collective == "all_gather_into" && r.serves == "TransformerBlock")
       bytes[r.name] += r.size_bytes;
   }
   return bytes;
+}
+
+void expect_bitwise_same_run(const TrainResult& got, const TrainResult& want) {
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (size_t i = 0; i < want.losses.size(); ++i) {
+    EXPECT_EQ(got.losses[i], want.losses[i]) << "step " << i + 1;
+    EXPECT_EQ(got.grad_norms[i], want.grad_norms[i]) << "step " << i + 1;
+  }
 }
 
 // FSDP's float8 all-gather moves the float8 linears' weights as e4m3 codes scaled by the whole
@@ -329,11 +344,7 @@ TEST(TrainerMpi, Float8AllGatherMatchesGatheringInBf16) {
   args.push_back("--quantize.linear.float8.enable_fsdp_float8_all_gather=true");
   const fs::path fp8_dump = shared_dir("float8_gather_fp8");
   const TrainResult fp8 = run(job(corpus, fp8_dump, 8 / w, args), world());
-  ASSERT_EQ(fp8.losses.size(), bf16.losses.size());
-  for (size_t i = 0; i < bf16.losses.size(); ++i) {
-    EXPECT_EQ(fp8.losses[i], bf16.losses[i]) << "step " << i + 1;
-    EXPECT_EQ(fp8.grad_norms[i], bf16.grad_norms[i]) << "step " << i + 1;
-  }
+  expect_bitwise_same_run(fp8, bf16);
   EXPECT_LT(bf16.losses.back(), bf16.losses.front());  // it trains
   std::map<std::string, int64_t> before = block_gather_bytes(bf16_dump);
   std::map<std::string, int64_t> after = block_gather_bytes(fp8_dump);
@@ -348,19 +359,10 @@ TEST(TrainerMpi, Float8AllGatherMatchesGatheringInBf16) {
   args.push_back("--quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp=true");
   const fs::path pre_dump = shared_dir("float8_gather_precompute");
   const TrainResult pre = run(job(corpus, pre_dump, 8 / w, args), world());
-  ASSERT_EQ(pre.losses.size(), bf16.losses.size());
-  for (size_t i = 0; i < bf16.losses.size(); ++i) {
-    EXPECT_EQ(pre.losses[i], bf16.losses[i]) << "step " << i + 1;
-    EXPECT_EQ(pre.grad_norms[i], bf16.grad_norms[i]) << "step " << i + 1;
-  }
+  expect_bitwise_same_run(pre, bf16);
   std::map<std::string, int64_t> all_reduces;  // name -> calls, over the 5 steps
-  std::ifstream in(pre_dump / "comm" / ("rank-" + std::to_string(world()->rank()) + ".jsonl"));
-  std::string line;
-  while (std::getline(in, line)) {
-    const parallel::CommTraceLine l = parallel::parse_comm_trace_line(line, "trace");
-    if (!l.is_step && l.collective.record.collective == "all_reduce")
-      ++all_reduces[l.collective.record.name];
-  }
+  for (const parallel::CommRecord& r : traced_collectives(pre_dump))
+    if (r.collective == "all_reduce") ++all_reduces[r.name];
   EXPECT_EQ(all_reduces["fsdp.float8_amax_precompute"], 5);  // one a step
   EXPECT_EQ(all_reduces.count("fsdp.float8_amax"), 0u);
 }
