@@ -305,6 +305,7 @@ void cuda_float8_matmul(const Tensor& a, Float8Format a_format, const Tensor& a_
   for (const Tensor* t : {&a, &b, &a_scale_inv, &b_scale_inv, static_cast<const Tensor*>(&out)}) {
     check_on_current_device(*t, "float8_matmul");
   }
+  if (auto why = cuda_float8_gemm_unsupported()) MT_FAIL("float8_matmul: ", *why);
   const Problem p{a.size(0), b.size(0), a.size(1), a_format, b_format, out.dtype(), fast_accum};
   if (out.numel() == 0) return;
   if (p.k == 0) {

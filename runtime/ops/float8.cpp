@@ -126,14 +126,23 @@ Tensor float8_mm(const Tensor& a, Float8Format a_format, const Tensor& a_scale_i
   return out;
 }
 
-std::optional<std::string> float8_linear_unsupported(Device device, int64_t in_features,
-                                                     int64_t out_features) {
-  if (auto why = float8_gemm_unsupported_kernel(device)) return why;
+namespace {
+// The FP8 GEMMs' rule for a layer's features, checked at every call (the device is checked once,
+// at conversion, and again by the GEMM kernel: not a dispatch of its own in every call, which
+// the profiler would record).
+std::optional<std::string> features_unsupported(int64_t in_features, int64_t out_features) {
   if (in_features % kGemmMultiple != 0 || out_features % kGemmMultiple != 0) {
     return "in " + std::to_string(in_features) + " x out " + std::to_string(out_features) +
            " is not a multiple of " + std::to_string(kGemmMultiple);
   }
   return std::nullopt;
+}
+}  // namespace
+
+std::optional<std::string> float8_linear_unsupported(Device device, int64_t in_features,
+                                                     int64_t out_features) {
+  if (auto why = float8_gemm_unsupported_kernel(device)) return why;
+  return features_unsupported(in_features, out_features);
 }
 
 Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
@@ -146,7 +155,7 @@ Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) 
            dtype_name(x.dtype()), " and ", dtype_name(weight.dtype()));
   const int64_t in = weight.size(1), out = weight.size(0);
   const int64_t tokens = x.numel() / in;
-  if (auto why = float8_linear_unsupported(x.device(), in, out)) {
+  if (auto why = features_unsupported(in, out)) {
     MT_FAIL("float8_linear: cannot run x ", x.shape(), " @ weight ", weight.shape(), "^T in FP8: ",
             *why);
   }
