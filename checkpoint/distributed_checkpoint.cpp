@@ -227,6 +227,18 @@ LoadReport load_checkpoint(const fs::path& dir, CheckpointState& dest, ProcessGr
   Index index;
   LoadReport report;
   std::map<std::string, const IndexChunk*> saved;  // fqn -> its first chunk
+  // A tensor is unexpected when no rank of the group wants it: ranks may hold different tensors
+  // (pipeline stages), and each reports only its own missing ones.
+  std::set<std::string> wanted_anywhere;
+  {
+    std::string mine;
+    for (const TensorPiece& p : dest.tensors) mine += p.fqn + "\n";
+    for (const std::string& theirs :
+         parallel::all_gather_strings(group, mine, "checkpoint.load_wanted")) {
+      std::istringstream lines(theirs);
+      for (std::string fqn; std::getline(lines, fqn);) wanted_anywhere.insert(fqn);
+    }
+  }
   // Read the index and check what is wanted against it.
   on_all_ranks(group, "checkpoint.load_index", [&] {
     MT_CHECK(fs::is_directory(dir), "checkpoint ", dir.string(), ": no such folder");
@@ -234,9 +246,7 @@ LoadReport load_checkpoint(const fs::path& dir, CheckpointState& dest, ProcessGr
     for (const IndexChunk& c : index.chunks) saved.emplace(c.meta.fqn, &c);
     verify_rank_files(dir, index);  // before HDF5 opens any of them
     std::vector<std::string> problems;
-    std::set<std::string> wanted;
     for (const TensorPiece& p : dest.tensors) {
-      wanted.insert(p.fqn);
       if (is_excluded(p.fqn, options.exclude)) continue;
       auto it = saved.find(p.fqn);
       if (it == saved.end()) {
@@ -257,7 +267,8 @@ LoadReport load_checkpoint(const fs::path& dir, CheckpointState& dest, ProcessGr
       }
     }
     for (const auto& [fqn, chunk] : saved) {
-      if (!wanted.count(fqn) && !is_excluded(fqn, options.exclude)) report.unexpected.push_back(fqn);
+      if (!wanted_anywhere.count(fqn) && !is_excluded(fqn, options.exclude))
+        report.unexpected.push_back(fqn);
     }
     if (options.strict) {
       for (const std::string& m : report.missing) {

@@ -8,7 +8,8 @@
 // (disk full, ...) throws on every rank with that rank's message.
 //
 // Load (load_checkpoint): every rank reads the index, checks the tensors it wants against it
-// (missing, unexpected, shape and dtype mismatches: errors in strict mode, a report otherwise),
+// (missing, unexpected, shape and dtype mismatches: errors in strict mode, a report otherwise;
+// unexpected = wanted by no rank of the group, as pipeline stages each want their own tensors),
 // has the ranks verify every saved chunk's checksum (each chunk by one rank; a mismatch names the
 // file and tensor and loads nothing), then reads for each wanted piece exactly its region
 // through the index's virtual dataset: HDF5 reads only the overlapping parts (hyperslabs) of the
@@ -48,7 +49,7 @@ struct LoadReport {
   Values values;                           // the job-wide values
   std::vector<Values> per_rank_values;     // the saved ranks' per-rank values, by saved rank
   std::vector<std::string> missing;        // wanted, not in the checkpoint (non-strict)
-  std::vector<std::string> unexpected;     // in the checkpoint, not wanted (non-strict)
+  std::vector<std::string> unexpected;     // in the checkpoint, wanted by no rank (non-strict)
 };
 
 // Fills the `local` tensor of every piece of `dest` (shapes and offsets say which region).

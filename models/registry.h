@@ -76,6 +76,18 @@ struct ModelSpec {
   std::function<std::string()> architecture;
   std::function<std::vector<std::string>(const std::string& saved, const std::string& where)>
       architecture_differences;
+  // Optional (pipeline parallelism, parallel/pipeline): the model's layer count, and the
+  // pipeline stage holding layers [begin, end) (the embeddings on the first stage, the final norm
+  // and output on the last), built alone with the whole model's FQNs and initial values.
+  // stage_forward maps the previous stage's output (the tokens, on the first stage) to the next
+  // stage's input, or on the last stage to the logits `loss` computes its cross-entropy from;
+  // stages pass tensors of hidden_shape(batch, seq) in the parameters' (compute) dtype.
+  std::function<int64_t()> num_layers;
+  std::function<std::shared_ptr<runtime::nn::Module>(const BuildOptions&, int64_t begin,
+                                                     int64_t end)>
+      build_stage;
+  std::function<Tensor(runtime::nn::Module& stage, const Tensor& input)> stage_forward;
+  std::function<std::vector<int64_t>(int64_t batch, int64_t seq)> hidden_shape;
   // Optional: after each optimizer step (MoE load balancing). all_reduce_sum sums a tensor over
   // the data-parallel ranks. Returns metrics to log (name -> value).
   std::function<std::map<std::string, double>(runtime::nn::Module&,

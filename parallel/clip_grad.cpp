@@ -36,7 +36,8 @@ std::vector<Tensor> local_tensors(const std::vector<DistributedParam>& params) {
 
 }  // namespace
 
-Tensor total_grad_norm_tensor(const std::vector<DistributedParam>& params, double norm_type) {
+Tensor total_grad_norm_tensor(const std::vector<DistributedParam>& params, double norm_type,
+                              ProcessGroup* pipeline) {
   MT_CHECK(norm_type > 0, "clip_grad_norm_: norm_type must be > 0 (or inf), got ", norm_type);
   const bool inf = std::isinf(norm_type);
   std::vector<std::vector<ProcessGroup*>> keys;
@@ -66,17 +67,24 @@ Tensor total_grad_norm_tensor(const std::vector<DistributedParam>& params, doubl
                              : runtime::add(total, partial);
   }
   if (!total.defined())
-    return runtime::scalar_tensor(0.0, runtime::TensorOptions{}.with_dtype(runtime::DType::F64));
+    total = runtime::scalar_tensor(0.0, runtime::TensorOptions{}.with_dtype(runtime::DType::F64));
+  if (pipeline != nullptr && pipeline->size() > 1) {
+    // Every stage's total (on its parameters' device), combined like the keys' partials.
+    const runtime::Device device = params.empty() ? pipeline->device() : params.front().param.device();
+    total = total.reshape({1}).to(device).contiguous();
+    pipeline->all_reduce(total, inf ? ReduceOp::Max : ReduceOp::Sum, "clip_grad_norm.pipeline");
+  }
   return runtime::optim::norm_from_pow(total.reshape({}), norm_type);
 }
 
-double total_grad_norm(const std::vector<DistributedParam>& params, double norm_type) {
-  return total_grad_norm_tensor(params, norm_type).item<double>();
+double total_grad_norm(const std::vector<DistributedParam>& params, double norm_type,
+                       ProcessGroup* pipeline) {
+  return total_grad_norm_tensor(params, norm_type, pipeline).item<double>();
 }
 
 double clip_grad_norm_(const std::vector<DistributedParam>& params, double max_norm,
-                       double norm_type, bool error_if_nonfinite) {
-  const double total = total_grad_norm(params, norm_type);
+                       double norm_type, bool error_if_nonfinite, ProcessGroup* pipeline) {
+  const double total = total_grad_norm(params, norm_type, pipeline);
   MT_CHECK(!error_if_nonfinite || std::isfinite(total), "clip_grad_norm_: the total norm of order ",
            norm_type, " of the gradients is ", total,
            " (non-finite); error_if_nonfinite is set, gradients left as they were");
@@ -85,8 +93,8 @@ double clip_grad_norm_(const std::vector<DistributedParam>& params, double max_n
 }
 
 Tensor clip_grad_norm_on_device_(const std::vector<DistributedParam>& params, double max_norm,
-                                 double norm_type) {
-  const Tensor total = total_grad_norm_tensor(params, norm_type);
+                                 double norm_type, ProcessGroup* pipeline) {
+  const Tensor total = total_grad_norm_tensor(params, norm_type, pipeline);
   runtime::optim::clip_grads_with_norm_(local_tensors(params), max_norm, total);
   return total;
 }

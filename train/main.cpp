@@ -2,7 +2,7 @@
 // model.name = "dlrm", train/recsys_trainer.h).
 //
 //   train --config configs/fortunes_debug.toml [--section.key=value ...] [--print-config]
-//   [--describe-model] [--help]
+//   [--describe-model] [--print-pipeline-schedule] [--help]
 //
 // Exit status: 0 after training (also when stopped by Ctrl-C at the end of a step), 1 on an error
 // (config, data, tokenizer: the message says what and where), 2 on a bad command line.
@@ -17,6 +17,7 @@
 
 #include "runtime/core/error.h"
 #include "train/config/load.h"
+#include "train/pipeline_setup.h"
 #include "train/recsys_trainer.h"
 #include "train/trainer.h"
 
@@ -79,6 +80,10 @@ int main(int argc, char** argv) {
       std::cout << (mt::train::is_recsys_model(job.model.name)
                         ? mt::train::describe_recsys_model(job)
                         : mt::train::describe_model(job));
+      return 0;
+    }
+    if (command_line.print_pipeline_schedule) {
+      std::cout << mt::train::describe_pipeline_schedule(job);
       return 0;
     }
     if (mt::train::is_recsys_model(job.model.name)) {

@@ -53,6 +53,8 @@
 #include "train/metrics/step_metrics.h"
 #include "train/model_spec.h"
 #include "train/optimizer_setup.h"
+#include "train/pipeline_setup.h"
+#include "parallel/pipeline/runner.h"
 #include "train/run_scaffold.h"
 
 namespace mt::train {
@@ -255,10 +257,17 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   grad_accum_ = layout.grad_accum_steps;
   global_batch_size_ = layout.global_batch_size;
   tp_ = layout.tp;
-  // The data-parallel ranks on the host: world ranks r with the same r % tp (tp innermost).
-  dp_world_ = tp_ == 1 ? world_
-                       : parallel::DeviceMesh::create(world_, {layout.dp, tp_}, {"dp", "tp"})
-                             ->group_ptr(0);
+  pp_ = layout.pp;
+  // The data-parallel ranks on the host: world ranks with the same pp and tp coordinates on the
+  // mesh (pp, dp, tp) (pp outermost, tp innermost).
+  if (pp_ > 1) {
+    dp_world_ = parallel::DeviceMesh::create(world_, {pp_, layout.dp, tp_}, {"pp", "dp", "tp"})
+                    ->group_ptr(1);
+  } else {
+    dp_world_ = tp_ == 1 ? world_
+                         : parallel::DeviceMesh::create(world_, {layout.dp, tp_}, {"dp", "tp"})
+                               ->group_ptr(0);
+  }
   const RankPlacement placement =
       place_ranks(*world_, tc.device, config_.where("training.device"));
   device_ = placement.device;
@@ -289,7 +298,8 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   lo.local_batch_size = tc.local_batch_size;
   lo.val_fraction = config_.validation.enable ? kValFraction : 0.0;
   lo.seed = uint64_t(tc.seed);
-  lo.rank = rank() / tp_;  // the ranks of one tp group (tp innermost) read the same batches
+  // The ranks of one tp group (tp innermost) and of one pipeline read the same batches.
+  lo.rank = (rank() / tp_) % layout.dp;
   lo.world_size = layout.dp;
   loader_ = std::make_unique<data::Loader>(token_file_, lo);
   MT_CHECK(loader_->num_train_windows() > 0, "train: the token file ", token_file_.string(),
@@ -313,19 +323,23 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
     spec_->check_tensor_parallel(tp_);
   }
   const bool shards = shards_parameters();
-  {
-    std::optional<runtime::nn::DeferredInitGuard> no_values;
-    if (shards) no_values.emplace();
-    model_ = spec_->build(bo);  // on the CPU: initial weights do not depend on the device
+  if (pp_ > 1) {
+    build_pipeline(plan_pipeline(config_, layout, *spec_), bo);
+  } else {
+    {
+      std::optional<runtime::nn::DeferredInitGuard> no_values;
+      if (shards) no_values.emplace();
+      model_ = spec_->build(bo);  // on the CPU: initial weights do not depend on the device
+    }
+    // Float8 linears before parallelism, as torchtitan converts: FSDP gathers their weights
+    // whole, so each GEMM scales the same tensors as on one rank.
+    if (config_.float8.enable) float8_text_ = apply_float8_training(*model_, config_, device_);
+    if (shards) {
+      setup_parallelism();
+      parallel::init_sharded_parameters(*model_, bo.seed);
+    }
+    model_->to(device_);
   }
-  // Float8 linears before parallelism, as torchtitan converts: FSDP gathers their weights whole,
-  // so each GEMM scales the same tensors as on one rank.
-  if (config_.float8.enable) float8_text_ = apply_float8_training(*model_, config_, device_);
-  if (shards) {
-    setup_parallelism();
-    parallel::init_sharded_parameters(*model_, bo.seed);
-  }
-  model_->to(device_);
 
   // Optimizer and schedule.
   optimizer_ = make_optimizer(config_.optimizer, model_->named_parameters());
@@ -377,7 +391,19 @@ void Trainer::setup_parallelism() {
           ? world_
           : std::shared_ptr<parallel::ProcessGroup>(parallel::make_nccl_process_group(world_));
   const config::WorldLayout layout = config::validate_for_world(config_, world_size());
-  if (layout.tp > 1) {
+  if (layout.pp > 1) {  // (pp, [dp_replicate,] dp_shard): tp > 1 with pp is refused earlier
+    std::vector<int64_t> shape = {layout.pp};
+    std::vector<std::string> names = {"pp"}, dp_dims;
+    if (layout.dp_replicate > 1) dp_dims.push_back("dp_replicate");
+    dp_dims.push_back("dp_shard");
+    for (const std::string& d : dp_dims) {
+      shape.push_back(d == "dp_shard" ? layout.dp_shard : layout.dp_replicate);
+      names.push_back(d);
+    }
+    const auto mesh = parallel::DeviceMesh::create(device_world_, shape, names);
+    dp_mesh_ = mesh->submesh(dp_dims);
+    pp_group_ = mesh->group_ptr(0);
+  } else if (layout.tp > 1) {
     world_mesh_ = parallel::DeviceMesh::create(device_world_,
                                                {layout.dp_replicate, layout.dp_shard, layout.tp},
                                                {"dp_replicate", "dp_shard", "tp"});
@@ -424,7 +450,104 @@ void Trainer::setup_parallelism() {
   ctx.mp_policy.reduce_dtype = dtype_from_config(config_.training.mixed_precision_reduce);
   ctx.float8_all_gather = config_.float8.enable && config_.float8.enable_fsdp_float8_all_gather;
   ctx.gradient_divide_factor = 1.0;  // the loss is normalised by the global token count
-  spec_->parallelize(*model_, ctx);
+  if (pp_ > 1) {
+    for (const auto& stage : stage_modules_) spec_->parallelize(*stage, ctx);
+  } else {
+    spec_->parallelize(*model_, ctx);
+  }
+}
+
+void Trainer::build_pipeline(const PipelinePlan& plan, const models::BuildOptions& build) {
+  // NCCL's point-to-point would need grouped sends and receives to pair the stages' crossing
+  // messages (MPI's posted isend/irecv do that on the CPU).
+  MT_CHECK(device_.is_cpu(), "train: pipeline parallelism runs on the CPU only for now (training."
+           "device = ", config_.training.device, " resolved to ", device_,
+           "); set parallelism.pipeline_parallel_degree = 1 on GPUs");
+  namespace pipe = parallel::pipeline;
+  const int64_t pp_rank = rank() / (world_size() / pp_);  // pp is the outermost mesh dimension
+  std::vector<pipe::LocalStage> local;
+  for (int64_t s = 0; s < plan.schedule.num_stages(); ++s) {
+    if (pipe::stage_rank(s, pp_) != pp_rank) continue;
+    {
+      // Only this stage's parameters are built, without values: FSDP shards them, then each
+      // rank draws its shards (pp > 1 means several ranks, so they are always sharded).
+      runtime::nn::DeferredInitGuard no_values;
+      stage_modules_.push_back(
+          spec_->build_stage(build, plan.stages[size_t(s)].begin, plan.stages[size_t(s)].end));
+    }
+    local.push_back({s, stage_modules_.back()});
+  }
+  setup_parallelism();
+  for (const auto& stage : stage_modules_) {
+    parallel::init_sharded_parameters(*stage, build.seed);
+    stage->to(device_);
+  }
+  model_ = pipe::merge_stage_modules(stage_modules_);
+  pipe::StageFunctions functions;
+  functions.forward = spec_->stage_forward;
+  functions.loss = [this](const Tensor& logits, int64_t microbatch) {
+    // The token cross-entropy of the last stage's logits, summed, as the model's loss computes
+    // it; its gradient is taken of sum / (the step's valid tokens), as without a pipeline.
+    const Tensor sum =
+        runtime::cross_entropy(logits, pipeline_labels_.at(size_t(microbatch)), -100,
+                               runtime::Reduction::Sum,
+                               runtime::accumulation_dtype(logits.dtype()));
+    pipeline_loss_sum_ = pipeline_loss_sum_.defined()
+                             ? runtime::add(pipeline_loss_sum_, sum.detach())
+                             : sum.detach();
+    return sum * (1.0 / pipeline_valid_);
+  };
+  const auto hidden = runtime::TensorOptions{}
+                          .with_dtype(dtype_from_config(config_.training.mixed_precision_param))
+                          .with_device(device_);
+  pipeline_ = std::make_unique<pipe::PipelineRunner>(
+      plan.schedule, pp_group_, std::move(local), std::move(functions),
+      spec_->hidden_shape(config_.parallelism.pipeline_parallel_microbatch_size,
+                          config_.training.seq_len),
+      hidden);
+}
+
+namespace {
+
+// A batch's rows in micro-batches of `size` (a divisor of its rows, validated with the config).
+std::vector<Tensor> split_microbatches(const Tensor& batch, int64_t size) {
+  std::vector<Tensor> parts;
+  for (int64_t start = 0; start < batch.size(0); start += size)
+    parts.push_back(batch.narrow(0, start, size).contiguous());
+  return parts;
+}
+
+// Ranks without the last stage hold no loss: they add zero to the sum over ranks.
+Tensor loss_or_zero(const Tensor& loss, runtime::Device device) {
+  if (loss.defined()) return loss;
+  return runtime::zeros({}, runtime::TensorOptions{}.with_dtype(runtime::DType::F32)
+                                .with_device(device));
+}
+
+}  // namespace
+
+Tensor Trainer::pipeline_batch_loss(const Tensor& inputs, const Tensor& labels, double valid) {
+  const int64_t size = config_.parallelism.pipeline_parallel_microbatch_size;
+  pipeline_labels_ = split_microbatches(labels, size);
+  pipeline_valid_ = valid;
+  pipeline_loss_sum_ = Tensor();
+  pipeline_->step(split_microbatches(inputs, size));
+  Tensor sum = pipeline_loss_sum_;
+  pipeline_loss_sum_ = Tensor();
+  pipeline_labels_.clear();
+  return loss_or_zero(sum, device_);
+}
+
+Tensor Trainer::pipeline_eval_loss(const Tensor& inputs, const Tensor& labels) const {
+  const int64_t size = config_.parallelism.pipeline_parallel_microbatch_size;
+  const std::vector<Tensor> targets = split_microbatches(labels, size);
+  const Tensor sum = pipeline_->forward_only(
+      split_microbatches(inputs, size), [&targets](const Tensor& logits, int64_t microbatch) {
+        return runtime::cross_entropy(logits, targets.at(size_t(microbatch)), -100,
+                                      runtime::Reduction::Sum,
+                                      runtime::accumulation_dtype(logits.dtype()));
+      });
+  return loss_or_zero(sum, device_);
 }
 
 template <class Fn>
@@ -459,6 +582,11 @@ double Trainer::sum_over_ranks(double value, const char* name) const {
 
 double Trainer::sum_over_dp(double value, const char* name) const {
   return train::sum_over_ranks(*dp_world_, value, name);
+}
+
+double Trainer::sum_losses(double value, const char* name) const {
+  // With pp, tp is 1 (validated): the world is the pipelines' ranks times the dp ranks.
+  return pp_ > 1 ? sum_over_ranks(value, name) : sum_over_dp(value, name);
 }
 
 Tensor Trainer::batch_loss(const Tensor& inputs, const Tensor& labels,
@@ -535,8 +663,13 @@ Trainer::StepValues Trainer::train_step() {
   MT_CHECK(values.valid > 0, "train: a step's batches hold no valid label");
   optimizer_->zero_grad();
   for (const data::Batch& b : batches) {
-    const Tensor sum = batch_loss(b.inputs, b.labels, runtime::Reduction::Sum);
-    (sum * (1.0 / values.valid)).backward();
+    Tensor sum;
+    if (pipeline_) {
+      sum = pipeline_batch_loss(b.inputs, b.labels, values.valid);
+    } else {
+      sum = batch_loss(b.inputs, b.labels, runtime::Reduction::Sum);
+      (sum * (1.0 / values.valid)).backward();
+    }
     values.loss_sum =
         values.loss_sum.defined() ? runtime::add(values.loss_sum, sum.detach()) : sum.detach();
   }
@@ -549,10 +682,12 @@ Trainer::StepValues Trainer::train_step() {
   Tensor clip_scale;
   if (device_.is_cpu()) {
     values.host_grad_norm = parallel::clip_grad_norm_(parallel::distributed_parameters(*model_),
-                                                      config_.training.max_norm);
+                                                      config_.training.max_norm, 2.0, false,
+                                                      pp_group_.get());
     values.skipped = !std::isfinite(values.host_grad_norm);
   } else {
-    values.grad_norm = parallel::total_grad_norm_tensor(parallel::distributed_parameters(*model_));
+    values.grad_norm = parallel::total_grad_norm_tensor(
+        parallel::distributed_parameters(*model_), 2.0, pp_group_.get());
     clip_scale = runtime::optim::clip_coefficient(values.grad_norm, config_.training.max_norm);
     if (config_.training.skip_nonfinite_steps > 0) {
       values.host_grad_norm = values.grad_norm.item<double>();
@@ -582,7 +717,7 @@ void Trainer::read_steps(std::vector<StepValues>& unread, int64_t last_step,
   int64_t step = last_step - int64_t(unread.size());
   for (StepValues& v : unread) {  // every rank reads the same steps: the sums pair up
     ++step;
-    result.losses.push_back(sum_over_dp(v.loss_sum.item<double>(), "train.loss") / v.valid);
+    result.losses.push_back(sum_losses(v.loss_sum.item<double>(), "train.loss") / v.valid);
     result.grad_norms.push_back(v.grad_norm.defined() ? v.grad_norm.item<double>()
                                                       : v.host_grad_norm);
     result.model_metrics.push_back(std::move(v.model_metrics));
@@ -640,11 +775,13 @@ std::optional<double> Trainer::validation_loss(int64_t max_batches) const {
     const data::Batch b = loader_->val_batch(k);
     const Tensor inputs = batch_to_device(b.inputs, device_);
     const Tensor labels = batch_to_device(b.labels, device_);
-    sum += batch_loss(inputs, labels, runtime::Reduction::Sum).item<double>();
+    const Tensor loss = pipeline_ ? pipeline_eval_loss(inputs, labels)
+                                  : batch_loss(inputs, labels, runtime::Reduction::Sum);
+    sum += loss.item<double>();
     for (int64_t t : b.labels.to_vector<int64_t>()) count += t != -100;
   }
   // Every rank holds the same number of validation batches (full global batches only).
-  sum = sum_over_dp(sum, "validate.loss");
+  sum = sum_losses(sum, "validate.loss");
   const double total = sum_over_dp(double(count), "validate.tokens");
   return total > 0 ? std::optional<double>(sum / total) : std::nullopt;
 }
@@ -723,7 +860,7 @@ TrainResult Trainer::train() {
       << " validation windows of " << tc.seq_len << "\n"
       << "steps: " << tc.steps << " x " << grad_accum_ << " micro-batch(es) of "
       << tc.local_batch_size << " x " << tc.seq_len << " tokens per rank ("
-      << tokens_per_step * (world_size() / tp_) << " tokens/step on " << world_size() << " rank"
+      << tokens_per_step * (world_size() / (tp_ * pp_)) << " tokens/step on " << world_size() << " rank"
       << (world_size() > 1 ? "s" : "") << ", global batch " << global_batch_size_
       << "); " << config_.optimizer.name << " lr " << config_.optimizer.lr << "; seed "
       << tc.seed << "; " << cpu_threads_text() << "\n"
@@ -745,7 +882,14 @@ TrainResult Trainer::train() {
         << ": dp_replicate " << layout.dp_replicate << " x dp_shard " << layout.dp_shard
         << ", ep " << layout.ep
         << (layout.ep > 1 ? " (experts over " + expert_mesh_->describe() + ")" : "")
-        << ", tp " << layout.tp
+        << ", tp " << layout.tp << ", pp " << layout.pp
+        << (layout.pp > 1 ? " (" + config_.parallelism.pipeline_parallel_schedule + ", " +
+                                std::to_string(layout.microbatches) + " micro-batches of " +
+                                std::to_string(config_.parallelism
+                                                   .pipeline_parallel_microbatch_size) +
+                                ", stages " + std::to_string(stage_modules_.size()) +
+                                " per rank)"
+                          : "")
         << (layout.tp > 1 ? std::string(" (sequence parallel ") +
                                 (config_.parallelism.enable_sequence_parallel ? "on" : "off") +
                                 ", loss parallel " +
@@ -817,7 +961,7 @@ TrainResult Trainer::train() {
     ++window_steps;
     eta.record(dt);
     result.steps_done = step;
-    tokens_seen += tokens_per_step * (world_size() / tp_);
+    tokens_seen += tokens_per_step * (world_size() / (tp_ * pp_));
 
     if (log_line) {
       StepMetrics m;
@@ -825,8 +969,9 @@ TrainResult Trainer::train() {
       m.loss = result.losses.back();
       m.grad_norm = result.grad_norms.back();
       m.lr = lr;
-      // A tp group shares its batch: each of its devices counts its share (torchtitan's rule).
-      m.tokens_per_sec = double(window_steps * tokens_per_step) / double(tp_) /
+      // A tp group (and a pipeline) shares its batch: each of its devices counts its share
+      // (torchtitan's rule).
+      m.tokens_per_sec = double(window_steps * tokens_per_step) / double(tp_ * pp_) /
                          std::max(window_seconds, 1e-9);
       m.ranks = world_size();
       m.mfu = mfu(flops_per_token, m.tokens_per_sec, peak);
@@ -854,9 +999,11 @@ TrainResult Trainer::train() {
   // Sampling is llama's incremental decoding (models/llama/generate.h); other models skip it.
   // Not yet under tensor parallelism: decoding would need the vocab-split logits gathered.
   const bool can_sample = dynamic_cast<models::llama::Transformer*>(model_.get()) != nullptr;
-  if (tp_ > 1 && options_.sample_tokens > 0 && can_sample)
-    out << "sample: skipped (not supported with tensor parallelism yet)\n";
-  if (tp_ == 1 && !result.stopped_by_signal && options_.sample_tokens > 0 && can_sample) {
+  if ((tp_ > 1 || pp_ > 1) && options_.sample_tokens > 0 && can_sample)
+    out << "sample: skipped (not supported with " << (tp_ > 1 ? "tensor" : "pipeline")
+        << " parallelism yet)\n";
+  if (tp_ == 1 && pp_ == 1 && !result.stopped_by_signal && options_.sample_tokens > 0 &&
+      can_sample) {
     result.sample = generate_sample(options_.sample_prompt, options_.sample_tokens);
     out << "sample (temperature 0.8, top-k 40):\n"
         << options_.sample_prompt << result.sample << "\n"

@@ -61,6 +61,7 @@ class Loader;
 }  // namespace mt::data
 namespace mt::models {
 struct ModelSpec;
+struct BuildOptions;
 }
 namespace mt::runtime::nn {
 class Module;
@@ -72,11 +73,15 @@ class LRScheduler;
 namespace mt::parallel {
 class ProcessGroup;
 class DeviceMesh;
+namespace pipeline {
+class PipelineRunner;
+}
 }  // namespace mt::parallel
 
 namespace mt::train {
 
 class TrainCheckpointer;
+struct PipelinePlan;
 
 // Share of the token windows held out for validation when validation.enable is set.
 inline constexpr double kValFraction = 0.05;
@@ -135,6 +140,17 @@ class Trainer {
   // "selective, every 2 blocks (8 blocks recomputed in backward)": what the log says.
   std::string activation_checkpointing_text() const;
   void setup_parallelism();         // FSDP over the data-parallel (and expert) meshes
+  // pp > 1: builds this rank's stages (each alone, without values when sharded), parallelizes
+  // them as setup_parallelism does, and the runner of the schedule (train/pipeline_setup.h).
+  void build_pipeline(const PipelinePlan& plan, const models::BuildOptions& build);
+  // One batch through the pipeline: the micro-batches' summed token losses (zero on ranks
+  // without the last stage), their gradients / valid accumulated in the stages' parameters.
+  runtime::Tensor pipeline_batch_loss(const runtime::Tensor& inputs, const runtime::Tensor& labels,
+                                      double valid);
+  // The same without gradients (validation): the summed token losses, zero without the last
+  // stage.
+  runtime::Tensor pipeline_eval_loss(const runtime::Tensor& inputs,
+                                     const runtime::Tensor& labels) const;
   // One step's loss and gradient norm where the step left them (trainer.cpp).
   struct StepValues;
   // One optimizer step. Its values stay where they are: on a GPU the host reads them only at a
@@ -154,6 +170,9 @@ class Trainer {
   // Sum over the data-parallel ranks: the ranks of one tensor-parallel group hold the same
   // batches and losses, which count once.
   double sum_over_dp(double value, const char* name) const;
+  // Sum of the step losses: over the data-parallel ranks, and over the pipeline stages (only the
+  // last stage's ranks hold losses; the others add zero).
+  double sum_losses(double value, const char* name) const;
   // The summed (or per-token) cross-entropy of the model on a batch: the model spec's loss, or
   // with tensor parallelism a loss-parallel one over the vocab-split logits.
   runtime::Tensor batch_loss(const runtime::Tensor& inputs, const runtime::Tensor& labels,
@@ -177,6 +196,16 @@ class Trainer {
   std::shared_ptr<parallel::DeviceMesh> world_mesh_, tp_mesh_;
   std::shared_ptr<parallel::ProcessGroup> dp_world_;
   int64_t tp_ = 1;
+  // Pipeline parallelism (pp > 1): the pp ranks of this rank's pipeline (over the device's
+  // backend), this rank's stage modules (model_ is their merged view, for the optimizer and
+  // checkpoints), the schedule's runner, and the current batch's labels per micro-batch.
+  int64_t pp_ = 1;
+  std::shared_ptr<parallel::ProcessGroup> pp_group_;
+  std::vector<std::shared_ptr<runtime::nn::Module>> stage_modules_;
+  std::unique_ptr<parallel::pipeline::PipelineRunner> pipeline_;
+  std::vector<runtime::Tensor> pipeline_labels_;
+  double pipeline_valid_ = 1.0;
+  runtime::Tensor pipeline_loss_sum_;
   std::string reshard_text_;  // fsdp_reshard_after_forward as applied, for the log
   std::string float8_text_;   // what [quantize.linear.float8] converted, for the log; "" when off
   std::unique_ptr<data::BpeTokenizer> tokenizer_;

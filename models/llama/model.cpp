@@ -183,20 +183,38 @@ void register_rope_buffers(nn::Module& model, Tensor& cos, Tensor& sin, int64_t 
   model.register_buffer("rope_sin", sin, /*persistent=*/false);
 }
 
-Transformer::Transformer(const ModelArgs& args, uint64_t seed, TensorOptions options)
-    : nn::Module("Transformer"), args_(args) {
+Transformer::Transformer(const ModelArgs& args, uint64_t seed, TensorOptions options,
+                         LayerRange range)
+    : nn::Module("Transformer"), args_(args), range_(range) {
   args.validate();
   MT_CHECK(runtime::is_floating(options.dtype),
            "llama Transformer: expected a floating parameter dtype, got ", options.dtype);
+  if (range_.end < 0) range_.end = args.n_layers;
+  MT_CHECK(0 <= range_.begin && range_.begin < range_.end && range_.end <= args.n_layers,
+           "llama Transformer: layer range [", range_.begin, ", ", range_.end,
+           ") is not a non-empty part of the model's ", args.n_layers, " layers");
+  MT_CHECK(is_whole() || !args.tie_embeddings,
+           "llama Transformer: tied embeddings cannot be split into pipeline stages (the table is "
+           "both the first stage's embedding and the last stage's output); layer range [",
+           range_.begin, ", ", range_.end, ") of ", args.n_layers);
   options.requires_grad = false;
   register_rope_buffers(*this, rope_cos, rope_sin, args.head_dim(), args.max_seq_len,
                         args.rope_theta, args.rope_scaling, options);
 
-  tok_embeddings = register_module(
-      "tok_embeddings", std::make_shared<InitEmbedding>(args.vocab_size, args.dim, options));
+  if (range_.begin == 0) {
+    tok_embeddings = register_module(
+        "tok_embeddings", std::make_shared<InitEmbedding>(args.vocab_size, args.dim, options));
+  }
   layers = register_module("layers", std::make_shared<nn::ModuleList>());
-  for (int64_t i = 0; i < args.n_layers; ++i) {
-    blocks.push_back(layers->push_back(std::make_shared<TransformerBlock>(i, args, options)));
+  for (int64_t i = range_.begin; i < range_.end; ++i) {
+    auto block = std::make_shared<TransformerBlock>(i, args, options);
+    // A stage's blocks keep their global index as name (ModuleList::push_back counts from 0).
+    blocks.push_back(is_whole() ? layers->push_back(block)
+                                : layers->register_module(std::to_string(i), block));
+  }
+  if (range_.end < args.n_layers) {
+    init_weights(seed);
+    return;
   }
   norm = register_module("norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
   const double out_std = 1.0 / std::sqrt(double(args.dim));
@@ -226,26 +244,49 @@ void Transformer::check_tokens(const Tensor& tokens) const {
   check_token_batch(tokens, args_.max_seq_len, "llama Transformer");
 }
 
+void Transformer::check_whole(const char* what) const {
+  MT_CHECK(is_whole(), "llama Transformer::", what, ": needs the whole model, this one is the "
+           "pipeline stage of layers [", range_.begin, ", ", range_.end, ") of ", args_.n_layers);
+}
+
 Tensor Transformer::logits_from_hidden(const Tensor& h, bool f32_logits) {
   Tensor logits = (*output)((*norm)(h));
   const DType dt = logits.dtype();
   return f32_logits && (dt == DType::BF16 || dt == DType::F16) ? logits.to(DType::F32) : logits;
 }
 
-Tensor Transformer::forward(const Tensor& tokens, bool f32_logits) {
-  check_tokens(tokens);
-  return call({tokens}, [this, f32_logits](const std::vector<Tensor>& in) {
-    Tensor h = (*tok_embeddings)(in[0]);
+Tensor Transformer::forward(const Tensor& input, bool f32_logits) {
+  if (tok_embeddings) {
+    check_tokens(input);
+  } else {
+    MT_CHECK(input.defined() && input.dim() == 3 && input.size(2) == args_.dim &&
+                 runtime::is_floating(input.dtype()) && input.size(1) <= args_.max_seq_len,
+             "llama Transformer: the pipeline stage of layers [", range_.begin, ", ", range_.end,
+             ") expected hidden states [B, T <= ", args_.max_seq_len, ", ", args_.dim,
+             "] of a floating dtype, got ", input.defined() ? input.shape() : runtime::Shape{},
+             input.defined() ? " " : "", input.defined() ? runtime::dtype_name(input.dtype()) : "");
+  }
+  return call({input}, [this, f32_logits](const std::vector<Tensor>& in) {
+    Tensor h = tok_embeddings ? (*tok_embeddings)(in[0]) : in[0];
     for (const auto& block : blocks) h = (*block)(h, rope_cos, rope_sin);
-    return logits_from_hidden(h, f32_logits);
+    return output ? logits_from_hidden(h, f32_logits) : h;
   });
 }
 
-Tensor Transformer::operator()(const Tensor& tokens) { return forward(tokens, true); }
+Tensor Transformer::operator()(const Tensor& tokens) {
+  check_whole("operator()");
+  return forward(tokens, true);
+}
 
-Tensor Transformer::loss_logits(const Tensor& tokens) { return forward(tokens, false); }
+Tensor Transformer::loss_logits(const Tensor& tokens) {
+  check_whole("loss_logits");
+  return forward(tokens, false);
+}
+
+Tensor Transformer::stage_forward(const Tensor& input) { return forward(input, false); }
 
 Tensor Transformer::forward_cached(const Tensor& tokens, KVCache& cache) {
+  check_whole("forward_cached");
   check_tokens(tokens);
   const int64_t t = tokens.size(1);
   MT_CHECK(cache.n_layers() == args_.n_layers && cache.n_kv_heads() == args_.kv_heads() &&
@@ -276,6 +317,7 @@ Tensor Transformer::forward_cached(const Tensor& tokens, KVCache& cache) {
 
 KVCache Transformer::make_kv_cache(int64_t batch, int64_t max_seq,
                                    std::optional<DType> dtype) const {
+  check_whole("make_kv_cache");
   const Tensor& w = tok_embeddings->weight;
   return KVCache(args_, batch,
                  TensorOptions{}.with_dtype(dtype.value_or(w.dtype())).with_device(w.device()),
@@ -283,8 +325,7 @@ KVCache Transformer::make_kv_cache(int64_t batch, int64_t max_seq,
 }
 
 void Transformer::set_activation_checkpointing(ActivationCheckpointing ac) {
-  for (size_t i = 0; i < blocks.size(); ++i)
-    ac.apply(*blocks[i], int64_t(i));
+  for (const auto& block : blocks) ac.apply(*block, block->layer_id);
 }
 
 }  // namespace mt::models::llama

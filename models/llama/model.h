@@ -146,15 +146,34 @@ struct ActivationCheckpointing {
 // anything else throws naming the valid forms.
 ActivationCheckpointing parse_activation_checkpointing(const std::string& spec);
 
+// A pipeline stage's share of the model (parallel/pipeline): the blocks [begin, end), with the
+// embeddings when begin == 0 and the final norm and output when end == n_layers. The stage's
+// modules keep the whole model's FQNs (layers.<global index>) and initial values; the others are
+// never built. end = -1: n_layers. The default is the whole model.
+struct LayerRange {
+  int64_t begin = 0;
+  int64_t end = -1;
+};
+
 class Transformer : public nn::Module {
  public:
-  // Builds and initialises with init_weights(seed). options.dtype: the parameters' dtype.
-  explicit Transformer(const ModelArgs& args, uint64_t seed = 0, TensorOptions options = {});
+  // Builds and initialises with init_weights(seed). options.dtype: the parameters' dtype. A
+  // partial range (a pipeline stage) with tied embeddings is an error: the table would live on
+  // two stages.
+  explicit Transformer(const ModelArgs& args, uint64_t seed = 0, TensorOptions options = {},
+                       LayerRange range = {});
 
   // tokens [B, T] (i64 or i32, values in [0, vocab_size), T <= max_seq_len) -> logits [B, T, V].
   Tensor operator()(const Tensor& tokens);
   // The same logits, but in the parameters' (compute) dtype also when that is 16-bit.
   Tensor loss_logits(const Tensor& tokens);
+  // A pipeline stage's forward: tokens [B, T] (the first stage) or the previous stage's hidden
+  // states [B, T, dim] -> the hidden states after its last block, or (the last stage) the
+  // logits in the compute dtype, as loss_logits. On the whole model: loss_logits.
+  Tensor stage_forward(const Tensor& input);
+  // The blocks this module holds (global indices [begin, end)); whole: [0, n_layers).
+  const LayerRange& layer_range() const { return range_; }
+  bool is_whole() const { return range_.begin == 0 && range_.end == args_.n_layers; }
 
   // Incremental decoding, always without autograd: tokens [B, T] at positions
   // [cache.length(), cache.length() + T) -> logits [B, T, V] (as operator()); appends the tokens'
@@ -173,8 +192,9 @@ class Transformer : public nn::Module {
 
   const ModelArgs& args() const { return args_; }
 
+  // Null where a pipeline stage does not hold them (see LayerRange).
   std::shared_ptr<InitEmbedding> tok_embeddings;
-  std::shared_ptr<nn::ModuleList> layers;
+  std::shared_ptr<nn::ModuleList> layers;  // children named by global index
   std::vector<std::shared_ptr<TransformerBlock>> blocks;  // the same modules as `layers`, typed
   std::shared_ptr<nn::RMSNorm> norm;
   std::shared_ptr<InitLinear> output;
@@ -182,10 +202,12 @@ class Transformer : public nn::Module {
 
  private:
   void check_tokens(const Tensor& tokens) const;
-  Tensor forward(const Tensor& tokens, bool f32_logits);
+  void check_whole(const char* what) const;
+  Tensor forward(const Tensor& input, bool f32_logits);
   Tensor logits_from_hidden(const Tensor& h, bool f32_logits);
 
   ModelArgs args_;
+  LayerRange range_;
 };
 
 }  // namespace mt::models::llama

@@ -137,12 +137,12 @@ void MpiProcessGroup::check(int rc, const char* what) const {
           ") failed: ", mpi::error_string(rc));
 }
 
-void MpiProcessGroup::run_watched(const char* what, int peer,
-                                  const std::function<int()>& call) const {
+void MpiProcessGroup::run_watched(const char* what, int peer, const std::function<int()>& call,
+                                  std::optional<mpi::Clock::time_point> since) const {
   const CollectiveRecord entered = last_collective();
   const std::chrono::milliseconds limit = collective_timeout();
-  const auto deadline =
-      limit.count() > 0 ? entered.started + limit : mpi::Clock::time_point::max();
+  const auto deadline = limit.count() > 0 ? since.value_or(entered.started) + limit
+                                          : mpi::Clock::time_point::max();
   // The report runs on the monitor's thread while this one stays blocked; it copies what it
   // reads, so it never touches this group.
   mpi::WatchedCall watch(deadline, [group = name_, rank = rank_, size = size_,
@@ -357,6 +357,81 @@ void MpiProcessGroup::do_recv(const Tensor& buf, int src, int tag) {
              count, " elements from rank ", src, " with tag ", tag, ", got ", got,
              "; tensor shape ", buf.shape());
   });
+}
+
+std::optional<Work> MpiProcessGroup::post_send(const Tensor& buf, int dst, int tag) {
+  if (comm_ == MPI_COMM_NULL) return std::nullopt;
+  std::vector<MPI_Request> requests;
+  const size_t es = buf.element_size();
+  for_each_chunk(buf.numel(), [&](int64_t off, int count) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Isend(bytes_of(buf) + off * es, count, mpi_type(buf.dtype()), dst, tag, comm_,
+                    &request),
+          "isend (MPI_Isend)");
+    requests.push_back(request);
+  });
+  return posted_work(std::move(requests), buf, false, "isend (MPI_Isend)", dst);
+}
+
+std::optional<Work> MpiProcessGroup::post_recv(const Tensor& buf, int src, int tag) {
+  if (comm_ == MPI_COMM_NULL) return std::nullopt;
+  std::vector<MPI_Request> requests;
+  const size_t es = buf.element_size();
+  for_each_chunk(buf.numel(), [&](int64_t off, int count) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Irecv(bytes_of(buf) + off * es, count, mpi_type(buf.dtype()), src, tag, comm_,
+                    &request),
+          "irecv (MPI_Irecv)");
+    requests.push_back(request);
+  });
+  return posted_work(std::move(requests), buf, true, "irecv (MPI_Irecv)", src);
+}
+
+Work MpiProcessGroup::posted_work(std::vector<MPI_Request> requests, const Tensor& buf,
+                                  bool receive, const char* what, int peer) {
+  // One state per posted call, shared by the Work's copies: the requests, the buffer they use
+  // (kept alive until they complete) and the verdict once known.
+  struct Posted {
+    std::vector<MPI_Request> requests;
+    Tensor buf;
+    mpi::Clock::time_point since = mpi::Clock::now();
+    bool done = false;
+  };
+  auto state = std::make_shared<Posted>(Posted{std::move(requests), buf});
+  const int64_t limit = max_message_elements();
+  // Checks what completed requests received: chunk i of a receive holds min(limit, rest) elements.
+  auto finish = [this, state, receive, peer, limit](const std::vector<MPI_Status>& statuses) {
+    state->done = true;
+    if (!receive) return;
+    MPI_Datatype type = mpi_type(state->buf.dtype());
+    for (size_t i = 0; i < statuses.size(); ++i) {
+      int got = 0;
+      MPI_Get_count(&statuses[i], type, &got);
+      const int64_t expected = std::min(limit, state->buf.numel() - int64_t(i) * limit);
+      MT_CHECK(got == expected, "irecv on group ", name_, " (rank ", rank_, " of ", size_,
+               "): expected ", expected, " elements from rank ", peer, ", got ", got,
+               "; tensor shape ", state->buf.shape());
+    }
+  };
+  auto wait = [this, state, finish, what, peer] {
+    if (state->done) return;
+    std::vector<MPI_Status> statuses(state->requests.size());
+    run_watched(what, peer, [&] {
+      return MPI_Waitall(int(state->requests.size()), state->requests.data(), statuses.data());
+    }, state->since);
+    finish(statuses);
+  };
+  auto test = [this, state, finish, what] {
+    if (state->done) return true;
+    std::vector<MPI_Status> statuses(state->requests.size());
+    int flag = 0;
+    check(MPI_Testall(int(state->requests.size()), state->requests.data(), &flag,
+                      statuses.data()),
+          what);
+    if (flag != 0) finish(statuses);
+    return flag != 0;
+  };
+  return Work(std::move(wait), std::move(test));
 }
 
 }  // namespace mt::parallel

@@ -65,6 +65,9 @@ class MpiProcessGroup : public ProcessGroup {
                      const std::vector<int64_t>& in_counts) override;
   void do_send(const Tensor& buf, int dst, int tag) override;
   void do_recv(const Tensor& buf, int src, int tag) override;
+  // MPI_Isend / MPI_Irecv; the Work holds the buffer and must not outlive the group.
+  std::optional<Work> post_send(const Tensor& buf, int dst, int tag) override;
+  std::optional<Work> post_recv(const Tensor& buf, int src, int tag) override;
 
  private:
   // comm == MPI_COMM_NULL: the local single-process world. Takes ownership of comm.
@@ -73,7 +76,13 @@ class MpiProcessGroup : public ProcessGroup {
   // Runs one blocking MPI call (returning its error code) within the collective timeout; past it,
   // reports (asking the other members, or only `peer` for send/recv, where they are) and ends the
   // job. Throws mt::Error naming `what` when the call fails.
-  void run_watched(const char* what, int peer, const std::function<int()>& call) const;
+  // `since`: when the call began (a posted request's wait counts from its post); default: the
+  // start of the last call entered on the group.
+  void run_watched(const char* what, int peer, const std::function<int()>& call,
+                   std::optional<std::chrono::steady_clock::time_point> since = {}) const;
+  // The Work of posted requests over `buf` (a receive checks the element counts it got).
+  Work posted_work(std::vector<MPI_Request> requests, const Tensor& buf, bool receive,
+                   const char* what, int peer);
   // MPI_Waitall under run_watched.
   void wait(std::vector<MPI_Request>& requests, const char* what) const;
 

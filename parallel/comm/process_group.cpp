@@ -284,6 +284,43 @@ Work ProcessGroup::recv(const Tensor& tensor, int src, int tag, const std::strin
   });
 }
 
+Work ProcessGroup::isend(const Tensor& tensor, int dst, int tag, const std::string& name) {
+  check_tensor(tensor, "tensor", "isend", *this);
+  check_peer(dst, "dst", "isend", *this);
+  MT_CHECK(tag >= 0, where("isend", *this), ": tag must be >= 0, got ", tag);
+  MT_CHECK(tensor.is_contiguous(), where("isend", *this), ": the tensor must be contiguous, got ",
+           "shape ", tensor.shape(), " with strides ", tensor.strides());
+  Tensor t = tensor.detach();
+  std::optional<Work> posted = post_send(t, dst, tag);
+  if (!posted) return send(t, dst, tag, name, /*async_op=*/true);
+  count_posted(name, "isend", int64_t(t.nbytes()));
+  return *posted;
+}
+
+Work ProcessGroup::irecv(const Tensor& tensor, int src, int tag, const std::string& name) {
+  check_tensor(tensor, "tensor", "irecv", *this);
+  check_peer(src, "src", "irecv", *this);
+  MT_CHECK(tag >= 0, where("irecv", *this), ": tag must be >= 0, got ", tag);
+  MT_CHECK(tensor.is_contiguous(), where("irecv", *this), ": the tensor must be contiguous, got ",
+           "shape ", tensor.shape(), " with strides ", tensor.strides());
+  Tensor t = tensor.detach();
+  std::optional<Work> posted = post_recv(t, src, tag);
+  if (!posted) return recv(t, src, tag, name, /*async_op=*/true);
+  count_posted(name, "irecv", int64_t(t.nbytes()));
+  return *posted;
+}
+
+std::optional<Work> ProcessGroup::post_send(const Tensor&, int, int) { return std::nullopt; }
+std::optional<Work> ProcessGroup::post_recv(const Tensor&, int, int) { return std::nullopt; }
+
+void ProcessGroup::count_posted(const std::string& name, const char* collective, int64_t bytes) {
+  std::lock_guard lock(stats_mutex_);
+  CommStats& s = stats_[name];
+  s.collective = collective;
+  s.calls += 1;
+  s.bytes += bytes;
+}
+
 std::map<std::string, CommStats> ProcessGroup::stats() const {
   std::lock_guard lock(stats_mutex_);
   return stats_;

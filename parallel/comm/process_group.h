@@ -33,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -130,6 +131,15 @@ class ProcessGroup {
                          bool async_op = false);
   Work send(const Tensor& tensor, int dst, int tag, const std::string& name, bool async_op = false);
   Work recv(const Tensor& tensor, int src, int tag, const std::string& name, bool async_op = false);
+  // Non-blocking point-to-point (torch.distributed.isend / irecv), for pipeline stages: posted at
+  // once on the calling thread, beside (not behind) the group's queued async calls, so two ranks
+  // may each send to and receive from the other in any order without deadlock. `tensor` must be
+  // contiguous and stay unchanged (isend) or unread (irecv) until wait(), which blocks until the
+  // message has gone (or arrived), within collective_timeout(). Messages between two ranks match
+  // by tag. A backend that cannot post requests (post_send/post_recv below) runs them as
+  // send/recv with async_op, on its communication thread.
+  Work isend(const Tensor& tensor, int dst, int tag, const std::string& name);
+  Work irecv(const Tensor& tensor, int src, int tag, const std::string& name);
 
   std::map<std::string, CommStats> stats() const;  // keyed by call name
   void reset_stats();
@@ -158,6 +168,10 @@ class ProcessGroup {
                              const std::vector<int64_t>& in_counts) = 0;
   virtual void do_send(const Tensor& buf, int dst, int tag) = 0;
   virtual void do_recv(const Tensor& buf, int src, int tag) = 0;
+  // Posts a non-blocking send / receive of a contiguous buffer and returns its completion (wait
+  // and test); nullopt: this backend cannot (the default), and isend/irecv fall back.
+  virtual std::optional<Work> post_send(const Tensor& buf, int dst, int tag);
+  virtual std::optional<Work> post_recv(const Tensor& buf, int src, int tag);
 
   // True when do_all_reduce / do_reduce_scatter take ReduceOp::Avg themselves (NCCL's ncclAvg).
   virtual bool backend_reduces_avg() const { return false; }
@@ -180,6 +194,8 @@ class ProcessGroup {
   CommRecord describe_call(const std::string& name, int64_t size_bytes, const Tensor* in,
                            const Tensor* out) const;
   void comm_loop();
+  // Counts a posted isend/irecv in stats() (its time is not known: it runs beside the caller).
+  void count_posted(const std::string& name, const char* collective, int64_t bytes);
 
   mutable std::mutex stats_mutex_;  // guards stats_ and last_
   std::map<std::string, CommStats> stats_;

@@ -10,7 +10,8 @@ namespace mt::train::config {
 
 namespace {
 
-const std::vector<std::string> kOptions = {"config", "print-config", "describe-model", "help"};
+const std::vector<std::string> kOptions = {"config", "print-config", "describe-model",
+                                           "print-pipeline-schedule", "help"};
 
 bool is_flag(const std::string& arg) { return arg.rfind("--", 0) == 0 && arg.size() > 2; }
 
@@ -28,10 +29,13 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
              "' (flags start with --; give the config file as --config FILE)");
     const size_t eq = arg.find('=');
     const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-    if (name == "print-config" || name == "describe-model" || name == "help") {
+    if (name == "print-config" || name == "describe-model" || name == "print-pipeline-schedule" ||
+        name == "help") {
       MT_CHECK(eq == std::string::npos, "--", name, " takes no value, got ", arg);
-      (name == "help" ? out.help : name == "print-config" ? out.print_config : out.describe_model) =
-          true;
+      (name == "help"                      ? out.help
+       : name == "print-config"            ? out.print_config
+       : name == "print-pipeline-schedule" ? out.print_pipeline_schedule
+                                           : out.describe_model) = true;
       continue;
     }
     const FieldSpec* field = name == "config" ? nullptr : find_field(name);
@@ -80,11 +84,13 @@ std::string help_text(std::string_view program) {
   std::ostringstream os;
   os << "usage: " << program
      << " [--config FILE] [--section.key=VALUE | --section.key VALUE]... [--print-config]\n"
-        "       [--describe-model]\n\n"
+        "       [--describe-model] [--print-pipeline-schedule]\n\n"
         "  --config FILE    TOML config file (it may `extends = \"base.toml\"`)\n"
         "  --print-config   print the resolved config as TOML and exit\n"
         "  --describe-model print the model's parameter count and training FLOPs per token (at\n"
         "                   training.seq_len) and exit; allocates nothing, so any flavor works\n"
+        "  --print-pipeline-schedule  print each pp rank's pipeline actions as a grid, and each\n"
+        "                   stage's layers, and exit\n"
         "  --help, -h       print this help and exit\n\n"
         "Every key below can be set in the file's [section] or on the command line; the command\n"
         "line wins over the file, which wins over the defaults. Lists: a,b,c or [\"a\", \"b\"].\n";

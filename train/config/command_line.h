@@ -25,6 +25,7 @@ struct CommandLine {
   std::string config_file;  // empty: defaults and overrides only
   bool print_config = false;
   bool describe_model = false;  // the train binary prints size and FLOPs/token, then exits
+  bool print_pipeline_schedule = false;  // ... prints the pipeline schedule grid, then exits
   bool help = false;
   std::vector<Override> overrides;
 };

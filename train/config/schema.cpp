@@ -195,6 +195,29 @@ std::vector<SectionSpec> build_schema() {
            "default = yes for the blocks when they are sharded over several ranks (on one, no: "
            "nothing to gather), no for the root; always; never (more memory, less communication)",
            one_of({"default", "always", "never"})},
+          {"pipeline_parallel_degree", &P::pipeline_parallel_degree,
+           "Pipeline stages' ranks (pp, the outermost mesh dim): the layers are split into "
+           "stages on different ranks and micro-batches flow through them",
+           positive()},
+          {"pipeline_parallel_schedule", &P::pipeline_parallel_schedule,
+           "The order each rank runs its micro-batches' forwards and backwards in "
+           "(train --print-pipeline-schedule draws it)",
+           one_of({"GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble"})},
+          {"pipeline_parallel_microbatch_size", &P::pipeline_parallel_microbatch_size,
+           "Sequences per pipeline micro-batch; training.local_batch_size must be a multiple",
+           positive()},
+          {"pipeline_parallel_layers_per_stage", &P::pipeline_parallel_layers_per_stage,
+           "Transformer blocks per stage (the first stage also holds the embeddings, the last "
+           "the final norm and output); -1 = split evenly into pp x stages_per_rank stages, or at "
+           "the split points",
+           positive_or(-1)},
+          {"pipeline_parallel_split_points", &P::pipeline_parallel_split_points,
+           "Explicit stage boundaries, e.g. [\"layers.4\", \"layers.8\"]: each names the first "
+           "block of a new stage (pp x stages_per_rank - 1 of them)"},
+          {"pipeline_parallel_stages_per_rank", &P::pipeline_parallel_stages_per_rank,
+           "Virtual stages per rank for the interleaved schedules (placed round-robin: stage s "
+           "on pp rank s % pp); -1 = 2 for the interleaved schedules, 1 for the others",
+           positive_or(-1)},
       }));
   s.push_back(section<C>(
       "checkpoint", &JobConfig::checkpoint, "Saving and loading distributed checkpoints.",

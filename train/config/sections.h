@@ -75,6 +75,13 @@ struct ParallelismConfig {  // [parallelism]
   bool enable_sequence_parallel = true;  // with tp: norms and residuals on sequence shards
   bool disable_loss_parallel = false;    // with tp: gather the logits before the loss
   std::string fsdp_reshard_after_forward = "default";  // default | always | never
+  // Pipeline parallelism (parallel/pipeline): torchtitan's keys.
+  int64_t pipeline_parallel_degree = 1;
+  std::string pipeline_parallel_schedule = "1F1B";  // GPipe | 1F1B | Interleaved1F1B | ...
+  int64_t pipeline_parallel_microbatch_size = 1;  // sequences per micro-batch
+  int64_t pipeline_parallel_layers_per_stage = -1;  // -1: from split points, else even stages
+  StringList pipeline_parallel_split_points = {};  // e.g. ["layers.4"]: a stage starts there
+  int64_t pipeline_parallel_stages_per_rank = -1;  // -1: 2 for interleaved schedules, else 1
   bool operator==(const ParallelismConfig&) const = default;
 };
 

@@ -64,6 +64,38 @@ void validate_float8(const JobConfig& config) {
           "quantize.linear.float8.enable", "parallelism.tensor_parallel_degree");
 }
 
+// [parallelism] pipeline_parallel_*: what can be checked without the model (the trainer checks
+// the stages against the model's layers, and builds the schedule, before any work).
+void validate_pipeline(const JobConfig& config, WorldLayout& out) {
+  const ParallelismConfig& p = config.parallelism;
+  require(config.training.local_batch_size % p.pipeline_parallel_microbatch_size == 0, config,
+          "training.local_batch_size must be a multiple of "
+          "parallelism.pipeline_parallel_microbatch_size (each local batch is split into "
+          "micro-batches that flow through the pipeline)",
+          "training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size");
+  out.microbatches = out.pp > 1 ? config.training.local_batch_size /
+                                      p.pipeline_parallel_microbatch_size
+                                : 1;
+  if (out.pp == 1) return;
+  require(out.tp == 1, config,
+          "pipeline parallelism with tensor parallelism is not built yet; set "
+          "parallelism.tensor_parallel_degree = 1 or parallelism.pipeline_parallel_degree = 1",
+          "parallelism.pipeline_parallel_degree", "parallelism.tensor_parallel_degree");
+  require(p.expert_parallel_degree == 1, config,
+          "pipeline parallelism with expert parallelism is not built yet; set "
+          "parallelism.expert_parallel_degree = 1 or parallelism.pipeline_parallel_degree = 1",
+          "parallelism.pipeline_parallel_degree", "parallelism.expert_parallel_degree");
+  require(!config.float8.enable, config,
+          "float8 training with pipeline parallelism is not built yet",
+          "parallelism.pipeline_parallel_degree", "quantize.linear.float8.enable");
+  require(p.pipeline_parallel_layers_per_stage == -1 || p.pipeline_parallel_split_points.empty(),
+          config,
+          "give either parallelism.pipeline_parallel_layers_per_stage or "
+          "parallelism.pipeline_parallel_split_points, not both",
+          "parallelism.pipeline_parallel_layers_per_stage",
+          "parallelism.pipeline_parallel_split_points");
+}
+
 }  // namespace
 
 void validate(const JobConfig& config) {
@@ -103,17 +135,22 @@ WorldLayout validate_for_world(const JobConfig& config, int64_t world_size) {
   const std::string world = "the world size " + std::to_string(world_size);
   WorldLayout out;
   out.tp = p.tensor_parallel_degree;
+  out.pp = p.pipeline_parallel_degree;
   out.dp_replicate = p.data_parallel_replicate_degree;
-  require(world_size % (out.dp_replicate * out.tp) == 0, config,
-          "data_parallel_replicate_degree x tensor_parallel_degree must divide " + world,
-          "parallelism.data_parallel_replicate_degree", "parallelism.tensor_parallel_degree");
-  out.dp_shard = p.data_parallel_shard_degree == -1 ? world_size / (out.dp_replicate * out.tp)
-                                                    : p.data_parallel_shard_degree;
-  require(out.dp_replicate * out.dp_shard * out.tp == world_size, config,
-          "data_parallel_replicate_degree x data_parallel_shard_degree x tensor_parallel_degree "
-          "must equal " + world,
-          "parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree",
+  require(world_size % (out.pp * out.dp_replicate * out.tp) == 0, config,
+          "pipeline_parallel_degree x data_parallel_replicate_degree x tensor_parallel_degree "
+          "must divide " + world,
+          "parallelism.pipeline_parallel_degree", "parallelism.data_parallel_replicate_degree",
           "parallelism.tensor_parallel_degree");
+  out.dp_shard = p.data_parallel_shard_degree == -1
+                     ? world_size / (out.pp * out.dp_replicate * out.tp)
+                     : p.data_parallel_shard_degree;
+  require(out.pp * out.dp_replicate * out.dp_shard * out.tp == world_size, config,
+          "pipeline_parallel_degree x data_parallel_replicate_degree x data_parallel_shard_degree "
+          "x tensor_parallel_degree must equal " + world,
+          "parallelism.pipeline_parallel_degree", "parallelism.data_parallel_replicate_degree",
+          "parallelism.data_parallel_shard_degree", "parallelism.tensor_parallel_degree");
+  validate_pipeline(config, out);
   require(out.tp == 1 || config.training.seq_len % out.tp == 0, config,
           "training.seq_len must be a multiple of tensor_parallel_degree (tensor parallelism "
           "splits each sequence over the tp ranks)",

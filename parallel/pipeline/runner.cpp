@@ -1,0 +1,232 @@
+#include "parallel/pipeline/runner.h"
+
+#include <chrono>
+#include <limits>
+#include <string>
+
+#include "runtime/autograd/engine.h"
+#include "runtime/core/error.h"
+#include "runtime/core/grad_mode.h"
+#include "runtime/ops/elementwise.h"
+
+namespace mt::parallel::pipeline {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Key = std::pair<int64_t, int64_t>;  // (stage, micro-batch)
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// A tensor on its way in: posted (work pending) or already here.
+struct Incoming {
+  Tensor buf;
+  Work work;
+  bool posted = false;
+};
+
+}  // namespace
+
+struct PipelineRunner::Inflight {
+  std::map<Key, Incoming> inputs;        // a stage's input for a micro-batch
+  std::map<Key, Incoming> output_grads;  // the gradient of a stage's output
+  std::map<Key, Tensor> stage_inputs;    // the input leaf each forward ran on (backward reads its grad)
+  std::map<Key, Tensor> outputs;         // a forward's output (the loss on the last stage)
+  std::vector<Work> sends;
+  Tensor loss_sum;
+  // Evaluation (forward_only): no autograd, nothing kept for a backward, this loss.
+  const std::function<Tensor(const Tensor&, int64_t)>* eval_loss = nullptr;
+};
+
+PipelineRunner::PipelineRunner(PipelineSchedule schedule, std::shared_ptr<ProcessGroup> pp_group,
+                               std::vector<LocalStage> stages, StageFunctions functions,
+                               std::vector<int64_t> hidden_shape,
+                               runtime::TensorOptions hidden_options)
+    : schedule_(std::move(schedule)),
+      group_(std::move(pp_group)),
+      stages_(std::move(stages)),
+      functions_(std::move(functions)),
+      hidden_shape_(std::move(hidden_shape)),
+      hidden_options_(hidden_options.with_requires_grad(false)) {
+  MT_CHECK(group_ != nullptr, "PipelineRunner: no pp process group");
+  MT_CHECK(group_->size() == schedule_.pp, "PipelineRunner: the pp group has ", group_->size(),
+           " ranks but the schedule is for pp = ", schedule_.pp);
+  MT_CHECK(functions_.forward && functions_.loss, "PipelineRunner: forward and loss are needed");
+  const int64_t rank = group_->rank();
+  for (int64_t s = 0; s < schedule_.num_stages(); ++s) {
+    MT_CHECK(holds_stage(s) == (stage_rank(s, schedule_.pp) == rank), "PipelineRunner: rank ",
+             rank, (holds_stage(s) ? " holds" : " lacks"), " stage ", s, " of ",
+             schedule_.num_stages(), ", which the schedule places on rank ",
+             stage_rank(s, schedule_.pp));
+  }
+  const int64_t tags = schedule_.microbatches * schedule_.num_stages() * 2;
+  MT_CHECK(tags <= std::numeric_limits<int>::max(), "PipelineRunner: ", schedule_.microbatches,
+           " micro-batches x ", schedule_.num_stages(), " stages need more message tags than ",
+           "an int holds");
+}
+
+PipelineRunner::~PipelineRunner() = default;
+
+bool PipelineRunner::holds_stage(int64_t stage) const {
+  for (const LocalStage& s : stages_)
+    if (s.index == stage) return true;
+  return false;
+}
+
+runtime::nn::Module& PipelineRunner::module_of(int64_t stage) const {
+  for (const LocalStage& s : stages_)
+    if (s.index == stage) return *s.module;
+  MT_FAIL("PipelineRunner: rank ", group_->rank(), " holds no stage ", stage);
+}
+
+int PipelineRunner::tag(int64_t stage, int64_t microbatch, bool gradient) const {
+  return int((microbatch * schedule_.num_stages() + stage) * 2 + (gradient ? 1 : 0));
+}
+
+void PipelineRunner::post_receive(const Action& action, Inflight& state) {
+  const int64_t s = action.stage, m = action.microbatch;
+  const int64_t last = schedule_.num_stages() - 1;
+  const bool forward = action.kind == ActionKind::Forward;
+  const bool backward =
+      action.kind == ActionKind::Backward || action.kind == ActionKind::BackwardInput;
+  if ((forward && s == 0) || (backward && s == last) || (!forward && !backward)) return;
+  const int64_t peer = stage_rank(forward ? s - 1 : s + 1, schedule_.pp);
+  if (peer == group_->rank()) return;  // handed over in memory by the producing action
+  auto& slot = forward ? state.inputs[{s, m}] : state.output_grads[{s, m}];
+  if (slot.posted || slot.buf.defined()) return;
+  slot.buf = Tensor::empty(hidden_shape_, hidden_options_);
+  slot.work = group_->irecv(slot.buf, int(peer), tag(s, m, !forward),
+                            forward ? "pipeline.recv_activation" : "pipeline.recv_gradient");
+  slot.posted = true;
+}
+
+namespace {
+
+// The tensor of `key` in `map`, once here (waiting for a posted receive); erased from the map.
+Tensor take(std::map<Key, Incoming>& map, const Key& key, const char* what) {
+  auto it = map.find(key);
+  MT_CHECK(it != map.end() && it->second.buf.defined(), "PipelineRunner: no ", what,
+           " for stage ", key.first, ", micro-batch ", key.second,
+           " (the schedule runs an action before the one producing its input)");
+  if (it->second.posted) it->second.work.wait();
+  Tensor t = it->second.buf;
+  map.erase(it);
+  return t;
+}
+
+}  // namespace
+
+void PipelineRunner::run_forward(const Action& action, const std::vector<Tensor>& inputs,
+                                 Inflight& state) {
+  const int64_t s = action.stage, m = action.microbatch;
+  const int64_t last = schedule_.num_stages() - 1;
+  Tensor x;
+  if (s == 0) {
+    MT_CHECK(m < int64_t(inputs.size()) && inputs[size_t(m)].defined(), "PipelineRunner: ",
+             inputs.size(), " inputs for ", schedule_.microbatches, " micro-batches");
+    x = inputs[size_t(m)];
+  } else {
+    x = take(state.inputs, {s, m}, "input activation");
+    if (!state.eval_loss) x.set_requires_grad(true);
+  }
+  const auto t0 = Clock::now();
+  Tensor y = functions_.forward(module_of(s), x);
+  if (!state.eval_loss) state.stage_inputs[{s, m}] = x;
+  if (s == last) {
+    Tensor loss = state.eval_loss ? (*state.eval_loss)(y, m) : functions_.loss(y, m);
+    state.loss_sum = state.loss_sum.defined() ? runtime::add(state.loss_sum, loss.detach())
+                                              : loss.detach();
+    if (!state.eval_loss) state.outputs[{s, m}] = loss;
+  } else {
+    if (!state.eval_loss) state.outputs[{s, m}] = y;
+    const int64_t peer = stage_rank(s + 1, schedule_.pp);
+    Tensor sent = y.detach().contiguous();
+    if (peer == group_->rank()) {
+      state.inputs[{s + 1, m}].buf = sent;
+    } else {
+      state.sends.push_back(
+          group_->isend(sent, int(peer), tag(s + 1, m, false), "pipeline.send_activation"));
+    }
+  }
+  timing_.busy_seconds += seconds_since(t0);
+}
+
+void PipelineRunner::run_backward(const Action& action, Inflight& state) {
+  const int64_t s = action.stage, m = action.microbatch;
+  const int64_t last = schedule_.num_stages() - 1;
+  auto out = state.outputs.find({s, m});
+  MT_CHECK(out != state.outputs.end(), "PipelineRunner: backward of stage ", s, ", micro-batch ",
+           m, " before its forward");
+  Tensor grad;
+  if (s != last) grad = take(state.output_grads, {s, m}, "output gradient");
+  const auto t0 = Clock::now();
+  if (s == last) {
+    runtime::autograd::backward({out->second});
+  } else {
+    runtime::autograd::backward({out->second}, {grad});
+  }
+  state.outputs.erase(out);
+  Tensor input = state.stage_inputs.at({s, m});
+  state.stage_inputs.erase({s, m});
+  if (s > 0) {
+    Tensor gx = input.grad();
+    MT_CHECK(gx.defined(), "PipelineRunner: stage ", s, "'s output does not depend on its input");
+    gx = gx.contiguous();
+    const int64_t peer = stage_rank(s - 1, schedule_.pp);
+    if (peer == group_->rank()) {
+      state.output_grads[{s - 1, m}].buf = gx;
+    } else {
+      state.sends.push_back(
+          group_->isend(gx, int(peer), tag(s - 1, m, true), "pipeline.send_gradient"));
+    }
+  }
+  timing_.busy_seconds += seconds_since(t0);
+}
+
+Tensor PipelineRunner::step(const std::vector<Tensor>& inputs) {
+  const auto t0 = Clock::now();
+  timing_ = {};
+  Inflight state;
+  run_actions(schedule_.ranks.at(size_t(group_->rank())), inputs, state);
+  MT_CHECK(state.outputs.empty() && state.stage_inputs.empty(), "PipelineRunner: ",
+           state.outputs.size(), " forwards of rank ", group_->rank(), " had no backward");
+  timing_.step_seconds = seconds_since(t0);
+  return state.loss_sum;
+}
+
+Tensor PipelineRunner::forward_only(
+    const std::vector<Tensor>& inputs,
+    const std::function<Tensor(const Tensor& output, int64_t microbatch)>& loss) {
+  runtime::NoGradGuard no_grad;
+  Inflight state;
+  state.eval_loss = &loss;
+  // A rank's forwards keep their order: they wait only on forwards, which ran before them in
+  // the whole schedule too, so the projection is deadlock-free as the schedule is.
+  std::vector<Action> forwards;
+  for (const Action& a : schedule_.ranks.at(size_t(group_->rank())))
+    if (a.kind == ActionKind::Forward) forwards.push_back(a);
+  run_actions(forwards, inputs, state);
+  return state.loss_sum;
+}
+
+void PipelineRunner::run_actions(const std::vector<Action>& actions,
+                                 const std::vector<Tensor>& inputs, Inflight& state) {
+  if (!actions.empty()) post_receive(actions.front(), state);
+  for (size_t i = 0; i < actions.size(); ++i) {
+    if (i + 1 < actions.size()) post_receive(actions[i + 1], state);
+    const Action& a = actions[i];
+    switch (a.kind) {
+      case ActionKind::Forward: run_forward(a, inputs, state); break;
+      case ActionKind::Backward: run_backward(a, state); break;
+      case ActionKind::BackwardInput:
+      case ActionKind::BackwardWeight:
+        MT_FAIL("PipelineRunner: ", action_kind_name(a.kind), " (the zero-bubble split backward) is "
+                "not built; run the schedule's actions as full Backward ones");
+    }
+  }
+  for (const Work& w : state.sends) w.wait();
+}
+
+}  // namespace mt::parallel::pipeline

@@ -1,0 +1,110 @@
+// PipelineRunner: runs one rank's share of a pipeline schedule (parallel/pipeline/schedule.h) for
+// one optimizer step's micro-batches: each Forward runs a stage's module on the micro-batch's
+// input (the tokens on stage 0, else the activation the previous stage sent) and sends its output
+// on; each Backward starts from the loss (last stage) or the gradient the next stage sent, and
+// sends the gradient of the stage's input back.
+//
+// Conventions
+// - Activations and their gradients move by isend/irecv on the pp group (ProcessGroup::isend):
+//   sends never wait, and the receive an action needs is posted one action ahead, so it overlaps
+//   the action before it. Shapes are known up front (hidden_shape per micro-batch, the stages'
+//   compute dtype): nothing is exchanged but the tensors. Messages are matched by tag
+//   (micro-batch, stage, direction).
+// - Stages on the same rank (pp = 1 with several virtual stages) hand tensors over in memory.
+// - A stage's received input is a leaf that requires grad; its gradient is what the Backward
+//   sends back. Parameters accumulate their gradients over the micro-batches, as autograd does
+//   (FSDP's hooks reduce them as for gradient accumulation).
+// - The losses: `loss(output, microbatch)` on the last stage gives the micro-batch's loss as the
+//   caller wants it differentiated (the trainer's sum / global token count); step() returns their
+//   sum, detached (zero on ranks without the last stage).
+// - Per step, host times per action are kept (last_step_timing) for the bubble measurement:
+//   busy = time in the actions' compute, the rest of the step is idle (waiting for a neighbour).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "parallel/comm/process_group.h"
+#include "parallel/pipeline/schedule.h"
+#include "runtime/nn/module.h"
+
+namespace mt::parallel::pipeline {
+
+// A stage this rank holds: its global index and its module (built for that stage alone).
+struct LocalStage {
+  int64_t index = 0;
+  std::shared_ptr<runtime::nn::Module> module;
+};
+
+struct StageFunctions {
+  // The stage's forward: the previous stage's output (the tokens on stage 0) -> its output.
+  std::function<Tensor(runtime::nn::Module& stage, const Tensor& input)> forward;
+  // Last stage: the loss of micro-batch `microbatch` from its output (0-D, differentiable).
+  std::function<Tensor(const Tensor& output, int64_t microbatch)> loss;
+};
+
+// Host seconds of the last step on this rank: its wall time and the time in actions (compute
+// and the backward's own work; waits for neighbours' tensors excluded).
+struct PipelineStepTiming {
+  double step_seconds = 0;
+  double busy_seconds = 0;
+  double bubble_fraction() const {
+    return step_seconds > 0 ? 1.0 - busy_seconds / step_seconds : 0.0;
+  }
+};
+
+class PipelineRunner {
+ public:
+  // `schedule` for every rank (this rank runs schedule.ranks[pp_group->rank()]); `stages`: this
+  // rank's stages, those stage_rank places here. hidden_shape: the shape passed between stages
+  // for one micro-batch ([mb, seq, dim]); hidden_options: its dtype and device.
+  PipelineRunner(PipelineSchedule schedule, std::shared_ptr<ProcessGroup> pp_group,
+                 std::vector<LocalStage> stages, StageFunctions functions,
+                 std::vector<int64_t> hidden_shape, runtime::TensorOptions hidden_options);
+  ~PipelineRunner();
+  PipelineRunner(const PipelineRunner&) = delete;
+  PipelineRunner& operator=(const PipelineRunner&) = delete;
+
+  // One step: inputs[m] is micro-batch m's input to stage 0 (read only where stage 0 runs;
+  // schedule.microbatches of them). Returns the sum of the micro-batches' losses (0-D, detached)
+  // where the last stage runs, else an undefined tensor.
+  Tensor step(const std::vector<Tensor>& inputs);
+  // Evaluation: the schedule's Forward actions alone, in its order, without autograd, and
+  // `loss(output, microbatch)` on the last stage instead of functions.loss. Returns the sum of
+  // those losses where the last stage runs, else an undefined tensor.
+  Tensor forward_only(const std::vector<Tensor>& inputs,
+                      const std::function<Tensor(const Tensor& output, int64_t microbatch)>& loss);
+
+  const PipelineSchedule& schedule() const { return schedule_; }
+  const std::vector<LocalStage>& stages() const { return stages_; }
+  bool holds_stage(int64_t stage) const;
+  bool holds_last_stage() const { return holds_stage(schedule_.num_stages() - 1); }
+  const PipelineStepTiming& last_step_timing() const { return timing_; }
+
+ private:
+  struct Inflight;  // one step's tensors in flight (runner.cpp)
+
+  runtime::nn::Module& module_of(int64_t stage) const;
+  int tag(int64_t stage, int64_t microbatch, bool gradient) const;
+  // Posts (or finds, for a stage on this rank) what `action` will receive.
+  void post_receive(const Action& action, Inflight& state);
+  void run_forward(const Action& action, const std::vector<Tensor>& inputs, Inflight& state);
+  // Runs `actions` (this rank's, or their Forward ones), then waits for the sends.
+  void run_actions(const std::vector<Action>& actions, const std::vector<Tensor>& inputs,
+                   Inflight& state);
+  void run_backward(const Action& action, Inflight& state);
+
+  PipelineSchedule schedule_;
+  std::shared_ptr<ProcessGroup> group_;
+  std::vector<LocalStage> stages_;
+  StageFunctions functions_;
+  std::vector<int64_t> hidden_shape_;
+  runtime::TensorOptions hidden_options_;
+  PipelineStepTiming timing_;
+};
+
+}  // namespace mt::parallel::pipeline
