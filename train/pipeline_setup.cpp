@@ -46,7 +46,15 @@ PipelinePlan plan_pipeline(const config::JobConfig& job, const config::WorldLayo
   PipelinePlan plan;
   plan.stages = pp::stage_layer_ranges(n_layers, num_stages, p.pipeline_parallel_layers_per_stage,
                                        p.pipeline_parallel_split_points);
-  plan.schedule = pp::make_schedule(kind, layout.pp, v, layout.microbatches);
+  try {
+    plan.schedule = pp::make_schedule(kind, layout.pp, v, layout.microbatches);
+  } catch (const Error& e) {
+    MT_FAIL("train: the pipeline cannot run: ", e.what(), " (", layout.microbatches,
+            " micro-batches = training.local_batch_size ", job.training.local_batch_size,
+            " / parallelism.pipeline_parallel_microbatch_size ",
+            p.pipeline_parallel_microbatch_size, "; pp ", layout.pp, ", ", v,
+            " stage(s) per rank)");
+  }
   return plan;
 }
 

@@ -1,0 +1,230 @@
+// Pipeline parallelism in the Trainer on real ranks (mpirun -np 2 and -np 4): an 8-block Llama
+// split into stages trains with the losses, gradient norms and validation losses of one process
+// under every schedule (pp = all ranks, and on 4 ranks pp 2 x FSDP 2); checkpoints saved with
+// one pipeline degree resume under another; settings that cannot run are errors on every rank
+// before any work.
+#include <gtest/gtest.h>
+
+#include <any>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "models/llama/model_args.h"
+#include "parallel/comm/mpi_process_group.h"
+#include "runtime/core/error.h"
+#include "tests/testing/mpi_fixtures.h"
+#include "tests/testing/shared_data.h"
+#include "tests/testing/trainer_fixtures.h"
+#include "train/config/load.h"
+#include "train/trainer.h"
+
+namespace mt::train {
+namespace {
+
+namespace fs = std::filesystem;
+using parallel::ProcessGroup;
+
+std::shared_ptr<ProcessGroup> world() {
+  static std::shared_ptr<ProcessGroup> pg(parallel::MpiProcessGroup::world());
+  return pg;
+}
+
+fs::path shared_dir(const std::string& name) {
+  return testing::shared_dir(*world(), "mt_pipeline_mpi", name);
+}
+
+// shrink_llama with 8 blocks: 8 stages at most (pp 4 x 2 virtual stages).
+void eight_layers(std::any& args) {
+  testing::shrink_llama(args);
+  std::any_cast<models::llama::ModelArgs&>(args).n_layers = 8;
+}
+
+// 8 sequences of 32 tokens per step over the data-parallel ranks, 10 steps, validated at 5, 10.
+config::JobConfig job(const fs::path& corpus, const fs::path& dump, int64_t local_batch,
+                      std::vector<std::string> extra = {}) {
+  static const fs::path tokenizer =
+      testing::shared_small_tokenizer(*world(), "mt_pipeline_mpi", corpus);
+  std::vector<std::string> args = {
+      "--job.dump_folder=" + dump.string(),
+      "--model.tokenizer_path=" + tokenizer.string(),
+      "--training.dataset_path=" + corpus.string(),
+      "--training.local_batch_size=" + std::to_string(local_batch),
+      "--training.global_batch_size=8",
+      "--training.seq_len=32",
+      "--training.steps=10",
+      "--training.seed=3",
+      "--training.max_norm=0.5",
+      "--training.mixed_precision_param=float32",
+      "--optimizer.lr=1e-2",
+      "--lr_scheduler.warmup_steps=1",
+      "--validation.enable=true",
+      "--validation.freq=5",
+      "--validation.steps=2",
+  };
+  args.insert(args.end(), extra.begin(), extra.end());
+  return config::load_config(fs::path(), args);
+}
+
+TrainResult run(const config::JobConfig& cfg, std::shared_ptr<ProcessGroup> group) {
+  TrainerOptions options;
+  options.edit_model_args = eight_layers;
+  options.quiet = true;
+  options.handle_signals = false;
+  options.write_files = false;
+  options.sample_tokens = 0;
+  options.world = std::move(group);
+  return Trainer(cfg, options).train();
+}
+
+const TrainResult& reference(const fs::path& corpus) {
+  static const TrainResult r = [&] {
+    std::shared_ptr<ProcessGroup> self = world()->split(world()->rank(), 0);
+    return run(job(corpus, shared_dir("reference") / std::to_string(world()->rank()), 8), self);
+  }();
+  return r;
+}
+
+// The bar is 1e-4; float reduction order alone (micro-batches summed in another order)
+// stays far below it.
+void expect_same_run(const TrainResult& got, const TrainResult& want) {
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (size_t i = 0; i < want.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], want.losses[i], 2e-5 * want.losses[i]) << "step " << i + 1;
+    EXPECT_NEAR(got.grad_norms[i], want.grad_norms[i], 2e-5 * want.grad_norms[i])
+        << "step " << i + 1;
+  }
+  ASSERT_EQ(got.val_losses.size(), want.val_losses.size());
+  for (size_t i = 0; i < want.val_losses.size(); ++i)
+    EXPECT_NEAR(got.val_losses[i].second, want.val_losses[i].second, 2e-5);
+  EXPECT_LT(want.losses.back(), want.losses.front() - 0.5);  // it trains
+}
+
+std::vector<std::string> pp_args(int64_t pp, const std::string& schedule, int64_t microbatch,
+                                 std::vector<std::string> more = {}) {
+  more.push_back("--parallelism.pipeline_parallel_degree=" + std::to_string(pp));
+  more.push_back("--parallelism.pipeline_parallel_schedule=" + schedule);
+  more.push_back("--parallelism.pipeline_parallel_microbatch_size=" + std::to_string(microbatch));
+  return more;
+}
+
+// pp = every rank, 4 micro-batches of 2 sequences, under each schedule (the interleaved ones
+// with 2 stages per rank).
+TEST(TrainerPipelineMpi, EverySchedulesMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t pp = world()->size();
+  for (const std::string schedule : {"GPipe", "1F1B", "Interleaved1F1B"}) {
+    SCOPED_TRACE(schedule);
+    expect_same_run(run(job(corpus, shared_dir("pp_" + schedule), 8, pp_args(pp, schedule, 2)),
+                        world()),
+                    reference(corpus));
+  }
+}
+
+// Stages of unequal size at explicit split points; 8 micro-batches of one sequence.
+TEST(TrainerPipelineMpi, SplitPointsMatchOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t pp = world()->size();
+  const std::string points = pp == 2 ? "layers.3" : "layers.1,layers.2,layers.6";
+  expect_same_run(run(job(corpus, shared_dir("pp_split"), 8,
+                          pp_args(pp, "1F1B", 1,
+                                  {"--parallelism.pipeline_parallel_split_points=" + points})),
+                      world()),
+                  reference(corpus));
+}
+
+// 4 ranks: pp 2 x FSDP 2 (mesh (pp, dp_shard)), each data-parallel rank 4 sequences in 4
+// micro-batches, with 1F1B and the interleaved schedule.
+TEST(TrainerPipelineMpi, PipelineTimesFsdpMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  if (world()->size() != 4) GTEST_SKIP() << "pp 2 x FSDP 2 needs 4 ranks";
+  for (const std::string schedule : {"1F1B", "Interleaved1F1B"}) {
+    SCOPED_TRACE(schedule);
+    expect_same_run(run(job(corpus, shared_dir("pp_fsdp_" + schedule), 4,
+                            pp_args(2, schedule, 1)),
+                        world()),
+                    reference(corpus));
+  }
+}
+
+// Saved at step 5 of a run, resumed on `ranks` ranks with `resumed` settings: steps 6..10 as the
+// uninterrupted run's.
+void expect_resumes(const fs::path& corpus, const fs::path& dump, const TrainResult& straight,
+                    int ranks, int64_t local_batch, const std::vector<std::string>& resumed) {
+  SCOPED_TRACE(::testing::Message() << "resumed on " << ranks << " ranks");
+  const bool member = world()->rank() < ranks;
+  std::shared_ptr<ProcessGroup> sub = world()->split(member ? 0 : 1, world()->rank());
+  if (member) {
+    std::vector<std::string> args = {"--checkpoint.enable=true", "--checkpoint.interval=5",
+                                     "--checkpoint.load_step=5"};
+    args.insert(args.end(), resumed.begin(), resumed.end());
+    const TrainResult r = run(job(corpus, dump, local_batch, args), sub);
+    ASSERT_EQ(r.first_step, 6);
+    ASSERT_EQ(r.losses.size(), 5u);
+    for (size_t i = 0; i < 5; ++i) {
+      EXPECT_NEAR(r.losses[i], straight.losses[5 + i], 2e-5 * straight.losses[5 + i])
+          << "step " << 6 + i;
+      EXPECT_NEAR(r.grad_norms[i], straight.grad_norms[5 + i], 2e-5 * straight.grad_norms[5 + i])
+          << "step " << 6 + i;
+    }
+  }
+  world()->barrier("pipeline.resume.end");
+}
+
+// A checkpoint holds whole tensors in global coordinates: saved with pp = every rank, it resumes
+// with pp 1 on one rank (and, on 4 ranks, pp 2 x FSDP 2); saved by FSDP alone, it resumes with pp.
+TEST(TrainerPipelineMpi, CheckpointsReshardAcrossPipelineDegrees) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t w = world()->size();
+  const std::vector<std::string> ckpt = {"--checkpoint.enable=true", "--checkpoint.interval=5"};
+  {
+    const fs::path dump = shared_dir("pp_ckpt");
+    std::vector<std::string> args = pp_args(w, "1F1B", 2, ckpt);
+    const TrainResult straight = run(job(corpus, dump, 8, args), world());
+    expect_resumes(corpus, dump, straight, 1, 8, {});
+    if (w == 4) expect_resumes(corpus, dump, straight, 4, 4, pp_args(2, "Interleaved1F1B", 1));
+  }
+  {
+    const fs::path dump = shared_dir("fsdp_ckpt");
+    const TrainResult straight = run(job(corpus, dump, 8 / w, ckpt), world());
+    expect_resumes(corpus, dump, straight, int(w), 8, pp_args(w, "GPipe", 2));
+  }
+}
+
+TEST(TrainerPipelineMpi, SettingsThatCannotRunAreErrorsOnEveryRank) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t w = world()->size();
+  const auto expect_error = [&](const std::string& name, int64_t local_batch,
+                                const std::vector<std::string>& args,
+                                const std::vector<std::string>& needles) {
+    SCOPED_TRACE(name);
+    try {
+      run(job(corpus, shared_dir(name), local_batch, args), world());
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      for (const std::string& n : needles)
+        EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+    }
+  };
+  // Stages that do not divide the 8 layers.
+  expect_error("bad_layers", 8,
+               pp_args(w, "1F1B", 2, {"--parallelism.pipeline_parallel_layers_per_stage=3"}),
+               {"8 layers", "layers_per_stage = 3"});
+  // 1F1B needs at least pp micro-batches: 8 sequences of 8 make one.
+  expect_error("too_few_microbatches", 8, pp_args(w, "1F1B", 8),
+               {"1F1B", "1 micro-batches", "pipeline_parallel_microbatch_size 8"});
+  // A micro-batch size that does not divide the local batch.
+  expect_error("bad_microbatch", 8, pp_args(w, "1F1B", 3),
+               {"local_batch_size", "pipeline_parallel_microbatch_size"});
+  // Degrees that do not fit the world.
+  expect_error("bad_world", 8, pp_args(w + 1, "1F1B", 1), {"pipeline_parallel_degree", "world"});
+  // With tensor parallelism (not composed yet).
+  if (w == 4) {
+    expect_error("with_tp", 8, pp_args(2, "1F1B", 2, {"--parallelism.tensor_parallel_degree=2"}),
+                 {"tensor_parallel_degree"});
+  }
+}
+
+}  // namespace
+}  // namespace mt::train
