@@ -381,8 +381,9 @@ runtime::DType dtype_from_config(const std::string& name) {
 }  // namespace
 
 bool Trainer::shards_parameters() const {
-  // One rank in f32 has nothing to shard or cast: the model runs as built.
-  return world_size() > 1 || config_.training.mixed_precision_param != "float32";
+  // One rank in f32 has nothing to shard or cast: the model runs as built. So do the stages of a
+  // pipeline without other ranks beside it (pp = the world) in f32.
+  return world_size() / pp_ > 1 || config_.training.mixed_precision_param != "float32";
 }
 
 void Trainer::setup_parallelism() {
@@ -464,22 +465,35 @@ void Trainer::build_pipeline(const PipelinePlan& plan, const models::BuildOption
            "device = ", config_.training.device, " resolved to ", device_,
            "); set parallelism.pipeline_parallel_degree = 1 on GPUs");
   namespace pipe = parallel::pipeline;
+  const bool shards = shards_parameters();
+  MT_CHECK(plan.schedule.kind != pipe::ScheduleKind::InterleavedZeroBubble || !shards,
+           "train: the InterleavedZeroBubble schedule with FSDP is not built yet (its backward is "
+           "split in two around other micro-batches' forwards, which FSDP's hooks do not follow); "
+           "it runs when the pipeline ranks are the whole world in float32: "
+           "parallelism.pipeline_parallel_degree = ", pp_, " of ", world_size(),
+           " ranks, training.mixed_precision_param = ", config_.training.mixed_precision_param);
   const int64_t pp_rank = rank() / (world_size() / pp_);  // pp is the outermost mesh dimension
   std::vector<pipe::LocalStage> local;
   for (int64_t s = 0; s < plan.schedule.num_stages(); ++s) {
     if (pipe::stage_rank(s, pp_) != pp_rank) continue;
     {
-      // Only this stage's parameters are built, without values: FSDP shards them, then each
-      // rank draws its shards (pp > 1 means several ranks, so they are always sharded).
-      runtime::nn::DeferredInitGuard no_values;
+      // Only this stage's parameters are built: without values when FSDP shards them (each rank
+      // then draws its shards), else initialised as in the whole model (keyed by FQN).
+      std::optional<runtime::nn::DeferredInitGuard> no_values;
+      if (shards) no_values.emplace();
       stage_modules_.push_back(
           spec_->build_stage(build, plan.stages[size_t(s)].begin, plan.stages[size_t(s)].end));
     }
     local.push_back({s, stage_modules_.back()});
   }
-  setup_parallelism();
+  if (shards) {
+    setup_parallelism();
+  } else {  // the stages' ranks alone: only the pp group (CPU, checked above)
+    pp_group_ = parallel::DeviceMesh::create(world_, {pp_, world_size() / pp_}, {"pp", "dp_shard"})
+                    ->group_ptr(0);
+  }
   for (const auto& stage : stage_modules_) {
-    parallel::init_sharded_parameters(*stage, build.seed);
+    if (shards) parallel::init_sharded_parameters(*stage, build.seed);
     stage->to(device_);
   }
   model_ = pipe::merge_stage_modules(stage_modules_);
@@ -876,7 +890,7 @@ TrainResult Trainer::train() {
     out << "device: " << runtime::device_description(device_) << "; MFU peak "
         << peak_text.str() << "\n";
   }
-  if (dp_mesh_) {
+  if (dp_mesh_ || pp_ > 1) {
     const config::WorldLayout layout = config::validate_for_world(config_, world_size());
     out << "parallelism: " << world_size() << " rank" << (world_size() > 1 ? "s" : "")
         << ": dp_replicate " << layout.dp_replicate << " x dp_shard " << layout.dp_shard
@@ -895,11 +909,12 @@ TrainResult Trainer::train() {
                                 ", loss parallel " +
                                 (config_.parallelism.disable_loss_parallel ? "off" : "on") + ")"
                           : "")
-        << "; FSDP over " << dp_mesh_->describe() << "; parameters computed in "
+        << "; " << (dp_mesh_ ? "FSDP over " + dp_mesh_->describe() : std::string("no FSDP"))
+        << "; parameters computed in "
         << tc.mixed_precision_param
         << (config_.float8.enable ? " (the float8 linears' GEMMs in FP8)" : "")
         << ", gradients reduced in " << tc.mixed_precision_reduce
-        << ", float32 master weights; reshard after forward: " << reshard_text_ << "\n";
+        << ", float32 master weights; reshard after forward: " << (dp_mesh_ ? reshard_text_ : std::string("n/a")) << "\n";
   }
 
   TrainResult result;

@@ -34,6 +34,7 @@ struct PipelineRunner::Inflight {
   std::map<Key, Incoming> output_grads;  // the gradient of a stage's output
   std::map<Key, Tensor> stage_inputs;    // the input leaf each forward ran on (backward reads its grad)
   std::map<Key, Tensor> outputs;         // a forward's output (the loss on the last stage)
+  std::map<Key, runtime::autograd::DeferredBackward> weight_work;  // BackwardInput's rest
   std::vector<Work> sends;
   Tensor loss_sum;
   // Evaluation (forward_only): no autograd, nothing kept for a backward, this loss.
@@ -157,18 +158,22 @@ void PipelineRunner::run_backward(const Action& action, Inflight& state) {
   const int64_t s = action.stage, m = action.microbatch;
   const int64_t last = schedule_.num_stages() - 1;
   auto out = state.outputs.find({s, m});
-  MT_CHECK(out != state.outputs.end(), "PipelineRunner: backward of stage ", s, ", micro-batch ",
-           m, " before its forward");
-  Tensor grad;
-  if (s != last) grad = take(state.output_grads, {s, m}, "output gradient");
+  MT_CHECK(out != state.outputs.end(), "PipelineRunner: ", to_string(action),
+           " before its forward");
+  std::vector<Tensor> grad;  // none for the loss
+  if (s != last) grad.push_back(take(state.output_grads, {s, m}, "output gradient"));
   const auto t0 = Clock::now();
-  if (s == last) {
-    runtime::autograd::backward({out->second});
+  Tensor input = state.stage_inputs.at({s, m});
+  if (action.kind == ActionKind::Backward) {
+    runtime::autograd::backward({out->second}, grad);
   } else {
-    runtime::autograd::backward({out->second}, {grad});
+    // Zero bubble: the input's gradient now, the weights' at this (stage, micro-batch)'s
+    // BackwardWeight. Stage 0's input (tokens) has none: all of it is weight work.
+    std::vector<Tensor> inputs;
+    if (s > 0) inputs.push_back(input);
+    state.weight_work[{s, m}] = runtime::autograd::backward_input({out->second}, grad, inputs);
   }
   state.outputs.erase(out);
-  Tensor input = state.stage_inputs.at({s, m});
   state.stage_inputs.erase({s, m});
   if (s > 0) {
     Tensor gx = input.grad();
@@ -185,13 +190,24 @@ void PipelineRunner::run_backward(const Action& action, Inflight& state) {
   timing_.busy_seconds += seconds_since(t0);
 }
 
+void PipelineRunner::run_backward_weight(const Action& action, Inflight& state) {
+  auto it = state.weight_work.find({action.stage, action.microbatch});
+  MT_CHECK(it != state.weight_work.end(), "PipelineRunner: ", to_string(action),
+           " before its BackwardInput");
+  const auto t0 = Clock::now();
+  runtime::autograd::backward_weight(std::move(it->second));
+  state.weight_work.erase(it);
+  timing_.busy_seconds += seconds_since(t0);
+}
+
 Tensor PipelineRunner::step(const std::vector<Tensor>& inputs) {
   const auto t0 = Clock::now();
   timing_ = {};
   Inflight state;
   run_actions(schedule_.ranks.at(size_t(group_->rank())), inputs, state);
-  MT_CHECK(state.outputs.empty() && state.stage_inputs.empty(), "PipelineRunner: ",
-           state.outputs.size(), " forwards of rank ", group_->rank(), " had no backward");
+  MT_CHECK(state.outputs.empty() && state.stage_inputs.empty() && state.weight_work.empty(),
+           "PipelineRunner: ", state.outputs.size(), " forwards of rank ", group_->rank(),
+           " had no backward, ", state.weight_work.size(), " no BackwardWeight");
   timing_.step_seconds = seconds_since(t0);
   return state.loss_sum;
 }
@@ -219,11 +235,9 @@ void PipelineRunner::run_actions(const std::vector<Action>& actions,
     const Action& a = actions[i];
     switch (a.kind) {
       case ActionKind::Forward: run_forward(a, inputs, state); break;
-      case ActionKind::Backward: run_backward(a, state); break;
-      case ActionKind::BackwardInput:
-      case ActionKind::BackwardWeight:
-        MT_FAIL("PipelineRunner: ", action_kind_name(a.kind), " (the zero-bubble split backward) is "
-                "not built; run the schedule's actions as full Backward ones");
+      case ActionKind::Backward:
+      case ActionKind::BackwardInput: run_backward(a, state); break;
+      case ActionKind::BackwardWeight: run_backward_weight(a, state); break;
     }
   }
   for (const Work& w : state.sends) w.wait();

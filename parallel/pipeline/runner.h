@@ -12,7 +12,11 @@
 //   (micro-batch, stage, direction).
 // - Stages on the same rank (pp = 1 with several virtual stages) hand tensors over in memory.
 // - A stage's received input is a leaf that requires grad; its gradient is what the Backward
-//   sends back. Parameters accumulate their gradients over the micro-batches, as autograd does
+//   (or BackwardInput) sends back. Zero-bubble schedules split each backward: BackwardInput runs
+//   autograd::backward_input (the input's gradient only) and BackwardWeight the rest
+//   (autograd::backward_weight), which holds the micro-batch's saved tensors until then. FSDP's
+//   hooks across a backward split around other micro-batches' forwards are not built: the
+//   trainer runs zero bubble on unsharded stages only. Parameters accumulate their gradients over the micro-batches, as autograd does
 //   (FSDP's hooks reduce them as for gradient accumulation).
 // - The losses: `loss(output, microbatch)` on the last stage gives the micro-batch's loss as the
 //   caller wants it differentiated (the trainer's sum / global token count); step() returns their
@@ -96,7 +100,9 @@ class PipelineRunner {
   // Runs `actions` (this rank's, or their Forward ones), then waits for the sends.
   void run_actions(const std::vector<Action>& actions, const std::vector<Tensor>& inputs,
                    Inflight& state);
+  // Backward, or BackwardInput (the zero-bubble split: runtime/autograd/engine.h).
   void run_backward(const Action& action, Inflight& state);
+  void run_backward_weight(const Action& action, Inflight& state);
 
   PipelineSchedule schedule_;
   std::shared_ptr<ProcessGroup> group_;

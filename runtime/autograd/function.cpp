@@ -1,5 +1,6 @@
 #include "runtime/autograd/function.h"
 
+#include "runtime/autograd/edge_mask.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/factory.h"
 
@@ -60,7 +61,8 @@ std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>&& grads) {
     }
   }
   args.needs_input_grad.resize(next_edges().size());
-  for (size_t i = 0; i < next_edges().size(); ++i) args.needs_input_grad[i] = needs_input_grad(i);
+  for (size_t i = 0; i < next_edges().size(); ++i)
+    args.needs_input_grad[i] = needs_input_grad(i) && EdgeMaskScope::passes(next_edges()[i]);
   std::vector<Tensor> result = fn_(args);
   MT_CHECK(result.size() == next_edges().size(), "backward of '", name_, "' returned ",
            result.size(), " gradients for ", next_edges().size(), " inputs");
