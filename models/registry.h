@@ -89,7 +89,9 @@ struct ModelSpec {
   std::function<Tensor(runtime::nn::Module& stage, const Tensor& input)> stage_forward;
   std::function<std::vector<int64_t>(int64_t batch, int64_t seq)> hidden_shape;
   // Optional: after each optimizer step (MoE load balancing). all_reduce_sum sums a tensor over
-  // the data-parallel ranks. Returns metrics to log (name -> value).
+  // the data-parallel ranks. Returns metrics to log (name -> value). A metric that is a mean
+  // over layers also reports each layer as <name>_layer<i>: under pipeline parallelism the hook
+  // runs on each stage, and the trainer recomputes <name> from every stage's layer values.
   std::function<std::map<std::string, double>(runtime::nn::Module&,
                                               const std::function<void(Tensor&)>& all_reduce_sum)>
       after_optimizer_step;

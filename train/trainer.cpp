@@ -715,15 +715,48 @@ Trainer::StepValues Trainer::train_step() {
   }
   optimizer_->step(clip_scale);
   scheduler_->step();
-  if (spec_->after_optimizer_step) {  // e.g. MoE load balancing, with counts summed over ranks
-    values.model_metrics = spec_->after_optimizer_step(*model_, [this](Tensor& t) {
-      if (world_size() == 1) return;
-      Tensor host = t.device().is_cpu() ? t : t.to(runtime::Device::cpu());
-      world_->all_reduce(host, parallel::ReduceOp::Sum, "train.model_counts");
-      if (!t.device().is_cpu()) t.copy_(host);
-    });
-  }
+  if (spec_->after_optimizer_step) values.model_metrics = after_optimizer_step();
   return values;
+}
+
+std::map<std::string, double> Trainer::after_optimizer_step() {
+  // Counts are summed over the ranks holding the same layers: every rank, or with a pipeline the
+  // data-parallel ranks of this stage (tp is 1 there).
+  parallel::ProcessGroup& holders = pp_ > 1 ? *dp_world_ : *world_;
+  const auto all_reduce_sum = [&holders](Tensor& t) {
+    if (holders.size() == 1) return;
+    Tensor host = t.device().is_cpu() ? t : t.to(runtime::Device::cpu());
+    holders.all_reduce(host, parallel::ReduceOp::Sum, "train.model_counts");
+    if (!t.device().is_cpu()) t.copy_(host);
+  };
+  if (pp_ == 1) return spec_->after_optimizer_step(*model_, all_reduce_sum);
+  std::ostringstream mine;
+  mine << std::setprecision(17);
+  for (const auto& stage : stage_modules_)
+    for (const auto& [name, value] : spec_->after_optimizer_step(*stage, all_reduce_sum))
+      mine << name << '\t' << value << '\n';
+  // Every stage's metrics (ModelSpec::after_optimizer_step): a mean over layers is recomputed
+  // from the layers' values of all stages.
+  std::map<std::string, double> metrics;
+  for (const std::string& text :
+       parallel::all_gather_strings(*pp_group_, mine.str(), "train.model_metrics")) {
+    std::istringstream lines(text);
+    std::string name;
+    double value = 0;
+    while (std::getline(lines, name, '\t') && lines >> value) {
+      lines.ignore(1);
+      metrics[name] = value;
+    }
+  }
+  for (auto& [name, value] : metrics) {
+    double sum = 0;
+    int64_t layers = 0;
+    for (auto it = metrics.lower_bound(name + "_layer");
+         it != metrics.end() && it->first.starts_with(name + "_layer"); ++it, ++layers)
+      sum += it->second;
+    if (layers > 0) value = sum / double(layers);
+  }
+  return metrics;
 }
 
 void Trainer::read_steps(std::vector<StepValues>& unread, int64_t last_step,

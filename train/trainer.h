@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -153,6 +154,9 @@ class Trainer {
                                      const runtime::Tensor& labels) const;
   // One step's loss and gradient norm where the step left them (trainer.cpp).
   struct StepValues;
+  // The model's after_optimizer_step hook (MoE load balancing) on its layers, pipeline stages
+  // included; the metrics it returns (for the log).
+  std::map<std::string, double> after_optimizer_step();
   // One optimizer step. Its values stay where they are: on a GPU the host reads them only at a
   // logged step (read_steps), so it queues the next steps instead of waiting for each to end.
   StepValues train_step();

@@ -189,14 +189,7 @@ Transformer::Transformer(const ModelArgs& args, uint64_t seed, TensorOptions opt
   args.validate();
   MT_CHECK(runtime::is_floating(options.dtype),
            "llama Transformer: expected a floating parameter dtype, got ", options.dtype);
-  if (range_.end < 0) range_.end = args.n_layers;
-  MT_CHECK(0 <= range_.begin && range_.begin < range_.end && range_.end <= args.n_layers,
-           "llama Transformer: layer range [", range_.begin, ", ", range_.end,
-           ") is not a non-empty part of the model's ", args.n_layers, " layers");
-  MT_CHECK(is_whole() || !args.tie_embeddings,
-           "llama Transformer: tied embeddings cannot be split into pipeline stages (the table is "
-           "both the first stage's embedding and the last stage's output); layer range [",
-           range_.begin, ", ", range_.end, ") of ", args.n_layers);
+  range_ = resolve_layer_range(range_, args.n_layers, args.tie_embeddings, "llama Transformer");
   options.requires_grad = false;
   register_rope_buffers(*this, rope_cos, rope_sin, args.head_dim(), args.max_seq_len,
                         args.rope_theta, args.rope_scaling, options);
@@ -244,6 +237,30 @@ void Transformer::check_tokens(const Tensor& tokens) const {
   check_token_batch(tokens, args_.max_seq_len, "llama Transformer");
 }
 
+LayerRange resolve_layer_range(LayerRange range, int64_t n_layers, bool tied_embeddings,
+                               const char* model) {
+  if (range.end < 0) range.end = n_layers;
+  MT_CHECK(0 <= range.begin && range.begin < range.end && range.end <= n_layers, model,
+           ": layer range [", range.begin, ", ", range.end, ") is not a non-empty part of the ",
+           "model's ", n_layers, " layers");
+  MT_CHECK(!tied_embeddings || (range.begin == 0 && range.end == n_layers), model,
+           ": tied embeddings cannot be split into pipeline stages (the table is both the first "
+           "stage's embedding and the last stage's output); layer range [",
+           range.begin, ", ", range.end, ") of ", n_layers);
+  return range;
+}
+
+void check_stage_input(const Tensor& input, bool tokens, int64_t dim, int64_t max_seq_len,
+                       const LayerRange& range, const char* model) {
+  if (tokens) return check_token_batch(input, max_seq_len, model);
+  MT_CHECK(input.defined() && input.dim() == 3 && input.size(2) == dim &&
+               runtime::is_floating(input.dtype()) && input.size(1) <= max_seq_len,
+           model, ": the pipeline stage of layers [", range.begin, ", ", range.end,
+           ") expected hidden states [B, T <= ", max_seq_len, ", ", dim,
+           "] of a floating dtype, got ", input.defined() ? input.shape() : runtime::Shape{},
+           input.defined() ? " " : "", input.defined() ? runtime::dtype_name(input.dtype()) : "");
+}
+
 void Transformer::check_whole(const char* what) const {
   MT_CHECK(is_whole(), "llama Transformer::", what, ": needs the whole model, this one is the "
            "pipeline stage of layers [", range_.begin, ", ", range_.end, ") of ", args_.n_layers);
@@ -256,16 +273,8 @@ Tensor Transformer::logits_from_hidden(const Tensor& h, bool f32_logits) {
 }
 
 Tensor Transformer::forward(const Tensor& input, bool f32_logits) {
-  if (tok_embeddings) {
-    check_tokens(input);
-  } else {
-    MT_CHECK(input.defined() && input.dim() == 3 && input.size(2) == args_.dim &&
-                 runtime::is_floating(input.dtype()) && input.size(1) <= args_.max_seq_len,
-             "llama Transformer: the pipeline stage of layers [", range_.begin, ", ", range_.end,
-             ") expected hidden states [B, T <= ", args_.max_seq_len, ", ", args_.dim,
-             "] of a floating dtype, got ", input.defined() ? input.shape() : runtime::Shape{},
-             input.defined() ? " " : "", input.defined() ? runtime::dtype_name(input.dtype()) : "");
-  }
+  check_stage_input(input, tok_embeddings != nullptr, args_.dim, args_.max_seq_len, range_,
+                    "llama Transformer");
   return call({input}, [this, f32_logits](const std::vector<Tensor>& in) {
     Tensor h = tok_embeddings ? (*tok_embeddings)(in[0]) : in[0];
     for (const auto& block : blocks) h = (*block)(h, rope_cos, rope_sin);

@@ -155,6 +155,15 @@ struct LayerRange {
   int64_t end = -1;
 };
 
+// Shared by the decoders in models/: `range` with end -1 resolved, checked against n_layers (a
+// non-empty part; not a partial one with tied embeddings); `model` names the model in errors.
+LayerRange resolve_layer_range(LayerRange range, int64_t n_layers, bool tied_embeddings,
+                               const char* model);
+// A stage's input: tokens (check_token_batch) when it holds the embeddings, else hidden states
+// [B, T <= max_seq_len, dim] of a floating dtype.
+void check_stage_input(const Tensor& input, bool tokens, int64_t dim, int64_t max_seq_len,
+                       const LayerRange& range, const char* model);
+
 class Transformer : public nn::Module {
  public:
   // Builds and initialises with init_weights(seed). options.dtype: the parameters' dtype. A

@@ -5,6 +5,7 @@
 #include "models/llama/hf_checkpoint.h"
 #include "models/llama/model.h"
 #include "models/llama/parallelize.h"
+#include "models/stage_spec.h"
 #include "runtime/core/error.h"
 
 namespace mt::models::llama {
@@ -36,22 +37,6 @@ ModelSpec spec_of(ModelArgs model_args, const std::string& flavor) {
     model->set_activation_checkpointing(ac);
     return model;
   };
-  spec.num_layers = [args] { return args().n_layers; };
-  spec.build_stage = [args](const BuildOptions& options, int64_t begin,
-                            int64_t end) -> std::shared_ptr<runtime::nn::Module> {
-    const auto ac = parse_activation_checkpointing(options.activation_checkpoint);
-    auto stage = std::make_shared<Transformer>(args(), options.seed,
-                                               TensorOptions{}.with_dtype(options.dtype),
-                                               LayerRange{begin, end});
-    stage->set_activation_checkpointing(ac);
-    return stage;
-  };
-  spec.stage_forward = [](runtime::nn::Module& stage, const Tensor& input) {
-    return as_llama(stage).stage_forward(input);
-  };
-  spec.hidden_shape = [args](int64_t batch, int64_t seq) {
-    return std::vector<int64_t>{batch, seq, args().dim};
-  };
   spec.forward = [](runtime::nn::Module& model, const Tensor& tokens) {
     return as_llama(model)(tokens);
   };
@@ -66,6 +51,7 @@ ModelSpec spec_of(ModelArgs model_args, const std::string& flavor) {
     return as_llama(model).loss_logits(tokens);
   };
   spec.parallelize = parallelize;
+  add_pipeline_stages<Transformer, ModelArgs>(spec, args);
   spec.check_tensor_parallel = [args](int64_t tp) { check_tensor_parallel(args(), tp); };
   spec.num_params = [args]() { return count_parameters(args()).total; };
   spec.flops_per_token = [args](int64_t seq_len) { return flops_per_token(args(), seq_len); };

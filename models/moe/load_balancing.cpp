@@ -41,7 +41,8 @@ std::map<std::string, double> update_expert_bias(
     }
     if (total > 0) {
       const double mean = total / double(e_count);
-      metrics["moe_load_imbalance_layer" + std::to_string(block)] = most / mean;
+      metrics["moe_load_imbalance_layer" + std::to_string(model.blocks[block]->layer_id)] =
+          most / mean;
       ratio_sum += most / mean;
       ++measured;
       if (coeff > 0) {

@@ -23,7 +23,8 @@ namespace mt::models::moe {
 
 // Returns metrics for the log (empty when no layer routed a token since the last reset):
 //   "moe_load_imbalance"            max / mean tokens per expert, averaged over the MoE layers
-//   "moe_load_imbalance_layer<i>"   the same for block i
+//   "moe_load_imbalance_layer<i>"   the same for block i (its index in the whole model, also
+//                                   on a pipeline stage)
 // (1 = perfectly balanced; E / top_k at worst, every token on the same top_k experts).
 std::map<std::string, double> update_expert_bias(
     Transformer& model, const std::function<void(Tensor&)>& all_reduce_sum);

@@ -59,20 +59,32 @@ std::vector<Tensor> TransformerBlock::forward(const Tensor& x, const Tensor& cos
   });
 }
 
-Transformer::Transformer(const ModelArgs& args, uint64_t seed, TensorOptions options)
+Transformer::Transformer(const ModelArgs& args, uint64_t seed, TensorOptions options,
+                         llama::LayerRange range)
     : nn::Module("Transformer"), args_(args) {
   args.validate();
   MT_CHECK(runtime::is_floating(options.dtype),
            "moe Transformer: expected a floating parameter dtype, got ", options.dtype);
+  range_ = llama::resolve_layer_range(range, args.n_layers, false, "moe Transformer");
   options.requires_grad = false;
   llama::register_rope_buffers(*this, rope_cos, rope_sin, args.head_dim(), args.max_seq_len,
                                args.rope_theta, std::nullopt, options);
 
-  tok_embeddings = register_module(
-      "tok_embeddings", std::make_shared<llama::InitEmbedding>(args.vocab_size, args.dim, options));
+  if (range_.begin == 0) {
+    tok_embeddings = register_module(
+        "tok_embeddings",
+        std::make_shared<llama::InitEmbedding>(args.vocab_size, args.dim, options));
+  }
   layers = register_module("layers", std::make_shared<nn::ModuleList>());
-  for (int64_t i = 0; i < args.n_layers; ++i) {
-    blocks.push_back(layers->push_back(std::make_shared<TransformerBlock>(i, args, options)));
+  for (int64_t i = range_.begin; i < range_.end; ++i) {
+    auto block = std::make_shared<TransformerBlock>(i, args, options);
+    // A stage's blocks keep their global index as name (ModuleList::push_back counts from 0).
+    blocks.push_back(is_whole() ? layers->push_back(block)
+                                : layers->register_module(std::to_string(i), block));
+  }
+  if (range_.end < args.n_layers) {
+    init_weights(seed);
+    return;
   }
   norm = register_module("norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
   const double out_std = 1.0 / std::sqrt(double(args.dim));
@@ -83,15 +95,31 @@ Transformer::Transformer(const ModelArgs& args, uint64_t seed, TensorOptions opt
 }
 
 Transformer::Output Transformer::forward_with_aux(const Tensor& tokens, bool f32_logits) {
-  llama::check_token_batch(tokens, args_.max_seq_len, "moe Transformer");
-  std::vector<Tensor> out = call_multi({tokens}, [this, f32_logits](const std::vector<Tensor>& in) {
-    Tensor h = (*tok_embeddings)(in[0]);
+  MT_CHECK(is_whole(), "moe Transformer: the pipeline stage of layers [", range_.begin, ", ",
+           range_.end, ") runs stage_forward, not the whole model's forward");
+  return forward_part(tokens, f32_logits);
+}
+
+Tensor Transformer::stage_forward(const Tensor& input) {
+  Output out = forward_part(input, false);
+  MT_CHECK(!out.aux_loss.defined(), "moe Transformer: the auxiliary loss (aux_loss_alpha = ",
+           args_.aux_loss_alpha, ") is not carried between pipeline stages yet; set it to 0 "
+           "(auxiliary-loss-free load balancing still runs) or pipeline_parallel_degree = 1");
+  return out.logits;
+}
+
+Transformer::Output Transformer::forward_part(const Tensor& input, bool f32_logits) {
+  llama::check_stage_input(input, tok_embeddings != nullptr, args_.dim, args_.max_seq_len, range_,
+                           "moe Transformer");
+  std::vector<Tensor> out = call_multi({input}, [this, f32_logits](const std::vector<Tensor>& in) {
+    Tensor h = tok_embeddings ? (*tok_embeddings)(in[0]) : in[0];
     Tensor aux;
     for (const auto& block : blocks) {
       std::vector<Tensor> o = block->forward(h, rope_cos, rope_sin);
       h = o[0];
       if (o.size() > 1) aux = aux.defined() ? runtime::add(aux, o[1]) : o[1];
     }
+    if (!output) return aux.defined() ? std::vector<Tensor>{h, aux} : std::vector<Tensor>{h};
     Tensor logits = (*output)((*norm)(h));
     const DType dt = logits.dtype();
     if (f32_logits && (dt == DType::BF16 || dt == DType::F16)) logits = logits.to(DType::F32);
@@ -101,8 +129,7 @@ Transformer::Output Transformer::forward_with_aux(const Tensor& tokens, bool f32
 }
 
 void Transformer::set_activation_checkpointing(llama::ActivationCheckpointing ac) {
-  for (size_t i = 0; i < blocks.size(); ++i)
-    ac.apply(*blocks[i], int64_t(i));
+  for (const auto& block : blocks) ac.apply(*block, block->layer_id);
 }
 
 std::vector<std::shared_ptr<MoE>> Transformer::moe_layers() const {

@@ -58,7 +58,10 @@ class TransformerBlock : public nn::Module {
 class Transformer : public nn::Module {
  public:
   // Builds and initialises with init_weights(seed). options.dtype: the parameters' dtype.
-  explicit Transformer(const ModelArgs& args, uint64_t seed = 0, TensorOptions options = {});
+  // `range`: a pipeline stage's blocks alone (llama::LayerRange; the embeddings on the first
+  // stage, the final norm and output on the last), with the whole model's FQNs and values.
+  explicit Transformer(const ModelArgs& args, uint64_t seed = 0, TensorOptions options = {},
+                       llama::LayerRange range = {});
 
   struct Output {
     Tensor logits;    // [B, T, V]
@@ -70,6 +73,12 @@ class Transformer : public nn::Module {
   Output forward_with_aux(const Tensor& tokens, bool f32_logits = true);
   // The logits alone.
   Tensor operator()(const Tensor& tokens) { return forward_with_aux(tokens).logits; }
+  // A pipeline stage's forward (see llama's Transformer::stage_forward): tokens or the previous
+  // stage's hidden states -> hidden states, or logits in the compute dtype on the last stage.
+  // The auxiliary loss is not carried between stages: a stage with one throws.
+  Tensor stage_forward(const Tensor& input);
+  const llama::LayerRange& layer_range() const { return range_; }
+  bool is_whole() const { return range_.begin == 0 && range_.end == args_.n_layers; }
 
   // The TransformerBlocks `ac` names run under activation checkpointing; the others do not.
   void set_activation_checkpointing(llama::ActivationCheckpointing ac);
@@ -79,15 +88,20 @@ class Transformer : public nn::Module {
 
   const ModelArgs& args() const { return args_; }
 
+  // Null where a pipeline stage does not hold them.
   std::shared_ptr<llama::InitEmbedding> tok_embeddings;
-  std::shared_ptr<nn::ModuleList> layers;
+  std::shared_ptr<nn::ModuleList> layers;  // children named by global index
   std::vector<std::shared_ptr<TransformerBlock>> blocks;  // the same modules as `layers`, typed
   std::shared_ptr<nn::RMSNorm> norm;
   std::shared_ptr<llama::InitLinear> output;
   Tensor rope_cos, rope_sin;  // non-persistent buffers
 
  private:
+  // The forward of the blocks held (tokens or hidden states in; logits or hidden states out).
+  Output forward_part(const Tensor& input, bool f32_logits);
+
   ModelArgs args_;
+  llama::LayerRange range_;
 };
 
 }  // namespace mt::models::moe

@@ -5,6 +5,7 @@
 #include "models/moe/load_balancing.h"
 #include "models/moe/model.h"
 #include "models/moe/parallelize.h"
+#include "models/stage_spec.h"
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/elementwise.h"
@@ -69,6 +70,7 @@ ModelSpec make_model_spec(const std::string& flavor) {
     return as_moe(model).forward_with_aux(tokens, false).logits;  // no aux loss under TP
   };
   spec.parallelize = &parallelize;
+  add_pipeline_stages<Transformer, ModelArgs>(spec, args);
   spec.check_tensor_parallel = [args](int64_t tp) { check_tensor_parallel(args(), tp); };
   spec.after_optimizer_step = [](runtime::nn::Module& model,
                                  const std::function<void(Tensor&)>& all_reduce_sum) {

@@ -1,8 +1,8 @@
 // Pipeline parallelism in the Trainer on real ranks (mpirun -np 2 and -np 4): an 8-block Llama
-// split into stages trains with the losses, gradient norms and validation losses of one process
-// under every schedule (pp = all ranks, and on 4 ranks pp 2 x FSDP 2); checkpoints saved with
-// one pipeline degree resume under another; settings that cannot run are errors on every rank
-// before any work.
+// (and an 8-block MoE) split into stages trains with the losses, gradient norms and validation
+// losses of one process under every schedule (pp = all ranks, and on 4 ranks pp 2 x FSDP 2);
+// zero bubble equals interleaved 1F1B bitwise; checkpoints saved with one pipeline degree resume
+// under another; settings that cannot run are errors on every rank before any work.
 #include <gtest/gtest.h>
 
 #include <any>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "models/llama/model_args.h"
+#include "models/moe/model_args.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/core/error.h"
 #include "tests/testing/mpi_fixtures.h"
@@ -41,6 +42,12 @@ void eight_layers(std::any& args) {
   std::any_cast<models::llama::ModelArgs&>(args).n_layers = 8;
 }
 
+// shrink_moe with 8 blocks (the first dense, 7 MoE).
+void eight_moe_layers(std::any& args) {
+  testing::shrink_moe(args);
+  std::any_cast<models::moe::ModelArgs&>(args).n_layers = 8;
+}
+
 // 8 sequences of 32 tokens per step over the data-parallel ranks, 10 steps, validated at 5, 10.
 config::JobConfig job(const fs::path& corpus, const fs::path& dump, int64_t local_batch,
                       std::vector<std::string> extra = {}) {
@@ -67,9 +74,10 @@ config::JobConfig job(const fs::path& corpus, const fs::path& dump, int64_t loca
   return config::load_config(fs::path(), args);
 }
 
-TrainResult run(const config::JobConfig& cfg, std::shared_ptr<ProcessGroup> group) {
+TrainResult run(const config::JobConfig& cfg, std::shared_ptr<ProcessGroup> group,
+                std::function<void(std::any&)> edit = eight_layers) {
   TrainerOptions options;
-  options.edit_model_args = eight_layers;
+  options.edit_model_args = std::move(edit);
   options.quiet = true;
   options.handle_signals = false;
   options.write_files = false;
@@ -203,6 +211,44 @@ TEST(TrainerPipelineMpi, CheckpointsReshardAcrossPipelineDegrees) {
     const fs::path dump = shared_dir("fsdp_ckpt");
     const TrainResult straight = run(job(corpus, dump, 8 / w, ckpt), world());
     expect_resumes(corpus, dump, straight, int(w), 8, pp_args(w, "GPipe", 2));
+  }
+}
+
+// The MoE model: its stages' load-balancing counts are summed over each stage's data-parallel
+// ranks, and the model-wide load imbalance is gathered from every stage.
+TEST(TrainerPipelineMpi, MoeMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t w = world()->size();
+  const std::vector<std::string> moe = {"--model.name=deepseek_v3", "--model.flavor=moe_debug"};
+  const auto moe_args = [&](std::vector<std::string> more) {
+    more.insert(more.end(), moe.begin(), moe.end());
+    return more;
+  };
+  std::shared_ptr<ProcessGroup> self = world()->split(world()->rank(), 0);
+  const TrainResult want =
+      run(job(corpus, shared_dir("moe_ref") / std::to_string(world()->rank()), 8, moe), self,
+          eight_moe_layers);
+  std::vector<std::pair<std::string, TrainResult>> runs;
+  for (const std::string schedule :
+       {"GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble"}) {
+    runs.emplace_back(schedule, run(job(corpus, shared_dir("moe_" + schedule), 8,
+                                        pp_args(w, schedule, 2, moe_args({}))),
+                                    world(), eight_moe_layers));
+  }
+  if (w == 4) {
+    runs.emplace_back("pp 2 x FSDP 2", run(job(corpus, shared_dir("moe_pp_fsdp"), 4,
+                                               pp_args(2, "1F1B", 1, moe_args({}))),
+                                           world(), eight_moe_layers));
+  }
+  for (const auto& [name, got] : runs) {
+    SCOPED_TRACE(name);
+    expect_same_run(got, want);
+    for (size_t i = 0; i < want.losses.size(); ++i) {
+      ASSERT_TRUE(want.model_metrics[i].count("moe_load_imbalance")) << "step " << i + 1;
+      EXPECT_NEAR(got.model_metrics[i].at("moe_load_imbalance"),
+                  want.model_metrics[i].at("moe_load_imbalance"), 1e-9)
+          << "step " << i + 1;
+    }
   }
 }
 

@@ -1,0 +1,39 @@
+// ModelSpec's pipeline hooks (num_layers, build_stage, stage_forward, hidden_shape: registry.h)
+// for a decoder whose Transformer takes a llama::LayerRange and has stage_forward, as llama's and
+// the MoE model's do. Shared by their specs.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "models/llama/model.h"
+#include "models/registry.h"
+#include "runtime/core/error.h"
+
+namespace mt::models {
+
+template <class Model, class Args>
+void add_pipeline_stages(ModelSpec& spec, std::function<const Args&()> args) {
+  spec.num_layers = [args] { return args().n_layers; };
+  spec.build_stage = [args](const BuildOptions& options, int64_t begin,
+                            int64_t end) -> std::shared_ptr<runtime::nn::Module> {
+    const auto ac = llama::parse_activation_checkpointing(options.activation_checkpoint);
+    auto stage = std::make_shared<Model>(args(), options.seed,
+                                         runtime::TensorOptions{}.with_dtype(options.dtype),
+                                         llama::LayerRange{begin, end});
+    stage->set_activation_checkpointing(ac);
+    return stage;
+  };
+  spec.stage_forward = [name = spec.name](runtime::nn::Module& stage, const Tensor& input) {
+    auto* model = dynamic_cast<Model*>(&stage);
+    MT_CHECK(model != nullptr, name, " spec: expected a pipeline stage of the model, got a ",
+             "module of type ", stage.type_name());
+    return model->stage_forward(input);
+  };
+  spec.hidden_shape = [args](int64_t batch, int64_t seq) {
+    return std::vector<int64_t>{batch, seq, args().dim};
+  };
+}
+
+}  // namespace mt::models
