@@ -5,6 +5,8 @@
 
 #include <climits>
 #include <cmath>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "parallel/comm/comm_trace.h"
@@ -223,6 +225,45 @@ TEST(MpiProcessGroup, SendRecvRing) {
     sent.wait();
     auto g = got.to_vector<double>();
     for (int i = 0; i < 15; ++i) EXPECT_EQ(g[size_t(i)], value(prev, i)) << d << " i=" << i;
+  }
+}
+
+// isend / irecv (pipeline stages): every rank sends 4 MB (past MPI's eager limit: a blocking send
+// would wait for its receive) to both neighbours before receiving from them, so blocking sends
+// would deadlock; posted ones do not. Then in chunks of 3 elements, and a receive expecting more
+// elements than arrive names what it got.
+TEST(MpiProcessGroup, PostedSendsAndReceivesCrossWithoutDeadlock) {
+  const int R = world().rank(), W = world().size();
+  const int next = (R + 1) % W, prev = (R + W - 1) % W;
+  for (int64_t n : {int64_t(1) << 20, int64_t(11)}) {
+    std::optional<ChunkLimit> chunks;
+    if (n == 11) chunks.emplace(3);
+    Tensor to_next =
+        make(n, {n}, DType::F32, [&](int64_t i) { return 1000.0 * R + double(i % 997); });
+    Tensor to_prev =
+        make(n, {n}, DType::F32, [&](int64_t i) { return -1000.0 * R - double(i % 991); });
+    Tensor from_prev = runtime::zeros({n}, {DType::F32});
+    Tensor from_next = runtime::zeros({n}, {DType::F32});
+    std::vector<Work> works = {world().isend(to_next, next, 21, "cross_next"),
+                               world().isend(to_prev, prev, 22, "cross_prev"),
+                               world().irecv(from_prev, prev, 21, "cross_from_prev"),
+                               world().irecv(from_next, next, 22, "cross_from_next")};
+    for (const Work& w : works) w.wait();
+    for (const Work& w : works) EXPECT_TRUE(w.is_completed());
+    const auto p = from_prev.to_vector<double>(), q = from_next.to_vector<double>();
+    for (int64_t i = 0; i < n; i += 4099) {
+      EXPECT_EQ(p[size_t(i)], 1000.0 * prev + double(i % 997)) << "n=" << n << " i=" << i;
+      EXPECT_EQ(q[size_t(i)], -1000.0 * next - double(i % 991)) << "n=" << n << " i=" << i;
+    }
+  }
+  Work sent = world().isend(runtime::zeros({2}, {DType::F32}), next, 23, "short");
+  Work got = world().irecv(runtime::zeros({4}, {DType::F32}), prev, 23, "short");
+  sent.wait();
+  try {
+    got.wait();
+    ADD_FAILURE() << "expected an error";
+  } catch (const mt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected 4 elements"), std::string::npos) << e.what();
   }
 }
 
