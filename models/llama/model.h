@@ -164,6 +164,21 @@ LayerRange resolve_layer_range(LayerRange range, int64_t n_layers, bool tied_emb
 void check_stage_input(const Tensor& input, bool tokens, int64_t dim, int64_t max_seq_len,
                        const LayerRange& range, const char* model);
 
+// Registers make(i) for each block i of `range` in `layers`, named by its global index (as the
+// whole model's ModuleList numbers them), and returns them typed.
+template <class Block, class Make>
+std::vector<std::shared_ptr<Block>> build_blocks(nn::ModuleList& layers, const LayerRange& range,
+                                                 Make&& make) {
+  std::vector<std::shared_ptr<Block>> blocks;
+  for (int64_t i = range.begin; i < range.end; ++i) {
+    std::shared_ptr<Block> block = make(i);
+    // push_back counts from 0: a later stage names its blocks itself.
+    blocks.push_back(range.begin == 0 ? layers.push_back(block)
+                                      : layers.register_module(std::to_string(i), block));
+  }
+  return blocks;
+}
+
 class Transformer : public nn::Module {
  public:
   // Builds and initialises with init_weights(seed). options.dtype: the parameters' dtype. A

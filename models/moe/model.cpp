@@ -76,12 +76,9 @@ Transformer::Transformer(const ModelArgs& args, uint64_t seed, TensorOptions opt
         std::make_shared<llama::InitEmbedding>(args.vocab_size, args.dim, options));
   }
   layers = register_module("layers", std::make_shared<nn::ModuleList>());
-  for (int64_t i = range_.begin; i < range_.end; ++i) {
-    auto block = std::make_shared<TransformerBlock>(i, args, options);
-    // A stage's blocks keep their global index as name (ModuleList::push_back counts from 0).
-    blocks.push_back(is_whole() ? layers->push_back(block)
-                                : layers->register_module(std::to_string(i), block));
-  }
+  blocks = llama::build_blocks<TransformerBlock>(*layers, range_, [&](int64_t i) {
+    return std::make_shared<TransformerBlock>(i, args, options);
+  });
   if (range_.end < args.n_layers) {
     init_weights(seed);
     return;

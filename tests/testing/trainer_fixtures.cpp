@@ -13,6 +13,40 @@
 
 namespace mt::testing {
 
+train::TrainerOptions quiet_trainer_options(std::function<void(std::any&)> edit,
+                                            std::shared_ptr<parallel::ProcessGroup> world) {
+  train::TrainerOptions options;
+  options.edit_model_args = std::move(edit);
+  options.quiet = true;
+  options.handle_signals = false;
+  options.write_files = false;
+  options.sample_tokens = 0;
+  options.world = std::move(world);
+  return options;
+}
+
+std::vector<std::string> short_run_flags(const std::filesystem::path& corpus,
+                                         const std::filesystem::path& tokenizer,
+                                         const std::filesystem::path& dump, int64_t local_batch) {
+  return {
+      "--job.dump_folder=" + dump.string(),
+      "--model.tokenizer_path=" + tokenizer.string(),
+      "--training.dataset_path=" + corpus.string(),
+      "--training.local_batch_size=" + std::to_string(local_batch),
+      "--training.global_batch_size=8",
+      "--training.seq_len=32",
+      "--training.steps=10",
+      "--training.seed=3",
+      "--training.max_norm=0.5",
+      "--training.mixed_precision_param=float32",
+      "--optimizer.lr=1e-2",
+      "--lr_scheduler.warmup_steps=1",
+      "--validation.enable=true",
+      "--validation.freq=5",
+      "--validation.steps=2",
+  };
+}
+
 void save_small_tokenizer(const std::filesystem::path& corpus, const std::filesystem::path& dir) {
   std::ifstream in(corpus, std::ios::binary);
   std::string text(200000, '\0');

@@ -5,10 +5,27 @@
 #include <any>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "models/llama/model_args.h"
+#include "train/trainer.h"
 
 namespace mt::testing {
+
+// TrainerOptions for tests: no log, no files, no signal handlers, no end-of-run sample; `edit`
+// shrinks the model (edit_model_args); `world`: the ranks (null: the launch's).
+train::TrainerOptions quiet_trainer_options(std::function<void(std::any&)> edit,
+                                            std::shared_ptr<parallel::ProcessGroup> world = nullptr);
+
+// The flags of the multi-rank trainer tests' short run: `corpus` tokenized with `tokenizer`,
+// `local_batch` sequences of 32 tokens per rank, 8 per step, 10 steps (seed 3, lr 1e-2, max norm
+// 0.5, warm-up 1) in float32, validated at steps 5 and 10 (2 batches), into `dump`.
+std::vector<std::string> short_run_flags(const std::filesystem::path& corpus,
+                                         const std::filesystem::path& tokenizer,
+                                         const std::filesystem::path& dump, int64_t local_batch);
 
 // Trains a 512-token BPE tokenizer on the first 200 kB of `corpus` and saves it into `dir`.
 void save_small_tokenizer(const std::filesystem::path& corpus, const std::filesystem::path& dir);

@@ -65,17 +65,11 @@ config::JobConfig job(const fs::path& corpus, const fs::path& dump, int64_t loca
 
 TrainResult run(const config::JobConfig& cfg, std::shared_ptr<ProcessGroup> group,
                int64_t num_experts = 8) {
-  TrainerOptions options;
-  options.edit_model_args = [num_experts](std::any& args) {
+  const auto shrink = [num_experts](std::any& args) {
     testing::shrink_moe(args);
     std::any_cast<models::moe::ModelArgs&>(args).n_routed_experts = num_experts;
   };
-  options.quiet = true;
-  options.handle_signals = false;
-  options.write_files = false;
-  options.sample_tokens = 0;
-  options.world = std::move(group);
-  return Trainer(cfg, options).train();
+  return Trainer(cfg, testing::quiet_trainer_options(shrink, std::move(group))).train();
 }
 
 // One process (a group of this rank alone), 8 sequences per step.

@@ -101,13 +101,7 @@ Names job_args(const Inputs& in, const fs::path& dump, const Names& extra = {}) 
 }
 
 TrainerOptions quiet_options(EditArgs edit) {
-  TrainerOptions options;
-  options.edit_model_args = std::move(edit);
-  options.quiet = true;
-  options.handle_signals = false;
-  options.write_files = false;
-  options.sample_tokens = 0;
-  return options;
+  return testing::quiet_trainer_options(std::move(edit));
 }
 
 // Trains the job in this process; `edit` shrinks the model (nullptr: the debug model as is).

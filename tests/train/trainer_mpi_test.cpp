@@ -50,23 +50,8 @@ fs::path small_tokenizer(const fs::path& corpus) {
 
 config::JobConfig job(const fs::path& corpus, const fs::path& dump, int64_t local_batch,
                       std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {
-      "--job.dump_folder=" + dump.string(),
-      "--model.tokenizer_path=" + small_tokenizer(corpus).string(),
-      "--training.dataset_path=" + corpus.string(),
-      "--training.local_batch_size=" + std::to_string(local_batch),
-      "--training.global_batch_size=8",
-      "--training.seq_len=32",
-      "--training.steps=10",
-      "--training.seed=3",
-      "--training.max_norm=0.5",
-      "--training.mixed_precision_param=float32",
-      "--optimizer.lr=1e-2",
-      "--lr_scheduler.warmup_steps=1",
-      "--validation.enable=true",
-      "--validation.freq=5",
-      "--validation.steps=2",
-  };
+  std::vector<std::string> args =
+      testing::short_run_flags(corpus, small_tokenizer(corpus), dump, local_batch);
   args.insert(args.end(), extra.begin(), extra.end());
   return config::load_config(fs::path(), args);
 }
@@ -74,13 +59,9 @@ config::JobConfig job(const fs::path& corpus, const fs::path& dump, int64_t loca
 TrainResult run(const config::JobConfig& cfg, std::shared_ptr<ProcessGroup> group,
                 int64_t sample_tokens = 0,
                 std::function<void(std::any&)> edit_model_args = testing::shrink_llama) {
-  TrainerOptions options;
-  options.edit_model_args = std::move(edit_model_args);
-  options.quiet = true;
-  options.handle_signals = false;
-  options.write_files = false;
+  TrainerOptions options =
+      testing::quiet_trainer_options(std::move(edit_model_args), std::move(group));
   options.sample_tokens = sample_tokens;
-  options.world = std::move(group);
   return Trainer(cfg, options).train();
 }
 

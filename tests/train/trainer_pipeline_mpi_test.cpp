@@ -53,37 +53,14 @@ config::JobConfig job(const fs::path& corpus, const fs::path& dump, int64_t loca
                       std::vector<std::string> extra = {}) {
   static const fs::path tokenizer =
       testing::shared_small_tokenizer(*world(), "mt_pipeline_mpi", corpus);
-  std::vector<std::string> args = {
-      "--job.dump_folder=" + dump.string(),
-      "--model.tokenizer_path=" + tokenizer.string(),
-      "--training.dataset_path=" + corpus.string(),
-      "--training.local_batch_size=" + std::to_string(local_batch),
-      "--training.global_batch_size=8",
-      "--training.seq_len=32",
-      "--training.steps=10",
-      "--training.seed=3",
-      "--training.max_norm=0.5",
-      "--training.mixed_precision_param=float32",
-      "--optimizer.lr=1e-2",
-      "--lr_scheduler.warmup_steps=1",
-      "--validation.enable=true",
-      "--validation.freq=5",
-      "--validation.steps=2",
-  };
+  std::vector<std::string> args = testing::short_run_flags(corpus, tokenizer, dump, local_batch);
   args.insert(args.end(), extra.begin(), extra.end());
   return config::load_config(fs::path(), args);
 }
 
 TrainResult run(const config::JobConfig& cfg, std::shared_ptr<ProcessGroup> group,
                 std::function<void(std::any&)> edit = eight_layers) {
-  TrainerOptions options;
-  options.edit_model_args = std::move(edit);
-  options.quiet = true;
-  options.handle_signals = false;
-  options.write_files = false;
-  options.sample_tokens = 0;
-  options.world = std::move(group);
-  return Trainer(cfg, options).train();
+  return Trainer(cfg, testing::quiet_trainer_options(std::move(edit), std::move(group))).train();
 }
 
 const TrainResult& reference(const fs::path& corpus) {
