@@ -1,5 +1,7 @@
 #include "tests/testing/trainer_fixtures.h"
 
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <string>
 
@@ -23,6 +25,21 @@ train::TrainerOptions quiet_trainer_options(std::function<void(std::any&)> edit,
   options.sample_tokens = 0;
   options.world = std::move(world);
   return options;
+}
+
+void expect_same_run(const train::TrainResult& got, const train::TrainResult& want) {
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (size_t i = 0; i < want.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], want.losses[i], 2e-5 * want.losses[i]) << "step " << i + 1;
+    EXPECT_NEAR(got.grad_norms[i], want.grad_norms[i], 2e-5 * want.grad_norms[i])
+        << "step " << i + 1;
+  }
+  ASSERT_EQ(got.val_losses.size(), want.val_losses.size());
+  for (size_t i = 0; i < want.val_losses.size(); ++i) {
+    EXPECT_EQ(got.val_losses[i].first, want.val_losses[i].first);
+    EXPECT_NEAR(got.val_losses[i].second, want.val_losses[i].second, 2e-5);
+  }
+  EXPECT_LT(want.losses.back(), want.losses.front() - 0.5);  // it trains
 }
 
 std::vector<std::string> short_run_flags(const std::filesystem::path& corpus,

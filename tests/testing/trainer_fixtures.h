@@ -23,6 +23,11 @@ train::TrainerOptions quiet_trainer_options(std::function<void(std::any&)> edit,
 // The flags of the multi-rank trainer tests' short run: `corpus` tokenized with `tokenizer`,
 // `local_batch` sequences of 32 tokens per rank, 8 per step, 10 steps (seed 3, lr 1e-2, max norm
 // 0.5, warm-up 1) in float32, validated at steps 5 and 10 (2 batches), into `dump`.
+// A run against a reference one (N ranks against one process): losses and gradient norms to
+// 2e-5 relative (float reduction order), validation losses to 2e-5, and the reference trains
+// (its last loss at least 0.5 below its first).
+void expect_same_run(const train::TrainResult& got, const train::TrainResult& want);
+
 std::vector<std::string> short_run_flags(const std::filesystem::path& corpus,
                                          const std::filesystem::path& tokenizer,
                                          const std::filesystem::path& dump, int64_t local_batch);

@@ -74,26 +74,11 @@ const TrainResult& reference(const fs::path& corpus) {
   return r;
 }
 
-void expect_same_run(const TrainResult& got, const TrainResult& want) {
-  ASSERT_EQ(got.losses.size(), want.losses.size());
-  for (size_t i = 0; i < want.losses.size(); ++i) {
-    EXPECT_NEAR(got.losses[i], want.losses[i], 2e-5 * want.losses[i]) << "step " << i + 1;
-    EXPECT_NEAR(got.grad_norms[i], want.grad_norms[i], 2e-5 * want.grad_norms[i])
-        << "step " << i + 1;
-  }
-  ASSERT_EQ(got.val_losses.size(), want.val_losses.size());
-  for (size_t i = 0; i < want.val_losses.size(); ++i) {
-    EXPECT_EQ(got.val_losses[i].first, want.val_losses[i].first);
-    EXPECT_NEAR(got.val_losses[i].second, want.val_losses[i].second, 2e-5);
-  }
-  EXPECT_LT(want.losses.back(), want.losses.front() - 0.5);  // it trains
-}
-
 TEST(TrainerMpi, FsdpMatchesOneProcess) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const int64_t w = world()->size();
   // All ranks share one dump folder: rank 0 tokenizes the text, the others reuse its file.
-  expect_same_run(run(job(corpus, shared_dir("fsdp"), 8 / w), world()), reference(corpus));
+  testing::expect_same_run(run(job(corpus, shared_dir("fsdp"), 8 / w), world()), reference(corpus));
 }
 
 // Tied embeddings under FSDP: the table is one sharded parameter in both slots (embedding and
@@ -109,7 +94,7 @@ TEST(TrainerMpi, TiedEmbeddingsUnderFsdpMatchOneProcess) {
   const TrainResult one =
       run(job(corpus, shared_dir("tied_reference") / std::to_string(world()->rank()), 8), self,
           0, tied);
-  expect_same_run(run(job(corpus, shared_dir("tied"), 8 / w), world(), 0, tied), one);
+  testing::expect_same_run(run(job(corpus, shared_dir("tied"), 8 / w), world(), 0, tied), one);
   // Not the untied model's run: the tie is real.
   EXPECT_NE(one.losses.back(), reference(corpus).losses.back());
 }
@@ -133,7 +118,7 @@ TEST(TrainerMpi, HsdpAndGradientAccumulationMatchOneProcess) {
   if (world()->size() != 4) GTEST_SKIP() << "HSDP 2x2 needs 4 ranks";
   // 2 x 2 mesh, 1 sequence per rank and micro-batch, 2 micro-batches: global batch 8.
   // Validation batches are 1 x 4 ranks: 4 of them read the reference's 2 batches of 8.
-  expect_same_run(run(job(corpus, shared_dir("hsdp"), 1,
+  testing::expect_same_run(run(job(corpus, shared_dir("hsdp"), 1,
                           {"--parallelism.data_parallel_replicate_degree=2",
                            "--validation.steps=4"}),
                       world()),
@@ -358,14 +343,14 @@ TEST(TrainerMpi, TensorParallelMatchesOneProcess) {
   };
   for (const auto& [name, more] : variants) {
     SCOPED_TRACE(name);
-    expect_same_run(run(job(corpus, shared_dir(name), 8 / dp, tp_args(2, more)), world()),
+    testing::expect_same_run(run(job(corpus, shared_dir(name), 8 / dp, tp_args(2, more)), world()),
                     reference(corpus));
   }
   // The styles' hooks run again when a block is recomputed in backward, and gradients of
   // micro-batches accumulate (the sequence-parallel norms' all-reduces included).
   SCOPED_TRACE("activation checkpointing, 2 micro-batches");
   // (Validation batches are 4 sequences here: 4 of them read the reference's 2 of 8.)
-  expect_same_run(run(job(corpus, shared_dir("tp_ac_accum"), 4 / dp,
+  testing::expect_same_run(run(job(corpus, shared_dir("tp_ac_accum"), 4 / dp,
                           tp_args(2, {"--activation_checkpoint.mode=full",
                                       "--validation.steps=4"})),
                       world()),
@@ -391,7 +376,7 @@ TEST(TrainerMpi, TensorParallelInBf16TracksOneProcess) {
 TEST(TrainerMpi, HsdpTimesTensorParallelMatchesOneProcess) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   if (world()->size() != 4) GTEST_SKIP() << "HSDP 2 x TP 2 (dp_shard 1) needs 4 ranks";
-  expect_same_run(run(job(corpus, shared_dir("hsdp_tp"), 4,
+  testing::expect_same_run(run(job(corpus, shared_dir("hsdp_tp"), 4,
                           tp_args(2, {"--parallelism.data_parallel_replicate_degree=2",
                                       "--parallelism.data_parallel_shard_degree=1",
                                       "--validation.steps=2"})),

@@ -71,21 +71,6 @@ const TrainResult& reference(const fs::path& corpus) {
   return r;
 }
 
-// The bar is 1e-4; float reduction order alone (micro-batches summed in another order)
-// stays far below it.
-void expect_same_run(const TrainResult& got, const TrainResult& want) {
-  ASSERT_EQ(got.losses.size(), want.losses.size());
-  for (size_t i = 0; i < want.losses.size(); ++i) {
-    EXPECT_NEAR(got.losses[i], want.losses[i], 2e-5 * want.losses[i]) << "step " << i + 1;
-    EXPECT_NEAR(got.grad_norms[i], want.grad_norms[i], 2e-5 * want.grad_norms[i])
-        << "step " << i + 1;
-  }
-  ASSERT_EQ(got.val_losses.size(), want.val_losses.size());
-  for (size_t i = 0; i < want.val_losses.size(); ++i)
-    EXPECT_NEAR(got.val_losses[i].second, want.val_losses[i].second, 2e-5);
-  EXPECT_LT(want.losses.back(), want.losses.front() - 0.5);  // it trains
-}
-
 std::vector<std::string> pp_args(int64_t pp, const std::string& schedule, int64_t microbatch,
                                  std::vector<std::string> more = {}) {
   more.push_back("--parallelism.pipeline_parallel_degree=" + std::to_string(pp));
@@ -102,7 +87,7 @@ TEST(TrainerPipelineMpi, EverySchedulesMatchesOneProcess) {
   for (const std::string schedule :
        {"GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble"}) {
     SCOPED_TRACE(schedule);
-    expect_same_run(run(job(corpus, shared_dir("pp_" + schedule), 8, pp_args(pp, schedule, 2)),
+    testing::expect_same_run(run(job(corpus, shared_dir("pp_" + schedule), 8, pp_args(pp, schedule, 2)),
                         world()),
                     reference(corpus));
   }
@@ -126,7 +111,7 @@ TEST(TrainerPipelineMpi, SplitPointsMatchOneProcess) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const int64_t pp = world()->size();
   const std::string points = pp == 2 ? "layers.3" : "layers.1,layers.2,layers.6";
-  expect_same_run(run(job(corpus, shared_dir("pp_split"), 8,
+  testing::expect_same_run(run(job(corpus, shared_dir("pp_split"), 8,
                           pp_args(pp, "1F1B", 1,
                                   {"--parallelism.pipeline_parallel_split_points=" + points})),
                       world()),
@@ -140,7 +125,7 @@ TEST(TrainerPipelineMpi, PipelineTimesFsdpMatchesOneProcess) {
   if (world()->size() != 4) GTEST_SKIP() << "pp 2 x FSDP 2 needs 4 ranks";
   for (const std::string schedule : {"1F1B", "Interleaved1F1B"}) {
     SCOPED_TRACE(schedule);
-    expect_same_run(run(job(corpus, shared_dir("pp_fsdp_" + schedule), 4,
+    testing::expect_same_run(run(job(corpus, shared_dir("pp_fsdp_" + schedule), 4,
                             pp_args(2, schedule, 1)),
                         world()),
                     reference(corpus));
@@ -219,7 +204,7 @@ TEST(TrainerPipelineMpi, MoeMatchesOneProcess) {
   }
   for (const auto& [name, got] : runs) {
     SCOPED_TRACE(name);
-    expect_same_run(got, want);
+    testing::expect_same_run(got, want);
     for (size_t i = 0; i < want.losses.size(); ++i) {
       ASSERT_TRUE(want.model_metrics[i].count("moe_load_imbalance")) << "step " << i + 1;
       EXPECT_NEAR(got.model_metrics[i].at("moe_load_imbalance"),
