@@ -119,17 +119,25 @@ TEST(TrainerPipelineMpi, SplitPointsMatchOneProcess) {
 }
 
 // 4 ranks: pp 2 x FSDP 2 (mesh (pp, dp_shard)), each data-parallel rank 4 sequences in 4
-// micro-batches, with 1F1B and the interleaved schedule.
+// micro-batches, with 1F1B and the interleaved schedule; and pp 2 x HSDP 2 (mesh (pp,
+// dp_replicate, dp_shard = 1)).
 TEST(TrainerPipelineMpi, PipelineTimesFsdpMatchesOneProcess) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   if (world()->size() != 4) GTEST_SKIP() << "pp 2 x FSDP 2 needs 4 ranks";
   for (const std::string schedule : {"1F1B", "Interleaved1F1B"}) {
     SCOPED_TRACE(schedule);
-    testing::expect_same_run(run(job(corpus, shared_dir("pp_fsdp_" + schedule), 4,
-                            pp_args(2, schedule, 1)),
-                        world()),
-                    reference(corpus));
+    testing::expect_same_run(
+        run(job(corpus, shared_dir("pp_fsdp_" + schedule), 4, pp_args(2, schedule, 1)), world()),
+        reference(corpus));
   }
+  SCOPED_TRACE("pp 2 x HSDP 2 (replicate 2, shard 1)");
+  testing::expect_same_run(
+      run(job(corpus, shared_dir("pp_hsdp"), 4,
+              pp_args(2, "1F1B", 1,
+                      {"--parallelism.data_parallel_replicate_degree=2",
+                       "--parallelism.data_parallel_shard_degree=1"})),
+          world()),
+      reference(corpus));
 }
 
 // Saved at step 5 of a run, resumed on `ranks` ranks with `resumed` settings: steps 6..10 as the
