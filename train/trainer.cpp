@@ -261,8 +261,12 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   // The data-parallel ranks on the host: world ranks with the same pp and tp coordinates on the
   // mesh (pp, dp, tp) (pp outermost, tp innermost).
   if (pp_ > 1) {
-    dp_world_ = parallel::DeviceMesh::create(world_, {pp_, layout.dp, tp_}, {"pp", "dp", "tp"})
-                    ->group_ptr(1);
+    const auto host = parallel::DeviceMesh::create(world_, {pp_, layout.dp, tp_}, {"pp", "dp", "tp"});
+    dp_world_ = host->group_ptr(1);
+    // Losses live on the last stage, once per tp group; load-balancing counts are summed over
+    // the ranks of a stage (dp and tp: tp ranks route different tokens).
+    loss_world_ = host->flatten({"pp", "dp"}, "pp_dp")->group_ptr(0);
+    stage_world_ = host->flatten({"dp", "tp"}, "stage")->group_ptr(0);
   } else {
     dp_world_ = tp_ == 1 ? world_
                          : parallel::DeviceMesh::create(world_, {layout.dp, tp_}, {"dp", "tp"})
@@ -392,17 +396,16 @@ void Trainer::setup_parallelism() {
           ? world_
           : std::shared_ptr<parallel::ProcessGroup>(parallel::make_nccl_process_group(world_));
   const config::WorldLayout layout = config::validate_for_world(config_, world_size());
-  if (layout.pp > 1) {  // (pp, [dp_replicate,] dp_shard): tp > 1 with pp is refused earlier
-    std::vector<int64_t> shape = {layout.pp};
-    std::vector<std::string> names = {"pp"}, dp_dims;
-    if (layout.dp_replicate > 1) dp_dims.push_back("dp_replicate");
-    dp_dims.push_back("dp_shard");
-    for (const std::string& d : dp_dims) {
-      shape.push_back(d == "dp_shard" ? layout.dp_shard : layout.dp_replicate);
-      names.push_back(d);
+  if (layout.pp > 1) {  // (pp, dp_replicate, dp_shard, tp), torchtitan's order
+    const auto mesh = parallel::DeviceMesh::create(
+        device_world_, {layout.pp, layout.dp_replicate, layout.dp_shard, layout.tp},
+        {"pp", "dp_replicate", "dp_shard", "tp"});
+    dp_mesh_ = layout.dp_replicate > 1 ? mesh->submesh({"dp_replicate", "dp_shard"})
+                                       : mesh->submesh({"dp_shard"});
+    if (layout.tp > 1) {
+      world_mesh_ = mesh->submesh({"dp_replicate", "dp_shard", "tp"});  // one stage's ranks
+      tp_mesh_ = mesh->submesh({"tp"});
     }
-    const auto mesh = parallel::DeviceMesh::create(device_world_, shape, names);
-    dp_mesh_ = mesh->submesh(dp_dims);
     pp_group_ = mesh->group_ptr(0);
   } else if (layout.tp > 1) {
     world_mesh_ = parallel::DeviceMesh::create(device_world_,
@@ -503,9 +506,7 @@ void Trainer::build_pipeline(const PipelinePlan& plan, const models::BuildOption
     // The token cross-entropy of the last stage's logits, summed, as the model's loss computes
     // it; its gradient is taken of sum / (the step's valid tokens), as without a pipeline.
     const Tensor sum =
-        runtime::cross_entropy(logits, pipeline_labels_.at(size_t(microbatch)), -100,
-                               runtime::Reduction::Sum,
-                               runtime::accumulation_dtype(logits.dtype()));
+        logits_loss(logits, pipeline_labels_.at(size_t(microbatch)), runtime::Reduction::Sum);
     pipeline_loss_sum_ = pipeline_loss_sum_.defined()
                              ? runtime::add(pipeline_loss_sum_, sum.detach())
                              : sum.detach();
@@ -514,10 +515,13 @@ void Trainer::build_pipeline(const PipelinePlan& plan, const models::BuildOption
   const auto hidden = runtime::TensorOptions{}
                           .with_dtype(dtype_from_config(config_.training.mixed_precision_param))
                           .with_device(device_);
+  // Between stages the residual stream is local: with sequence parallelism each tp rank sends
+  // its sequence shard to the same tp rank of the next stage.
+  const bool sequence_shards = tp_ > 1 && config_.parallelism.enable_sequence_parallel;
   pipeline_ = std::make_unique<pipe::PipelineRunner>(
       plan.schedule, pp_group_, std::move(local), std::move(functions),
       spec_->hidden_shape(config_.parallelism.pipeline_parallel_microbatch_size,
-                          config_.training.seq_len),
+                          config_.training.seq_len / (sequence_shards ? tp_ : 1)),
       hidden);
 }
 
@@ -556,10 +560,8 @@ Tensor Trainer::pipeline_eval_loss(const Tensor& inputs, const Tensor& labels) c
   const int64_t size = config_.parallelism.pipeline_parallel_microbatch_size;
   const std::vector<Tensor> targets = split_microbatches(labels, size);
   const Tensor sum = pipeline_->forward_only(
-      split_microbatches(inputs, size), [&targets](const Tensor& logits, int64_t microbatch) {
-        return runtime::cross_entropy(logits, targets.at(size_t(microbatch)), -100,
-                                      runtime::Reduction::Sum,
-                                      runtime::accumulation_dtype(logits.dtype()));
+      split_microbatches(inputs, size), [&](const Tensor& logits, int64_t microbatch) {
+        return logits_loss(logits, targets.at(size_t(microbatch)), runtime::Reduction::Sum);
       });
   return loss_or_zero(sum, device_);
 }
@@ -599,15 +601,23 @@ double Trainer::sum_over_dp(double value, const char* name) const {
 }
 
 double Trainer::sum_losses(double value, const char* name) const {
-  // With pp, tp is 1 (validated): the world is the pipelines' ranks times the dp ranks.
-  return pp_ > 1 ? sum_over_ranks(value, name) : sum_over_dp(value, name);
+  return pp_ > 1 ? train::sum_over_ranks(*loss_world_, value, name) : sum_over_dp(value, name);
 }
 
 Tensor Trainer::batch_loss(const Tensor& inputs, const Tensor& labels,
                            runtime::Reduction reduction) const {
   if (tp_mesh_ == nullptr || config_.parallelism.disable_loss_parallel)
     return spec_->loss(*model_, inputs, labels, reduction);
-  const Tensor logits = spec_->loss_logits(*model_, inputs);  // this rank's vocab columns
+  return logits_loss(spec_->loss_logits(*model_, inputs), labels, reduction);
+}
+
+Tensor Trainer::logits_loss(const Tensor& logits, const Tensor& labels,
+                            runtime::Reduction reduction) const {
+  if (tp_mesh_ == nullptr || config_.parallelism.disable_loss_parallel) {
+    return runtime::cross_entropy(logits, labels, -100, reduction,
+                                  runtime::accumulation_dtype(logits.dtype()));
+  }
+  // Loss parallel: the logits are this rank's vocab columns.
   return parallel::dtensor::vocab_parallel_cross_entropy(
       logits, labels, tp_mesh_, vocab_size_of(*spec_).value_or(tokenizer_->vocab_size()), -100,
       reduction);
@@ -721,8 +731,8 @@ Trainer::StepValues Trainer::train_step() {
 
 std::map<std::string, double> Trainer::after_optimizer_step() {
   // Counts are summed over the ranks holding the same layers: every rank, or with a pipeline the
-  // data-parallel ranks of this stage (tp is 1 there).
-  parallel::ProcessGroup& holders = pp_ > 1 ? *dp_world_ : *world_;
+  // ranks of this stage.
+  parallel::ProcessGroup& holders = pp_ > 1 ? *stage_world_ : *world_;
   const auto all_reduce_sum = [&holders](Tensor& t) {
     if (holders.size() == 1) return;
     Tensor host = t.device().is_cpu() ? t : t.to(runtime::Device::cpu());

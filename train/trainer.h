@@ -181,6 +181,10 @@ class Trainer {
   // with tensor parallelism a loss-parallel one over the vocab-split logits.
   runtime::Tensor batch_loss(const runtime::Tensor& inputs, const runtime::Tensor& labels,
                              runtime::Reduction reduction) const;
+  // The token cross-entropy of logits the model's loss_logits gave (loss parallel under tp: this
+  // rank's vocab columns).
+  runtime::Tensor logits_loss(const runtime::Tensor& logits, const runtime::Tensor& labels,
+                              runtime::Reduction reduction) const;
 
   config::JobConfig config_;
   TrainerOptions options_;
@@ -205,6 +209,8 @@ class Trainer {
   // checkpoints), the schedule's runner, and the current batch's labels per micro-batch.
   int64_t pp_ = 1;
   std::shared_ptr<parallel::ProcessGroup> pp_group_;
+  // On the host: the ranks of one tp coordinate (the losses' sum), and of one stage (pp > 1).
+  std::shared_ptr<parallel::ProcessGroup> loss_world_, stage_world_;
   std::vector<std::shared_ptr<runtime::nn::Module>> stage_modules_;
   std::unique_ptr<parallel::pipeline::PipelineRunner> pipeline_;
   std::vector<runtime::Tensor> pipeline_labels_;

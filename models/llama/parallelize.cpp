@@ -2,6 +2,7 @@
 #include "models/llama/parallelize.h"
 
 #include <string>
+#include <vector>
 
 #include "models/llama/model.h"
 #include "parallel/fsdp/fully_shard.h"
@@ -12,14 +13,27 @@ namespace mt::models::llama {
 
 using parallel::Placement;
 
-void apply_tensor_parallel_plan(runtime::nn::Module& model, int64_t n_layers,
+namespace {
+
+bool has_child(runtime::nn::Module& model, const std::string& name) {
+  for (const auto& [child, module] : model.named_children())
+    if (child == name) return true;
+  return false;
+}
+
+}  // namespace
+
+void apply_tensor_parallel_plan(runtime::nn::Module& model, const std::vector<int64_t>& layers,
                                 const std::function<bool(int64_t)>& dense,
                                 const ParallelContext& context, parallel::TensorParallel& tp) {
   const bool sp = context.sequence_parallel;
   const Placement residual = sp ? Placement(parallel::Shard{1}) : Placement(parallel::Replicate{});
-  tp.apply(model, "tok_embeddings",
-           parallel::RowwiseParallel{.input = parallel::Replicate{}, .output = residual});
-  for (int64_t i = 0; i < n_layers; ++i) {
+  // A pipeline stage holds the embeddings (first), the final norm and output (last) or neither.
+  if (has_child(model, "tok_embeddings")) {
+    tp.apply(model, "tok_embeddings",
+             parallel::RowwiseParallel{.input = parallel::Replicate{}, .output = residual});
+  }
+  for (const int64_t i : layers) {
     const std::string b = "layers." + std::to_string(i) + ".";
     if (sp) {
       tp.apply(model, b + "attention_norm", parallel::SequenceParallel{});
@@ -35,6 +49,7 @@ void apply_tensor_parallel_plan(runtime::nn::Module& model, int64_t n_layers,
       tp.apply(model, b + "feed_forward." + w, parallel::ColwiseParallel{.input = std::nullopt});
     tp.apply(model, b + "feed_forward.w2", parallel::RowwiseParallel{.output = residual});
   }
+  if (!has_child(model, "output")) return;
   if (sp) tp.apply(model, "norm", parallel::SequenceParallel{});
   tp.apply(model, "output",
            parallel::ColwiseParallel{.input = residual,
@@ -69,8 +84,9 @@ void parallelize(runtime::nn::Module& model, const ParallelContext& context) {
   if (context.tp_mesh) {
     check_tensor_parallel(llama->args(), context.tp_mesh->size());
     parallel::TensorParallel tp(context.tp_mesh);
-    apply_tensor_parallel_plan(*llama, llama->args().n_layers, [](int64_t) { return true; },
-                               context, tp);
+    std::vector<int64_t> layers;
+    for (const auto& block : llama->blocks) layers.push_back(block->layer_id);
+    apply_tensor_parallel_plan(*llama, layers, [](int64_t) { return true; }, context, tp);
     options.outer_of = tp.outer_sharding(context.world_mesh);
   }
   // The last block's parameters are the first the backward needs: like the root's, they stay

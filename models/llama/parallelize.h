@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "models/llama/model_args.h"
 #include "models/parallel_context.h"
@@ -31,10 +32,11 @@ void parallelize(runtime::nn::Module& model, const ParallelContext& context);
 void check_tensor_parallel(const ModelArgs& args, int64_t tp);
 void check_tensor_parallel_heads(int64_t n_heads, int64_t n_kv_heads, int64_t tp);
 
-// The plan above by FQN, shared with the MoE model (same names): the embeddings, every block's
-// norms and attention, the feed-forward of the blocks `dense(i)` says have one, the final norm
-// and the output. Other feed-forwards (MoE layers) are the caller's.
-void apply_tensor_parallel_plan(runtime::nn::Module& model, int64_t n_layers,
+// The plan above by FQN, shared with the MoE model (same names): the embeddings, the norms and
+// attention of the blocks `layers` (global indices: a pipeline stage holds some), the
+// feed-forward of those `dense(i)` says have one, the final norm and the output (those a stage
+// lacks are skipped). Other feed-forwards (MoE layers) are the caller's.
+void apply_tensor_parallel_plan(runtime::nn::Module& model, const std::vector<int64_t>& layers,
                                 const std::function<bool(int64_t)>& dense,
                                 const ParallelContext& context, parallel::TensorParallel& tp);
 

@@ -1,6 +1,7 @@
 // Expert parallelism + per-parameter-mesh FSDP for the MoE transformer.
 #include "models/moe/parallelize.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "models/llama/parallelize.h"
@@ -90,10 +91,10 @@ namespace {
 // Routed experts keep expert parallelism over ep.
 void apply_moe_tensor_parallel_io(Transformer& moe, const ParallelContext& context,
                                   parallel::TensorParallel& tp) {
-  for (size_t i = 0; i < moe.blocks.size(); ++i) {
-    const auto& layer = moe.blocks[i]->moe;
+  for (const auto& block : moe.blocks) {
+    const auto& layer = block->moe;
     if (!layer) continue;
-    const std::string m = "layers." + std::to_string(i) + ".moe";
+    const std::string m = "layers." + std::to_string(block->layer_id) + ".moe";
     if (!context.sequence_parallel) {  // with it, the input is already Shard(1)
       tp.apply(moe, m, parallel::PrepareModuleInput{parallel::Replicate{}, parallel::Shard{1}});
       tp.apply(moe, m, parallel::PrepareModuleOutput{parallel::Shard{1}, parallel::Replicate{}});
@@ -113,10 +114,10 @@ void apply_moe_tensor_parallel_io(Transformer& moe, const ParallelContext& conte
 // After fully_shard: the routed experts are an FSDP group of their own, whose gathered
 // parameters the gradient sums must wrap.
 void sum_moe_gradients_over_tp(Transformer& moe, parallel::TensorParallel& tp) {
-  for (size_t i = 0; i < moe.blocks.size(); ++i) {
-    const auto& layer = moe.blocks[i]->moe;
+  for (const auto& block : moe.blocks) {
+    const auto& layer = block->moe;
     if (!layer) continue;
-    const std::string m = "layers." + std::to_string(i) + ".moe.";
+    const std::string m = "layers." + std::to_string(block->layer_id) + ".moe.";
     tp.apply(moe, m + "router", parallel::SequenceParallel{});
     tp.apply(moe, m + "experts", parallel::SequenceParallel{});
   }
@@ -138,9 +139,15 @@ void parallelize(runtime::nn::Module& model, const ParallelContext& context) {
   if (context.tp_mesh) {
     check_tensor_parallel(moe->args(), context.tp_mesh->size());
     tp.emplace(context.tp_mesh);
+    std::vector<int64_t> layers, dense;
+    for (const auto& block : moe->blocks) {
+      layers.push_back(block->layer_id);
+      if (block->feed_forward) dense.push_back(block->layer_id);
+    }
     llama::apply_tensor_parallel_plan(
-        *moe, int64_t(moe->blocks.size()),
-        [moe](int64_t i) { return moe->blocks[size_t(i)]->feed_forward != nullptr; }, context, *tp);
+        *moe, layers,
+        [&dense](int64_t i) { return std::find(dense.begin(), dense.end(), i) != dense.end(); },
+        context, *tp);
     apply_moe_tensor_parallel_io(*moe, context, *tp);
     options.outer_of = tp->outer_sharding(context.world_mesh);
   }

@@ -140,6 +140,27 @@ TEST(TrainerPipelineMpi, PipelineTimesFsdpMatchesOneProcess) {
       reference(corpus));
 }
 
+// 4 ranks: pp 2 x TP 2 (mesh (pp, dp_replicate 1, dp_shard 1, tp)): the stages' TP plans
+// cover their own blocks, sequence-parallel stages pass their sequence shards on, and the last
+// stage's loss is loss parallel; with the interleaved schedule and without sequence parallelism
+// (the MoE model: MoeMatchesOneProcess).
+TEST(TrainerPipelineMpi, PipelineTimesTensorParallelMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  if (world()->size() != 4) GTEST_SKIP() << "pp 2 x TP 2 needs 4 ranks";
+  const std::string tp = "--parallelism.tensor_parallel_degree=2";
+  const std::vector<std::pair<std::string, std::vector<std::string>>> variants = {
+      {"1F1B", pp_args(2, "1F1B", 2, {tp})},
+      {"Interleaved1F1B", pp_args(2, "Interleaved1F1B", 2, {tp})},
+      {"no sequence parallel",
+       pp_args(2, "1F1B", 2, {tp, "--parallelism.enable_sequence_parallel=false"})},
+  };
+  for (const auto& [name, args] : variants) {
+    SCOPED_TRACE(name);
+    testing::expect_same_run(run(job(corpus, shared_dir("pp_tp"), 8, args), world()),
+                             reference(corpus));
+  }
+}
+
 // Saved at step 5 of a run, resumed on `ranks` ranks with `resumed` settings: steps 6..10 as the
 // uninterrupted run's.
 void expect_resumes(const fs::path& corpus, const fs::path& dump, const TrainResult& straight,
@@ -184,8 +205,9 @@ TEST(TrainerPipelineMpi, CheckpointsReshardAcrossPipelineDegrees) {
   }
 }
 
-// The MoE model: its stages' load-balancing counts are summed over each stage's data-parallel
-// ranks, and the model-wide load imbalance is gathered from every stage.
+// The MoE model: its stages' load-balancing counts are summed over each stage's ranks, and the
+// model-wide load imbalance is gathered from every stage; on 4 ranks also pp 2 x FSDP 2 and
+// pp 2 x TP 2.
 TEST(TrainerPipelineMpi, MoeMatchesOneProcess) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const int64_t w = world()->size();
@@ -209,6 +231,11 @@ TEST(TrainerPipelineMpi, MoeMatchesOneProcess) {
     runs.emplace_back("pp 2 x FSDP 2", run(job(corpus, shared_dir("moe_pp_fsdp"), 4,
                                                pp_args(2, "1F1B", 1, moe_args({}))),
                                            world(), eight_moe_layers));
+    runs.emplace_back(
+        "pp 2 x TP 2",
+        run(job(corpus, shared_dir("moe_pp_tp"), 8,
+                pp_args(2, "1F1B", 2, moe_args({"--parallelism.tensor_parallel_degree=2"}))),
+            world(), eight_moe_layers));
   }
   for (const auto& [name, got] : runs) {
     SCOPED_TRACE(name);
@@ -254,10 +281,13 @@ TEST(TrainerPipelineMpi, SettingsThatCannotRunAreErrorsOnEveryRank) {
                pp_args(w, "InterleavedZeroBubble", 2,
                        {"--training.mixed_precision_param=bfloat16"}),
                {"InterleavedZeroBubble", "FSDP", "mixed_precision_param = bfloat16"});
-  // With tensor parallelism (not composed yet).
+  // With expert parallelism (not composed yet).
   if (w == 4) {
-    expect_error("with_tp", 8, pp_args(2, "1F1B", 2, {"--parallelism.tensor_parallel_degree=2"}),
-                 {"tensor_parallel_degree"});
+    expect_error("with_ep", 8,
+                 pp_args(2, "1F1B", 2,
+                         {"--model.name=deepseek_v3", "--model.flavor=moe_debug",
+                          "--parallelism.expert_parallel_degree=2"}),
+                 {"expert_parallel_degree"});
   }
 }
 
