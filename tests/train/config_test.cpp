@@ -642,6 +642,40 @@ TEST_F(ConfigTest, ValidateForWorld) {
   EXPECT_THROW(validate_for_world(JobConfig{}, 0), mt::Error);
 }
 
+// [parallelism] pipeline_parallel_*: pp is the outermost degree; micro-batches split the local
+// batch; what cannot run without the model is an error naming the keys.
+TEST_F(ConfigTest, PipelineDegreesAndMicroBatches) {
+  const WorldLayout pp = validate_for_world(
+      load_args({"--parallelism.pipeline_parallel_degree=2", "--training.local_batch_size=8",
+                 "--parallelism.pipeline_parallel_microbatch_size=2"}),
+      8);
+  EXPECT_EQ(pp.pp, 2);
+  EXPECT_EQ(pp.dp_shard, 4);
+  EXPECT_EQ(pp.dp, 4);
+  EXPECT_EQ(pp.microbatches, 4);
+  EXPECT_EQ(pp.global_batch_size, 32);  // the data-parallel ranks' batches only
+  EXPECT_EQ(validate_for_world(load_args({"--training.local_batch_size=8"}), 1).microbatches, 1);
+  auto c = load_args({"--parallelism.pipeline_parallel_degree=3"});
+  EXPECT_THAT(error_of([&] { validate_for_world(c, 4); }),
+              HasSubstr("pipeline_parallel_degree x data_parallel_replicate_degree x "
+                        "tensor_parallel_degree must divide the world size 4"));
+  c = load_args({"--parallelism.pipeline_parallel_degree=2", "--training.local_batch_size=8",
+                 "--parallelism.pipeline_parallel_microbatch_size=3"});
+  EXPECT_THAT(error_of([&] { validate_for_world(c, 2); }),
+              HasSubstr("training.local_batch_size must be a multiple of "
+                        "parallelism.pipeline_parallel_microbatch_size"));
+  c = load_args({"--parallelism.pipeline_parallel_degree=2",
+                 "--parallelism.pipeline_parallel_layers_per_stage=2",
+                 "--parallelism.pipeline_parallel_split_points=layers.2"});
+  EXPECT_THAT(error_of([&] { validate_for_world(c, 2); }),
+              HasSubstr("give either parallelism.pipeline_parallel_layers_per_stage or "
+                        "parallelism.pipeline_parallel_split_points, not both"));
+  EXPECT_THAT(error_of([&] {
+                load_args({"--parallelism.pipeline_parallel_schedule=1F1b_typo"});
+              }),
+              HasSubstr("pipeline_parallel_schedule"));
+}
+
 TEST_F(ConfigTest, MalformedTomlNamesFileAndLine) {
   const fs::path file = write("x.toml", "[training]\nsteps = 3\nseq_len = = 4\n");
   const std::string msg = error_of([&] { load_config(file); });
