@@ -186,7 +186,8 @@ void expect_resumes(const fs::path& corpus, const fs::path& dump, const TrainRes
 }
 
 // A checkpoint holds whole tensors in global coordinates: saved with pp = every rank, it resumes
-// with pp 1 on one rank (and, on 4 ranks, pp 2 x FSDP 2); saved by FSDP alone, it resumes with pp.
+// with pp 1 on one rank (and, on 4 ranks, pp 2 x FSDP 2); on 4 ranks pp 2 x FSDP 2 resumes with
+// pp 4; saved by FSDP alone, it resumes with pp.
 TEST(TrainerPipelineMpi, CheckpointsReshardAcrossPipelineDegrees) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const int64_t w = world()->size();
@@ -197,6 +198,11 @@ TEST(TrainerPipelineMpi, CheckpointsReshardAcrossPipelineDegrees) {
     const TrainResult straight = run(job(corpus, dump, 8, args), world());
     expect_resumes(corpus, dump, straight, 1, 8, {});
     if (w == 4) expect_resumes(corpus, dump, straight, 4, 4, pp_args(2, "Interleaved1F1B", 1));
+  }
+  if (w == 4) {  // pp 2 x FSDP 2 -> pp 4
+    const fs::path dump = shared_dir("pp2_ckpt");
+    const TrainResult straight = run(job(corpus, dump, 4, pp_args(2, "1F1B", 1, ckpt)), world());
+    expect_resumes(corpus, dump, straight, 4, 8, pp_args(4, "1F1B", 2));
   }
   {
     const fs::path dump = shared_dir("fsdp_ckpt");
