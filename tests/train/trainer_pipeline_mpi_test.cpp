@@ -104,6 +104,13 @@ TEST(TrainerPipelineMpi, ZeroBubbleEqualsInterleaved1F1BBitwise) {
       run(job(corpus, shared_dir("zb"), 8, pp_args(pp, "InterleavedZeroBubble", 2)), world());
   EXPECT_EQ(zero_bubble.losses, one_f_one_b.losses);
   EXPECT_EQ(zero_bubble.grad_norms, one_f_one_b.grad_norms);
+  // Checkpointed blocks run whole in the input pass (their recompute's backward is not split).
+  const std::vector<std::string> ac = {"--activation_checkpoint.mode=full"};
+  const TrainResult zero_bubble_ac =
+      run(job(corpus, shared_dir("zb_ac"), 8, pp_args(pp, "InterleavedZeroBubble", 2, ac)),
+          world());
+  EXPECT_EQ(zero_bubble_ac.losses, one_f_one_b.losses);
+  EXPECT_EQ(zero_bubble_ac.grad_norms, one_f_one_b.grad_norms);
 }
 
 // Stages of unequal size at explicit split points; 8 micro-batches of one sequence.
