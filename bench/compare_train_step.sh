@@ -89,12 +89,13 @@ run_peer() {  # threads model dtype batch seq steps warmup [--compile]
     "${@:8}" 2>/dev/null || true
 }
 
+cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo | grep -o -w -E 'avx2|avx512f|avx512_bf16|amx_bf16' | sort -u | xargs)
 echo "$(date -u +%Y-%m-%dT%H:%MZ)  $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores," \
-  "flags: $(grep -m1 -o -w -E 'avx512f|avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+  "flags: ${cpu_flags:-none of avx2 avx512f avx512_bf16 amx_bf16}"
 echo "minititan $(git rev-parse --short HEAD 2>/dev/null || echo '?'):" \
   "OMP_WAIT_POLICY=$OMP_WAIT_POLICY OPENBLAS_THREAD_TIMEOUT=$OPENBLAS_THREAD_TIMEOUT;" \
   "peer: $("$python" -c 'import torch; print("torch", torch.__version__)')," \
-  "OMP_WAIT_POLICY=${peer_wait:-default}; $rounds alternating rounds; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  "OMP_WAIT_POLICY=${peer_wait:-default}; $rounds alternating rounds (bf16 rows: $bf16_rounds); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 med() { printf '%s\n' "$@" | median; }
 
