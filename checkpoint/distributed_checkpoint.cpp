@@ -18,6 +18,7 @@
 #include "parallel/comm/object_collectives.h"
 #include "parallel/comm/process_group.h"
 #include "runtime/core/error.h"
+#include "runtime/ops/factory.h"
 
 namespace mt::checkpoint {
 
@@ -166,7 +167,11 @@ void save_checkpoint(const fs::path& dir, const CheckpointState& state, ProcessG
           h5::File file = create_file(file_path);
           for (int index : plan.writes[size_t(rank)]) {
             const TensorPiece& p = state.tensors[size_t(index)];
-            data.push_back(write_tensor(file.get(), chunk_dataset_path(p.fqn), p.local,
+            const Tensor local = p.produce ? p.produce() : p.local;  // made one at a time
+            MT_CHECK(local.shape() == p.local.shape() && local.dtype() == p.local.dtype(),
+                     "checkpoint: streamed tensor ", p.fqn, " produced ", local.shape(),
+                     ", announced ", p.local.shape());
+            data.push_back(write_tensor(file.get(), chunk_dataset_path(p.fqn), local,
                                         {p.fqn, p.global_shape, p.global_offset}));
             maybe_crash("mid_rank_file");
           }
@@ -305,6 +310,12 @@ LoadReport load_checkpoint(const fs::path& dir, CheckpointState& dest, ProcessGr
       if (is_excluded(p.fqn, options.exclude) || it == saved.end()) continue;
       if (p.local.numel() == 0) continue;
       const runtime::DType stored = it->second->meta.dtype;
+      if (p.consume) {  // streamed: read, hand over, free
+        const Tensor buffer = read_hyperslab(file.get(), tensor_view_path(p.fqn),
+                                             p.global_offset, p.local.shape());
+        p.consume(stored == p.local.dtype() ? buffer : buffer.to(p.local.dtype()));
+        continue;
+      }
       if (stored == p.local.dtype()) {
         read_hyperslab_into(file.get(), tensor_view_path(p.fqn), p.global_offset, p.local);
       } else {
@@ -334,6 +345,10 @@ LoadReport load_checkpoint(const fs::path& dir, CheckpointState& dest, ProcessGr
 bool is_excluded(const std::string& fqn, const std::vector<std::string>& prefixes) {
   return std::any_of(prefixes.begin(), prefixes.end(),
                      [&](const std::string& p) { return fqn.starts_with(p); });
+}
+
+Tensor lazy_placeholder(const runtime::Shape& shape, runtime::DType dtype) {
+  return runtime::zeros({}, runtime::TensorOptions{}.with_dtype(dtype)).expand(shape);
 }
 
 TensorPiece whole(std::string fqn, const Tensor& tensor) {

@@ -33,9 +33,11 @@ std::optional<int64_t> step_of(const std::string& name) {
 // own), and the snapshot costs host memory rather than GPU memory while training goes on.
 CheckpointState staged_copy(const CheckpointState& state) {
   CheckpointState copy = state;
-  for (TensorPiece& p : copy.tensors)
+  for (TensorPiece& p : copy.tensors) {
+    if (p.streamed()) continue;  // produced by the writer from its own consistent view
     p.local = p.local.device().is_cpu() ? p.local.contiguous().clone()
                                         : p.local.to(runtime::Device::cpu());
+  }
   return copy;
 }
 
@@ -45,6 +47,7 @@ CheckpointState staged_into(const CheckpointState& state, std::vector<runtime::T
   CheckpointState copy = state;
   buffers.resize(copy.tensors.size());
   for (size_t i = 0; i < copy.tensors.size(); ++i) {
+    if (copy.tensors[i].streamed()) continue;
     runtime::Tensor& buffer = buffers[i];
     const runtime::Tensor& src = copy.tensors[i].local;
     if (!buffer.defined() || buffer.shape() != src.shape() || buffer.dtype() != src.dtype()) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <variant>
@@ -19,12 +20,23 @@
 
 namespace mt::checkpoint {
 
+// Streamed pieces (kv-backed tables, whose rows are never whole in memory): `local` is then only
+// a shape and dtype (lazy_placeholder), and the data is made when the piece is written
+// (`produce`, called on the writer's thread, possibly after the save call returned: read from a
+// consistent view) or handed over as soon as it is read (`consume`), one piece at a time.
 struct TensorPiece {
   std::string fqn;
   runtime::Tensor local;        // this rank's piece (saving) or where to read into (loading)
   runtime::Shape global_shape;  // the whole tensor's shape
   runtime::Shape global_offset;  // where `local` starts in it (size = rank of the tensor)
+  std::function<runtime::Tensor()> produce = nullptr;             // saving a streamed piece
+  std::function<void(const runtime::Tensor&)> consume = nullptr;  // loading a streamed piece
+  bool streamed() const { return produce != nullptr || consume != nullptr; }
 };
+
+// A tensor of `shape` and `dtype` that holds no memory (one element, expanded): the `local` of a
+// streamed piece.
+runtime::Tensor lazy_placeholder(const runtime::Shape& shape, runtime::DType dtype);
 
 using Value = std::variant<int64_t, double, std::string>;
 using Values = std::map<std::string, Value>;

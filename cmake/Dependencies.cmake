@@ -31,6 +31,10 @@ set(HDF5_PREFER_PARALLEL OFF)
 find_package(HDF5 QUIET COMPONENTS C)
 mt_require(HDF5_FOUND "HDF5 (serial)" "libhdf5-dev")
 
+# RocksDB keeps the rows of kv-backed embedding tables (runtime/sparse/kv/kv_store.h).
+find_package(RocksDB CONFIG QUIET)
+mt_require(RocksDB_FOUND "RocksDB" "librocksdb-dev")
+
 find_package(MPI QUIET COMPONENTS CXX)
 mt_require(MPI_CXX_FOUND "OpenMPI" "libopenmpi-dev openmpi-bin")
 

@@ -7,7 +7,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config ccache
-  libabsl-dev libtoml11-dev libhdf5-dev openmpi-bin libopenmpi-dev
+  libabsl-dev libtoml11-dev libhdf5-dev openmpi-bin libopenmpi-dev librocksdb-dev
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   fortunes python3-h5py python3-numpy
 )

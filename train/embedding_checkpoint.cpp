@@ -44,7 +44,24 @@ std::vector<Field> fields_of(EmbOptimType type) {
   MT_FAIL("embedding checkpoint: unknown optimizer type ", int(type));
 }
 
+// The state a table keeps: none when it does not train (frozen, writeback).
+std::vector<Field> fields_of(const parallel::EmbeddingBagConfig& c) {
+  return c.update == runtime::sparse::TableUpdate::Train ? fields_of(c.optimizer.type)
+                                                        : std::vector<Field>{};
+}
+
 std::string weight_fqn(const std::string& table) { return "embedding_bags." + table + ".weight"; }
+
+// Rows per streamed piece of a kv table (4 MiB of f32 weights at dim 16).
+constexpr int64_t kKvChunkRows = int64_t(1) << 16;
+
+// The kv shard's state field index of `name`.
+int kv_field(const runtime::sparse::KvTable& kv, const std::string& name) {
+  const auto& fields = kv.state_fields();
+  for (size_t i = 0; i < fields.size(); ++i)
+    if (fields[i].first == name) return int(i);
+  MT_FAIL("embedding checkpoint: kv table '", kv.config().name, "' keeps no ", name);
+}
 
 // Column bounds of a column_wise table's shards, in column order: "0,c1,...,dim".
 std::vector<int64_t> column_bounds(const ParameterSharding& p) {
@@ -107,20 +124,77 @@ const LocalShard* shard_of(const std::vector<LocalShard>& shards, const std::str
   return nullptr;
 }
 
+// A kv shard's weight and state as streamed pieces of kKvChunkRows rows, each read from the
+// store view taken now (after flush_kv) when the writer gets to it.
+void add_kv_pieces(const LocalShard& s, const ParameterSharding& p,
+                   const std::vector<Field>& fields, const std::string& weight_name,
+                   const std::string& state_base, CheckpointState& state) {
+  const std::shared_ptr<runtime::sparse::KvTable> kv = s.kv;
+  const std::shared_ptr<const runtime::sparse::KvStore::View> view = kv->store().view();
+  const Shape global{s.global_shape[0], s.global_shape[1]};
+  const int64_t rows = s.placement.num_rows, cols = s.placement.num_cols;
+  const runtime::DType dtype = kv->dtype();
+  const runtime::DType state_dtype = dtype == DType::F64 ? DType::F64 : DType::F32;
+  for (int64_t r0 = 0; r0 < rows; r0 += kKvChunkRows) {
+    const int64_t n = std::min(kKvChunkRows, rows - r0);
+    const int64_t row = s.placement.row_offset + r0;
+    // field -1: the weight; else state field i.
+    auto produce = [kv, view, r0, n, dtype, state_dtype](int field) {
+      const Tensor w = runtime::empty({n, kv->local_cols()},
+                                      runtime::TensorOptions{}.with_dtype(dtype));
+      std::vector<Tensor> st;
+      for (const auto& [name, width] : kv->state_fields())
+        st.push_back(runtime::empty({n, width}, runtime::TensorOptions{}.with_dtype(state_dtype)));
+      kv->read_rows(r0, n, w, st, view.get());
+      return field < 0 ? w : st[size_t(field)];
+    };
+    TensorPiece wp{weight_name, checkpoint::lazy_placeholder({n, cols}, dtype), global,
+                   {row, s.placement.col_offset}};
+    wp.produce = [produce] { return produce(-1); };
+    state.tensors.push_back(std::move(wp));
+    for (const Field& f : fields) {
+      const int i = kv_field(*kv, f.name);
+      TensorPiece piece{state_base + f.name, Tensor(), global, {row, s.placement.col_offset}};
+      if (!f.row_wise) {
+        piece.local = checkpoint::lazy_placeholder({n, cols}, state_dtype);
+        piece.produce = [produce, i] { return produce(i); };
+      } else if (s.type == ShardingType::ColumnWise) {
+        const std::vector<int64_t> bounds = column_bounds(p);
+        piece.local = checkpoint::lazy_placeholder({n, 1}, state_dtype);
+        piece.global_shape = {global[0], int64_t(bounds.size()) - 1};
+        piece.global_offset = {row, column_index(bounds, s.placement.col_offset)};
+        piece.produce = [produce, i] { return produce(i); };
+      } else {
+        piece.local = checkpoint::lazy_placeholder({n}, state_dtype);
+        piece.global_shape = {global[0]};
+        piece.global_offset = {row};
+        piece.produce = [produce, i, n] { return produce(i).view({n}); };
+      }
+      state.tensors.push_back(std::move(piece));
+    }
+  }
+}
+
 }  // namespace
 
 void add_embedding_pieces(const parallel::ShardedEmbeddingBagCollection& ebc,
                           const std::string& model_prefix, const std::string& optimizer_prefix,
                           CheckpointState& state) {
   const runtime::nn::StateDict opt = ebc.optimizer_state_dict();
+  const_cast<parallel::ShardedEmbeddingBagCollection&>(ebc).flush_kv();
   for (const LocalShard& s : ebc.local_shards()) {
     const Shape global{s.global_shape[0], s.global_shape[1]};
     const Shape offset{s.placement.row_offset, s.placement.col_offset};
     const int64_t rows = s.placement.num_rows;
-    state.tensors.push_back({model_prefix + s.fqn, s.weight.detach(), global, offset});
     const ParameterSharding& p = ebc.plan().at(s.table);
     const std::string base = optimizer_prefix + "state." + s.fqn + ".";
-    for (const Field& f : fields_of(config_of(ebc, s.table).optimizer.type)) {
+    if (s.kv) {
+      add_kv_pieces(s, p, fields_of(config_of(ebc, s.table)), model_prefix + s.fqn, base, state);
+      state.tensors.push_back(checkpoint::whole(base + "step", opt.at(s.fqn + ".step")));
+      continue;
+    }
+    state.tensors.push_back({model_prefix + s.fqn, s.weight.detach(), global, offset});
+    for (const Field& f : fields_of(config_of(ebc, s.table))) {
       const Tensor t = opt.at(s.fqn + "." + f.name);
       if (!f.row_wise) {
         state.tensors.push_back({base + f.name, t, global, offset});
@@ -143,6 +217,53 @@ void add_embedding_pieces(const parallel::ShardedEmbeddingBagCollection& ebc,
         join(column_bounds(p));
   }
 }
+
+namespace {
+
+// The field of a row-state tensor as loaded ([n], [n, 1] or [n, K] saved per column shard) as
+// the shard keeps it: [n, 1].
+Tensor row_state(const Tensor& t, EmbeddingLoadPlan::Kind kind,
+                 const std::vector<int64_t>& saved_column_bounds) {
+  if (kind != EmbeddingLoadPlan::Kind::RowFromColumns) return t.reshape({t.size(0), 1});
+  // sum_k m_k * width_k / dim: the whole row's accumulated mean of squares.
+  const std::vector<int64_t>& b = saved_column_bounds;
+  const int64_t K = int64_t(b.size()) - 1;
+  std::vector<double> w(static_cast<size_t>(K));
+  for (int64_t k = 0; k < K; ++k) w[size_t(k)] = double(b[k + 1] - b[k]) / double(b.back());
+  return runtime::matmul(
+      t, runtime::from_vector<double>(w, {K, 1}, runtime::TensorOptions{}.with_dtype(t.dtype())));
+}
+
+// A kv shard's piece `local` (the shard's rows along dim 0, at goffset) as streamed pieces of
+// kKvChunkRows rows, each written into the store as soon as it is read. The weight's call
+// empties the shard first (its rows then come only from the checkpoint).
+void add_kv_load_pieces(const std::shared_ptr<runtime::sparse::KvTable>& kv,
+                        EmbeddingLoadPlan::Kind kind, const std::string& name,
+                        const std::string& key, const Tensor& local, const Shape& gshape,
+                        const Shape& goffset, const std::vector<int64_t>& bounds,
+                        CheckpointState& dest) {
+  using Kind = EmbeddingLoadPlan::Kind;
+  const int field =
+      kind == Kind::Weight ? -1 : kv_field(*kv, key.substr(key.rfind('.') + 1));
+  if (kind == Kind::Weight) kv->clear();
+  const int64_t rows = local.size(0);
+  for (int64_t r0 = 0; r0 < rows; r0 += kKvChunkRows) {
+    const int64_t n = std::min(kKvChunkRows, rows - r0);
+    Shape shape = local.shape();
+    shape[0] = n;
+    Shape offset = goffset;
+    offset[0] += r0;
+    TensorPiece piece{name, checkpoint::lazy_placeholder(shape, local.dtype()), gshape, offset};
+    piece.consume = [kv, kind, field, r0, bounds](const Tensor& t) {
+      runtime::NoGradGuard no_grad;
+      kv->write_field(r0, field,
+                      field < 0 || kind == Kind::Element ? t : row_state(t, kind, bounds));
+    };
+    dest.tensors.push_back(std::move(piece));
+  }
+}
+
+}  // namespace
 
 EmbeddingLoadPlan embedding_load_template(const parallel::ShardedEmbeddingBagCollection& ebc,
                                           const checkpoint::Index& saved,
@@ -173,6 +294,10 @@ EmbeddingLoadPlan embedding_load_template(const parallel::ShardedEmbeddingBagCol
     const Shape offset = s ? Shape{s->placement.row_offset, s->placement.col_offset} : Shape{0, 0};
     auto add = [&](Kind kind, const std::string& name, const std::string& key, Tensor local,
                    Shape gshape, Shape goffset, std::vector<int64_t> bounds = {}) {
+      if (s && s->kv && kind != Kind::Step) {
+        add_kv_load_pieces(s->kv, kind, name, key, local, gshape, goffset, bounds, dest);
+        return;
+      }
       dest.tensors.push_back({name, std::move(local), std::move(gshape), std::move(goffset)});
       if (s) plan.items.push_back({kind, c.name, name, key, rows, std::move(bounds)});
     };
@@ -180,7 +305,7 @@ EmbeddingLoadPlan embedding_load_template(const parallel::ShardedEmbeddingBagCol
     add(Kind::Weight, wname, "", runtime::zeros({rows, s ? cols : c.embedding_dim}, fopts), global,
         offset);
     const std::string base = optimizer_prefix + "state." + fqn + ".";
-    for (const Field& f : fields_of(c.optimizer.type)) {
+    for (const Field& f : fields_of(c)) {
       const std::string name = base + f.name;
       const std::string key = fqn + "." + f.name;
       if (!f.row_wise) {
@@ -274,19 +399,9 @@ void apply_loaded_embeddings(parallel::ShardedEmbeddingBagCollection& ebc,
         state.set(item.state_key, t);
         break;
       case EmbeddingLoadPlan::Kind::Row:
-        state.set(item.state_key, t.view({item.rows, 1}));
+      case EmbeddingLoadPlan::Kind::RowFromColumns:
+        state.set(item.state_key, row_state(t, item.kind, item.saved_column_bounds));
         break;
-      case EmbeddingLoadPlan::Kind::RowFromColumns: {
-        // sum_k m_k * width_k / dim: the whole row's accumulated mean of squares.
-        const std::vector<int64_t>& b = item.saved_column_bounds;
-        const int64_t K = int64_t(b.size()) - 1;
-        std::vector<double> w(static_cast<size_t>(K));
-        for (int64_t k = 0; k < K; ++k) w[size_t(k)] = double(b[k + 1] - b[k]) / double(b.back());
-        const Tensor weights =
-            runtime::from_vector<double>(w, {K, 1}, runtime::TensorOptions{}.with_dtype(t.dtype()));
-        state.set(item.state_key, runtime::matmul(t, weights));
-        break;
-      }
     }
   }
   ebc.load_optimizer_state_dict(state);

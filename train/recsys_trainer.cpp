@@ -31,6 +31,7 @@
 #include "train/config/render.h"
 #include "train/config/validate.h"
 #include "train/embedding_checkpoint.h"
+#include "train/embedding_setup.h"
 #include "train/metrics/eta.h"
 #include "train/metrics/step_metrics.h"
 #include "train/optimizer_setup.h"
@@ -71,6 +72,7 @@ dlrm::ModelArgs model_args_for(const config::JobConfig& c, const data::recsys::R
   args.table_optimizer.beta2 = e.beta2;
   args.gradient_mode = e.gradient_mode == "row_sparse" ? runtime::sparse::GradientMode::RowSparse
                                                        : runtime::sparse::GradientMode::Fused;
+  apply_table_settings(c, args);
   return args;
 }
 
@@ -120,6 +122,11 @@ CheckpointExtension table_checkpoint_extension(parallel::ShardedEmbeddingBagColl
 }
 
 void check_recsys_config(const config::JobConfig& c) {
+  const auto& e = c.embedding;
+  MT_CHECK(!e.prefetch || e.managed_collision.empty(), "train: embedding.prefetch reads the next "
+           "batch's rows ahead, but managed-collision ids are mapped to rows only at their own "
+           "step; turn off embedding.prefetch or embedding.managed_collision (",
+           c.where("embedding.prefetch"), ")");
   MT_CHECK(c.training.mixed_precision_param == "float32", "train: model.name = \"dlrm\" trains in ",
            "float32; set training.mixed_precision_param = \"float32\" (it is \"",
            c.training.mixed_precision_param, "\", ", c.where("training.mixed_precision_param"),
@@ -238,6 +245,18 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
     for (const auto& t : model_->args().table_configs())
       popt.planner.constraints[t.name].type = type;
   }
+  for (const auto& t : model_->args().table_configs()) {
+    if (t.storage != runtime::sparse::TableStorage::Kv) continue;
+    MT_CHECK(device_.is_cpu(), "train: table ", t.name, " is kv-backed (embedding.storage); kv "
+             "tables run on the CPU in this build, but training.device is ", device_);
+    MT_CHECK(!popt.planner.constraints.count(t.name) ||
+                 popt.planner.constraints[t.name].type != parallel::ShardingType::DataParallel,
+             "train: embedding.sharding = \"data_parallel\" cannot hold kv-backed tables (each "
+             "replica would keep its own store); use another sharding or storage = \"memory\"");
+    popt.planner.constraints[t.name].allowed = {
+        parallel::ShardingType::TableWise, parallel::ShardingType::ColumnWise,
+        parallel::ShardingType::RowWise, parallel::ShardingType::TableRowWise};
+  }
   const parallel::ShardingPlan plan = dlrm::parallelize_dlrm(*model_, popt);
   plan_text_ = plan.describe(model_->args().table_configs());
 
@@ -245,9 +264,13 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
   optimizer_ = make_optimizer(config_.optimizer, model_->dense_parameters());
   scheduler_ = make_lr_scheduler(config_.lr_scheduler, *optimizer_, tc.steps, &log());
   if (config_.checkpoint.enable || !config_.checkpoint.initial_load_path.empty()) {
+    // With prefetch the loader is one batch ahead: the checkpoint holds the state before it.
     CheckpointedData data{
-        [this] { return data_->state(); },
-        [this](const std::map<std::string, int64_t>& s) { data_->load_state(s); }};
+        [this] { return lookahead_ ? state_before_lookahead_ : data_->state(); },
+        [this](const std::map<std::string, int64_t>& s) {
+          lookahead_.reset();
+          data_->load_state(s);
+        }};
     checkpointer_ = std::make_unique<TrainCheckpointer>(
         config_, world_, *model_, *optimizer_, *scheduler_, std::move(data),
         table_checkpoint_extension(tables(), mc_.get()));
@@ -318,10 +341,18 @@ struct RecsysTrainer::StepValues {
 };
 
 RecsysTrainer::StepValues RecsysTrainer::train_step(int64_t step) {
-  const data::recsys::RecsysBatch batch = data_->next();
+  const data::recsys::RecsysBatch batch = lookahead_ ? std::move(*lookahead_) : data_->next();
+  lookahead_.reset();
   const int64_t global = world_size() * config_.training.local_batch_size;
   optimizer_->zero_grad();
   const Tensor logits = (*model_)(batch.dense, map_ids(batch.sparse, step));
+  if (config_.embedding.prefetch && step < config_.training.steps) {
+    // The next batch's kv rows are read while this step's backward runs (collective: its ids
+    // are routed to their shards first).
+    state_before_lookahead_ = data_->state();
+    lookahead_ = data_->next();
+    tables().prefetch(lookahead_->sparse);
+  }
   StepValues values;
   values.loss =
       dlrm::data_parallel_bce_loss(logits, batch.labels.to(logits.device(), true), global);
@@ -476,6 +507,12 @@ TrainResult RecsysTrainer::train() {
         m.model_metrics = {{"mc_inserts", double(st.inserts)},
                            {"mc_evictions", double(st.evictions)},
                            {"mc_dropped", double(st.misses + st.overflow)}};
+      }
+      if (has_kv_tables(model_->args())) {  // this rank's shards
+        const runtime::sparse::KvStats now = tables().kv_stats();
+        for (const auto& [key, value] : kv_step_metrics(now, kv_logged_, window_steps))
+          m.model_metrics[key] = value;
+        kv_logged_ = now;
       }
       out << format_step_line(m, width) << "\n" << std::flush;
       run.log_step(m);

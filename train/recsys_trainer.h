@@ -45,10 +45,13 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
 
+#include "data/recsys/dataset.h"
+#include "runtime/sparse/kv/kv_table.h"
 #include "train/config/job_config.h"
 #include "train/train_result.h"
 #include "train/trainer.h"
@@ -129,6 +132,10 @@ class RecsysTrainer {
   std::unique_ptr<parallel::ShardedManagedCollisionCollection>
       mc_;  // [embedding] managed_collision
   std::unique_ptr<TrainCheckpointer> checkpointer_;
+  // [embedding] prefetch: the next batch, read one step ahead, and the loader state before it.
+  std::optional<data::recsys::RecsysBatch> lookahead_;
+  std::map<std::string, int64_t> state_before_lookahead_;
+  runtime::sparse::KvStats kv_logged_;  // at the last log line
   mutable std::ostream null_log_{nullptr};
 };
 

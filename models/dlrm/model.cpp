@@ -38,7 +38,8 @@ Dlrm::Dlrm(ModelArgs args) : Module("Dlrm"), args_(std::move(args)) {
       std::static_pointer_cast<SparseArch>(std::make_shared<EmbeddingBagSparseArch>(
           std::make_shared<rt::sparse::EmbeddingBagCollection>(
               args_.table_configs(),
-              rt::sparse::CollectionOptions{.gradient_mode = args_.gradient_mode}))));
+              rt::sparse::CollectionOptions{.gradient_mode = args_.gradient_mode,
+                                            .kv = args_.kv}))));
   const int64_t inter = args_.interaction_dim();
   if (args_.interaction == InteractionType::Dcn) {
     cross_net = register_module(

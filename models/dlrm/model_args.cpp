@@ -34,6 +34,8 @@ std::vector<runtime::sparse::EmbeddingBagConfig> ModelArgs::table_configs() cons
     c.feature_names = {f.name};
     c.pooling = pooling;
     c.optimizer = table_optimizer;
+    c.storage = f.storage;
+    c.update = f.update;
     out.push_back(std::move(c));
   }
   return out;

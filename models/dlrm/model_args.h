@@ -23,12 +23,15 @@
 #include <vector>
 
 #include "runtime/sparse/embedding_config.h"
+#include "runtime/sparse/table_collection.h"
 
 namespace mt::models::dlrm {
 
 struct SparseFeature {
   std::string name;            // the KJT key
   int64_t num_embeddings = 0;  // rows of its table "t_<name>"
+  runtime::sparse::TableStorage storage = runtime::sparse::TableStorage::Memory;
+  runtime::sparse::TableUpdate update = runtime::sparse::TableUpdate::Train;
 };
 
 enum class InteractionType { Dot, Dcn };
@@ -48,6 +51,8 @@ struct ModelArgs {
   // The tables' fused optimizer (runtime/sparse/embedding_config.h) and gradient mode.
   runtime::sparse::EmbeddingOptimizerConfig table_optimizer;
   runtime::sparse::GradientMode gradient_mode = runtime::sparse::GradientMode::Fused;
+  // Where kv-backed tables (SparseFeature::storage) keep their rows.
+  runtime::sparse::KvSettings kv;
 
   int64_t num_features() const { return int64_t(features.size()); }
   // Width of the interaction output (the top MLP's input).

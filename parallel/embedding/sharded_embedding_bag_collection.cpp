@@ -27,6 +27,10 @@ using runtime::Tensor;
 using runtime::TensorOptions;
 using runtime::sparse::EmbeddingTable;
 using runtime::sparse::GradientMode;
+using runtime::sparse::KvTable;
+using runtime::sparse::KvWorkingSet;
+using runtime::sparse::TableStorage;
+using runtime::sparse::TableUpdate;
 using runtime::sparse::KeyedJaggedTensor;
 using runtime::sparse::KeyedTensor;
 
@@ -70,6 +74,21 @@ void put_cols(const Tensor& dst, int64_t col, const Tensor& src, const Tensor& s
     d.copy_(src);
 }
 
+// A kv-backed shard in the module tree: no parameters; init_weights gives the shard its init key
+// (the same (seed, FQN) key the in-memory table draws from) and starts it over.
+class KvShardModule : public runtime::nn::Module {
+ public:
+  explicit KvShardModule(std::shared_ptr<KvTable> kv)
+      : Module("KvEmbeddingBag"), kv_(std::move(kv)) {}
+  void reset_parameters(const runtime::nn::InitContext& ctx) override {
+    kv_->set_init(ctx);
+    kv_->clear();
+  }
+
+ private:
+  std::shared_ptr<KvTable> kv_;
+};
+
 }  // namespace
 
 // One sharding group on this rank: the tables its lookup reads (this rank's shards), the
@@ -77,25 +96,39 @@ void put_cols(const Tensor& dst, int64_t col, const Tensor& src, const Tensor& s
 struct ShardedEmbeddingBagCollection::Group {
   Kind kind = kDP;
   bool present = false;  // the plan has tables of this kind (the same on every rank)
-  // Lookup tables (one per table of the group that this rank reads).
+  // Lookup tables (one per table of the group that this rank reads, plus a read-only alias per
+  // table with update_features that other features also read).
   std::vector<size_t> table_cfg;                        // config index
-  std::vector<std::shared_ptr<EmbeddingTable>> module;  // null for an empty row block
-  std::vector<Tensor> placeholder;                      // [0, cols] for those
+  std::vector<std::shared_ptr<EmbeddingTable>> module;  // null for an empty row block or kv
+  std::vector<std::shared_ptr<KvTable>> kv;             // a kv-backed shard, else null
+  std::vector<Tensor> placeholder;                      // [0, cols] for empty row blocks
+  std::vector<int> alias_of;                            // the lookup table an alias reads, or -1
+  std::vector<TableUpdate> update;                      // per lookup table
   std::vector<int> opt_index;                           // lookup table -> optimizer table (-1)
   std::vector<size_t> opt_lookup;                       // optimizer table -> lookup table
   runtime::TableBatchLayout layout;
   runtime::sparse::FusedEmbeddingOptimizer optimizer;
   std::vector<RowSparseGrad> sparse_grads;  // table = optimizer index
+  // Kv: each kv table's working set for the current batch (kv_table.h), and whether a training
+  // step still has to put them back into their caches.
+  std::vector<KvWorkingSet> ws;
+  bool ws_pending = false;
+  bool has_kv = false;
 
+  size_t primary(size_t lt) const { return alias_of[lt] >= 0 ? size_t(alias_of[lt]) : lt; }
+  // The tensor lookup table lt reads (a kv table's working set).
+  Tensor weight_of(size_t lt) const {
+    const size_t p = primary(lt);
+    return kv[p] ? ws[p].weight : module[p] ? module[p]->weight : placeholder[p];
+  }
   std::vector<Tensor> lookup_weights() const {
     std::vector<Tensor> w;
-    for (size_t i = 0; i < module.size(); ++i)
-      w.push_back(module[i] ? module[i]->weight : placeholder[i]);
+    for (size_t i = 0; i < module.size(); ++i) w.push_back(weight_of(i));
     return w;
   }
   std::vector<Tensor> opt_weights() const {
     std::vector<Tensor> w;
-    for (size_t i : opt_lookup) w.push_back(module[i]->weight);
+    for (size_t i : opt_lookup) w.push_back(weight_of(i));
     return w;
   }
   // Lookup-indexed gradients -> optimizer-indexed ones.
@@ -243,11 +276,16 @@ void ShardedEmbeddingBagCollection::build() {
       register_module("embedding_bags", std::make_shared<runtime::nn::Module>("ModuleDict"));
   const bool dense_grad = false;
   // Adds this rank's shard `s` of table t to group g (a placeholder when it has no rows).
+  uint32_t kv_tables = 0;  // ids of this rank's kv shards in its store
   auto add_shard = [&](Group& g, size_t t, const ShardMetadata& s) {
     const EmbeddingBagConfig& c = configs_[t];
     g.table_cfg.push_back(t);
+    g.alias_of.push_back(-1);
+    g.update.push_back(c.update);
+    g.ws.emplace_back();
     if (s.num_rows == 0) {
       g.module.push_back(nullptr);
+      g.kv.push_back(nullptr);
       g.placeholder.push_back(
           runtime::zeros({0, s.num_cols},
                          TensorOptions{}.with_dtype(options_.dtype).with_device(options_.device)));
@@ -256,18 +294,66 @@ void ShardedEmbeddingBagCollection::build() {
     }
     EmbeddingBagConfig local = c;
     local.shard = runtime::sparse::TableShard{s.row_offset, s.num_rows, s.col_offset, s.num_cols};
-    auto m = holder->register_module(
-        c.name,
-        std::make_shared<EmbeddingTable>("EmbeddingBag", local, options_.dtype, dense_grad));
-    g.module.push_back(m);
+    // Frozen tables keep no optimizer state (their rows never step).
+    runtime::sparse::EmbeddingOptimizerConfig opt = c.optimizer;
+    if (c.update != TableUpdate::Train) opt.type = runtime::sparse::EmbOptimType::SGD;
+    if (c.storage == TableStorage::Kv) {
+      if (!kv_store_)
+        kv_store_ = runtime::sparse::KvStore::open_scratch(
+            std::filesystem::path(options_.kv.path) / ("rank-" + std::to_string(group_->rank())));
+      runtime::sparse::KvTableOptions ko;
+      ko.policy = options_.kv.policy;
+      ko.cache_rows = options_.kv.cache_rows > 0
+                          ? options_.kv.cache_rows
+                          : std::max<int64_t>(1, int64_t(options_.kv.cache_fraction *
+                                                         double(s.num_rows)));
+      local.optimizer = opt;
+      auto kv = std::make_shared<KvTable>(kv_store_, kv_tables++, local, options_.dtype,
+                                          c.update == TableUpdate::Train, ko);
+      holder->register_module(c.name, std::make_shared<KvShardModule>(kv));
+      g.module.push_back(nullptr);
+      g.kv.push_back(kv);
+      g.ws.back().weight = runtime::zeros({0, s.num_cols}, TensorOptions{}.with_dtype(options_.dtype));
+      g.has_kv = true;
+    } else {
+      g.module.push_back(holder->register_module(
+          c.name,
+          std::make_shared<EmbeddingTable>("EmbeddingBag", local, options_.dtype, dense_grad)));
+      g.kv.push_back(nullptr);
+    }
     g.placeholder.push_back(Tensor());
     g.opt_index.push_back(int(g.opt_lookup.size()));
     g.opt_lookup.push_back(g.module.size() - 1);
-    g.optimizer.add_table(c.optimizer, s.num_rows, s.num_cols, options_.dtype,
-                          "embedding_bags." + c.name + ".weight");
+    g.optimizer.add_table(opt, c.storage == TableStorage::Kv ? 0 : s.num_rows, s.num_cols,
+                          options_.dtype, "embedding_bags." + c.name + ".weight");
+    if (c.storage == TableStorage::Kv) g.optimizer.set_external_state(g.opt_lookup.size() - 1);
   };
-  // Lookup features of group g reading lookup table `lt`.
+  // The shard add_shard added last to g (aliases come after it).
+  auto last_shard = [](const Group& g) {
+    size_t i = g.alias_of.size() - 1;
+    while (g.alias_of[i] >= 0) --i;
+    return i;
+  };
+  // Lookup features of group g reading lookup table `lt` (a read-only alias of it when the
+  // table lists update_features without this feature).
   auto add_feature = [&](Group& g, size_t f, size_t lt, bool sum_pool) {
+    const EmbeddingBagConfig& c = configs_[P.features[f].table];
+    const auto& upd = c.update_features;
+    if (!upd.empty() && std::find(upd.begin(), upd.end(), feature_names_[f]) == upd.end()) {
+      size_t alias = 0;
+      while (alias < g.alias_of.size() && g.alias_of[alias] != int(lt)) ++alias;
+      if (alias == g.alias_of.size()) {
+        g.table_cfg.push_back(g.table_cfg[lt]);
+        g.alias_of.push_back(int(lt));
+        g.update.push_back(TableUpdate::Frozen);
+        g.module.push_back(nullptr);
+        g.kv.push_back(nullptr);
+        g.placeholder.push_back(Tensor());
+        g.opt_index.push_back(-1);
+        g.ws.emplace_back();
+      }
+      lt = alias;
+    }
     g.layout.feature_table.push_back(int64_t(lt));
     g.layout.feature_pooling.push_back(sum_pool ? runtime::PoolingMode::Sum
                                                 : configs_[P.features[f].table].pooling);
@@ -286,11 +372,21 @@ void ShardedEmbeddingBagCollection::build() {
     const Kind k = kind_of(p.type);
     Group& g = *groups_[size_t(k)];
     g.present = true;
+    if (c.storage == TableStorage::Kv) {
+      MT_CHECK(k != kDP, "ShardedEmbeddingBagCollection: table '", c.name,
+               "' is kv-backed and cannot be data_parallel (each replica would keep its own "
+               "store); shard it table_wise, column_wise, row_wise or table_row_wise");
+      MT_CHECK(options_.device.is_cpu(), "ShardedEmbeddingBagCollection: table '", c.name,
+               "' is kv-backed; kv tables run on the CPU in this build (their cache is in host "
+               "memory), but the collection is on ", options_.device);
+      MT_CHECK(!options_.kv.path.empty(), "ShardedEmbeddingBagCollection: table '", c.name,
+               "' is kv-backed but CollectionOptions::kv.path (the stores' folder) is empty");
+    }
     switch (k) {
       case kDP: {
         add_shard(g, t, p.shards[size_t(me)]);
         for (size_t f : table_features[t]) {
-          add_feature(g, f, g.module.size() - 1, false);
+          add_feature(g, f, last_shard(g), false);
           P.dp_features.push_back(f);
           P.dp_width += c.embedding_dim;
         }
@@ -304,7 +400,7 @@ void ShardedEmbeddingBagCollection::build() {
             send_tw[size_t(s.rank)].push_back({f, 0, c.num_embeddings});
             P.tw[size_t(s.rank)].push_back({f, s.col_offset, s.num_cols});
             P.tw_width[size_t(s.rank)] += s.num_cols;
-            if (mine) add_feature(g, f, g.module.size() - 1, false);
+            if (mine) add_feature(g, f, last_shard(g), false);
           }
         }
         break;
@@ -316,7 +412,7 @@ void ShardedEmbeddingBagCollection::build() {
             const ShardMetadata& s = p.shards[size_t(j)];
             send_rw[size_t(j)].push_back({f, s.row_offset, s.row_offset + s.num_rows});
           }
-          add_feature(g, f, g.module.size() - 1, true);
+          add_feature(g, f, last_shard(g), true);
           P.rw_features.push_back(f);
           P.rw_width += c.embedding_dim;
         }
@@ -331,7 +427,7 @@ void ShardedEmbeddingBagCollection::build() {
             send_twrw[size_t(n * P.local + l)].push_back(
                 {f, s.row_offset, s.row_offset + s.num_rows});
           }
-          if (n == node) add_feature(g, f, g.module.size() - 1, true);
+          if (n == node) add_feature(g, f, last_shard(g), true);
           P.twrw_features[size_t(n)].push_back(f);
           P.twrw_width[size_t(n)] += c.embedding_dim;
         }
@@ -358,13 +454,8 @@ runtime::TableGradSink ShardedEmbeddingBagCollection::make_sink(int k) {
   if (!is_training()) return nullptr;
   if (k == kDP) return [this](std::vector<RowSparseGrad>& grads) { dp_sink(grads); };
   return [this, k](std::vector<RowSparseGrad>& grads) {
-    Group& g = *groups_[size_t(k)];
     runtime::NoGradGuard no_grad;
-    std::vector<RowSparseGrad> mine = g.remap(grads);
-    if (options_.gradient_mode == GradientMode::Fused)
-      g.optimizer.step(g.opt_weights(), mine);
-    else
-      runtime::sparse::accumulate(g.sparse_grads, mine);
+    update_rows(*groups_[size_t(k)], std::move(grads));
   };
 }
 
@@ -373,21 +464,149 @@ runtime::TableGradSink ShardedEmbeddingBagCollection::make_sink(int k) {
 void ShardedEmbeddingBagCollection::dp_sink(std::vector<RowSparseGrad>& grads) {
   Group& g = *groups_[kDP];
   runtime::NoGradGuard no_grad;
-  // Lookup-indexed (every data_parallel table has all its rows here), then remapped.
-  std::vector<RowSparseGrad> summed = all_reduce_row_grads(
-      *output_group_, g.lookup_weights(), grads, options_.dtype, "sebc.dp.grad_all_reduce");
-  std::vector<RowSparseGrad> mine = g.remap(summed);
+  // Lookup-indexed (every data_parallel table has all its rows here).
+  update_rows(g, all_reduce_row_grads(*output_group_, g.lookup_weights(), grads, options_.dtype,
+                                      "sebc.dp.grad_all_reduce"));
+}
+
+namespace {
+
+// The rows of `weight` at `rows` as a host copy.
+Tensor host_rows(const Tensor& weight, const Tensor& rows) {
+  return runtime::index_select(weight, 0, rows.to(weight.device())).to(runtime::Device::cpu());
+}
+
+}  // namespace
+
+// A group's lookup-indexed gradients of one backward: read-only aliases and frozen tables drop
+// theirs, writeback tables take them as their rows' new values, the others go to the optimizer
+// (Fused: stepped now; RowSparse: kept). Then the listener hears of the changed rows and the kv
+// working sets go back to their caches (Fused).
+void ShardedEmbeddingBagCollection::update_rows(Group& g, std::vector<RowSparseGrad> grads) {
+  std::vector<RowSparseGrad> train, changed;  // changed: lookup-indexed
+  for (RowSparseGrad& r : grads) {
+    const size_t lt = size_t(r.table);
+    if (g.alias_of[lt] >= 0 || g.update[lt] == TableUpdate::Frozen) continue;
+    if (g.update[lt] == TableUpdate::Writeback) {
+      const Tensor w = g.weight_of(lt);
+      runtime::index_copy_(w, 0, r.rows.to(w.device()), r.values.to(w.device()));
+      w.bump_version();
+      changed.push_back(std::move(r));
+      continue;
+    }
+    if (row_listener_ && options_.gradient_mode == GradientMode::Fused)
+      changed.push_back({r.table, r.rows, Tensor()});
+    train.push_back(std::move(r));
+  }
+  std::vector<RowSparseGrad> mine = g.remap(train);
   if (options_.gradient_mode == GradientMode::Fused)
     g.optimizer.step(g.opt_weights(), mine);
   else
     runtime::sparse::accumulate(g.sparse_grads, mine);
+  report_rows(g, changed);
+  if (options_.gradient_mode == GradientMode::Fused) commit_kv(g);
+}
+
+void ShardedEmbeddingBagCollection::report_rows(const Group& g,
+                                                const std::vector<RowSparseGrad>& changed) {
+  if (!row_listener_ || changed.empty()) return;
+  std::vector<runtime::sparse::RowUpdate> updates;
+  for (const RowSparseGrad& r : changed) {
+    if (r.rows.numel() == 0) continue;
+    const size_t lt = size_t(r.table);
+    const EmbeddingBagConfig& c = configs_[g.table_cfg[lt]];
+    const runtime::sparse::TableShard& shard =
+        g.kv[lt] ? g.kv[lt]->config().shard : g.module[lt]->config().shard;
+    runtime::sparse::RowUpdate u;
+    u.table = c.name;
+    u.step = g.opt_index[lt] >= 0 ? g.optimizer.step_count(size_t(g.opt_index[lt])) : 0;
+    u.embedding_dim = c.embedding_dim;
+    u.col_offset = shard.col_offset;
+    const Tensor rows = r.rows.to(runtime::Device::cpu());
+    const std::vector<int64_t> local = rows.to_vector<int64_t>();
+    for (int64_t i : local)
+      u.rows.push_back(shard.row_offset + (g.kv[lt] ? g.ws[lt].rows[size_t(i)] : i));
+    u.values = host_rows(g.weight_of(lt), rows);
+    if (row_listener_state_ && g.opt_index[lt] >= 0) {
+      if (g.kv[lt]) {
+        const KvWorkingSet& ws = g.ws[lt];
+        const auto& fields = g.kv[lt]->state_fields();
+        const Tensor* st[] = {&ws.momentum1, &ws.momentum2};
+        for (size_t f = 0; f < fields.size(); ++f)
+          u.state.emplace_back(fields[f].first, host_rows(*st[f], rows));
+      } else {
+        for (const auto& [name, t] : g.optimizer.table_state(size_t(g.opt_index[lt])))
+          u.state.emplace_back(name, host_rows(t, rows));
+      }
+    }
+    updates.push_back(std::move(u));
+  }
+  if (!updates.empty()) row_listener_(std::move(updates));
+}
+
+Tensor ShardedEmbeddingBagCollection::gather_kv_rows(Group& g, const Tensor& values,
+                                                     const Tensor& offsets, int64_t batch) {
+  commit_kv(g);
+  const std::vector<int64_t> o = offsets.to_vector<int64_t>();
+  std::vector<int64_t> v = values.to_vector<int64_t>();
+  const size_t F = g.layout.feature_table.size();
+  for (size_t j = 0; j < g.kv.size(); ++j) {
+    if (!g.kv[j]) continue;
+    auto reads = [&](size_t f) { return g.primary(size_t(g.layout.feature_table[f])) == j; };
+    std::vector<int64_t> rows;
+    for (size_t f = 0; f < F; ++f)
+      if (reads(f))
+        rows.insert(rows.end(), v.begin() + o[f * size_t(batch)],
+                    v.begin() + o[(f + 1) * size_t(batch)]);
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    g.ws[j] = g.kv[j]->gather(std::move(rows));
+    const std::vector<int64_t>& ws_rows = g.ws[j].rows;
+    // The ids become positions in the working set: the same order, so the lookup and the
+    // optimizer see the rows exactly as an in-memory table's.
+    for (size_t f = 0; f < F; ++f)
+      if (reads(f))
+        for (int64_t i = o[f * size_t(batch)]; i < o[(f + 1) * size_t(batch)]; ++i)
+          v[size_t(i)] =
+              std::lower_bound(ws_rows.begin(), ws_rows.end(), v[size_t(i)]) - ws_rows.begin();
+    if (g.opt_index[j] >= 0)
+      g.optimizer.bind_rows(size_t(g.opt_index[j]), int64_t(ws_rows.size()), g.ws[j].momentum1,
+                            g.ws[j].momentum2);
+  }
+  g.ws_pending = is_training() && runtime::GradMode::enabled();
+  return runtime::from_vector<int64_t>(v, {int64_t(v.size())}, i64());
+}
+
+void ShardedEmbeddingBagCollection::commit_kv(Group& g) {
+  if (!g.ws_pending) return;
+  MT_CHECK(g.sparse_grads.empty(), "ShardedEmbeddingBagCollection: kv tables take one forward per ",
+           "optimizer step: call apply_sparse_grads() (or zero_sparse_grads()) before the next "
+           "forward (no gradient accumulation over batches)");
+  for (size_t j = 0; j < g.kv.size(); ++j)
+    if (g.kv[j]) g.kv[j]->scatter(g.ws[j]);
+  g.ws_pending = false;
 }
 
 KeyedTensor ShardedEmbeddingBagCollection::operator()(const KeyedJaggedTensor& features) {
   return forward(features);
 }
 
-KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& features) {
+// What route() gives forward and prefetch.
+struct ShardedEmbeddingBagCollection::Routed {
+  struct LookupInput {
+    Tensor values, offsets, weights;
+    int64_t batch = 0;
+  };
+  KeyedJaggedTensor kjt;  // this rank's input, arranged in feature order
+  Tensor offsets;         // kjt's offsets, contiguous on the host
+  std::vector<int64_t> Bs, Boff;
+  int64_t B = 0, G = 0;
+  std::vector<LookupInput> inputs;  // per group kind (present groups with features)
+};
+
+// Validation, batch sizes and the input dist: each group's lookup input.
+ShardedEmbeddingBagCollection::Routed ShardedEmbeddingBagCollection::route(
+    const KeyedJaggedTensor& features) {
   const Plan& P = *xplan_;
   const int W = P.world, me = P.rank;
   // Validate and arrange this rank's input before any collective.
@@ -397,8 +616,9 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
       MT_CHECK(w.device() == options_.device, "ShardedEmbeddingBagCollection: a shard is on ",
                w.device(), " but the collection was built on ", options_.device,
                " (Module::to does not move a sharded collection: build it where it trains)");
-  const KeyedJaggedTensor kjt =
-      features.keys() == feature_names_ ? features : features.select_keys(feature_names_);
+  Routed out;
+  out.kjt = features.keys() == feature_names_ ? features : features.select_keys(feature_names_);
+  const KeyedJaggedTensor& kjt = out.kjt;
   for (size_t f = 0; f < P.features.size(); ++f) {
     const EmbeddingBagConfig& c = configs_[P.features[f].table];
     kjt.validate_ids(feature_names_[f], c.num_embeddings, c.name);
@@ -408,8 +628,6 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
   MT_CHECK(!weighted || kjt.has_weights() || kjt.num_values() == 0,
            "ShardedEmbeddingBagCollection: is_weighted is set but the input has no weights");
   const int64_t B = kjt.stride();
-  const TensorOptions opts =
-      TensorOptions{}.with_dtype(options_.dtype).with_device(options_.device);
 
   // Batch sizes of every rank.
   const std::vector<int64_t> Bs = all_gather_batch_sizes(*group_, B, "sebc.batch_sizes");
@@ -419,7 +637,8 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
 
   // Host views of the input.
   const Tensor values_t = kjt.values().contiguous();
-  const Tensor offsets_t = kjt.offsets().contiguous();
+  out.offsets = kjt.offsets().contiguous();
+  const Tensor& offsets_t = out.offsets;
   const Tensor weights_t = !weighted ? Tensor()
                            : kjt.has_weights()
                                ? kjt.weights().contiguous().to(DType::F32)
@@ -492,9 +711,7 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
     }
   }
   // The lookup input of received features [k0, k1): feature-major, samples in source order.
-  struct LookupInput {
-    Tensor values, offsets, weights;
-  };
+  using LookupInput = Routed::LookupInput;
   auto gather_received = [&](int64_t k0, int64_t k1) {
     std::vector<int64_t> v, o{0};
     std::vector<float> w;
@@ -517,34 +734,86 @@ KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& feat
     return in;
   };
 
-  // ---- lookups ---------------------------------------------------------------------------------
-  std::vector<Tensor> L(kKinds);
+  out.inputs.resize(kKinds);
   for (int k = 0; k < kKinds; ++k) {
-    Group& g = *groups_[size_t(k)];
-    if (!g.present) continue;
-    const int64_t F = int64_t(g.layout.feature_table.size());
-    int64_t batch = G;
+    const Group& g = *groups_[size_t(k)];
+    if (!g.present || g.layout.feature_table.empty()) continue;
     LookupInput in;
+    in.batch = G;
     if (k == kDP) {
       std::vector<int64_t> idx(P.dp_features.begin(), P.dp_features.end());
       const KeyedJaggedTensor sub = kjt.permute(idx);
       in.values = sub.values();
       in.offsets = sub.offsets();
       if (weighted) in.weights = sub.has_weights() ? sub.weights() : weights_t;
-      batch = B;
+      in.batch = B;
     } else if (k == kTW) {
       in = gather_received(0, int64_t(P.recv_tw));
+      in.batch = G;
     } else if (k == kRW) {
       in = gather_received(int64_t(P.recv_tw), int64_t(P.recv_tw + P.recv_rw));
+      in.batch = G;
     } else {
       in = gather_received(int64_t(P.recv_tw + P.recv_rw), n_recv);
+      in.batch = G;
     }
-    if (F == 0) {  // e.g. a rank that owns no table_wise shard
-      L[size_t(k)] = runtime::zeros({batch, 0}, opts);
+    out.inputs[size_t(k)] = std::move(in);
+  }
+  out.Bs = Bs;
+  out.Boff = Boff;
+  out.B = B;
+  out.G = G;
+  return out;
+}
+
+void ShardedEmbeddingBagCollection::prefetch(const KeyedJaggedTensor& next_features) {
+  bool any = false;
+  for (const auto& g : groups_) any |= g->has_kv;
+  if (!any) return;
+  const Routed r = route(next_features);
+  for (int k = 0; k < kKinds; ++k) {
+    const Group& g = *groups_[size_t(k)];
+    if (!g.has_kv || !r.inputs[size_t(k)].values.defined()) continue;
+    const Routed::LookupInput& in = r.inputs[size_t(k)];
+    const std::vector<int64_t> o = in.offsets.to_vector<int64_t>();
+    const std::vector<int64_t> v = in.values.to_vector<int64_t>();
+    for (size_t j = 0; j < g.kv.size(); ++j) {
+      if (!g.kv[j]) continue;
+      std::vector<int64_t> rows;
+      for (size_t f = 0; f < g.layout.feature_table.size(); ++f)
+        if (g.primary(size_t(g.layout.feature_table[f])) == j)
+          rows.insert(rows.end(), v.begin() + o[f * size_t(in.batch)],
+                      v.begin() + o[(f + 1) * size_t(in.batch)]);
+      g.kv[j]->prefetch(std::move(rows));
+    }
+  }
+}
+
+KeyedTensor ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& features) {
+  const Plan& P = *xplan_;
+  const int W = P.world, me = P.rank;
+  const Routed routed = route(features);
+  const std::vector<int64_t>& Bs = routed.Bs;
+  const std::vector<int64_t>& Boff = routed.Boff;
+  const int64_t B = routed.B, G = routed.G;
+  const int64_t* off = routed.offsets.data<int64_t>();
+  const TensorOptions opts =
+      TensorOptions{}.with_dtype(options_.dtype).with_device(options_.device);
+
+  // ---- lookups ---------------------------------------------------------------------------------
+  std::vector<Tensor> L(kKinds);
+  for (int k = 0; k < kKinds; ++k) {
+    Group& g = *groups_[size_t(k)];
+    if (!g.present) continue;
+    const Routed::LookupInput& in = routed.inputs[size_t(k)];
+    if (!in.values.defined()) {  // e.g. a rank that owns no table_wise shard
+      L[size_t(k)] = runtime::zeros({k == kDP ? B : G, 0}, opts);
       continue;
     }
-    L[size_t(k)] = runtime::embedding_bags_batched(g.lookup_weights(), in.values, in.offsets, batch,
-                                                   g.layout, in.weights, make_sink(k));
+    const Tensor values =
+        g.has_kv ? gather_kv_rows(g, in.values, in.offsets, in.batch) : in.values;
+    L[size_t(k)] = runtime::embedding_bags_batched(g.lookup_weights(), values, in.offsets,
+                                                   in.batch, g.layout, in.weights, make_sink(k));
   }
 
   // ---- output dist -----------------------------------------------------------------------------
@@ -780,14 +1049,15 @@ std::vector<LocalShard> ShardedEmbeddingBagCollection::local_shards() const {
       if (s.rank != me || s.num_rows == 0) continue;
       const Group& g = *groups_[size_t(kind_of(p.type))];
       for (size_t j = 0; j < g.table_cfg.size(); ++j) {
-        if (g.table_cfg[j] != t || !g.module[j]) continue;
+        if (g.table_cfg[j] != t || g.alias_of[j] >= 0 || (!g.module[j] && !g.kv[j])) continue;
         out.push_back(LocalShard{c.name,
                                  "embedding_bags." + c.name + ".weight",
                                  p.type,
                                  s,
                                  {c.num_embeddings, c.embedding_dim},
                                  p.type == ShardingType::DataParallel,
-                                 g.module[j]->weight});
+                                 g.module[j] ? g.module[j]->weight : Tensor(),
+                                 g.kv[j]});
       }
     }
   }
@@ -803,8 +1073,14 @@ void ShardedEmbeddingBagCollection::reset_rows(const std::string& table_name,
            table_name, "'");
   for (const auto& g : groups_)
     for (size_t j = 0; j < g->table_cfg.size(); ++j) {
-      if (g->table_cfg[j] != t || !g->module[j]) continue;
-      g->optimizer.zero_rows(size_t(g->opt_index[j]), g->module[j]->reset_rows(global_rows, step));
+      if (g->table_cfg[j] != t || g->alias_of[j] >= 0) continue;
+      if (g->kv[j]) {
+        commit_kv(*g);
+        g->kv[j]->reset_rows(global_rows, step);
+      } else if (g->module[j]) {
+        g->optimizer.zero_rows(size_t(g->opt_index[j]),
+                               g->module[j]->reset_rows(global_rows, step));
+      }
     }
 }
 
@@ -840,7 +1116,52 @@ void ShardedEmbeddingBagCollection::scale_sparse_grads_(double coef) {
 }
 
 void ShardedEmbeddingBagCollection::apply_sparse_grads() {
-  apply_groups_sparse_grads(groups_, [](const Group& g) { return g.opt_weights(); });
+  runtime::NoGradGuard no_grad;
+  for (const auto& gp : groups_) {
+    Group& g = *gp;
+    std::vector<RowSparseGrad> changed;  // lookup-indexed, for the listener
+    if (row_listener_)
+      for (const RowSparseGrad& r : g.sparse_grads)
+        changed.push_back({int64_t(g.opt_lookup.at(size_t(r.table))), r.rows, Tensor()});
+    if (g.present && g.optimizer.num_tables() > 0) g.optimizer.step(g.opt_weights(), g.sparse_grads);
+    g.sparse_grads.clear();
+    report_rows(g, changed);
+    commit_kv(g);
+  }
+}
+
+void ShardedEmbeddingBagCollection::flush_kv() {
+  for (const auto& g : groups_) {
+    commit_kv(*g);
+    for (const auto& kv : g->kv)
+      if (kv) kv->flush();
+  }
+}
+
+runtime::sparse::KvStats ShardedEmbeddingBagCollection::kv_stats() const {
+  runtime::sparse::KvStats total;
+  for (const auto& g : groups_)
+    for (const auto& kv : g->kv) {
+      if (!kv) continue;
+      const runtime::sparse::KvStats& s = kv->stats();
+      total.rows_requested += s.rows_requested;
+      total.cache_hits += s.cache_hits;
+      total.prefetch_hits += s.prefetch_hits;
+      total.store_reads += s.store_reads;
+      total.initialised += s.initialised;
+      total.rows_written += s.rows_written;
+      total.bytes_read += s.bytes_read;
+      total.bytes_written += s.bytes_written;
+      total.gather_seconds += s.gather_seconds;
+      total.prefetch_seconds += s.prefetch_seconds;
+    }
+  return total;
+}
+
+void ShardedEmbeddingBagCollection::set_row_update_listener(
+    runtime::sparse::RowUpdateListener listener, bool with_state) {
+  row_listener_ = std::move(listener);
+  row_listener_state_ = with_state;
 }
 
 void ShardedEmbeddingBagCollection::zero_sparse_grads() { zero_groups_sparse_grads(groups_); }

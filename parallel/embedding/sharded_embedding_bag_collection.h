@@ -91,6 +91,8 @@
 #include "runtime/sparse/fused_optimizer.h"
 #include "runtime/sparse/keyed_jagged_tensor.h"
 #include "runtime/sparse/keyed_tensor.h"
+#include "runtime/sparse/kv/kv_table.h"
+#include "runtime/sparse/row_update.h"
 #include "runtime/sparse/table_collection.h"
 
 namespace mt::parallel {
@@ -103,7 +105,9 @@ struct LocalShard {
   ShardMetadata placement;            // rows/cols of the global table, and this rank
   std::vector<int64_t> global_shape;  // [num_embeddings, embedding_dim]
   bool replicated = false;            // data_parallel: the same values on every rank (save once)
-  runtime::Tensor weight;             // the parameter [num_rows, num_cols]
+  runtime::Tensor weight;             // the parameter [num_rows, num_cols]; undefined for kv
+  // A kv-backed shard (EmbeddingBagConfig::storage = Kv): its rows and row-optimizer state.
+  std::shared_ptr<runtime::sparse::KvTable> kv = nullptr;
 };
 
 class ShardedEmbeddingBagCollection : public runtime::nn::Module {
@@ -150,6 +154,18 @@ class ShardedEmbeddingBagCollection : public runtime::nn::Module {
   void load_optimizer_state_dict(const runtime::nn::StateDict& state);
   void set_lr(double lr);
 
+  // Kv-backed tables (see "Kv tables" above). Collective: routes `next_features` (the next
+  // batch, as forward would) and starts reading the rows they will need on a background thread.
+  void prefetch(const runtime::sparse::KeyedJaggedTensor& next_features);
+  // Every kv shard's cache written to its store (before reading the shards' rows elsewhere).
+  void flush_kv();
+  // Cumulative statistics over this rank's kv shards (summed).
+  runtime::sparse::KvStats kv_stats() const;
+
+  // Called after every step with the rows it changed (global ids; see row_update.h), e.g. to
+  // stream them to a serving replica. `with_state`: include the rows' optimizer state.
+  void set_row_update_listener(runtime::sparse::RowUpdateListener listener, bool with_state);
+
   // GradientMode::RowSparse (see above). Gradients are in the shard's local rows.
   struct ShardGrad {
     std::string fqn;
@@ -168,8 +184,20 @@ class ShardedEmbeddingBagCollection : public runtime::nn::Module {
   struct Group;  // one sharding group: its tables, lookup layout, optimizer, kept gradients
   struct Plan;   // the exchange plan all ranks derive from the sharding plan
 
+  struct Routed;  // a batch after the input dist: each group's lookup input
+
   void build();
+  Routed route(const runtime::sparse::KeyedJaggedTensor& features);
   runtime::sparse::KeyedTensor forward(const runtime::sparse::KeyedJaggedTensor& kjt);
+  // Kv: gathers the working sets the group's ids touch and returns the ids made positions in them.
+  runtime::Tensor gather_kv_rows(Group& g, const runtime::Tensor& values,
+                                 const runtime::Tensor& offsets, int64_t batch);
+  // Kv: the group's working sets back to their caches (after its optimizer step, or unchanged).
+  void commit_kv(Group& g);
+  // A group's lookup-indexed gradients of one backward, by each table's update mode.
+  void update_rows(Group& g, std::vector<runtime::RowSparseGrad> grads);
+  // Tells the row listener about `changed` (lookup-indexed rows whose values changed).
+  void report_rows(const Group& g, const std::vector<runtime::RowSparseGrad>& changed);
   void dp_sink(std::vector<runtime::RowSparseGrad>& grads);
   runtime::TableGradSink make_sink(int group);
 
@@ -184,6 +212,9 @@ class ShardedEmbeddingBagCollection : public runtime::nn::Module {
   std::vector<std::unique_ptr<Group>> groups_;
   std::unique_ptr<Plan> xplan_;
   runtime::Tensor anchor_;  // a leaf so the output node is recorded on every rank
+  std::shared_ptr<runtime::sparse::KvStore> kv_store_;  // this rank's, when it holds kv shards
+  runtime::sparse::RowUpdateListener row_listener_;
+  bool row_listener_state_ = false;
 };
 
 }  // namespace mt::parallel

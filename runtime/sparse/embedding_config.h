@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/kernels/embedding_optim.h"
@@ -42,6 +43,21 @@ enum class GradientMode {
   Dense,      // weights require grad and get dense [rows, dim] .grad through autograd
 };
 
+// Where a table's rows live: in a tensor (memory), or in a RocksDB store behind a row cache
+// (kv: kv/kv_table.h; the sharded collection's tables only).
+enum class TableStorage { Memory, Kv };
+const char* table_storage_name(TableStorage storage);      // "memory", "kv"
+TableStorage parse_table_storage(const std::string& name);  // throws naming the values
+
+// How a step changes a table's rows (FBGEMM / TorchRec):
+//   Train      the fused row optimizer applies the gradients
+//   Frozen     looked up only: no gradient, no optimizer state, rows never change
+//   Writeback  the gradient that reaches a row IS its new value (direct assignment in backward:
+//              the sum of the row's gradient rows in the batch; hit each row once to assign it)
+enum class TableUpdate { Train, Frozen, Writeback };
+const char* table_update_name(TableUpdate update);      // "train", "frozen", "writeback"
+TableUpdate parse_table_update(const std::string& name);  // throws naming the values
+
 // The part of a global table a module holds (defaults: all of it).
 struct TableShard {
   int64_t row_offset = 0, num_rows = -1;  // -1: up to the end
@@ -59,7 +75,15 @@ struct EmbeddingBagConfig {
   double weight_init_min = std::numeric_limits<double>::quiet_NaN();
   double weight_init_max = std::numeric_limits<double>::quiet_NaN();
   TableShard shard;
+  TableStorage storage = TableStorage::Memory;
+  TableUpdate update = TableUpdate::Train;
+  // A table read by several features: only the gradients of these features update its rows
+  // (the others only read them). Empty: every feature's.
+  std::vector<std::string> update_features;
 };
+
+// The init distribution's bounds: the config's, or -+sqrt(1 / num_embeddings).
+std::pair<double, double> init_bounds(const EmbeddingBagConfig& config);
 
 // Unpooled tables (EmbeddingCollection): the same fields; pooling is unused.
 using EmbeddingConfig = EmbeddingBagConfig;

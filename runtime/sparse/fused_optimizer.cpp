@@ -35,6 +35,20 @@ EmbOptimType parse_optimizer(const std::string& name) {
           "' (expected exact_sgd, exact_rowwise_adagrad, adam or partial_rowwise_adam)");
 }
 
+std::vector<std::pair<std::string, int64_t>> row_state_fields(EmbOptimType type, int64_t dim) {
+  switch (type) {
+    case EmbOptimType::SGD:
+      return {};
+    case EmbOptimType::RowwiseAdagrad:
+      return {{"momentum1", 1}};
+    case EmbOptimType::Adam:
+      return {{"momentum1", dim}, {"momentum2", dim}};
+    case EmbOptimType::PartialRowwiseAdam:
+      return {{"momentum1", dim}, {"momentum2", 1}};
+  }
+  return {};
+}
+
 void FusedEmbeddingOptimizer::add_table(const EmbeddingOptimizerConfig& config, int64_t rows,
                                         int64_t dim, DType dtype, std::string key) {
   MT_CHECK(rows >= 0 && dim > 0, "FusedEmbeddingOptimizer: table '", key, "' has shape [", rows,
@@ -51,21 +65,9 @@ void FusedEmbeddingOptimizer::add_table(const EmbeddingOptimizerConfig& config, 
   t.key = std::move(key);
   const TensorOptions so =
       TensorOptions{}.with_dtype(dtype == DType::F64 ? DType::F64 : DType::F32);
-  switch (config.type) {
-    case EmbOptimType::SGD:
-      break;
-    case EmbOptimType::RowwiseAdagrad:
-      t.momentum1 = zeros({rows, 1}, so);
-      break;
-    case EmbOptimType::Adam:
-      t.momentum1 = zeros({rows, dim}, so);
-      t.momentum2 = zeros({rows, dim}, so);
-      break;
-    case EmbOptimType::PartialRowwiseAdam:
-      t.momentum1 = zeros({rows, dim}, so);
-      t.momentum2 = zeros({rows, 1}, so);
-      break;
-  }
+  const auto fields = row_state_fields(config.type, dim);
+  if (fields.size() > 0) t.momentum1 = zeros({rows, fields[0].second}, so);
+  if (fields.size() > 1) t.momentum2 = zeros({rows, fields[1].second}, so);
   tables_.push_back(std::move(t));
 }
 
@@ -105,6 +107,14 @@ void FusedEmbeddingOptimizer::step(const std::vector<Tensor>& weights,
   }
 }
 
+void FusedEmbeddingOptimizer::bind_rows(size_t table, int64_t rows, Tensor momentum1,
+                                        Tensor momentum2) {
+  Table& t = tables_.at(table);
+  t.rows = rows;
+  t.momentum1 = std::move(momentum1);
+  t.momentum2 = std::move(momentum2);
+}
+
 void FusedEmbeddingOptimizer::set_lr(double lr) {
   for (Table& t : tables_) t.config.lr = lr;
 }
@@ -115,6 +125,7 @@ std::vector<std::pair<std::string, Tensor>> FusedEmbeddingOptimizer::table_state
     size_t table) const {
   const Table& t = tables_.at(table);
   std::vector<std::pair<std::string, Tensor>> out;
+  if (t.external) return out;
   if (t.momentum1.defined()) out.emplace_back("momentum1", t.momentum1);
   if (t.momentum2.defined()) out.emplace_back("momentum2", t.momentum2);
   return out;
@@ -177,8 +188,8 @@ void FusedEmbeddingOptimizer::load_state_dict(const nn::StateDict& state) {
   NoGradGuard ng;
   for (size_t i = 0; i < tables_.size(); ++i) {
     Table& t = tables_[i];
-    if (t.momentum1.defined()) t.momentum1.copy_(state.at(t.key + ".momentum1"));
-    if (t.momentum2.defined()) t.momentum2.copy_(state.at(t.key + ".momentum2"));
+    if (!t.external && t.momentum1.defined()) t.momentum1.copy_(state.at(t.key + ".momentum1"));
+    if (!t.external && t.momentum2.defined()) t.momentum2.copy_(state.at(t.key + ".momentum2"));
     t.step = state.at(t.key + ".step").item<int64_t>();
   }
 }

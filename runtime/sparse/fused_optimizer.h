@@ -23,6 +23,10 @@
 
 namespace mt::runtime::sparse {
 
+// The per-row state fields of an optimizer for rows of width `dim`: (name, width) in order
+// (momentum1, then momentum2), as listed above.
+std::vector<std::pair<std::string, int64_t>> row_state_fields(EmbOptimType type, int64_t dim);
+
 class FusedEmbeddingOptimizer {
  public:
   FusedEmbeddingOptimizer() = default;
@@ -41,6 +45,12 @@ class FusedEmbeddingOptimizer {
   int64_t step_count(size_t table) const { return tables_.at(table).step; }
   // Named state tensors of one table ("momentum1", "momentum2"), the optimizer's own tensors.
   std::vector<std::pair<std::string, Tensor>> table_state(size_t table) const;
+  // For a kv-backed table (kv/kv_table.h): the next steps update a working set of `rows` rows
+  // whose state is `momentum1` / `momentum2` (shaped as row_state_fields says; updated in place).
+  void bind_rows(size_t table, int64_t rows, Tensor momentum1, Tensor momentum2);
+  // The table's state lives elsewhere (a kv table's store): state_dict, load_state_dict,
+  // table_state and zero_rows then cover only its step count.
+  void set_external_state(size_t table) { tables_.at(table).external = true; }
   // Zeroes the state of local rows `rows` of one table (evicted ids start over): one write per
   // state tensor, wherever it lives (no_grad).
   void zero_rows(size_t table, const std::vector<int64_t>& rows) const;
@@ -56,6 +66,7 @@ class FusedEmbeddingOptimizer {
     int64_t rows = 0, dim = 0;
     std::string key;
     int64_t step = 0;
+    bool external = false;
     Tensor momentum1, momentum2;
   };
   std::vector<Table> tables_;

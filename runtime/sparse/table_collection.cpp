@@ -39,21 +39,51 @@ EmbeddingTable::EmbeddingTable(std::string type_name, const EmbeddingBagConfig& 
       rows_(config.shard.num_rows),
       cols_(config.shard.num_cols) {
   MT_CHECK(is_floating(dtype), this->type_name(), ": expected a floating dtype, got ", dtype);
-  weight = empty({rows_, cols_}, TensorOptions{}.with_dtype(dtype));
+  weight = empty({config.storage == TableStorage::Kv ? 0 : rows_, cols_},
+                 TensorOptions{}.with_dtype(dtype));
   register_parameter("weight", weight, requires_grad);
   reset_parameters(nn::InitContext{});
 }
 
-namespace {
 std::pair<double, double> init_bounds(const EmbeddingBagConfig& c) {
   const double bound = std::sqrt(1.0 / double(c.num_embeddings));
   return {std::isnan(c.weight_init_min) ? -bound : c.weight_init_min,
           std::isnan(c.weight_init_max) ? bound : c.weight_init_max};
 }
-}  // namespace
+
+const char* table_storage_name(TableStorage storage) {
+  return storage == TableStorage::Kv ? "kv" : "memory";
+}
+
+TableStorage parse_table_storage(const std::string& name) {
+  if (name == "memory") return TableStorage::Memory;
+  if (name == "kv") return TableStorage::Kv;
+  MT_FAIL("embedding table storage: unknown value '", name, "' (expected memory or kv)");
+}
+
+const char* table_update_name(TableUpdate update) {
+  switch (update) {
+    case TableUpdate::Train:
+      return "train";
+    case TableUpdate::Frozen:
+      return "frozen";
+    case TableUpdate::Writeback:
+      return "writeback";
+  }
+  return "?";
+}
+
+TableUpdate parse_table_update(const std::string& name) {
+  if (name == "train") return TableUpdate::Train;
+  if (name == "frozen") return TableUpdate::Frozen;
+  if (name == "writeback") return TableUpdate::Writeback;
+  MT_FAIL("embedding table update: unknown value '", name,
+          "' (expected train, frozen or writeback)");
+}
 
 void EmbeddingTable::reset_parameters(const nn::InitContext& ctx) {
   init_ = ctx;
+  if (weight.size(0) == 0) return;
   const auto [lo, hi] = init_bounds(config_);
   nn::init_uniform_(weight, ctx.key("weight"), lo, hi,
                     {config_.num_embeddings, config_.embedding_dim},
@@ -140,6 +170,10 @@ void TableCollection::reset_rows(const std::string& table_name,
 }
 
 KeyedJaggedTensor TableCollection::arrange(const KeyedJaggedTensor& features) const {
+  for (const EmbeddingBagConfig& c : configs_)
+    MT_CHECK(c.storage == TableStorage::Memory, type_name(), ": table '", c.name,
+             "' is kv-backed; kv tables are looked up through parallel::"
+             "ShardedEmbeddingBagCollection (one process too)");
   features.validate();
   KeyedJaggedTensor kjt = features.keys() == layout_.feature_names
                               ? features

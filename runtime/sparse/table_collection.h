@@ -33,8 +33,18 @@
 #include "runtime/sparse/embedding_config.h"
 #include "runtime/sparse/fused_optimizer.h"
 #include "runtime/sparse/keyed_jagged_tensor.h"
+#include "runtime/sparse/kv/row_cache.h"
 
 namespace mt::runtime::sparse {
+
+// Kv-backed tables (EmbeddingBagConfig::storage = Kv; kv/kv_table.h): where and how they keep
+// their rows.
+struct KvSettings {
+  std::string path;  // root folder; each rank's store is <path>/rank-<r> (wiped at start)
+  int64_t cache_rows = 0;       // rows of each table shard's cache; 0: cache_fraction of its rows
+  double cache_fraction = 0.1;  // (at least one row)
+  CachePolicy policy = CachePolicy::LRU;
+};
 
 struct CollectionOptions {
   GradientMode gradient_mode = GradientMode::Fused;
@@ -44,6 +54,7 @@ struct CollectionOptions {
   // Input KJTs stay on the host: ids are checked and routed there. Module::to moves the tables
   // of an unsharded collection later (this field keeps its construction value).
   Device device = Device::cpu();
+  KvSettings kv;
 };
 
 // One table: a module holding `weight` [local rows, local cols].
@@ -59,6 +70,10 @@ class EmbeddingTable : public nn::Module {
   const EmbeddingBagConfig& config() const { return config_; }
   int64_t local_rows() const { return rows_; }
   int64_t local_cols() const { return cols_; }
+  // The context of the last reset_parameters (seed, FQN): a kv-backed shard draws its rows from
+  // it as this table would.
+  const nn::InitContext& init_context() const { return init_; }
+  // A kv-backed table (config.storage) holds no rows here: weight is [0, cols].
   Tensor weight;
 
  private:
@@ -76,6 +91,7 @@ class TableCollection : public nn::Module {
   const TableBatchLayout& layout() const { return layout_; }
   // The tables' current weights (the tensors in the slots), in config order.
   std::vector<Tensor> weights() const;
+  const EmbeddingTable& table(size_t t) const { return *tables_.at(t); }
   // "<container>.<table>.weight", relative to this module.
   std::string weight_fqn(size_t table) const;
   GradientMode gradient_mode() const { return options_.gradient_mode; }

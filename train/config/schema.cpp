@@ -344,6 +344,38 @@ std::vector<SectionSpec> build_schema() {
           {"lookup_only", &E::lookup_only,
            "Managed-collision features that read the mapping without inserting (unknown ids are "
            "dropped from their bags)"},
+          {"storage", &E::storage,
+           "Where the tables' rows live: memory (tensors), or kv (RocksDB under kv_path with a "
+           "row cache in front: tables larger than memory, trained exactly as memory tables)",
+           one_of({"memory", "kv"})},
+          {"storage_override", &E::storage_override,
+           "Per-table storage, as \"<feature>:memory\" or \"<feature>:kv\""},
+          {"update_override", &E::update_override,
+           "Per-table update mode, as \"<feature>:train\" or \"<feature>:frozen\" (frozen: "
+           "looked up only, no gradient or optimizer state)"},
+          {"kv_path", &E::kv_path,
+           "Folder of the kv tables' stores, one per rank (rank-N; wiped at start: a resume "
+           "refills them from the checkpoint); empty: <dump_folder>/kv"},
+          {"cache_rows", &E::cache_rows,
+           "Rows of each kv table shard's cache; 0: cache_fraction of the shard's rows",
+           non_negative()},
+          {"cache_fraction", &E::cache_fraction,
+           "Cache rows as a fraction of each kv shard's rows (when cache_rows = 0)",
+           custom("in (0, 1]", [](const Value& v) {
+             const double x = std::get<double>(v);
+             return x > 0 && x <= 1;
+           })},
+          {"cache_policy", &E::cache_policy, "Which row a full kv cache set evicts",
+           one_of({"lru", "lfu"})},
+          {"prefetch", &E::prefetch,
+           "Read the next batch's kv rows from the store while the current step computes"},
+          {"stream_to", &E::stream_to,
+           "host:port of a serving replica (mt_embedding_server): every step's updated rows are "
+           "sent to it in the background; empty: no stream"},
+          {"stream_queue_mb", &E::stream_queue_mb,
+           "Send queue of the stream (MiB); training waits for the replica only when it is full",
+           positive()},
+          {"stream_state", &E::stream_state, "Also stream the rows' optimizer state"},
       }));
   s.push_back(section<N>(
       "comm", &JobConfig::comm, "Collective communication.",

@@ -152,6 +152,19 @@ struct EmbeddingTablesConfig {  // [embedding]: embedding tables of recommendati
   StringList managed_collision = {};
   std::string eviction = "lru";
   StringList lookup_only = {};
+  // Kv-backed tables (runtime/sparse/kv/kv_table.h) and update modes.
+  std::string storage = "memory";
+  StringList storage_override = {};  // "<feature>:memory|kv", per table
+  StringList update_override = {};   // "<feature>:train|frozen", per table
+  std::string kv_path = "";          // "": <dump_folder>/kv
+  int64_t cache_rows = 0;            // per table shard; 0: cache_fraction of its rows
+  double cache_fraction = 0.1;
+  std::string cache_policy = "lru";
+  bool prefetch = false;
+  // Streaming of updated rows to a serving replica (parallel/embedding/row_stream.h).
+  std::string stream_to = "";
+  int64_t stream_queue_mb = 64;
+  bool stream_state = false;
   bool operator==(const EmbeddingTablesConfig&) const = default;
 };
 

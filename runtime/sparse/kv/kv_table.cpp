@@ -1,0 +1,330 @@
+#include "runtime/sparse/kv/kv_table.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/core/error.h"
+#include "runtime/core/grad_mode.h"
+#include "runtime/nn/init.h"
+#include "runtime/ops/factory.h"
+#include "runtime/sparse/fused_optimizer.h"
+
+namespace mt::runtime::sparse {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+// A background read of rows not cached when it started.
+struct KvTable::Prefetch {
+  std::vector<int64_t> rows;
+  std::vector<std::byte> bytes;
+  std::vector<bool> found;
+  double seconds = 0;
+  std::future<void> done;
+};
+
+KvTable::KvTable(std::shared_ptr<KvStore> store, uint32_t table_id,
+                 const EmbeddingBagConfig& config, DType dtype, bool has_state,
+                 const KvTableOptions& options)
+    : store_(std::move(store)),
+      table_id_(table_id),
+      config_(config),
+      dtype_(dtype),
+      state_dtype_(dtype == DType::F64 ? DType::F64 : DType::F32),
+      fields_(has_state ? row_state_fields(config.optimizer.type, config.shard.num_cols)
+                        : std::vector<std::pair<std::string, int64_t>>{}),
+      weight_bytes_(size_t(config.shard.num_cols) * dtype_size(dtype)),
+      row_bytes_([&] {
+        size_t b = weight_bytes_;
+        for (const auto& [name, width] : fields_) b += size_t(width) * dtype_size(state_dtype_);
+        return b;
+      }()),
+      cache_(std::max<int64_t>(1, options.cache_rows), row_bytes_, options.policy) {
+  MT_CHECK(store_ != nullptr, "KvTable '", config.name, "': no store");
+  MT_CHECK(dtype == DType::F32 || dtype == DType::F64, "KvTable '", config.name,
+           "': tables must be f32 or f64, got ", dtype_name(dtype));
+  MT_CHECK(config.shard.num_rows >= 0 && config.shard.num_cols > 0, "KvTable '", config.name,
+           "': the shard must be resolved (rows ", config.shard.num_rows, ", cols ",
+           config.shard.num_cols, ")");
+  MT_CHECK(options.cache_rows >= 1, "KvTable '", config.name, "': cache_rows must be >= 1, got ",
+           options.cache_rows);
+}
+
+KvTable::~KvTable() {
+  if (prefetch_ && prefetch_->done.valid()) prefetch_->done.wait();
+}
+
+void KvTable::init_row(int64_t row, std::byte* bytes, const RandomKey* key) const {
+  const auto [lo, hi] = init_bounds(config_);
+  const Tensor w = empty({1, local_cols()}, TensorOptions{}.with_dtype(dtype_));
+  nn::init_uniform_(w, key ? *key : init_.key("weight"), lo, hi, {config_.num_embeddings, config_.embedding_dim},
+                    {config_.shard.row_offset + row, config_.shard.col_offset});
+  std::memcpy(bytes, w.data_ptr(), weight_bytes_);
+  std::memset(bytes + weight_bytes_, 0, row_bytes_ - weight_bytes_);
+}
+
+void KvTable::join_prefetch() {
+  if (!prefetch_) return;
+  prefetch_->done.get();  // rethrows the store's errors here
+  stats_.prefetch_seconds += prefetch_->seconds;
+}
+
+KvWorkingSet KvTable::gather(std::vector<int64_t> rows) {
+  const auto t0 = Clock::now();
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < rows.size(); ++i)
+    MT_CHECK(rows[i] >= 0 && rows[i] < local_rows() && (i == 0 || rows[i] > rows[i - 1]),
+             "KvTable '", config_.name, "': gather takes sorted unique rows in [0, ",
+             local_rows(), "), got ", rows[i], " at ", i);
+  join_prefetch();
+  const int64_t n = int64_t(rows.size());
+  std::vector<std::byte> bytes(size_t(n) * row_bytes_);
+  std::vector<int64_t> missing;  // positions
+  size_t p = 0;                  // walks the prefetched rows (sorted)
+  for (int64_t i = 0; i < n; ++i) {
+    std::byte* dst = bytes.data() + size_t(i) * row_bytes_;
+    const int64_t slot = cache_.find(rows[size_t(i)]);
+    if (slot >= 0) {
+      std::memcpy(dst, cache_.row(slot), row_bytes_);
+      ++stats_.cache_hits;
+      continue;
+    }
+    if (prefetch_) {
+      const auto& pr = prefetch_->rows;
+      while (p < pr.size() && pr[p] < rows[size_t(i)]) ++p;
+      if (p < pr.size() && pr[p] == rows[size_t(i)] &&
+          !written_since_prefetch_.count(rows[size_t(i)])) {
+        if (prefetch_->found[p])
+          std::memcpy(dst, prefetch_->bytes.data() + p * row_bytes_, row_bytes_);
+        else
+          init_row(rows[size_t(i)], dst);
+        ++stats_.prefetch_hits;
+        continue;
+      }
+    }
+    missing.push_back(i);
+  }
+  prefetch_.reset();
+  written_since_prefetch_.clear();
+  if (!missing.empty()) {
+    std::vector<int64_t> keys;
+    for (int64_t i : missing) keys.push_back(rows[size_t(i)]);
+    std::vector<std::byte> fetched(keys.size() * row_bytes_);
+    const std::vector<bool> found = store_->multi_get(table_id_, keys, row_bytes_, fetched.data());
+    for (size_t k = 0; k < keys.size(); ++k) {
+      std::byte* dst = bytes.data() + size_t(missing[k]) * row_bytes_;
+      if (found[k]) {
+        std::memcpy(dst, fetched.data() + k * row_bytes_, row_bytes_);
+        ++stats_.store_reads;
+        stats_.bytes_read += row_bytes_;
+      } else {
+        init_row(keys[k], dst);
+        ++stats_.initialised;
+      }
+    }
+  }
+  stats_.rows_requested += n;
+
+  // Rows -> dense tensors (weight, then each state field).
+  KvWorkingSet ws;
+  ws.rows = std::move(rows);
+  ws.weight = empty({n, local_cols()}, TensorOptions{}.with_dtype(dtype_));
+  std::vector<Tensor> state;
+  for (const auto& [name, width] : fields_)
+    state.push_back(empty({n, width}, TensorOptions{}.with_dtype(state_dtype_)));
+  auto* w = static_cast<std::byte*>(ws.weight.data_ptr());
+  for (int64_t i = 0; i < n; ++i) {
+    const std::byte* src = bytes.data() + size_t(i) * row_bytes_;
+    std::memcpy(w + size_t(i) * weight_bytes_, src, weight_bytes_);
+    size_t off = weight_bytes_;
+    for (size_t f = 0; f < fields_.size(); ++f) {
+      const size_t fb = size_t(fields_[f].second) * dtype_size(state_dtype_);
+      std::memcpy(static_cast<std::byte*>(state[f].data_ptr()) + size_t(i) * fb, src + off, fb);
+      off += fb;
+    }
+  }
+  if (state.size() > 0) ws.momentum1 = state[0];
+  if (state.size() > 1) ws.momentum2 = state[1];
+  stats_.gather_seconds += seconds_since(t0);
+  return ws;
+}
+
+void KvTable::write_to_store(const std::vector<int64_t>& rows,
+                             const std::vector<std::byte>& bytes) {
+  if (rows.empty()) return;
+  store_->put(table_id_, rows, row_bytes_, bytes.data());
+  stats_.rows_written += int64_t(rows.size());
+  stats_.bytes_written += rows.size() * row_bytes_;
+  if (prefetch_) written_since_prefetch_.insert(rows.begin(), rows.end());
+}
+
+void KvTable::scatter(const KvWorkingSet& ws) {
+  const int64_t n = int64_t(ws.rows.size());
+  MT_CHECK(ws.weight.defined() && ws.weight.dim() == 2 && ws.weight.size(0) == n &&
+               ws.weight.size(1) == local_cols() && ws.weight.is_contiguous(),
+           "KvTable '", config_.name, "': scatter of a working set that is not this table's");
+  std::vector<const std::byte*> state;
+  for (const Tensor* t : {&ws.momentum1, &ws.momentum2})
+    if (t->defined()) state.push_back(static_cast<const std::byte*>(t->data_ptr()));
+  MT_CHECK(state.size() == fields_.size(), "KvTable '", config_.name, "': the working set has ",
+           state.size(), " state fields, the table ", fields_.size());
+  const auto* w = static_cast<const std::byte*>(ws.weight.data_ptr());
+  std::vector<int64_t> evicted;
+  std::vector<std::byte> evicted_bytes;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = ws.rows[size_t(i)];
+    int64_t slot = cache_.peek(row);
+    if (slot < 0) {
+      const RowCache::Insert r = cache_.insert(row);
+      slot = r.slot;
+      if (r.evicted) {
+        evicted.push_back(r.evicted_key);
+        evicted_bytes.insert(evicted_bytes.end(), cache_.row(slot), cache_.row(slot) + row_bytes_);
+      }
+    }
+    std::byte* dst = cache_.row(slot);
+    std::memcpy(dst, w + size_t(i) * weight_bytes_, weight_bytes_);
+    size_t off = weight_bytes_;
+    for (size_t f = 0; f < fields_.size(); ++f) {
+      const size_t fb = size_t(fields_[f].second) * dtype_size(state_dtype_);
+      std::memcpy(dst + off, state[f] + size_t(i) * fb, fb);
+      off += fb;
+    }
+  }
+  write_to_store(evicted, evicted_bytes);
+}
+
+void KvTable::prefetch(std::vector<int64_t> rows) {
+  join_prefetch();  // one in flight at a time
+  prefetch_.reset();
+  written_since_prefetch_.clear();
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  std::erase_if(rows, [&](int64_t r) { return cache_.peek(r) >= 0; });
+  auto p = std::make_unique<Prefetch>();
+  p->rows = std::move(rows);
+  p->bytes.resize(p->rows.size() * row_bytes_);
+  Prefetch* raw = p.get();
+  p->done = std::async(std::launch::async, [this, raw] {
+    const auto t0 = Clock::now();
+    raw->found = store_->multi_get(table_id_, raw->rows, row_bytes_, raw->bytes.data());
+    raw->seconds = seconds_since(t0);
+  });
+  prefetch_ = std::move(p);
+}
+
+void KvTable::flush() {
+  std::vector<int64_t> rows;
+  std::vector<std::byte> bytes;
+  for (const auto& [key, slot] : cache_.entries()) {
+    rows.push_back(key);
+    bytes.insert(bytes.end(), cache_.row(slot), cache_.row(slot) + row_bytes_);
+  }
+  write_to_store(rows, bytes);
+}
+
+void KvTable::read_rows(int64_t first, int64_t count, const Tensor& weight,
+                        const std::vector<Tensor>& state, const KvStore::View* view) const {
+  MT_CHECK(first >= 0 && count >= 0 && first + count <= local_rows() && weight.is_contiguous() &&
+               weight.dtype() == dtype_ && weight.numel() == count * local_cols() &&
+               state.size() == fields_.size(),
+           "KvTable '", config_.name, "': read_rows of rows [", first, ", +", count,
+           ") into buffers that do not fit");
+  // Initial values everywhere, then the stored rows over them.
+  std::vector<std::byte> row(row_bytes_);
+  auto put = [&](int64_t r, const std::byte* src) {
+    std::memcpy(static_cast<std::byte*>(weight.data_ptr()) + size_t(r - first) * weight_bytes_,
+                src, weight_bytes_);
+    size_t off = weight_bytes_;
+    for (size_t f = 0; f < fields_.size(); ++f) {
+      const size_t fb = size_t(fields_[f].second) * dtype_size(state_dtype_);
+      std::memcpy(static_cast<std::byte*>(state[f].data_ptr()) + size_t(r - first) * fb,
+                  src + off, fb);
+      off += fb;
+    }
+  };
+  for (int64_t r = first; r < first + count; ++r) {
+    init_row(r, row.data());
+    put(r, row.data());
+  }
+  store_->scan(table_id_, first, first + count, row_bytes_, put, view);
+}
+
+void KvTable::write_rows(int64_t first, const Tensor& weight, const std::vector<Tensor>& state) {
+  const int64_t count = weight.dim() == 2 ? weight.size(0) : -1;
+  MT_CHECK(count >= 0 && first >= 0 && first + count <= local_rows() && weight.is_contiguous() &&
+               weight.dtype() == dtype_ && weight.size(1) == local_cols() &&
+               state.size() == fields_.size(),
+           "KvTable '", config_.name, "': write_rows at ", first, " of a ", weight.shape(),
+           " block that does not fit");
+  std::vector<int64_t> rows;
+  std::vector<std::byte> bytes(size_t(count) * row_bytes_);
+  for (int64_t i = 0; i < count; ++i) {
+    rows.push_back(first + i);
+    std::byte* dst = bytes.data() + size_t(i) * row_bytes_;
+    std::memcpy(dst, static_cast<const std::byte*>(weight.data_ptr()) + size_t(i) * weight_bytes_,
+                weight_bytes_);
+    size_t off = weight_bytes_;
+    for (size_t f = 0; f < fields_.size(); ++f) {
+      const size_t fb = size_t(fields_[f].second) * dtype_size(state_dtype_);
+      std::memcpy(dst + off, static_cast<const std::byte*>(state[f].data_ptr()) + size_t(i) * fb,
+                  fb);
+      off += fb;
+    }
+    cache_.erase(first + i);
+  }
+  write_to_store(rows, bytes);
+}
+
+void KvTable::reset_rows(const std::vector<int64_t>& global_rows, int64_t step) {
+  const RandomKey key = init_.key("weight.reset").with_offset(uint64_t(step));
+  std::vector<int64_t> stored;
+  std::vector<std::byte> bytes;
+  std::vector<std::byte> row(row_bytes_);
+  for (int64_t g : global_rows) {
+    MT_CHECK(g >= 0 && g < config_.num_embeddings, "KvTable '", config_.name, "': reset_rows: row ",
+             g, " is outside the table's ", config_.num_embeddings, " rows");
+    const int64_t r = g - config_.shard.row_offset;
+    if (r < 0 || r >= local_rows()) continue;
+    init_row(r, row.data(), &key);
+    const int64_t slot = cache_.peek(r);
+    if (slot >= 0) {
+      std::memcpy(cache_.row(slot), row.data(), row_bytes_);
+    } else {
+      stored.push_back(r);
+      bytes.insert(bytes.end(), row.begin(), row.end());
+    }
+  }
+  write_to_store(stored, bytes);
+}
+
+void KvTable::write_field(int64_t first, int field, const Tensor& values) {
+  MT_CHECK(values.dim() == 2 && field >= -1 && field < int(fields_.size()), "KvTable '",
+           config_.name, "': write_field ", field, " of a ", values.shape(), " block");
+  const int64_t n = values.size(0);
+  flush();
+  Tensor weight = empty({n, local_cols()}, TensorOptions{}.with_dtype(dtype_));
+  std::vector<Tensor> state;
+  for (const auto& [name, width] : fields_)
+    state.push_back(empty({n, width}, TensorOptions{}.with_dtype(state_dtype_)));
+  read_rows(first, n, weight, state, nullptr);
+  (field < 0 ? weight : state[size_t(field)]).copy_(values);
+  write_rows(first, weight, state);
+}
+
+void KvTable::clear() {
+  join_prefetch();
+  prefetch_.reset();
+  written_since_prefetch_.clear();
+  cache_.clear();
+  store_->erase_table(table_id_);
+}
+
+}  // namespace mt::runtime::sparse

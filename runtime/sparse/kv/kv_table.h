@@ -1,0 +1,128 @@
+// KvTable: one table shard whose rows (and their row-optimizer state) live in a KvStore
+// (RocksDB), with a RowCache of hot rows in front: FBGEMM's SSD-backed table-batched embeddings.
+//
+// A step works on a WORKING SET: the sorted unique local rows its ids touch.
+//   gather(rows)   copies them into dense tensors (weight [n, cols], the optimizer's state rows):
+//                  from the cache, else from a finished prefetch, else from the store (one
+//                  batched multi-get), else the row's initial value (never seen: drawn from the
+//                  table's init key over the GLOBAL shape at its global row, exactly the value an
+//                  in-memory table holds there; state zero)
+//   (lookup and the fused optimizer run on the working set: ids remapped to 0..n-1 in the same
+//   order, so results are bitwise those of the in-memory table, whatever the cache size)
+//   scatter(ws)    puts the rows back into the cache; rows the cache evicts go to the store.
+//   prefetch(rows) reads the next step's rows that are not cached from the store on a background
+//                  thread while this step computes; gather() uses them unless the step wrote
+//                  those rows to the store meanwhile (then the store's newer value is read).
+// A working set may be larger than the cache (rows then pass through to the store).
+//
+// Row bytes: the weight's cols (table dtype), then each state field (f32; f64 for f64 tables).
+// Checkpoints: flush() writes every cached row to the store; read_rows() gives any block of local
+// rows from a consistent store view (missing rows: their initial values), write_rows() loads one.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "runtime/core/rng.h"
+#include "runtime/core/tensor.h"
+#include "runtime/nn/init.h"
+#include "runtime/sparse/embedding_config.h"
+#include "runtime/sparse/kv/kv_store.h"
+#include "runtime/sparse/kv/row_cache.h"
+
+namespace mt::runtime::sparse {
+
+struct KvTableOptions {
+  int64_t cache_rows = 1;  // the cache's rows (rounded up to whole sets)
+  CachePolicy policy = CachePolicy::LRU;
+};
+
+// Where a step's rows came from, and what moved (cumulative; KvTable::stats).
+struct KvStats {
+  int64_t rows_requested = 0;   // working-set rows gathered
+  int64_t cache_hits = 0;       // ... found in the cache
+  int64_t prefetch_hits = 0;    // ... read ahead by a prefetch
+  int64_t store_reads = 0;      // ... read from the store in gather (not hidden by a prefetch)
+  int64_t initialised = 0;      // ... never seen before (initial values)
+  int64_t rows_written = 0;     // rows written to the store (evictions, flushes)
+  uint64_t bytes_read = 0, bytes_written = 0;  // row bytes to and from the store
+  double gather_seconds = 0;    // time in gather (waiting for the store and prefetches)
+  double prefetch_seconds = 0;  // store time the prefetches spent off the training thread
+};
+
+struct KvWorkingSet {
+  std::vector<int64_t> rows;  // local rows, sorted, unique
+  Tensor weight;              // [n, cols]
+  Tensor momentum1, momentum2;  // as row_state_fields (undefined when the table has none)
+};
+
+class KvTable {
+ public:
+  // `config`: resolved (its shard set). `has_state`: keeps the optimizer's row state (false for
+  // frozen tables). `table_id`: this table's id in the store (unique per store).
+  KvTable(std::shared_ptr<KvStore> store, uint32_t table_id, const EmbeddingBagConfig& config,
+          DType dtype, bool has_state, const KvTableOptions& options);
+  ~KvTable();
+
+  // Where the initial values are drawn from: the init context of the whole table's module
+  // (EmbeddingTable::init_context), whose key("weight") an in-memory table draws with.
+  void set_init(const nn::InitContext& init) { init_ = init; }
+  const EmbeddingBagConfig& config() const { return config_; }
+  int64_t local_rows() const { return config_.shard.num_rows; }
+  int64_t local_cols() const { return config_.shard.num_cols; }
+  DType dtype() const { return dtype_; }
+  // (name, width) of the state fields kept per row.
+  const std::vector<std::pair<std::string, int64_t>>& state_fields() const { return fields_; }
+
+  KvWorkingSet gather(std::vector<int64_t> rows);
+  void scatter(const KvWorkingSet& ws);
+  void prefetch(std::vector<int64_t> rows);
+
+  // Writes every cached row to the store (they stay cached).
+  void flush();
+  // Local rows [first, first + count) into weight [count, cols] and state[i] [count, width_i],
+  // from `view` (take it after flush()).
+  void read_rows(int64_t first, int64_t count, const Tensor& weight,
+                 const std::vector<Tensor>& state, const KvStore::View* view) const;
+  // Replaces local rows [first, first + rows) with `weight` and `state` (as read_rows).
+  void write_rows(int64_t first, const Tensor& weight, const std::vector<Tensor>& state);
+  // Managed-collision evictions: the rows of `global_rows` this shard holds get fresh values
+  // (EmbeddingTable::reset_rows's draw) and zero state.
+  void reset_rows(const std::vector<int64_t>& global_rows, int64_t step);
+  // Replaces one field of local rows [first, first + n): field -1 is the weight ([n, cols]),
+  // i >= 0 state field i ([n, width_i]); the rows' other fields keep their values.
+  void write_field(int64_t first, int field, const Tensor& values);
+  // Back to the initial values: the cache emptied, the table's rows erased from the store.
+  void clear();
+  // Rows held in the store (after flush(): every row ever touched).
+  int64_t stored_rows() const { return store_->count(table_id_, row_bytes_); }
+
+  const KvStats& stats() const { return stats_; }
+  KvStore& store() const { return *store_; }
+
+ private:
+  struct Prefetch;
+  // The initial value of local row `row` (state zero), drawn from `key` (default: the weight's).
+  void init_row(int64_t row, std::byte* bytes, const RandomKey* key = nullptr) const;
+  void join_prefetch();
+  void write_to_store(const std::vector<int64_t>& rows, const std::vector<std::byte>& bytes);
+
+  std::shared_ptr<KvStore> store_;
+  uint32_t table_id_;
+  EmbeddingBagConfig config_;
+  DType dtype_, state_dtype_;
+  std::vector<std::pair<std::string, int64_t>> fields_;
+  size_t weight_bytes_, row_bytes_;
+  RowCache cache_;
+  nn::InitContext init_;
+  std::unique_ptr<Prefetch> prefetch_;
+  std::unordered_set<int64_t> written_since_prefetch_;
+  KvStats stats_;
+};
+
+}  // namespace mt::runtime::sparse

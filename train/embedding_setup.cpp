@@ -1,0 +1,85 @@
+#include "train/embedding_setup.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "runtime/core/error.h"
+
+namespace mt::train {
+
+namespace dlrm = models::dlrm;
+using runtime::sparse::TableStorage;
+using runtime::sparse::TableUpdate;
+
+namespace {
+
+// "<feature>:<mode>" entries of `key` -> (feature index, mode), the feature checked against args.
+std::vector<std::pair<size_t, std::string>> parse_overrides(const config::JobConfig& config,
+                                                            const std::string& key,
+                                                            const std::vector<std::string>& entries,
+                                                            const dlrm::ModelArgs& args) {
+  std::vector<std::pair<size_t, std::string>> out;
+  for (const std::string& e : entries) {
+    const size_t colon = e.find(':');
+    MT_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < e.size(), "train: ", key,
+             " entry \"", e, "\" is not \"<feature>:<mode>\" (", config.where(key), ")");
+    const std::string feature = e.substr(0, colon);
+    size_t f = 0;
+    while (f < args.features.size() && args.features[f].name != feature) ++f;
+    std::string names;
+    for (const auto& s : args.features) names += (names.empty() ? "" : ", ") + s.name;
+    MT_CHECK(f < args.features.size(), "train: ", key, " names '", feature,
+             "', not a sparse feature of this model (", names, "; ", config.where(key), ")");
+    out.emplace_back(f, e.substr(colon + 1));
+  }
+  return out;
+}
+
+}  // namespace
+
+void apply_table_settings(const config::JobConfig& config, dlrm::ModelArgs& args) {
+  const auto& e = config.embedding;
+  for (auto& f : args.features) f.storage = runtime::sparse::parse_table_storage(e.storage);
+  for (const auto& [f, mode] :
+       parse_overrides(config, "embedding.storage_override", e.storage_override, args)) {
+    MT_CHECK(mode == "memory" || mode == "kv", "train: embedding.storage_override gives '",
+             args.features[f].name, "' the storage '", mode, "' (expected memory or kv; ",
+             config.where("embedding.storage_override"), ")");
+    args.features[f].storage = runtime::sparse::parse_table_storage(mode);
+  }
+  for (const auto& [f, mode] :
+       parse_overrides(config, "embedding.update_override", e.update_override, args)) {
+    MT_CHECK(mode == "train" || mode == "frozen", "train: embedding.update_override gives '",
+             args.features[f].name, "' the update mode '", mode,
+             "' (expected train or frozen; writeback takes its values from a custom step, not "
+             "this trainer's loss; ",
+             config.where("embedding.update_override"), ")");
+    args.features[f].update = runtime::sparse::parse_table_update(mode);
+  }
+  args.kv.path = e.kv_path.empty()
+                     ? (std::filesystem::path(config.job.dump_folder) / "kv").string()
+                     : e.kv_path;
+  args.kv.cache_rows = e.cache_rows;
+  args.kv.cache_fraction = e.cache_fraction;
+  args.kv.policy = runtime::sparse::parse_cache_policy(e.cache_policy);
+}
+
+bool has_kv_tables(const dlrm::ModelArgs& args) {
+  return std::any_of(args.features.begin(), args.features.end(),
+                     [](const dlrm::SparseFeature& f) { return f.storage == TableStorage::Kv; });
+}
+
+std::vector<std::pair<std::string, double>> kv_step_metrics(const runtime::sparse::KvStats& now,
+                                                            const runtime::sparse::KvStats& before,
+                                                            int64_t steps) {
+  const double rows = double(now.rows_requested - before.rows_requested);
+  const double hits = double(now.cache_hits - before.cache_hits) +
+                      double(now.prefetch_hits - before.prefetch_hits);
+  const double n = double(std::max<int64_t>(steps, 1));
+  return {{"kv_hit", rows > 0 ? hits / rows : 1.0},
+          {"kv_read_rows", double(now.store_reads - before.store_reads) / n},
+          {"kv_prefetch_rows", double(now.prefetch_hits - before.prefetch_hits) / n},
+          {"kv_write_rows", double(now.rows_written - before.rows_written) / n}};
+}
+
+}  // namespace mt::train
