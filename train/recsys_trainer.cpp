@@ -16,6 +16,7 @@
 #include "parallel/comm/mpi_process_group.h"
 #include "parallel/comm/nccl_process_group.h"
 #include "parallel/comm/object_collectives.h"
+#include "parallel/embedding/row_stream.h"
 #include "parallel/embedding/sharded_managed_collision.h"
 #include "parallel/mesh/device_mesh.h"
 #include "runtime/core/allocator.h"
@@ -261,6 +262,15 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
   plan_text_ = plan.describe(model_->args().table_configs());
 
   setup_managed_collision();
+  if (!config_.embedding.stream_to.empty()) {
+    // Every rank streams the rows it owns; ranks other than 0 warn on stderr (their outages are
+    // their own).
+    std::ostream* warnings = options_.quiet ? nullptr : rank() == 0 ? &log() : &std::cerr;
+    stream_ = std::make_unique<parallel::RowStreamClient>(
+        parallel::parse_stream_address(config_.embedding.stream_to),
+        config_.embedding.stream_queue_mb << 20, config_.embedding.stream_state, warnings);
+    tables().set_row_update_listener(stream_->listener(), config_.embedding.stream_state);
+  }
   optimizer_ = make_optimizer(config_.optimizer, model_->dense_parameters());
   scheduler_ = make_lr_scheduler(config_.lr_scheduler, *optimizer_, tc.steps, &log());
   if (config_.checkpoint.enable || !config_.checkpoint.initial_load_path.empty()) {
@@ -332,6 +342,19 @@ runtime::sparse::KeyedJaggedTensor RecsysTrainer::map_ids(
   runtime::sparse::McCollectionResult r = mc_->remap(features, step);
   for (const auto& evicted : r.evicted) tables().reset_rows(evicted.table, evicted.rows, step);
   return std::move(r.features);
+}
+
+void RecsysTrainer::finish_stream(std::ostream& out) const {
+  const bool flushed = stream_->flush(std::chrono::seconds(30));
+  const parallel::RowStreamStats st = stream_->stats();
+  out << "embedding stream to " << config_.embedding.stream_to << " (rank " << rank()
+      << "): " << st.rows_sent << " rows in " << st.frames_sent << " updates acknowledged";
+  if (st.frames_dropped > 0)
+    out << "; the replica missed " << st.frames_dropped << " updates (" << st.rows_dropped
+        << " rows) of steps " << st.first_dropped_step << ".." << st.last_dropped_step
+        << " (those rows stay stale there until trained again)";
+  if (!flushed) out << "; " << st.queued_bytes << " bytes still unacknowledged after 30 s";
+  out << "\n" << std::flush;
 }
 
 struct RecsysTrainer::StepValues {
@@ -524,6 +547,7 @@ TrainResult RecsysTrainer::train() {
     if (run.end_of_step(step, samples_seen, result)) break;
   }
   read_steps(unread, result);  // a stop between logged steps
+  if (stream_) finish_stream(out);
   run.finish(result);
   if (!result.val_aucs.empty())
     out << "; held-out AUC " << std::fixed << std::setprecision(4) << result.val_aucs.back().second

@@ -65,6 +65,7 @@ class Dlrm;
 namespace mt::parallel {
 class ShardedEmbeddingBagCollection;
 class ShardedManagedCollisionCollection;
+class RowStreamClient;
 }  // namespace mt::parallel
 namespace mt::runtime::sparse {
 class KeyedJaggedTensor;
@@ -117,6 +118,8 @@ class RecsysTrainer {
                                              int64_t step) const;
   parallel::ShardedEmbeddingBagCollection& tables() const;
   void setup_managed_collision();
+  // [embedding] stream_to: waits (bounded) for the replica, then logs what it got and missed.
+  void finish_stream(std::ostream& out) const;
 
   config::JobConfig config_;
   TrainerOptions options_;
@@ -136,6 +139,7 @@ class RecsysTrainer {
   std::optional<data::recsys::RecsysBatch> lookahead_;
   std::map<std::string, int64_t> state_before_lookahead_;
   runtime::sparse::KvStats kv_logged_;  // at the last log line
+  std::unique_ptr<parallel::RowStreamClient> stream_;  // [embedding] stream_to
   mutable std::ostream null_log_{nullptr};
 };
 
