@@ -59,8 +59,8 @@ void apply_table_settings(const config::JobConfig& config, dlrm::ModelArgs& args
   args.kv.path = e.kv_path.empty()
                      ? (std::filesystem::path(config.job.dump_folder) / "kv").string()
                      : e.kv_path;
-  args.kv.cache_rows = e.cache_rows;
-  args.kv.cache_fraction = e.cache_fraction;
+  args.kv_cache.rows = e.cache_rows;
+  args.kv_cache.fraction = e.cache_fraction;
   args.kv.policy = runtime::sparse::parse_cache_policy(e.cache_policy);
 }
 

@@ -35,6 +35,7 @@ std::vector<runtime::sparse::EmbeddingBagConfig> ModelArgs::table_configs() cons
     c.pooling = pooling;
     c.optimizer = table_optimizer;
     c.storage = f.storage;
+    c.kv_cache = kv_cache;
     c.update = f.update;
     out.push_back(std::move(c));
   }

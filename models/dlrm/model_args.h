@@ -51,8 +51,9 @@ struct ModelArgs {
   // The tables' fused optimizer (runtime/sparse/embedding_config.h) and gradient mode.
   runtime::sparse::EmbeddingOptimizerConfig table_optimizer;
   runtime::sparse::GradientMode gradient_mode = runtime::sparse::GradientMode::Fused;
-  // Where kv-backed tables (SparseFeature::storage) keep their rows.
+  // Where kv-backed tables (SparseFeature::storage) keep their rows, and their caches' size.
   runtime::sparse::KvSettings kv;
+  runtime::sparse::KvCacheSize kv_cache;
 
   int64_t num_features() const { return int64_t(features.size()); }
   // Width of the interaction output (the top MLP's input).

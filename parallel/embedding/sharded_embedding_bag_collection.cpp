@@ -303,10 +303,7 @@ void ShardedEmbeddingBagCollection::build() {
             std::filesystem::path(options_.kv.path) / ("rank-" + std::to_string(group_->rank())));
       runtime::sparse::KvTableOptions ko;
       ko.policy = options_.kv.policy;
-      ko.cache_rows = options_.kv.cache_rows > 0
-                          ? options_.kv.cache_rows
-                          : std::max<int64_t>(1, int64_t(options_.kv.cache_fraction *
-                                                         double(s.num_rows)));
+      ko.cache_rows = c.kv_cache.rows_for(s.num_rows);
       local.optimizer = opt;
       auto kv = std::make_shared<KvTable>(kv_store_, kv_tables++, local, options_.dtype,
                                           c.update == TableUpdate::Train, ko);
@@ -509,7 +506,8 @@ void ShardedEmbeddingBagCollection::update_rows(Group& g, std::vector<RowSparseG
 
 void ShardedEmbeddingBagCollection::report_rows(const Group& g,
                                                 const std::vector<RowSparseGrad>& changed) {
-  if (!row_listener_ || changed.empty()) return;
+  // data_parallel replicas change alike: rank 0 speaks for them.
+  if (!row_listener_ || changed.empty() || (g.kind == kDP && group_->rank() != 0)) return;
   std::vector<runtime::sparse::RowUpdate> updates;
   for (const RowSparseGrad& r : changed) {
     if (r.rows.numel() == 0) continue;

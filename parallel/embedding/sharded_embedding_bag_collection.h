@@ -61,6 +61,20 @@
 //              counted on rank 0 only, so each shard counts once after the all-reduce), scales
 //              with scale_sparse_grads_(), and calls apply_sparse_grads().
 //   Dense      not supported (throws): shards are stepped by their row optimizers.
+// Kv tables (EmbeddingBagConfig::storage = Kv; runtime/sparse/kv/kv_table.h): each shard keeps
+// its rows and their optimizer state in this rank's RocksDB store (options.kv.path/rank-<r>,
+// wiped at construction) behind a row cache. A lookup first gathers the shard's working set (the
+// sorted unique rows its ids touch) and turns the ids into positions in it, in the same order, so
+// the lookup and the fused optimizer compute bitwise what an in-memory shard computes; after the
+// optimizer step (inside backward, or apply_sparse_grads) the rows go back to the cache. One
+// forward per step (no accumulation over batches with kv tables). prefetch(next batch) routes the
+// next ids (collective) and reads their rows in the background. Kv shards are not parameters
+// (LocalShard::kv instead of weight); not data_parallel; CPU only. In RowSparse mode their kept
+// gradients' rows are working-set positions.
+// Update modes (EmbeddingBagConfig::update): frozen tables drop their gradients and keep no
+// optimizer state; writeback tables take the gradient reaching a row as its new value;
+// update_features: the other features of a shared table read it through a read-only alias.
+// set_row_update_listener hears of every changed row (global ids, new values) after each step.
 // Column-wise shards keep row-wise optimizer state over their own columns (row-wise Adagrad's
 // mean of squares is per shard), as TorchRec's column_wise sharding does: such a table's Adagrad
 // updates match an unsharded table split into those column shards, not one unsharded table.

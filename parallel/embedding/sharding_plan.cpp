@@ -124,6 +124,9 @@ ParameterSharding table_row_wise_sharding(const EmbeddingBagConfig& table, int n
 
 int64_t shard_bytes(const EmbeddingBagConfig& table, int64_t rows, int64_t cols,
                     runtime::DType dtype) {
+  // A kv shard keeps only its cache in memory (its rows are in the store).
+  if (table.storage == runtime::sparse::TableStorage::Kv && rows > 0)
+    rows = table.kv_cache.rows_for(rows);
   const int64_t w = int64_t(runtime::dtype_size(dtype));
   const int64_t s = dtype == runtime::DType::F64 ? 8 : 4;  // optimizer state dtype
   int64_t state = 0;
@@ -275,7 +278,8 @@ std::string ShardingPlan::describe(const std::vector<EmbeddingBagConfig>& config
     const ParameterSharding& p = at(t.name);
     Row r;
     r.cells[0] = t.name + " [" + std::to_string(t.num_embeddings) + " x " +
-                 std::to_string(t.embedding_dim) + "]";
+                 std::to_string(t.embedding_dim) + "]" +
+                 (t.storage == runtime::sparse::TableStorage::Kv ? " kv (bytes: its cache)" : "");
     r.cells[1] = sharding_type_name(p.type);
     r.cells[2] = join_ranks(p.ranks);
     std::map<int, int64_t> per_rank;

@@ -62,7 +62,8 @@ ParameterSharding row_wise_sharding(const EmbeddingBagConfig& table, int world_s
 ParameterSharding table_row_wise_sharding(const EmbeddingBagConfig& table, int node,
                                           int local_size);
 
-// Bytes of a [rows, cols] shard of `table`: weights in `dtype` plus the optimizer state.
+// Bytes of a [rows, cols] shard of `table`: weights in `dtype` plus the optimizer state (a kv
+// table's: those of its cache's rows).
 int64_t shard_bytes(const EmbeddingBagConfig& table, int64_t rows, int64_t cols,
                     runtime::DType dtype = runtime::DType::F32);
 

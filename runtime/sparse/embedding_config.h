@@ -58,6 +58,14 @@ enum class TableUpdate { Train, Frozen, Writeback };
 const char* table_update_name(TableUpdate update);      // "train", "frozen", "writeback"
 TableUpdate parse_table_update(const std::string& name);  // throws naming the values
 
+// How many of a kv table shard's rows its cache holds: `rows` when > 0 (at most the shard's),
+// else `fraction` of them (at least one).
+struct KvCacheSize {
+  int64_t rows = 0;
+  double fraction = 0.1;
+  int64_t rows_for(int64_t shard_rows) const;
+};
+
 // The part of a global table a module holds (defaults: all of it).
 struct TableShard {
   int64_t row_offset = 0, num_rows = -1;  // -1: up to the end
@@ -76,6 +84,7 @@ struct EmbeddingBagConfig {
   double weight_init_max = std::numeric_limits<double>::quiet_NaN();
   TableShard shard;
   TableStorage storage = TableStorage::Memory;
+  KvCacheSize kv_cache;  // kv tables: the cache of each shard (what they keep in memory)
   TableUpdate update = TableUpdate::Train;
   // A table read by several features: only the gradients of these features update its rows
   // (the others only read them). Empty: every feature's.

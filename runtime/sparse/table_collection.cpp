@@ -51,6 +51,11 @@ std::pair<double, double> init_bounds(const EmbeddingBagConfig& c) {
           std::isnan(c.weight_init_max) ? bound : c.weight_init_max};
 }
 
+int64_t KvCacheSize::rows_for(int64_t shard_rows) const {
+  if (rows > 0) return std::max<int64_t>(1, std::min(rows, shard_rows));
+  return std::max<int64_t>(1, int64_t(fraction * double(shard_rows)));
+}
+
 const char* table_storage_name(TableStorage storage) {
   return storage == TableStorage::Kv ? "kv" : "memory";
 }

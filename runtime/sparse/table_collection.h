@@ -39,10 +39,9 @@ namespace mt::runtime::sparse {
 
 // Kv-backed tables (EmbeddingBagConfig::storage = Kv; kv/kv_table.h): where and how they keep
 // their rows.
+// (Each table's cache size is its config's kv_cache.)
 struct KvSettings {
   std::string path;  // root folder; each rank's store is <path>/rank-<r> (wiped at start)
-  int64_t cache_rows = 0;       // rows of each table shard's cache; 0: cache_fraction of its rows
-  double cache_fraction = 0.1;  // (at least one row)
   CachePolicy policy = CachePolicy::LRU;
 };
 

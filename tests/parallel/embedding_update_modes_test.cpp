@@ -40,6 +40,7 @@ EmbeddingBagConfig table(const std::string& name, std::vector<std::string> featu
   c.optimizer.lr = 0.5;
   c.update = update;
   c.storage = storage;
+  c.kv_cache.rows = 3;  // smaller than a batch's rows
   return c;
 }
 
@@ -47,7 +48,6 @@ std::unique_ptr<ShardedEmbeddingBagCollection> collection(std::vector<EmbeddingB
                                                           const std::string& kv_path) {
   runtime::sparse::CollectionOptions o;
   o.kv.path = kv_path;
-  o.kv.cache_rows = 3;  // smaller than a batch's rows
   auto plan = testing::uniform_sharding_plan(tables, ShardingType::TableWise, 1, 1);
   auto ebc = std::make_unique<ShardedEmbeddingBagCollection>(tables, plan, world(), nullptr, o);
   ebc->init_weights(11);

@@ -233,6 +233,21 @@ TEST(RecsysKvMpiUpdate, FrozenTablesKeepTheirInitialValues) {
   }
 }
 
+// The planner counts a kv table's cache, not its rows, against memory_budget_mb: tables that do
+// not fit one rank's 1 MiB in memory (1.5 MiB) fit as kv tables with a 10% cache.
+TEST(RecsysKvMpiPlanner, KvTablesCountOnlyTheirCacheAgainstTheBudget) {
+  const std::shared_ptr<ProcessGroup> alone = self();
+  const fs::path dir = testing::shared_dir(*world(), "mt_recsys_kv_mpi", "planner");
+  const fs::path dump = dir / ("r" + std::to_string(world()->rank()));
+  const std::vector<std::string> budget = {"--embedding.memory_budget_mb=1"};
+  EXPECT_NE(testing::error_of([&] { RecsysTrainer(job(Data::Criteo, 1, dump, budget), quiet(alone)); })
+                .find("fits no sharding"),
+            std::string::npos);
+  std::vector<std::string> kv = budget;
+  kv.insert(kv.end(), {"--embedding.storage=kv", "--embedding.cache_fraction=0.1"});
+  EXPECT_EQ(run(job(Data::Criteo, 1, dump, kv), alone).losses.size(), 16u);
+}
+
 TEST(RecsysKvMpiErrors, BadSettingsNameTheKey) {
   const fs::path dir = testing::shared_dir(*world(), "mt_recsys_kv_mpi", "errors");
   auto error = [&](std::vector<std::string> extra) {
