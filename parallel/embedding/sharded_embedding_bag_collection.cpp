@@ -765,9 +765,12 @@ ShardedEmbeddingBagCollection::Routed ShardedEmbeddingBagCollection::route(
 }
 
 void ShardedEmbeddingBagCollection::prefetch(const KeyedJaggedTensor& next_features) {
-  bool any = false;
-  for (const auto& g : groups_) any |= g->has_kv;
-  if (!any) return;
+  // The same verdict on every rank (route is collective), whether or not this rank holds a kv
+  // shard.
+  if (std::none_of(configs_.begin(), configs_.end(), [](const EmbeddingBagConfig& c) {
+        return c.storage == TableStorage::Kv;
+      }))
+    return;
   const Routed r = route(next_features);
   for (int k = 0; k < kKinds; ++k) {
     const Group& g = *groups_[size_t(k)];

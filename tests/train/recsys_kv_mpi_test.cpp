@@ -127,6 +127,14 @@ TEST_P(RecsysKvMpi, KvTablesTrainBitwiseLikeMemoryTables) {
                                                    (s.prefetch ? "_prefetch" : ""));
         expect_bitwise(run(job(data, ranks, dump, extra), group), memory);
       }
+      if (sharding == "table_wise") {  // one kv table: the other rank holds no kv shard
+        SCOPED_TRACE("one kv table, prefetch");
+        std::vector<std::string> extra = base;
+        const std::string feature = data == Data::Criteo ? "cat_0" : "user_id";
+        extra.push_back("--embedding.storage_override=[\"" + feature + ":kv\"]");
+        extra.push_back("--embedding.prefetch=true");
+        expect_bitwise(run(job(data, ranks, dir / tag(ranks, "one_kv"), extra), group), memory);
+      }
     }
   }
 }
