@@ -28,10 +28,17 @@
 // configuration's bitwise (the first --check-steps warmup steps compared byte by byte, the others
 // by a 64-bit hash of the bytes), and a final step after the last round is compared byte by byte;
 // the bench aborts on the first difference.
-// Ideal hit rate: per table, the rows each measured step touches (its working set: what KvStats
-// counts) are counted over the measured steps; the best static cache of C rows holds the C rows
-// touched in the most steps, and its hit rate is their share of all working-set rows (C = the
-// table's actual cache capacity: the set-associative cache rounds up to whole sets of 16).
+// Ideal hit rate, two ways, over the working sets (the unique rows a step touches: what KvStats
+// counts), with C = each table's actual cache capacity (whole sets of 16):
+//   expected  the best static cache holds the C most probable ids of the generator's power law;
+//             its expected share of a step's working set, computed from the distribution
+//             (power_law_ideal below)
+//   oracle    the C rows touched in the most measured steps, counted after the fact
+// Timings per configuration: steps/s per round (median reported), the mean forward / prefetch
+// call / backward time of a timed step, the process's CPU time (every thread), and the KvStats and
+// KvStore byte counters over the timed steps. KvStats::prefetch_seconds sums each table's
+// background read, and the tables' reads run at once (one thread each): it is not wall time.
+// Defaults fit a 2-core machine in about two minutes (peak RSS about 650 MB).
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -43,6 +50,9 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <sys/resource.h>
+#include <time.h>
 
 #include "data/recsys/synthetic.h"
 #include "parallel/comm/mpi_process_group.h"
@@ -67,12 +77,50 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// CPU seconds of the whole process (every thread: the training thread, OpenMP's, the prefetch
+// threads, RocksDB's background flushes and compactions).
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// CPU seconds of the calling thread.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// The synthetic generator's id distribution (data/recsys/synthetic.cpp, power_law_id): id rank k
+// of a table of n rows has P = ((k + 2)^a - (k + 1)^a) / ((n + 1)^a - 1), a = 1 - s (s = 1: the
+// logs). A step of m lookups touches it with q = 1 - (1 - P)^m. Under these independent draws the
+// best cache of C rows holds the C most probable ids, and its expected share of a step's working
+// set is sum_{k<C} q / sum_k q. Returns {sum_{k<C} q, sum_k q}.
+std::pair<double, double> power_law_ideal(int64_t n, double s, int64_t m, int64_t C) {
+  const double a = 1.0 - s, top = double(n) + 1.0;
+  const bool log_form = std::abs(a) < 1e-9;
+  const double denom = log_form ? std::log(top) : std::pow(top, a) - 1.0;
+  auto F = [&](double x) { return log_form ? std::log(x) : std::pow(x, a); };
+  double hit = 0, all = 0;
+  double f_lo = F(1.0);
+  for (int64_t k = 0; k < n; ++k) {
+    const double f_hi = F(double(k) + 2.0);
+    const double p = (f_hi - f_lo) / denom;
+    f_lo = f_hi;
+    const double q = -std::expm1(double(m) * std::log1p(-std::min(p, 1.0 - 1e-300)));
+    all += q;
+    if (k < C) hit += q;
+  }
+  return {hit, all};
+}
+
 struct Args {
   int64_t max_rows = 1000000;
   int64_t dim = 16;
   int64_t batch = 2048;
   int64_t pooling = 1;
-  int64_t warmup = 200;
+  int64_t warmup = 300;
   int64_t steps = 300;  // measured, over all rounds
   int64_t rounds = 6;
   int64_t check_steps = 5;
@@ -153,6 +201,12 @@ struct Config {
   runtime::sparse::KvStore* store = nullptr;
   // Measured window (summed over rounds).
   std::vector<double> round_seconds;
+  double cpu_seconds = 0;
+  // Phases of the timed steps (training thread): forward (gather included), the prefetch call,
+  // backward (the row update and the cache write-back included).
+  double forward_seconds = 0, prefetch_call_seconds = 0, backward_seconds = 0;
+  double prefetch_call_cpu_seconds = 0;  // the training thread's CPU time in the prefetch call
+  bool timing = false;
   KvStats window;  // deltas
   uint64_t store_bytes_read = 0, store_bytes_written = 0;
   bool is_kv() const { return storage == TableStorage::Kv; }
@@ -262,7 +316,8 @@ int main(int argc, char** argv) {
               args.batch, args.pooling, args.batch * args.pooling * int64_t(T));
   std::fflush(stdout);
 
-  fs::remove_all(args.kv_dir);
+  // Each kv configuration's store: <kv-dir>/config<i>/rank-0 (KvStore::open_scratch wipes an old
+  // minititan store there and refuses a folder holding anything else).
   for (size_t i = 0; i < configs.size(); ++i) {
     Config& c = configs[i];
     std::vector<parallel::EmbeddingBagConfig> tc = tables;
@@ -332,9 +387,20 @@ int main(int argc, char** argv) {
   // One step; returns the pooled output.
   auto step = [&](Config& c, const data::recsys::RecsysBatch& b,
                   const data::recsys::RecsysBatch* next) -> Tensor {
+    const auto t0 = Clock::now();
     const runtime::sparse::KeyedTensor out = (*c.ebc)(b.sparse);
+    const auto t1 = Clock::now();
+    const double cpu1 = c.timing ? thread_cpu_seconds() : 0.0;
     if (c.prefetch && next) c.ebc->prefetch(next->sparse);
+    if (c.timing) c.prefetch_call_cpu_seconds += thread_cpu_seconds() - cpu1;
+    const auto t2 = Clock::now();
     runtime::sum(runtime::mul(out.values, G)).backward();
+    if (c.timing) {
+      const auto t3 = Clock::now();
+      c.forward_seconds += std::chrono::duration<double>(t1 - t0).count();
+      c.prefetch_call_seconds += std::chrono::duration<double>(t2 - t1).count();
+      c.backward_seconds += std::chrono::duration<double>(t3 - t2).count();
+    }
     return out.values.detach();
   };
 
@@ -351,12 +417,27 @@ int main(int argc, char** argv) {
 
   // --- Warmup (untimed), with the bitwise checks.
   int64_t global_step = 0;
+  std::vector<std::vector<bool>> seen(T);
+  for (size_t t = 0; t < T; ++t) seen[t].assign(size_t(sizes[t]), false);
+  std::vector<int64_t> distinct(T, 0);
+  auto note_seen = [&](const data::recsys::RecsysBatch& b) {
+    const std::vector<int64_t> off = b.sparse.offset_per_key();
+    const Tensor v = b.sparse.values().contiguous();
+    const int64_t* ids = v.data<int64_t>();
+    for (size_t t = 0; t < T; ++t)
+      for (int64_t k = off[t]; k < off[t + 1]; ++k)
+        if (!seen[t][size_t(ids[k])]) {
+          seen[t][size_t(ids[k])] = true;
+          ++distinct[t];
+        }
+  };
   {
     const auto t0 = Clock::now();
     const int64_t chunk = 25;
     for (int64_t done = 0; done < args.warmup; done += chunk) {
       const int64_t n = std::min(chunk, args.warmup - done);
       make_segment(n);
+      for (const auto& b : batches) note_seen(b);
       std::vector<uint64_t> ref_hash(static_cast<size_t>(n));
       std::vector<std::vector<unsigned char>> ref_bytes(static_cast<size_t>(n));
       for (size_t ci = 0; ci < configs.size(); ++ci) {
@@ -388,6 +469,13 @@ int main(int argc, char** argv) {
     std::printf("  warmup: %" PRId64 " steps per configuration in %.1f s (outputs of every kv "
                 "configuration bitwise equal to the memory tables')\n",
                 args.warmup, seconds_since(t0));
+    int64_t filled = 0;
+    for (size_t t = 0; t < T; ++t)
+      filled += distinct[t] >= cache_capacity(sizes[t], args.cache_fraction);
+    std::printf("  after warmup: %" PRId64 " of %zu tables have seen more distinct rows than their "
+                "cache holds (largest table: %" PRId64 " distinct rows seen, cache %" PRId64
+                ")\n",
+                filled, T, distinct[0], cache_capacity(sizes[0], args.cache_fraction));
     std::fflush(stdout);
   }
 
@@ -424,9 +512,13 @@ int main(int argc, char** argv) {
       const KvStats before = c.is_kv() ? c.ebc->kv_stats() : KvStats{};
       const uint64_t br = c.store ? c.store->bytes_read() : 0;
       const uint64_t bw = c.store ? c.store->bytes_written() : 0;
+      const double cpu0 = process_cpu_seconds();
+      c.timing = true;
       const auto t0 = Clock::now();
       for (int64_t i = 1; i <= per_round; ++i) step(c, batches[size_t(i)], next_of(size_t(i)));
       c.round_seconds.push_back(seconds_since(t0));
+      c.timing = false;
+      c.cpu_seconds += process_cpu_seconds() - cpu0;
       if (c.is_kv()) {
         add_delta(c.window, c.ebc->kv_stats(), before);
         c.store_bytes_read += c.store->bytes_read() - br;
@@ -469,6 +561,14 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < cap; ++i) ideal_hits += c[size_t(i)];
   }
   const double ideal = double(ideal_hits) / double(ws_total);
+  double expect_hit = 0, expect_all = 0;
+  for (size_t t = 0; t < T; ++t) {
+    const auto [h, a] = power_law_ideal(sizes[t], so.zipf_exponent, args.batch * args.pooling,
+                                   cache_capacity(sizes[t], args.cache_fraction));
+    expect_hit += h;
+    expect_all += a;
+  }
+  const double ideal_model = expect_hit / expect_all;
   const double S = double(per_round * args.rounds);
 
   // --- Report.
@@ -477,52 +577,99 @@ int main(int argc, char** argv) {
               args.rounds, per_round, args.warmup, double(ws_total) / S);
   const double mem_sps = double(per_round) / median(configs[0].round_seconds);
   std::printf("\n| configuration | steps/s (median of %" PRId64 " rounds) | ms / step | vs memory "
-              "|\n| --- | ---: | ---: | ---: |\n",
+              "| forward ms | prefetch call ms (its CPU) | backward ms | process CPU ms / step |\n"
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
               args.rounds);
   for (const Config& c : configs) {
     const double sps = double(per_round) / median(c.round_seconds);
-    std::printf("| %s | %.2f | %.2f | %.2fx |\n", c.name.c_str(), sps, 1e3 / sps, sps / mem_sps);
+    std::printf("| %s | %.2f | %.2f | %.2fx | %.2f | %.2f (%.2f) | %.2f | %.1f |\n", c.name.c_str(),
+                sps, 1e3 / sps, sps / mem_sps, 1e3 * c.forward_seconds / S,
+                1e3 * c.prefetch_call_seconds / S, 1e3 * c.prefetch_call_cpu_seconds / S,
+                1e3 * c.backward_seconds / S, 1e3 * c.cpu_seconds / S);
   }
-  std::printf("\n| configuration | cache hits | + prefetch hits | ideal static cache | store rows "
-              "read / step (training thread) | rows read ahead / step | RocksDB bytes read / step "
-              "| RocksDB bytes written / step | gather ms / step | prefetch ms / step (background) "
-              "|\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-  for (const Config& c : configs) {
-    if (!c.is_kv()) continue;
+  auto rate = [&](const Config& c, bool with_prefetch) {
     const KvStats& w = c.window;
-    const double req = double(w.rows_requested);
-    const double read_ahead =
-        double(c.store_bytes_read - w.bytes_read) / double(row_bytes) / S;
-    std::printf("| %s | %.2f%% | %.2f%% | %.2f%% | %.0f | %.0f | %s | %s | %.2f | %.2f |\n",
-                c.name.c_str(), 100.0 * double(w.cache_hits) / req,
-                100.0 * double(w.cache_hits + w.prefetch_hits) / req, 100.0 * ideal,
-                double(w.store_reads) / S, read_ahead,
-                human_bytes(double(c.store_bytes_read) / S).c_str(),
-                human_bytes(double(c.store_bytes_written) / S).c_str(), 1e3 * w.gather_seconds / S,
-                1e3 * w.prefetch_seconds / S);
-  }
-  std::printf("\nper step, rows: requested %.0f", double(configs[1].window.rows_requested) / S);
-  for (const Config& c : configs)
-    if (c.is_kv())
-      std::printf("; %s: initialised %.1f, written back %.0f", c.name.c_str(),
-                  double(c.window.initialised) / S, double(c.window.rows_written) / S);
-  std::printf("\n");
+    return 100.0 * double(w.cache_hits + (with_prefetch ? w.prefetch_hits : 0)) /
+           double(w.rows_requested);
+  };
+  std::printf("\n| hit rate (share of the steps' working-set rows) | %% |\n| --- | ---: |\n");
+  std::printf("| ideal static cache, expected under the generator's power law (top-C ids by "
+              "probability) | %.2f |\n",
+              100.0 * ideal_model);
+  std::printf("| ideal static cache, oracle over the measured steps (top-C rows by steps touched) "
+              "| %.2f |\n",
+              100.0 * ideal);
+  std::printf("| LRU cache (measured) | %.2f |\n", rate(configs[1], false));
+  std::printf("| LFU cache (measured) | %.2f |\n", rate(configs[3], false));
+  std::printf("| LRU cache + prefetch (found in the cache or read ahead) | %.2f |\n",
+              rate(configs[2], true));
+  std::printf("| LFU cache + prefetch (found in the cache or read ahead) | %.2f |\n",
+              rate(configs[3], true));
+
+  std::printf("\n| per step | %s | %s | %s |\n| --- | ---: | ---: | ---: |\n",
+              configs[1].name.c_str(), configs[2].name.c_str(), configs[3].name.c_str());
+  auto row = [&](const char* what, auto&& fn) {
+    std::printf("| %s |", what);
+    for (size_t i = 1; i < configs.size(); ++i) std::printf(" %s |", fn(configs[i]).c_str());
+    std::printf("\n");
+  };
+  auto num = [](double v, const char* fmt) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, fmt, v);
+    return std::string(buf);
+  };
+  row("working-set rows (unique rows the step touches)",
+      [&](const Config& c) { return num(double(c.window.rows_requested) / S, "%.0f"); });
+  row("rows read from RocksDB on the training thread (in gather)",
+      [&](const Config& c) { return num(double(c.window.store_reads) / S, "%.0f"); });
+  row("rows read ahead by prefetch (background)", [&](const Config& c) {
+    return num(double(c.store_bytes_read - c.window.bytes_read) / double(row_bytes) / S, "%.0f");
+  });
+  row("rows written to RocksDB (evictions)",
+      [&](const Config& c) { return num(double(c.window.rows_written) / S, "%.0f"); });
+  row("rows initialised (never stored)",
+      [&](const Config& c) { return num(double(c.window.initialised) / S, "%.1f"); });
+  row("bytes read from RocksDB (KvStore::bytes_read)",
+      [&](const Config& c) { return human_bytes(double(c.store_bytes_read) / S); });
+  row("bytes written to RocksDB (KvStore::bytes_written)",
+      [&](const Config& c) { return human_bytes(double(c.store_bytes_written) / S); });
+  row("gather ms (training thread: cache, prefetch wait, reads)",
+      [&](const Config& c) { return num(1e3 * c.window.gather_seconds / S, "%.2f"); });
+  row("prefetch store ms (background; the 26 tables' reads summed, they run concurrently)",
+      [&](const Config& c) { return num(1e3 * c.window.prefetch_seconds / S, "%.2f"); });
+
   const Config& np = configs[1];
   const Config& pf = configs[2];
   const double np_ms = 1e3 / (double(per_round) / median(np.round_seconds));
   const double pf_ms = 1e3 / (double(per_round) / median(pf.round_seconds));
-  std::printf("prefetch (LRU): gather %.2f -> %.2f ms / step; %.2f ms / step of store reads in the "
-              "background; step %.2f -> %.2f ms (%.2f ms / step hidden)\n",
+  std::printf("\nprefetch (LRU): gather on the training thread %.2f -> %.2f ms / step (%.2f ms / "
+              "step of store reads moved off it); step %.2f -> %.2f ms (%+.2f ms / step); process "
+              "CPU %.1f -> %.1f ms / step\n",
               1e3 * np.window.gather_seconds / S, 1e3 * pf.window.gather_seconds / S,
-              1e3 * pf.window.prefetch_seconds / S, np_ms, pf_ms, np_ms - pf_ms);
+              1e3 * (np.window.gather_seconds - pf.window.gather_seconds) / S, np_ms, pf_ms,
+              pf_ms - np_ms, 1e3 * np.cpu_seconds / S, 1e3 * pf.cpu_seconds / S);
+  std::printf("expected working-set rows per step under the power law: %.0f (measured %.0f)\n",
+              expect_all, double(ws_total) / S);
   for (size_t i = 1; i < configs.size(); ++i)
     std::printf("store %s: %s on disk\n", configs[i].name.c_str(),
                 human_bytes(double(dir_bytes(fs::path(args.kv_dir) / ("config" + std::to_string(i)))))
                     .c_str());
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  std::printf("peak resident memory of the process: %.0f MB (memory tables, 3 caches, RocksDB "
+              "memtables and block caches, the round's batches)\n",
+              double(ru.ru_maxrss) / 1024.0);
   std::printf("every kv configuration's pooled outputs bitwise equal to the memory tables' (%" PRId64
               " untimed steps checked: warmup, each round's lead step, a final step)\n",
               args.warmup + args.rounds + 1);
   configs.clear();
-  fs::remove_all(args.kv_dir);
+  // Only what the bench made: the stores, then the folders above them if that left them empty.
+  std::error_code ec;
+  for (size_t i = 1; i < 4; ++i) {
+    const fs::path dir = fs::path(args.kv_dir) / ("config" + std::to_string(i));
+    fs::remove_all(dir / "rank-0", ec);
+    fs::remove(dir, ec);
+  }
+  fs::remove(args.kv_dir, ec);
   return 0;
 }

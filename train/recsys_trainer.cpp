@@ -248,8 +248,6 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
   }
   for (const auto& t : model_->args().table_configs()) {
     if (t.storage != runtime::sparse::TableStorage::Kv) continue;
-    MT_CHECK(device_.is_cpu(), "train: table ", t.name, " is kv-backed (embedding.storage); kv "
-             "tables run on the CPU in this build, but training.device is ", device_);
     MT_CHECK(!popt.planner.constraints.count(t.name) ||
                  popt.planner.constraints[t.name].type != parallel::ShardingType::DataParallel,
              "train: embedding.sharding = \"data_parallel\" cannot hold kv-backed tables (each "

@@ -310,7 +310,8 @@ void ShardedEmbeddingBagCollection::build() {
       holder->register_module(c.name, std::make_shared<KvShardModule>(kv));
       g.module.push_back(nullptr);
       g.kv.push_back(kv);
-      g.ws.back().weight = runtime::zeros({0, s.num_cols}, TensorOptions{}.with_dtype(options_.dtype));
+      g.ws.back().weight = runtime::zeros(
+          {0, s.num_cols}, TensorOptions{}.with_dtype(options_.dtype).with_device(options_.device));
       g.has_kv = true;
     } else {
       g.module.push_back(holder->register_module(
@@ -373,9 +374,6 @@ void ShardedEmbeddingBagCollection::build() {
       MT_CHECK(k != kDP, "ShardedEmbeddingBagCollection: table '", c.name,
                "' is kv-backed and cannot be data_parallel (each replica would keep its own "
                "store); shard it table_wise, column_wise, row_wise or table_row_wise");
-      MT_CHECK(options_.device.is_cpu(), "ShardedEmbeddingBagCollection: table '", c.name,
-               "' is kv-backed; kv tables run on the CPU in this build (their cache is in host "
-               "memory), but the collection is on ", options_.device);
       MT_CHECK(!options_.kv.path.empty(), "ShardedEmbeddingBagCollection: table '", c.name,
                "' is kv-backed but CollectionOptions::kv.path (the stores' folder) is empty");
     }
@@ -559,6 +557,10 @@ Tensor ShardedEmbeddingBagCollection::gather_kv_rows(Group& g, const Tensor& val
     std::sort(rows.begin(), rows.end());
     rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
     g.ws[j] = g.kv[j]->gather(std::move(rows));
+    if (!options_.device.is_cpu()) {  // the step's rows go to the device (the cache stays here)
+      for (Tensor* t : {&g.ws[j].weight, &g.ws[j].momentum1, &g.ws[j].momentum2})
+        if (t->defined()) *t = t->to(options_.device);
+    }
     const std::vector<int64_t>& ws_rows = g.ws[j].rows;
     // The ids become positions in the working set: the same order, so the lookup and the
     // optimizer see the rows exactly as an in-memory table's.
@@ -580,8 +582,13 @@ void ShardedEmbeddingBagCollection::commit_kv(Group& g) {
   MT_CHECK(g.sparse_grads.empty(), "ShardedEmbeddingBagCollection: kv tables take one forward per ",
            "optimizer step: call apply_sparse_grads() (or zero_sparse_grads()) before the next "
            "forward (no gradient accumulation over batches)");
-  for (size_t j = 0; j < g.kv.size(); ++j)
-    if (g.kv[j]) g.kv[j]->scatter(g.ws[j]);
+  for (size_t j = 0; j < g.kv.size(); ++j) {
+    if (!g.kv[j]) continue;
+    KvWorkingSet host = g.ws[j];  // the device's rows come back to the host cache
+    for (Tensor* t : {&host.weight, &host.momentum1, &host.momentum2})
+      if (t->defined() && !t->device().is_cpu()) *t = t->to(runtime::Device::cpu());
+    g.kv[j]->scatter(host);
+  }
   g.ws_pending = false;
 }
 

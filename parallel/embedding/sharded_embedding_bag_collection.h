@@ -69,8 +69,9 @@
 // optimizer step (inside backward, or apply_sparse_grads) the rows go back to the cache. One
 // forward per step (no accumulation over batches with kv tables). prefetch(next batch) routes the
 // next ids (collective) and reads their rows in the background. Kv shards are not parameters
-// (LocalShard::kv instead of weight); not data_parallel; CPU only. In RowSparse mode their kept
-// gradients' rows are working-set positions.
+// (LocalShard::kv instead of weight); not data_parallel. On a GPU the working sets move to the
+// device for the step and back to the host cache after it (the cache is in host memory). In
+// RowSparse mode their kept gradients' rows are working-set positions.
 // Update modes (EmbeddingBagConfig::update): frozen tables drop their gradients and keep no
 // optimizer state; writeback tables take the gradient reaching a row as its new value;
 // update_features: the other features of a shared table read it through a read-only alias.

@@ -28,11 +28,14 @@ fs::path config_file(const std::string& name) {
   return fs::exists(source) ? source : fs::path("configs") / name;
 }
 
-TrainResult run(const std::string& device, const std::string& mode, const fs::path& dump) {
-  const config::JobConfig c = config::load_config(
-      config_file("dlrm_criteo_synthetic.toml"),
-      {"--job.dump_folder=" + dump.string(), "--training.device=" + device, "--training.steps=30",
-       "--validation.freq=30", "--embedding.gradient_mode=" + mode});
+TrainResult run(const std::string& device, const std::string& mode, const fs::path& dump,
+               std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--job.dump_folder=" + dump.string(),
+                                   "--training.device=" + device, "--training.steps=30",
+                                   "--validation.freq=30", "--embedding.gradient_mode=" + mode};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const config::JobConfig c =
+      config::load_config(config_file("dlrm_criteo_synthetic.toml"), args);
   TrainerOptions o;
   o.quiet = true;
   o.handle_signals = false;
@@ -68,6 +71,23 @@ TEST(RecsysTrainerGpu, SyntheticCriteoTrainsAsOnCpu) {
         gpu.val_aucs[0].second, cpu.val_aucs[0].second, gpu.seconds, cpu.seconds);
     std::printf("%s: largest relative difference: loss %.2e, grad norm %.2e\n", mode.c_str(),
                 loss_diff, norm_diff);
+  }
+}
+
+// Kv tables on the GPU (working sets on the device, the cache on the host) train bitwise like
+// memory tables on the GPU: the same kernels see the same rows in the same order.
+TEST(RecsysTrainerGpu, KvTablesTrainBitwiseLikeMemoryTables) {
+  MT_REQUIRE_CUDA();
+  testing::ScratchDir dir;
+  for (const std::string mode : {"fused", "row_sparse"}) {
+    SCOPED_TRACE(mode);
+    const TrainResult memory = run("cuda", mode, dir.path() / ("memory_" + mode));
+    const TrainResult kv =
+        run("cuda", mode, dir.path() / ("kv_" + mode),
+            {"--embedding.storage=kv", "--embedding.cache_fraction=0.05",
+             "--embedding.prefetch=true"});
+    EXPECT_EQ(kv.losses, memory.losses);
+    EXPECT_EQ(kv.grad_norms, memory.grad_norms);
   }
 }
 
