@@ -37,7 +37,7 @@
 // Timings per configuration: steps/s per round (median reported), the mean forward / prefetch
 // call / backward time of a timed step, the process's CPU time (every thread), and the KvStats and
 // KvStore byte counters over the timed steps. KvStats::prefetch_seconds sums each table's
-// background read, and the tables' reads run at once (one thread each): it is not wall time.
+// background read (the tables' reads run one after another on the store's read thread, beside training).
 // Defaults fit a 2-core machine in about two minutes (peak RSS about 650 MB).
 #include <algorithm>
 #include <chrono>
@@ -635,7 +635,7 @@ int main(int argc, char** argv) {
       [&](const Config& c) { return human_bytes(double(c.store_bytes_written) / S); });
   row("gather ms (training thread: cache, prefetch wait, reads)",
       [&](const Config& c) { return num(1e3 * c.window.gather_seconds / S, "%.2f"); });
-  row("prefetch store ms (background; the 26 tables' reads summed, they run concurrently)",
+  row("prefetch store ms (background: the read thread's time for the 26 tables)",
       [&](const Config& c) { return num(1e3 * c.window.prefetch_seconds / S, "%.2f"); });
 
   const Config& np = configs[1];

@@ -1,7 +1,10 @@
 #include "runtime/sparse/kv/kv_store.h"
 
+#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
+#include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
 #include <cstring>
@@ -49,6 +52,11 @@ rocksdb::DB* open_db(const fs::path& path) {
   options.create_if_missing = true;
   options.paranoid_checks = true;
   options.max_open_files = 256;
+  options.write_buffer_size = 64 << 20;
+  rocksdb::BlockBasedTableOptions table;
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  table.block_cache = rocksdb::NewLRUCache(64 << 20);
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   rocksdb::DB* db = nullptr;
   check(rocksdb::DB::Open(options, path.string(), &db), path, "opening the database");
   return db;
@@ -56,13 +64,58 @@ rocksdb::DB* open_db(const fs::path& path) {
 
 }  // namespace
 
-KvStore::KvStore(fs::path path, rocksdb::DB* db) : path_(std::move(path)), db_(db) {}
-KvStore::~KvStore() = default;
+KvStore::KvStore(fs::path path, rocksdb::DB* db, bool write_ahead_log)
+    : path_(std::move(path)), db_(db), write_ahead_log_(write_ahead_log) {}
+
+KvStore::~KvStore() = default;  // the workers finish their tasks first
+
+KvStore::Worker::~Worker() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::future<void> KvStore::background(Lane lane, std::function<void()> task) {
+  return (lane == Lane::Read ? readers_ : writers_).submit(std::move(task));
+}
+
+std::future<void> KvStore::Worker::submit(std::function<void()> task) {
+  std::packaged_task<void()> job(std::move(task));
+  std::future<void> done = job.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tasks_.push_back(std::move(job));
+    if (!thread_.joinable()) thread_ = std::thread([this] { work(); });
+  }
+  wake_.notify_one();
+  return done;
+}
+
+void KvStore::Worker::work() {
+  for (;;) {
+    std::packaged_task<void()> job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;  // stopping, nothing left
+      job = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    job();  // exceptions reach the future
+  }
+}
 
 KvStore::View::~View() { db_->ReleaseSnapshot(snapshot_); }
 
 std::shared_ptr<KvStore> KvStore::open(const fs::path& path) {
-  std::shared_ptr<KvStore> store(new KvStore(path, open_db(path)));
+  return open_with(path, true);
+}
+
+std::shared_ptr<KvStore> KvStore::open_with(const fs::path& path, bool write_ahead_log) {
+  std::shared_ptr<KvStore> store(new KvStore(path, open_db(path), write_ahead_log));
   const std::optional<std::string> format = store->get_meta(kMarker);
   if (!format) {
     // A new store, or a RocksDB database we did not make: only an empty one is adopted.
@@ -90,7 +143,7 @@ std::shared_ptr<KvStore> KvStore::open_scratch(const fs::path& path) {
     const rocksdb::Status s = rocksdb::DestroyDB(path.string(), rocksdb::Options());
     check(s, path, "clearing the previous run's store");
   }
-  return open(path);
+  return open_with(path, false);
 }
 
 std::vector<bool> KvStore::multi_get(uint32_t table, const std::vector<int64_t>& keys,
@@ -127,7 +180,7 @@ void KvStore::put(uint32_t table, const std::vector<int64_t>& keys, size_t width
     batch.Put(row_key(table, keys[i]),
               rocksdb::Slice(reinterpret_cast<const char*>(rows + i * width), width));
   rocksdb::WriteOptions wo;
-  wo.disableWAL = false;
+  wo.disableWAL = !write_ahead_log_;
   check(db_->Write(wo, &batch), path_, "writing " + std::to_string(keys.size()) + " rows");
   bytes_written_ += keys.size() * width;
 }

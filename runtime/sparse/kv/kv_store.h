@@ -14,11 +14,19 @@
 // Errors (mt::Error) name the path: a folder that cannot be created, a database RocksDB reports
 // as corrupt or locked by another process, a failed read or write.
 // Thread safety: reads, writes and scans may run on different threads at once (RocksDB's own
-// guarantee); the counters are atomic.
+// guarantee); the counters are atomic. background() runs tasks in order on one of two worker
+// threads, one for reads (the prefetches of all of a store's tables) and one for writes.
+// Tuning: point lookups (bloom filters, a block cache); a scratch store writes no WAL (it is
+// rebuilt from a checkpoint after a crash anyway).
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -67,16 +75,38 @@ class KvStore {
 
   std::shared_ptr<const View> view() const;
 
+  // Runs `task` on the store's read or write worker, after the tasks submitted to it before.
+  enum class Lane { Read, Write };
+  std::future<void> background(Lane lane, std::function<void()> task);
+
   // Bytes of row values read and written since opening.
   uint64_t bytes_read() const { return bytes_read_.load(); }
   uint64_t bytes_written() const { return bytes_written_.load(); }
 
  private:
-  KvStore(std::filesystem::path path, rocksdb::DB* db);
+  KvStore(std::filesystem::path path, rocksdb::DB* db, bool write_ahead_log);
+  static std::shared_ptr<KvStore> open_with(const std::filesystem::path& path,
+                                            bool write_ahead_log);
   std::string describe_key(uint32_t table, int64_t row) const;
 
   std::filesystem::path path_;
   std::unique_ptr<rocksdb::DB> db_;
+  bool write_ahead_log_;
+  // A thread running tasks in order, started by the first submit.
+  class Worker {
+   public:
+    ~Worker();
+    std::future<void> submit(std::function<void()> task);
+
+   private:
+    void work();
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::deque<std::packaged_task<void()>> tasks_;
+    bool stopping_ = false;
+    std::thread thread_;
+  };
+  Worker readers_, writers_;
   mutable std::atomic<uint64_t> bytes_read_{0}, bytes_written_{0};
 };
 

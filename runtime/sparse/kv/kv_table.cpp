@@ -59,6 +59,12 @@ KvTable::KvTable(std::shared_ptr<KvStore> store, uint32_t table_id,
 
 KvTable::~KvTable() {
   if (prefetch_ && prefetch_->done.valid()) prefetch_->done.wait();
+  if (pending_write_.valid()) pending_write_.wait();  // its task reads this table's members
+}
+
+int64_t KvTable::stored_rows() {
+  settle_writes();
+  return store_->count(table_id_, row_bytes_);
 }
 
 void KvTable::init_row(int64_t row, std::byte* bytes, const RandomKey* key) const {
@@ -101,11 +107,13 @@ KvWorkingSet KvTable::gather(std::vector<int64_t> rows) {
       while (p < pr.size() && pr[p] < rows[size_t(i)]) ++p;
       if (p < pr.size() && pr[p] == rows[size_t(i)] &&
           !written_since_prefetch_.count(rows[size_t(i)])) {
-        if (prefetch_->found[p])
+        if (prefetch_->found[p]) {
           std::memcpy(dst, prefetch_->bytes.data() + p * row_bytes_, row_bytes_);
-        else
+          ++stats_.prefetch_hits;
+        } else {  // never stored: the prefetch only learnt that
           init_row(rows[size_t(i)], dst);
-        ++stats_.prefetch_hits;
+          ++stats_.initialised;
+        }
         continue;
       }
     }
@@ -113,7 +121,9 @@ KvWorkingSet KvTable::gather(std::vector<int64_t> rows) {
   }
   prefetch_.reset();
   written_since_prefetch_.clear();
+  cache_.unpin_all();
   if (!missing.empty()) {
+    settle_writes();  // the evictions written in the background must land before these reads
     std::vector<int64_t> keys;
     for (int64_t i : missing) keys.push_back(rows[size_t(i)]);
     std::vector<std::byte> fetched(keys.size() * row_bytes_);
@@ -131,6 +141,7 @@ KvWorkingSet KvTable::gather(std::vector<int64_t> rows) {
     }
   }
   stats_.rows_requested += n;
+  current_ = rows;
 
   // Rows -> dense tensors (weight, then each state field).
   KvWorkingSet ws;
@@ -158,6 +169,7 @@ KvWorkingSet KvTable::gather(std::vector<int64_t> rows) {
 
 void KvTable::write_to_store(const std::vector<int64_t>& rows,
                              const std::vector<std::byte>& bytes) {
+  settle_writes();
   if (rows.empty()) return;
   store_->put(table_id_, rows, row_bytes_, bytes.data());
   stats_.rows_written += int64_t(rows.size());
@@ -198,26 +210,49 @@ void KvTable::scatter(const KvWorkingSet& ws) {
       off += fb;
     }
   }
-  write_to_store(evicted, evicted_bytes);
+  // In the background (after any prefetch queued before it; gather and the other store users
+  // wait for it): the training thread does not wait for RocksDB's write.
+  if (evicted.empty()) return;
+  stats_.rows_written += int64_t(evicted.size());
+  stats_.bytes_written += evicted.size() * row_bytes_;
+  if (prefetch_) written_since_prefetch_.insert(evicted.begin(), evicted.end());
+  settle_writes();  // one write in flight at a time
+  auto rows = std::make_shared<std::vector<int64_t>>(std::move(evicted));
+  auto bytes = std::make_shared<std::vector<std::byte>>(std::move(evicted_bytes));
+  pending_write_ = store_->background(
+      KvStore::Lane::Write, [this, rows, bytes] { store_->put(table_id_, *rows, row_bytes_, bytes->data()); });
 }
 
 void KvTable::prefetch(std::vector<int64_t> rows) {
   join_prefetch();  // one in flight at a time
+  // Earlier evictions land first (reads and writes run on different threads); the ones this
+  // step writes meanwhile are tracked in written_since_prefetch_.
+  settle_writes();
   prefetch_.reset();
   written_since_prefetch_.clear();
   std::sort(rows.begin(), rows.end());
   rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-  std::erase_if(rows, [&](int64_t r) { return cache_.peek(r) >= 0; });
+  // Cached rows stay (pinned against this step's write-back); the current step's rows go back
+  // to the cache after it: neither is read.
+  std::erase_if(rows, [&](int64_t r) {
+    const int64_t slot = cache_.peek(r);
+    if (slot >= 0) cache_.pin(slot);
+    return slot >= 0 || std::binary_search(current_.begin(), current_.end(), r);
+  });
   auto p = std::make_unique<Prefetch>();
   p->rows = std::move(rows);
   p->bytes.resize(p->rows.size() * row_bytes_);
   Prefetch* raw = p.get();
-  p->done = std::async(std::launch::async, [this, raw] {
+  p->done = store_->background(KvStore::Lane::Read, [this, raw] {
     const auto t0 = Clock::now();
     raw->found = store_->multi_get(table_id_, raw->rows, row_bytes_, raw->bytes.data());
     raw->seconds = seconds_since(t0);
   });
   prefetch_ = std::move(p);
+}
+
+void KvTable::settle_writes() {
+  if (pending_write_.valid()) pending_write_.get();  // rethrows a failed write here
 }
 
 void KvTable::flush() {
@@ -320,6 +355,7 @@ void KvTable::write_field(int64_t first, int field, const Tensor& values) {
 }
 
 void KvTable::clear() {
+  settle_writes();
   join_prefetch();
   prefetch_.reset();
   written_since_prefetch_.clear();

@@ -9,10 +9,13 @@
 //                  in-memory table holds there; state zero)
 //   (lookup and the fused optimizer run on the working set: ids remapped to 0..n-1 in the same
 //   order, so results are bitwise those of the in-memory table, whatever the cache size)
-//   scatter(ws)    puts the rows back into the cache; rows the cache evicts go to the store.
-//   prefetch(rows) reads the next step's rows that are not cached from the store on a background
-//                  thread while this step computes; gather() uses them unless the step wrote
-//                  those rows to the store meanwhile (then the store's newer value is read).
+//   scatter(ws)    puts the rows back into the cache; rows the cache evicts go to the store, written
+//                  on the store's background thread (anything that reads the store waits first).
+//   prefetch(rows) reads the next step's rows that are neither cached nor in the current working
+//                  set from the store on the store's background thread while this step computes,
+//                  and pins the cached ones against this step's write-back; gather() uses the
+//                  rows read unless the step wrote them to the store meanwhile (then the store's
+//                  newer value is read).
 // A working set may be larger than the cache (rows then pass through to the store).
 //
 // Row bytes: the weight's cols (table dtype), then each state field (f32; f64 for f64 tables).
@@ -100,7 +103,7 @@ class KvTable {
   // Back to the initial values: the cache emptied, the table's rows erased from the store.
   void clear();
   // Rows held in the store (after flush(): every row ever touched).
-  int64_t stored_rows() const { return store_->count(table_id_, row_bytes_); }
+  int64_t stored_rows();
 
   const KvStats& stats() const { return stats_; }
   KvStore& store() const { return *store_; }
@@ -111,6 +114,8 @@ class KvTable {
   void init_row(int64_t row, std::byte* bytes, const RandomKey* key = nullptr) const;
   void join_prefetch();
   void write_to_store(const std::vector<int64_t>& rows, const std::vector<std::byte>& bytes);
+  // Waits for the evictions scatter() handed to the store's background thread.
+  void settle_writes();
 
   std::shared_ptr<KvStore> store_;
   uint32_t table_id_;
@@ -122,6 +127,8 @@ class KvTable {
   nn::InitContext init_;
   std::unique_ptr<Prefetch> prefetch_;
   std::unordered_set<int64_t> written_since_prefetch_;
+  std::vector<int64_t> current_;  // the last gather's rows (sorted)
+  std::future<void> pending_write_;  // scatter's evictions, written in the background
   KvStats stats_;
 };
 

@@ -28,6 +28,7 @@ RowCache::RowCache(int64_t capacity, size_t row_bytes, CachePolicy policy, int64
   const size_t slots = size_t(sets_ * ways_);
   keys_.assign(slots, 0);
   used_.assign(slots, false);
+  pinned_.assign(slots, false);
   last_use_.assign(slots, 0);
   uses_.assign(slots, 0);
   data_.resize(slots * row_bytes_);
@@ -71,6 +72,7 @@ RowCache::Insert RowCache::insert(int64_t key) {
       continue;
     }
     const auto older = [&](int64_t a, int64_t b) {  // a evicted before b
+      if (pinned_[size_t(a)] != pinned_[size_t(b)]) return !pinned_[size_t(a)];
       if (policy_ == CachePolicy::LFU && uses_[size_t(a)] != uses_[size_t(b)])
         return uses_[size_t(a)] < uses_[size_t(b)];
       return last_use_[size_t(a)] < last_use_[size_t(b)];
@@ -86,6 +88,7 @@ RowCache::Insert RowCache::insert(int64_t key) {
   r.slot = victim;
   keys_[size_t(victim)] = key;
   used_[size_t(victim)] = true;
+  pinned_[size_t(victim)] = false;
   uses_[size_t(victim)] = 0;
   touch(victim);
   return r;
@@ -98,8 +101,11 @@ void RowCache::erase(int64_t key) {
   --size_;
 }
 
+void RowCache::unpin_all() { std::fill(pinned_.begin(), pinned_.end(), false); }
+
 void RowCache::clear() {
   std::fill(used_.begin(), used_.end(), false);
+  std::fill(pinned_.begin(), pinned_.end(), false);
   size_ = 0;
 }
 

@@ -6,6 +6,8 @@
 // back so the caller can write it to the store:
 //   LRU  the row used least recently (find and insert count as uses)
 //   LFU  the row used least often (ties: least recently)
+// Pinned rows (pin) are evicted only when every way of their set is pinned: a prefetch pins the
+// next batch's cached rows so this step's write-back does not push them out.
 // Not thread-safe: one owner (the training thread).
 #pragma once
 
@@ -44,6 +46,8 @@ class RowCache {
   Insert insert(int64_t key);
   // Drops `key` if present.
   void erase(int64_t key);
+  void pin(int64_t slot) { pinned_[size_t(slot)] = true; }
+  void unpin_all();
   void clear();
 
   std::byte* row(int64_t slot) { return data_.data() + size_t(slot) * row_bytes_; }
@@ -62,6 +66,7 @@ class RowCache {
   uint64_t clock_ = 0;
   std::vector<int64_t> keys_;  // per slot
   std::vector<bool> used_;     // per slot
+  std::vector<bool> pinned_;   // per slot
   std::vector<uint64_t> last_use_, uses_;
   std::vector<std::byte> data_;
 };
