@@ -37,7 +37,7 @@
 // Timings per configuration: steps/s per round (median reported), the mean forward / prefetch
 // call / backward time of a timed step, the process's CPU time (every thread), and the KvStats and
 // KvStore byte counters over the timed steps. KvStats::prefetch_seconds sums each table's
-// background read (the tables' reads run one after another on the store's read thread, beside training).
+// background read (the tables run one after another on the store's read thread).
 // Defaults fit a 2-core machine in about two minutes (peak RSS about 650 MB).
 #include <algorithm>
 #include <chrono>
