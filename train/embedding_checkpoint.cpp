@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "checkpoint/distributed_checkpoint.h"
+#include "parallel/comm/object_collectives.h"
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/factory.h"
@@ -264,6 +265,26 @@ void add_kv_load_pieces(const std::shared_ptr<runtime::sparse::KvTable>& kv,
 }
 
 }  // namespace
+
+void add_kv_row_counts(const parallel::ShardedEmbeddingBagCollection& ebc,
+                       const std::string& optimizer_prefix, CheckpointState& state) {
+  std::vector<std::string> kv_tables;
+  for (const auto& c : ebc.table_configs())
+    if (c.storage == runtime::sparse::TableStorage::Kv) kv_tables.push_back(c.name);
+  if (kv_tables.empty()) return;  // the same on every rank: no collective
+  const std::vector<LocalShard> shards = ebc.local_shards();
+  std::vector<double> mine(kv_tables.size(), 0.0);
+  for (size_t t = 0; t < kv_tables.size(); ++t)
+    for (const LocalShard& s : shards)
+      if (s.table == kv_tables[t] && s.kv) mine[t] += double(s.kv->stored_rows());
+  const std::vector<double> all =
+      parallel::all_gather_values(ebc.group(), mine, "checkpoint.kv_row_counts");
+  for (size_t t = 0; t < kv_tables.size(); ++t) {
+    double total = 0;
+    for (size_t r = t; r < all.size(); r += kv_tables.size()) total += all[r];
+    state.values[optimizer_prefix + "kv_rows." + kv_tables[t]] = int64_t(total);
+  }
+}
 
 EmbeddingLoadPlan embedding_load_template(const parallel::ShardedEmbeddingBagCollection& ebc,
                                           const checkpoint::Index& saved,

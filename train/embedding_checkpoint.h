@@ -63,6 +63,13 @@ void add_embedding_pieces(const parallel::ShardedEmbeddingBagCollection& ebc,
                           const std::string& model_prefix, const std::string& optimizer_prefix,
                           checkpoint::CheckpointState& state);
 
+// Collective over ebc's group: the value <optimizer_prefix>kv_rows.<table> per kv-backed table,
+// the rows its stores hold over every rank (every row ever trained; the others still have their
+// initial values), which `mt_checkpoint inspect` prints. Call after add_embedding_pieces (which
+// writes the caches back).
+void add_kv_row_counts(const parallel::ShardedEmbeddingBagCollection& ebc,
+                       const std::string& optimizer_prefix, checkpoint::CheckpointState& state);
+
 struct EmbeddingLoadOptions {
   bool approximate_row_state = false;  // see "Loading row-wise state" above
 };

@@ -98,7 +98,10 @@ CheckpointExtension table_checkpoint_extension(parallel::ShardedEmbeddingBagColl
     add_embedding_pieces(tables, kTableWeights, kTableOptimizer, mine);
     for (checkpoint::TensorPiece& p : mine.tensors)
       if (!model_only || p.fqn.starts_with(kTableWeights)) state.tensors.push_back(std::move(p));
-    if (!model_only) state.values.insert(mine.values.begin(), mine.values.end());
+    if (!model_only) {
+      state.values.insert(mine.values.begin(), mine.values.end());
+      add_kv_row_counts(tables, kTableOptimizer, state);
+    }
     if (mc) add_mc_pieces(mc->state(), kMappingPrefix, state);
   };
   e.add_load_pieces = [&tables, mc, plan, mapping](

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/consolidate.h"
 #include "models/dlrm/parallelize.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/ops/factory.h"
@@ -182,6 +183,16 @@ TEST(RecsysKvMpiCheckpoint, ResumesAndReshards) {
                        "--embedding.prefetch=true"});
   const TrainResult straight = run(job(Data::Criteo, n, dir / "straight", kv), world());
   ASSERT_EQ(straight.losses.size(), 16u);
+  // The checkpoint counts each kv table's stored rows (mt_checkpoint inspect prints them): some,
+  // not all, of the big table's rows after 8 steps of 256 samples; every row of a 4-row table.
+  const checkpoint::CheckpointSummary summary =
+      checkpoint::inspect_checkpoint(dir / "straight" / "checkpoint" / "step-8");
+  const auto count = [&](const std::string& table) {
+    return std::get<int64_t>(summary.index.values.at("table_optimizer.kv_rows." + table));
+  };
+  EXPECT_GT(count("t_cat_0"), 256);
+  EXPECT_LT(count("t_cat_0"), 10000);
+  EXPECT_EQ(count("t_cat_25"), 4);
   expect_continues(run(job(Data::Criteo, n, resume_folder(dir / "straight", dir / "same"), kv),
                        world()),
                    straight, 0.0);
