@@ -1,6 +1,7 @@
 // Kv-backed embedding tables in the recsys `train` loop (mpirun -np 2): DLRM on synthetic Criteo
 // and MovieLens trains BITWISE like the same model with in-memory tables, on one rank and on two
-// (row_wise and table_wise), for caches from 1% to 100% of the rows, with and without prefetch;
+// (row_wise, table_wise, table_row_wise, column_wise), for caches from 1% to 100% of the rows,
+// with and without prefetch;
 // a run resumed from a checkpoint continues with the same losses, also on another rank count and
 // into memory tables (and memory checkpoints into kv tables); frozen tables keep their initial
 // values; bad settings are errors naming the key.
@@ -111,14 +112,14 @@ TEST_P(RecsysKvMpi, KvTablesTrainBitwiseLikeMemoryTables) {
       {"0.01", false}, {"0.01", true}, {"0.25", true}, {"1.0", false}};
   for (const int64_t ranks : {int64_t(1), int64_t(world()->size())}) {
     const auto group = ranks == 1 ? self() : world();
-    for (const std::string sharding : {"row_wise", "table_wise"}) {
+    for (const std::string sharding : {"row_wise", "table_wise", "table_row_wise", "column_wise"}) {
       if (ranks == 1 && sharding != "row_wise") continue;  // one rank holds every table whole
       SCOPED_TRACE(std::to_string(ranks) + " rank(s), " + sharding);
       std::vector<std::string> base = dataset;
       base.push_back("--embedding.sharding=" + sharding);
       const TrainResult memory = run(job(data, ranks, dir / tag(ranks, sharding), base), group);
       for (const Setting& s : settings) {
-        if (sharding == "table_wise" && s.cache_fraction != "0.01") continue;
+        if (sharding != "row_wise" && (s.cache_fraction != "0.01" || !s.prefetch)) continue;
         SCOPED_TRACE("cache " + s.cache_fraction + (s.prefetch ? ", prefetch" : ""));
         std::vector<std::string> extra = base;
         extra.push_back("--embedding.storage=kv");
