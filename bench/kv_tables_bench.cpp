@@ -213,16 +213,7 @@ struct Config {
 };
 
 void add_delta(KvStats& acc, const KvStats& after, const KvStats& before) {
-  acc.rows_requested += after.rows_requested - before.rows_requested;
-  acc.cache_hits += after.cache_hits - before.cache_hits;
-  acc.prefetch_hits += after.prefetch_hits - before.prefetch_hits;
-  acc.store_reads += after.store_reads - before.store_reads;
-  acc.initialised += after.initialised - before.initialised;
-  acc.rows_written += after.rows_written - before.rows_written;
-  acc.bytes_read += after.bytes_read - before.bytes_read;
-  acc.bytes_written += after.bytes_written - before.bytes_written;
-  acc.gather_seconds += after.gather_seconds - before.gather_seconds;
-  acc.prefetch_seconds += after.prefetch_seconds - before.prefetch_seconds;
+  acc += after - before;
 }
 
 double median(std::vector<double> v) {

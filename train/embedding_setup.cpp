@@ -72,14 +72,14 @@ bool has_kv_tables(const dlrm::ModelArgs& args) {
 std::vector<std::pair<std::string, double>> kv_step_metrics(const runtime::sparse::KvStats& now,
                                                             const runtime::sparse::KvStats& before,
                                                             int64_t steps) {
-  const double rows = double(now.rows_requested - before.rows_requested);
-  const double hits = double(now.cache_hits - before.cache_hits) +
-                      double(now.prefetch_hits - before.prefetch_hits);
+  const runtime::sparse::KvStats d = now - before;
+  const double rows = double(d.rows_requested);
+  const double hits = double(d.cache_hits + d.prefetch_hits);
   const double n = double(std::max<int64_t>(steps, 1));
   return {{"kv_hit", rows > 0 ? hits / rows : 1.0},
-          {"kv_read_rows", double(now.store_reads - before.store_reads) / n},
-          {"kv_prefetch_rows", double(now.prefetch_hits - before.prefetch_hits) / n},
-          {"kv_write_rows", double(now.rows_written - before.rows_written) / n}};
+          {"kv_read_rows", double(d.store_reads) / n},
+          {"kv_prefetch_rows", double(d.prefetch_hits) / n},
+          {"kv_write_rows", double(d.rows_written) / n}};
 }
 
 }  // namespace mt::train

@@ -54,6 +54,17 @@ struct ShardedEmbeddingBagCollection::Group {
     const size_t p = primary(lt);
     return kv[p] ? ws[p].weight : module[p] ? module[p]->weight : placeholder[p];
   }
+  // The ids the group's features read from lookup table j (aliases included), from a batch's
+  // values `v` and offsets `o` of `batch` samples per feature.
+  std::vector<int64_t> ids_read_from(size_t j, const std::vector<int64_t>& v,
+                                     const std::vector<int64_t>& o, int64_t batch) const {
+    std::vector<int64_t> ids;
+    for (size_t f = 0; f < layout.feature_table.size(); ++f)
+      if (primary(size_t(layout.feature_table[f])) == j)
+        ids.insert(ids.end(), v.begin() + o[f * size_t(batch)],
+                   v.begin() + o[(f + 1) * size_t(batch)]);
+    return ids;
+  }
   std::vector<runtime::Tensor> lookup_weights() const {
     std::vector<runtime::Tensor> w;
     for (size_t i = 0; i < module.size(); ++i) w.push_back(weight_of(i));

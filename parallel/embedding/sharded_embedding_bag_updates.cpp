@@ -127,11 +127,7 @@ Tensor ShardedEmbeddingBagCollection::gather_kv_rows(Group& g, const Tensor& val
   for (size_t j = 0; j < g.kv.size(); ++j) {
     if (!g.kv[j]) continue;
     auto reads = [&](size_t f) { return g.primary(size_t(g.layout.feature_table[f])) == j; };
-    std::vector<int64_t> rows;
-    for (size_t f = 0; f < F; ++f)
-      if (reads(f))
-        rows.insert(rows.end(), v.begin() + o[f * size_t(batch)],
-                    v.begin() + o[(f + 1) * size_t(batch)]);
+    std::vector<int64_t> rows = g.ids_read_from(j, v, o, batch);
     std::sort(rows.begin(), rows.end());
     rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
     g.ws[j] = g.kv[j]->gather(std::move(rows));
@@ -184,15 +180,8 @@ void ShardedEmbeddingBagCollection::prefetch(const KeyedJaggedTensor& next_featu
     const Routed::LookupInput& in = r.inputs[size_t(k)];
     const std::vector<int64_t> o = in.offsets.to_vector<int64_t>();
     const std::vector<int64_t> v = in.values.to_vector<int64_t>();
-    for (size_t j = 0; j < g.kv.size(); ++j) {
-      if (!g.kv[j]) continue;
-      std::vector<int64_t> rows;
-      for (size_t f = 0; f < g.layout.feature_table.size(); ++f)
-        if (g.primary(size_t(g.layout.feature_table[f])) == j)
-          rows.insert(rows.end(), v.begin() + o[f * size_t(in.batch)],
-                      v.begin() + o[(f + 1) * size_t(in.batch)]);
-      g.kv[j]->prefetch(std::move(rows));
-    }
+    for (size_t j = 0; j < g.kv.size(); ++j)
+      if (g.kv[j]) g.kv[j]->prefetch(g.ids_read_from(j, v, o, in.batch));
   }
 }
 
@@ -223,18 +212,7 @@ runtime::sparse::KvStats ShardedEmbeddingBagCollection::kv_stats() const {
   runtime::sparse::KvStats total;
   for (const auto& g : groups_)
     for (const auto& kv : g->kv) {
-      if (!kv) continue;
-      const runtime::sparse::KvStats& s = kv->stats();
-      total.rows_requested += s.rows_requested;
-      total.cache_hits += s.cache_hits;
-      total.prefetch_hits += s.prefetch_hits;
-      total.store_reads += s.store_reads;
-      total.initialised += s.initialised;
-      total.rows_written += s.rows_written;
-      total.bytes_read += s.bytes_read;
-      total.bytes_written += s.bytes_written;
-      total.gather_seconds += s.gather_seconds;
-      total.prefetch_seconds += s.prefetch_seconds;
+      if (kv) total += kv->stats();
     }
   return total;
 }

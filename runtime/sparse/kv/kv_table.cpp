@@ -21,6 +21,35 @@ double seconds_since(Clock::time_point t0) {
 
 }  // namespace
 
+namespace {
+
+// a = op(a, b) for every field of KvStats.
+template <class Op>
+void each_field(KvStats& a, const KvStats& b, Op op) {
+  op(a.rows_requested, b.rows_requested);
+  op(a.cache_hits, b.cache_hits);
+  op(a.prefetch_hits, b.prefetch_hits);
+  op(a.store_reads, b.store_reads);
+  op(a.initialised, b.initialised);
+  op(a.rows_written, b.rows_written);
+  op(a.bytes_read, b.bytes_read);
+  op(a.bytes_written, b.bytes_written);
+  op(a.gather_seconds, b.gather_seconds);
+  op(a.prefetch_seconds, b.prefetch_seconds);
+}
+
+}  // namespace
+
+KvStats& KvStats::operator+=(const KvStats& o) {
+  each_field(*this, o, [](auto& a, const auto& b) { a += b; });
+  return *this;
+}
+
+KvStats& KvStats::operator-=(const KvStats& o) {
+  each_field(*this, o, [](auto& a, const auto& b) { a -= b; });
+  return *this;
+}
+
 // A background read of rows not cached when it started.
 struct KvTable::Prefetch {
   std::vector<int64_t> rows;
@@ -65,6 +94,31 @@ KvTable::~KvTable() {
 int64_t KvTable::stored_rows() {
   settle_writes();
   return store_->count(table_id_, row_bytes_);
+}
+
+void KvTable::unpack_row(const std::byte* src, int64_t i, const Tensor& weight,
+                         const std::vector<Tensor>& state) const {
+  std::memcpy(static_cast<std::byte*>(weight.data_ptr()) + size_t(i) * weight_bytes_, src,
+              weight_bytes_);
+  size_t off = weight_bytes_;
+  for (size_t f = 0; f < fields_.size(); ++f) {
+    const size_t fb = size_t(fields_[f].second) * dtype_size(state_dtype_);
+    std::memcpy(static_cast<std::byte*>(state[f].data_ptr()) + size_t(i) * fb, src + off, fb);
+    off += fb;
+  }
+}
+
+void KvTable::pack_row(std::byte* dst, int64_t i, const Tensor& weight,
+                       const std::vector<Tensor>& state) const {
+  std::memcpy(dst, static_cast<const std::byte*>(weight.data_ptr()) + size_t(i) * weight_bytes_,
+              weight_bytes_);
+  size_t off = weight_bytes_;
+  for (size_t f = 0; f < fields_.size(); ++f) {
+    const size_t fb = size_t(fields_[f].second) * dtype_size(state_dtype_);
+    std::memcpy(dst + off, static_cast<const std::byte*>(state[f].data_ptr()) + size_t(i) * fb,
+                fb);
+    off += fb;
+  }
 }
 
 void KvTable::init_row(int64_t row, std::byte* bytes, const RandomKey* key) const {
@@ -150,17 +204,8 @@ KvWorkingSet KvTable::gather(std::vector<int64_t> rows) {
   std::vector<Tensor> state;
   for (const auto& [name, width] : fields_)
     state.push_back(empty({n, width}, TensorOptions{}.with_dtype(state_dtype_)));
-  auto* w = static_cast<std::byte*>(ws.weight.data_ptr());
-  for (int64_t i = 0; i < n; ++i) {
-    const std::byte* src = bytes.data() + size_t(i) * row_bytes_;
-    std::memcpy(w + size_t(i) * weight_bytes_, src, weight_bytes_);
-    size_t off = weight_bytes_;
-    for (size_t f = 0; f < fields_.size(); ++f) {
-      const size_t fb = size_t(fields_[f].second) * dtype_size(state_dtype_);
-      std::memcpy(static_cast<std::byte*>(state[f].data_ptr()) + size_t(i) * fb, src + off, fb);
-      off += fb;
-    }
-  }
+  for (int64_t i = 0; i < n; ++i)
+    unpack_row(bytes.data() + size_t(i) * row_bytes_, i, ws.weight, state);
   if (state.size() > 0) ws.momentum1 = state[0];
   if (state.size() > 1) ws.momentum2 = state[1];
   stats_.gather_seconds += seconds_since(t0);
@@ -182,12 +227,11 @@ void KvTable::scatter(const KvWorkingSet& ws) {
   MT_CHECK(ws.weight.defined() && ws.weight.dim() == 2 && ws.weight.size(0) == n &&
                ws.weight.size(1) == local_cols() && ws.weight.is_contiguous(),
            "KvTable '", config_.name, "': scatter of a working set that is not this table's");
-  std::vector<const std::byte*> state;
+  std::vector<Tensor> state;
   for (const Tensor* t : {&ws.momentum1, &ws.momentum2})
-    if (t->defined()) state.push_back(static_cast<const std::byte*>(t->data_ptr()));
+    if (t->defined()) state.push_back(*t);
   MT_CHECK(state.size() == fields_.size(), "KvTable '", config_.name, "': the working set has ",
            state.size(), " state fields, the table ", fields_.size());
-  const auto* w = static_cast<const std::byte*>(ws.weight.data_ptr());
   std::vector<int64_t> evicted;
   std::vector<std::byte> evicted_bytes;
   for (int64_t i = 0; i < n; ++i) {
@@ -201,14 +245,7 @@ void KvTable::scatter(const KvWorkingSet& ws) {
         evicted_bytes.insert(evicted_bytes.end(), cache_.row(slot), cache_.row(slot) + row_bytes_);
       }
     }
-    std::byte* dst = cache_.row(slot);
-    std::memcpy(dst, w + size_t(i) * weight_bytes_, weight_bytes_);
-    size_t off = weight_bytes_;
-    for (size_t f = 0; f < fields_.size(); ++f) {
-      const size_t fb = size_t(fields_[f].second) * dtype_size(state_dtype_);
-      std::memcpy(dst + off, state[f] + size_t(i) * fb, fb);
-      off += fb;
-    }
+    pack_row(cache_.row(slot), i, ws.weight, state);
   }
   // In the background (after any prefetch queued before it; gather and the other store users
   // wait for it): the training thread does not wait for RocksDB's write.
@@ -272,23 +309,14 @@ void KvTable::read_rows(int64_t first, int64_t count, const Tensor& weight,
                state.size() == fields_.size(),
            "KvTable '", config_.name, "': read_rows of rows [", first, ", +", count,
            ") into buffers that do not fit");
-  // Initial values everywhere, then the stored rows over them.
-  std::vector<std::byte> row(row_bytes_);
-  auto put = [&](int64_t r, const std::byte* src) {
-    std::memcpy(static_cast<std::byte*>(weight.data_ptr()) + size_t(r - first) * weight_bytes_,
-                src, weight_bytes_);
-    size_t off = weight_bytes_;
-    for (size_t f = 0; f < fields_.size(); ++f) {
-      const size_t fb = size_t(fields_[f].second) * dtype_size(state_dtype_);
-      std::memcpy(static_cast<std::byte*>(state[f].data_ptr()) + size_t(r - first) * fb,
-                  src + off, fb);
-      off += fb;
-    }
-  };
-  for (int64_t r = first; r < first + count; ++r) {
-    init_row(r, row.data());
-    put(r, row.data());
-  }
+  // Initial values everywhere (one draw over the block: the rows are contiguous), then the
+  // stored rows over them.
+  const auto [lo, hi] = init_bounds(config_);
+  nn::init_uniform_(weight.view({count, local_cols()}), init_.key("weight"), lo, hi,
+                    {config_.num_embeddings, config_.embedding_dim},
+                    {config_.shard.row_offset + first, config_.shard.col_offset});
+  for (const Tensor& s : state) s.zero_();
+  auto put = [&](int64_t r, const std::byte* src) { unpack_row(src, r - first, weight, state); };
   store_->scan(table_id_, first, first + count, row_bytes_, put, view);
 }
 
@@ -303,16 +331,7 @@ void KvTable::write_rows(int64_t first, const Tensor& weight, const std::vector<
   std::vector<std::byte> bytes(size_t(count) * row_bytes_);
   for (int64_t i = 0; i < count; ++i) {
     rows.push_back(first + i);
-    std::byte* dst = bytes.data() + size_t(i) * row_bytes_;
-    std::memcpy(dst, static_cast<const std::byte*>(weight.data_ptr()) + size_t(i) * weight_bytes_,
-                weight_bytes_);
-    size_t off = weight_bytes_;
-    for (size_t f = 0; f < fields_.size(); ++f) {
-      const size_t fb = size_t(fields_[f].second) * dtype_size(state_dtype_);
-      std::memcpy(dst + off, static_cast<const std::byte*>(state[f].data_ptr()) + size_t(i) * fb,
-                  fb);
-      off += fb;
-    }
+    pack_row(bytes.data() + size_t(i) * row_bytes_, i, weight, state);
     cache_.erase(first + i);
   }
   write_to_store(rows, bytes);

@@ -56,7 +56,10 @@ struct KvStats {
   uint64_t bytes_read = 0, bytes_written = 0;  // row bytes to and from the store
   double gather_seconds = 0;    // time in gather (waiting for the store and prefetches)
   double prefetch_seconds = 0;  // store time the prefetches spent off the training thread
+  KvStats& operator+=(const KvStats& other);  // sums (of several tables)
+  KvStats& operator-=(const KvStats& other);  // what happened since `other` was taken
 };
+inline KvStats operator-(KvStats a, const KvStats& b) { return a -= b; }
 
 struct KvWorkingSet {
   std::vector<int64_t> rows;  // local rows, sorted, unique
@@ -113,6 +116,12 @@ class KvTable {
   // The initial value of local row `row` (state zero), drawn from `key` (default: the weight's).
   void init_row(int64_t row, std::byte* bytes, const RandomKey* key = nullptr) const;
   void join_prefetch();
+  // Row i of the dense tensors (weight [n, cols], state[f] [n, width_f], contiguous) from / into
+  // a row's bytes.
+  void unpack_row(const std::byte* src, int64_t i, const Tensor& weight,
+                  const std::vector<Tensor>& state) const;
+  void pack_row(std::byte* dst, int64_t i, const Tensor& weight,
+                const std::vector<Tensor>& state) const;
   void write_to_store(const std::vector<int64_t>& rows, const std::vector<std::byte>& bytes);
   // Waits for the evictions scatter() handed to the store's background thread.
   void settle_writes();
