@@ -21,6 +21,10 @@ mt_require(BLAS_FOUND "OpenBLAS" "libopenblas-dev")
 find_path(MT_CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas openblas-pthread openblas-openmp)
 mt_require(MT_CBLAS_INCLUDE_DIR "the OpenBLAS cblas.h header" "libopenblas-dev")
 
+# oneDNN runs the CPU's native bf16 GEMMs (runtime/cpu/bf16_gemm.h).
+find_package(dnnl CONFIG QUIET)
+mt_require(dnnl_FOUND "oneDNN" "libdnnl-dev")
+
 find_package(absl CONFIG QUIET)
 mt_require(absl_FOUND "Abseil" "libabsl-dev")
 

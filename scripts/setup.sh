@@ -8,7 +8,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config ccache
   libabsl-dev libtoml11-dev libhdf5-dev openmpi-bin libopenmpi-dev librocksdb-dev
-  libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
+  libopenblas-dev libdnnl-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   fortunes python3-h5py python3-numpy
 )
 # The CUDA backend's fused attention needs the header-only cuDNN frontend, from PyPI (--no-deps:

@@ -1,8 +1,10 @@
-// CPU matmul: OpenBLAS sgemm/dgemm on the operands' own strides; bf16/f16 through f32.
+// CPU matmul: OpenBLAS sgemm/dgemm on the operands' own strides; bf16 through oneDNN's native
+// bf16 GEMMs where the CPU has them (bf16_gemm.h), else (and f16) widened to f32.
 #include "runtime/kernels/matmul.h"
 
 #include <optional>
 
+#include "runtime/cpu/bf16_gemm.h"
 #include "runtime/cpu/blas.h"
 #include "runtime/cpu/loops.h"
 #include "runtime/kernels/matmul_layout.h"
@@ -34,8 +36,11 @@ Tensor blas_ready(const Tensor& t, BlasOperand* layout) {
   return c;
 }
 
-template <class T>
-void matmul_blas(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
+// Runs out = a @ b as GEMMs on matrices read in place (or contiguous copies): one GEMM when the
+// batch folds into rows or there is none, else one per batch. `gemm(la, pa, lb, pb, pc, m, n, k)`
+// computes one [m, n] row-major product (ldc n) and is OpenBLAS or oneDNN.
+template <class T, class Gemm>
+void batched_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, const Gemm& gemm) {
   const int64_t M = out.size(-2), N = out.size(-1), K = a_in.size(-1);
   if (out.numel() == 0) return;
   if (K == 0) {
@@ -54,19 +59,16 @@ void matmul_blas(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
   const T* pb = b.data<T>();
   T* pc = out.data<T>();
   const int64_t nb = numel_of(batch);
-  const int n = blas_int(N, "matmul"), k = blas_int(K, "matmul"), lda = blas_int(la.ld, "matmul"),
-            ldb = blas_int(lb.ld, "matmul");
 
   bool b_shared = true;
   for (int64_t s : b_bs) b_shared &= s == 0;
   if (nb == 1 || (b_shared && la.trans == CblasNoTrans && nb * M <= INT_MAX &&
                   batch_folds_into_rows(batch, a_bs, M, la.ld))) {
     // One GEMM: a single matrix, or x[B.., M, K] @ W[K, N] with the batch folded into rows.
-    gemm(la.trans, lb.trans, blas_int(nb * M, "matmul"), n, k, pa, lda, pb, ldb, pc, n);
+    gemm(la, pa, lb, pb, pc, nb * M, N, K);
     return;
   }
-  // One GEMM per batch; OpenBLAS threads each call itself.
-  const int m = blas_int(M, "matmul");
+  // One GEMM per batch; the library threads each call itself.
   for (int64_t i = 0; i < nb; ++i) {
     int64_t oa = 0, ob = 0, rem = i;
     for (int64_t d = int64_t(batch.size()) - 1; d >= 0; --d) {
@@ -75,8 +77,33 @@ void matmul_blas(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
       oa += idx * a_bs[d];
       ob += idx * b_bs[d];
     }
-    gemm(la.trans, lb.trans, m, n, k, pa + oa, lda, pb + ob, ldb, pc + i * M * N, n);
+    gemm(la, pa + oa, lb, pb + ob, pc + i * M * N, M, N, K);
   }
+}
+
+template <class T>
+void matmul_blas(const Tensor& a, const Tensor& b, Tensor& out) {
+  batched_matmul<T>(a, b, out,
+                    [](BlasOperand la, const T* pa, BlasOperand lb, const T* pb, T* pc, int64_t m,
+                       int64_t n, int64_t k) {
+                      gemm(la.trans, lb.trans, blas_int(m, "matmul"), blas_int(n, "matmul"),
+                           blas_int(k, "matmul"), pa, blas_int(la.ld, "matmul"), pb,
+                           blas_int(lb.ld, "matmul"), pc, int(n));
+                    });
+}
+
+// A BLAS operand as oneDNN's strided matrix.
+Bf16Matrix bf16_matrix(BlasOperand l, const bfloat16* p) {
+  return l.trans == CblasNoTrans ? Bf16Matrix{p, l.ld, 1} : Bf16Matrix{p, 1, l.ld};
+}
+
+void matmul_native_bf16(const Tensor& a, const Tensor& b, Tensor& out) {
+  batched_matmul<bfloat16>(a, b, out,
+                           [](BlasOperand la, const bfloat16* pa, BlasOperand lb,
+                              const bfloat16* pb, bfloat16* pc, int64_t m, int64_t n, int64_t k) {
+                             bf16_gemm(m, n, k, bf16_matrix(la, pa), bf16_matrix(lb, pb), pc,
+                                       DType::BF16, n);
+                           });
 }
 
 void cpu_matmul(const Tensor& a, const Tensor& b, Tensor& out) {
@@ -86,8 +113,11 @@ void cpu_matmul(const Tensor& a, const Tensor& b, Tensor& out) {
     case DType::F64:
       return matmul_blas<double>(a, b, out);
     case DType::BF16:
+      if (native_bf16_gemm_enabled() && a.dtype() == DType::BF16 && b.dtype() == DType::BF16)
+        return matmul_native_bf16(a, b, out);
+      [[fallthrough]];
     case DType::F16: {
-      // Upcast, multiply with f32 accumulation, round once into out.
+      // Widen, multiply with f32 accumulation, round once into out.
       Tensor out32 = Tensor::empty(out.shape(), out.options().with_dtype(DType::F32));
       matmul_blas<float>(a.to(DType::F32), b.to(DType::F32), out32);
       out.copy_(out32);
