@@ -1,11 +1,11 @@
-// CPU matmul: OpenBLAS sgemm/dgemm on the operands' own strides; bf16 through oneDNN's native
-// bf16 GEMMs where the CPU has them (bf16_gemm.h), else (and f16) widened to f32.
+// CPU matmul on the operands' own strides: f32 and bf16 through oneDNN where the CPU has AVX-512
+// (onednn_gemm.h), else f32 and f64 through OpenBLAS, with bf16 (and f16) widened to f32.
 #include "runtime/kernels/matmul.h"
 
 #include <optional>
 
-#include "runtime/cpu/bf16_gemm.h"
 #include "runtime/cpu/blas.h"
+#include "runtime/cpu/onednn_gemm.h"
 #include "runtime/cpu/loops.h"
 #include "runtime/kernels/matmul_layout.h"
 
@@ -93,33 +93,37 @@ void matmul_blas(const Tensor& a, const Tensor& b, Tensor& out) {
 }
 
 // A BLAS operand as oneDNN's strided matrix.
-Bf16Matrix bf16_matrix(BlasOperand l, const bfloat16* p) {
-  return l.trans == CblasNoTrans ? Bf16Matrix{p, l.ld, 1} : Bf16Matrix{p, 1, l.ld};
+GemmOperand onednn_operand(BlasOperand l, const void* p) {
+  return l.trans == CblasNoTrans ? GemmOperand{p, l.ld, 1} : GemmOperand{p, 1, l.ld};
 }
 
-void matmul_native_bf16(const Tensor& a, const Tensor& b, Tensor& out) {
-  batched_matmul<bfloat16>(a, b, out,
-                           [](BlasOperand la, const bfloat16* pa, BlasOperand lb,
-                              const bfloat16* pb, bfloat16* pc, int64_t m, int64_t n, int64_t k) {
-                             bf16_gemm(m, n, k, bf16_matrix(la, pa), bf16_matrix(lb, pb), pc,
-                                       DType::BF16, n);
-                           });
+// T is float or bfloat16; the output has the operands' dtype.
+template <class T>
+void matmul_onednn(const Tensor& a, const Tensor& b, Tensor& out) {
+  batched_matmul<T>(a, b, out,
+                    [](BlasOperand la, const T* pa, BlasOperand lb, const T* pb, T* pc, int64_t m,
+                       int64_t n, int64_t k) {
+                      constexpr DType dtype = dtype_v<T>;
+                      onednn_gemm(dtype, m, n, k, onednn_operand(la, pa), onednn_operand(lb, pb),
+                                  pc, dtype, n);
+                    });
 }
 
 void cpu_matmul(const Tensor& a, const Tensor& b, Tensor& out) {
   switch (out.dtype()) {
     case DType::F32:
-      return matmul_blas<float>(a, b, out);
+      return onednn_f32_gemm_enabled() ? matmul_onednn<float>(a, b, out)
+                                       : matmul_blas<float>(a, b, out);
     case DType::F64:
       return matmul_blas<double>(a, b, out);
     case DType::BF16:
-      if (native_bf16_gemm_enabled() && a.dtype() == DType::BF16 && b.dtype() == DType::BF16)
-        return matmul_native_bf16(a, b, out);
+      if (onednn_bf16_gemm_enabled() && a.dtype() == DType::BF16 && b.dtype() == DType::BF16)
+        return matmul_onednn<bfloat16>(a, b, out);
       [[fallthrough]];
     case DType::F16: {
       // Widen, multiply with f32 accumulation, round once into out.
       Tensor out32 = Tensor::empty(out.shape(), out.options().with_dtype(DType::F32));
-      matmul_blas<float>(a.to(DType::F32), b.to(DType::F32), out32);
+      cpu_matmul(a.to(DType::F32), b.to(DType::F32), out32);
       out.copy_(out32);
       return;
     }
