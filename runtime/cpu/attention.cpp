@@ -1,7 +1,8 @@
 // CPU kernels of scaled_dot_product_attention (see runtime/ops/attention.h for the contract).
 //
 // Work is cut into tiles of (up to 64) query rows x kKeyBlock keys of one (batch, head); the
-// products inside a tile (q k^T, p v, ...) are small single-threaded BLAS calls, the softmax
+// products inside a tile (q k^T, p v, ...) are small single-threaded GEMM calls (oneDNN's where
+// the CPU has AVX-512, see onednn_gemm.h, else OpenBLAS's), the softmax
 // bookkeeping is plain loops. Nothing of size [T, S] is ever allocated.
 // Forward: one task per (batch, query head, query block); key blocks are visited in order with an
 // online softmax (running max m, running sum l, accumulator rescaled by exp(m_old - m_new)).
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "runtime/cpu/loops.h"
+#include "runtime/cpu/onednn_gemm.h"
 #include "runtime/cpu/vec_math.h"
 
 namespace mt::runtime::cpu {
@@ -115,6 +117,12 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
   if (k == 0) {
     if (beta == 0.0f)
       for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
+    return;
+  }
+  if (onednn_f32_gemm_enabled()) {  // AVX-512 kernels (see onednn_gemm.h)
+    onednn_gemm(DType::F32, m, n, k, ta ? GemmOperand{a, 1, lda} : GemmOperand{a, lda, 1},
+                tb ? GemmOperand{b, 1, ldb} : GemmOperand{b, ldb, 1}, c, DType::F32, ldc, alpha,
+                beta);
     return;
   }
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),

@@ -67,9 +67,11 @@ Switch& f32_switch() {
   return s;
 }
 
+// The engine and the primitive cache are never destroyed: oneDNN's own statics may be gone by the
+// time a static destructor would release them at exit.
 dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
+  static auto* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
 }
 
 dnnl::memory::data_type onednn_type(DType t) {
@@ -136,8 +138,8 @@ class PrimitiveCache {
 };
 
 PrimitiveCache& primitive_cache() {
-  static PrimitiveCache cache;
-  return cache;
+  static auto* cache = new PrimitiveCache;
+  return *cache;
 }
 
 }  // namespace
