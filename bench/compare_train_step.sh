@@ -19,6 +19,8 @@
 #   BF16_ROUNDS=2              rounds for the bf16 rows (PyTorch's bf16 GEMMs crawl on CPUs
 #                              without AVX512_BF16: ~60 s a step of the ~20M model on AVX2 Zen 3)
 #   COMPILE=1                  0 leaves torch.compile out
+#   COMPILE_MODE=default       torch.compile's mode (max-autotune: inductor's C++ GEMM templates
+#                              are tuned too)
 #   TORCH_VENV=~/.cache/minititan/torch-cpu-venv
 #   PEER_OMP_WAIT_POLICY       the peer's OMP_WAIT_POLICY (default: unset, libgomp's own)
 # Shapes (batch x seq, timed steps after warm-up steps; compile warms up >= 2 steps):
@@ -36,6 +38,7 @@ bf16_models=${BF16_MODELS-20M}
 bf16_threads=${BF16_THREADS:-2}
 bf16_rounds=${BF16_ROUNDS:-2}
 compile=${COMPILE:-1}
+compile_mode=${COMPILE_MODE:-default}
 bench=./build/bench/llama_train_step_bench
 [[ -x $bench ]] || { echo "needs $bench: cmake --build build --target llama_train_step_bench" >&2; exit 1; }
 
@@ -95,7 +98,7 @@ echo "$(date -u +%Y-%m-%dT%H:%MZ)  $(lscpu | sed -n 's/^Model name: *//p'), $(np
 echo "minititan $(git rev-parse --short HEAD 2>/dev/null || echo '?'):" \
   "OMP_WAIT_POLICY=$OMP_WAIT_POLICY OPENBLAS_THREAD_TIMEOUT=$OPENBLAS_THREAD_TIMEOUT;" \
   "peer: $("$python" -c 'import torch; print("torch", torch.__version__)')," \
-  "OMP_WAIT_POLICY=${peer_wait:-default}; $rounds alternating rounds (bf16 rows: $bf16_rounds); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  "OMP_WAIT_POLICY=${peer_wait:-default}, compile mode $compile_mode; $rounds alternating rounds (bf16 rows: $bf16_rounds); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 med() { printf '%s\n' "$@" | median; }
 
@@ -110,7 +113,7 @@ measure() {  # model dtype threads
     local o e c="" cw=$((w > 2 ? w : 2))
     o=$(run_ours "$t" "$model" "$dtype" "$b" "$s" "$n" "$w")
     e=$(run_peer "$t" "$model" "$dtype" "$b" "$s" "$n" "$w")
-    [[ $compile == 1 && $dtype == f32 ]] && c=$(run_peer "$t" "$model" "$dtype" "$b" "$s" "$n" "$cw" --compile)
+    [[ $compile == 1 && $dtype == f32 ]] && c=$(run_peer "$t" "$model" "$dtype" "$b" "$s" "$n" "$cw" --compile --compile-mode "$compile_mode")
     [[ -n $e ]] && peer_line=$e
     o_tps+=("$(field tokens_per_s "$o")"); e_tps+=("$(field tokens_per_s "$e")"); c_tps+=("$(field tokens_per_s "$c")")
     o_ms+=("$(field step_ms "$o")"); e_ms+=("$(field step_ms "$e")"); c_ms+=("$(field step_ms "$c")")

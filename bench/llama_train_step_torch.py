@@ -15,7 +15,8 @@ Best effort, each feature used where the installed torch has it (the line says w
   dtype (checked with a one-step probe), else foreach=True, else the for-loop;
 - --compile: torch.compile of the model together with its cross-entropy (one graph: inductor may
   fuse the loss into the output projection's epilogue); the warm-up steps (at least 2 with
-  --compile) absorb compilation and are not timed;
+  --compile) absorb compilation and are not timed; --compile-mode max-autotune also lets inductor
+  tune its C++ GEMM templates (AVX-512 micro-kernels) against ATen's GEMMs;
 - --dtype bf16: bf16 parameters (model.to(bfloat16)), as the C++ bench's --dtype bf16. The optimizer
   state then follows torch's convention (bf16 like the parameters) where minititan keeps f32 state.
 
@@ -201,6 +202,10 @@ def main():
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--dtype", choices=("f32", "bf16"), default="f32")
     p.add_argument("--compile", action="store_true", help="torch.compile the model and its loss")
+    p.add_argument("--compile-mode", default="default",
+                   choices=("default", "reduce-overhead", "max-autotune"),
+                   help="torch.compile's mode (max-autotune also tunes inductor's C++ GEMM "
+                        "templates against ATen's on the CPU)")
     a = p.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -217,7 +222,7 @@ def main():
     model = Llama(a.vocab, dim, n_layers, n_heads, n_kv, a.seq).to(dtype)
     step_fn = WithLoss(model)
     if a.compile:
-        step_fn = torch.compile(step_fn)
+        step_fn = torch.compile(step_fn, mode=None if a.compile_mode == "default" else a.compile_mode)
     opt, opt_kind = make_adamw(model.parameters(), dtype, 1e-4)
     tokens = torch.randint(0, a.vocab, (a.batch, a.seq + 1))
     inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
@@ -241,7 +246,8 @@ def main():
     params = sum(p.numel() for p in model.parameters())
     features = ",".join(f for f, on in (("rms_norm", HAS_RMS_NORM), ("sdpa", HAS_SDPA),
                                         ("gqa", HAS_GQA and n_kv != n_heads)) if on)
-    print(f"framework=pytorch-{torch.__version__}{'-compile' if a.compile else '-eager'} "
+    print(f"framework=pytorch-{torch.__version__}{'-compile' if a.compile else '-eager'}"
+          f"{'-' + a.compile_mode if a.compile and a.compile_mode != 'default' else ''} "
           f"model={shape_name} dim={dim} layers={n_layers} heads={n_heads} kv_heads={n_kv} "
           f"dtype={a.dtype} params={params} batch={a.batch} seq={a.seq} "
           f"tokens_per_s={a.batch * a.seq * a.steps / seconds:.1f} "

@@ -1,7 +1,10 @@
 // CPU kernels of swiglu: one pass over contiguous elements, OpenMP over element ranges; f32
-// through the vectorised rows of vec_math.h, bf16 and f64 elementwise with std::exp.
+// through the vectorised rows of vec_math.h, bf16 through them too on f32 copies of chunks of
+// kChunk elements (f32 math, one rounding per output, as elementwise), f64 elementwise with
+// std::exp.
 #include "runtime/kernels/swiglu.h"
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -10,6 +13,11 @@
 
 namespace mt::runtime::cpu {
 namespace {
+
+constexpr int64_t kChunk = 512;
+
+const uint16_t* bits(const bfloat16* p) { return &p->bits; }
+uint16_t* bits(bfloat16* p) { return p ? &p->bits : nullptr; }
 
 template <class C>
 inline C sigmoid_of(C g) {
@@ -21,6 +29,15 @@ template <class T>
 void forward_run(const T* g, const T* u, int64_t n, T* out) {
   if constexpr (std::is_same_v<T, float>) {
     row_swiglu(g, u, n, out);
+  } else if constexpr (std::is_same_v<T, bfloat16>) {
+    float g32[kChunk], u32[kChunk], o32[kChunk];
+    for (int64_t c = 0; c < n; c += kChunk) {
+      const int64_t m = std::min(kChunk, n - c);
+      row_bf16_to_f32(bits(g + c), m, g32);
+      row_bf16_to_f32(bits(u + c), m, u32);
+      row_swiglu(g32, u32, m, o32);
+      row_f32_to_bf16(o32, m, bits(out + c));
+    }
   } else {
     using C = compute_t<T>;
     for (int64_t i = 0; i < n; ++i) {
@@ -35,6 +52,17 @@ template <class T>
 void backward_run(const T* dy, const T* g, const T* u, int64_t n, T* dg, T* du) {
   if constexpr (std::is_same_v<T, float>) {
     row_swiglu_backward(dy, g, u, n, dg, du);
+  } else if constexpr (std::is_same_v<T, bfloat16>) {
+    float dy32[kChunk], g32[kChunk], u32[kChunk], dg32[kChunk], du32[kChunk];
+    for (int64_t c = 0; c < n; c += kChunk) {
+      const int64_t m = std::min(kChunk, n - c);
+      row_bf16_to_f32(bits(dy + c), m, dy32);
+      row_bf16_to_f32(bits(g + c), m, g32);
+      row_bf16_to_f32(bits(u + c), m, u32);
+      row_swiglu_backward(dy32, g32, u32, m, dg ? dg32 : nullptr, du ? du32 : nullptr);
+      if (dg) row_f32_to_bf16(dg32, m, bits(dg + c));
+      if (du) row_f32_to_bf16(du32, m, bits(du + c));
+    }
   } else {
     using C = compute_t<T>;
     for (int64_t i = 0; i < n; ++i) {

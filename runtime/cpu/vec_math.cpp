@@ -9,7 +9,8 @@
 namespace mt::runtime::cpu {
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MT_VEC_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define MT_VEC_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define MT_VEC_CLONES
 #endif
@@ -72,6 +73,21 @@ template <bool kGate, bool kUp>
   }
 }
 }  // namespace
+
+MT_VEC_CLONES void row_bf16_to_f32(const uint16_t* x, int64_t n, float* y) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) y[j] = __builtin_bit_cast(float, uint32_t(x[j]) << 16);
+}
+
+MT_VEC_CLONES void row_f32_to_bf16(const float* x, int64_t n, uint16_t* y) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) {
+    const uint32_t u = __builtin_bit_cast(uint32_t, x[j]);
+    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    y[j] = uint16_t(nan ? (u >> 16) | 0x40u : rounded);
+  }
+}
 
 MT_VEC_CLONES void row_swiglu(const float* g, const float* u, int64_t n, float* out) {
 #pragma omp simd

@@ -1,11 +1,12 @@
-// Vectorised f32 math for CPU row kernels (softmax, cross-entropy, SwiGLU).
+// Vectorised f32 math for CPU row kernels (softmax, cross-entropy, SwiGLU), and the bf16 <-> f32
+// row conversions through which bf16 kernels use them.
 //
 // exp_f32 is a branch-free polynomial exp (Cephes' expf: range reduction by ln 2, degree-6
 // polynomial) within 2 ulp of the correctly rounded value for normal results; exp(-inf) = 0,
 // exp(+inf) = +inf and NaN stays NaN. std::exp does not vectorise without -ffast-math; exp_f32
 // does inside `#pragma omp simd` loops compiled without trapping math, which is how the row
-// helpers below are built (vec_math.cpp), as a baseline and an AVX2+FMA clone picked at load time
-// (target_clones). Their sums run in a fixed vector order: results do not depend on the thread
+// helpers below are built (vec_math.cpp), as a baseline, an AVX2+FMA and an AVX-512 clone picked at
+// load time (target_clones). Their sums run in a fixed vector order: results do not depend on the thread
 // count (they may differ in the last bits between machines with and without AVX2).
 #pragma once
 
@@ -53,6 +54,11 @@ float row_sum_exp(const float* x, int64_t n, float shift);
 void row_exp_scale(const float* x, int64_t n, float shift, float scale, float* y);
 // y[j] = b[j] + exp(x[j] - shift) * scale; y may be x or b (in place).
 void row_exp_axpy(const float* x, int64_t n, float shift, float scale, const float* b, float* y);
+
+// bf16 (its bits) <-> f32 over n elements, exactly as bfloat16's own conversions (to bf16: round
+// to nearest even, NaN stays NaN).
+void row_bf16_to_f32(const uint16_t* x, int64_t n, float* y);
+void row_f32_to_bf16(const float* x, int64_t n, uint16_t* y);
 
 // SwiGLU over n elements: out[j] = silu(g[j]) * u[j], with silu(x) = x * sigmoid(x); and its
 // backward, dg[j] and du[j] from dy[j] (either output may be null: not computed).

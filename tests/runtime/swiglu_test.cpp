@@ -103,6 +103,38 @@ TEST(Swiglu, F32VectorisedPathMatchesF64) {
   }
 }
 
+// bf16 through the f32 rows in chunks (1300 elements: past a chunk, a ragged tail): each output
+// within one bf16 rounding of the f64 result on the same bf16 inputs (plus exp_f32's 2 ulp).
+TEST(Swiglu, Bf16ChunkedPathMatchesF64) {
+  std::vector<float> gv = randn_as({1300}, DType::F32, 16).to_vector<float>();
+  for (float& x : gv) x *= 4.0f;
+  gv[0] = -200.0f, gv[1] = 200.0f, gv[2] = 0.0f, gv[1299] = -90.0f;
+  const Tensor g = from_vector<float>(gv, {1300}).to(DType::BF16);
+  const Tensor u = randn_as({1300}, DType::BF16, 17), dy = randn_as({1300}, DType::BF16, 18);
+  const auto within_one_rounding = [](const Tensor& got, const Tensor& want) {
+    EXPECT_EQ(got.dtype(), DType::BF16);
+    const std::vector<double> a = got.to_vector<double>(), b = want.to_vector<double>();
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_LE(std::abs(a[i] - b[i]), std::ldexp(std::abs(b[i]), -8) * 1.01 + 1e-30) << i;
+  };
+  within_one_rounding(swiglu(g, u), swiglu(g.to(DType::F64), u.to(DType::F64)));
+  for (auto [need_g, need_u] : {std::pair{true, true}, {true, false}, {false, true}}) {
+    SCOPED_TRACE(::testing::Message() << "gate " << need_g << ", up " << need_u);
+    Tensor grads[2][2];
+    for (DType dt : {DType::BF16, DType::F64}) {
+      Tensor gl = g.to(dt).clone().set_requires_grad(need_g),
+             ul = u.to(dt).clone().set_requires_grad(need_u);
+      swiglu(gl, ul).backward(dy.to(dt));
+      grads[dt == DType::F64][0] = gl.grad();
+      grads[dt == DType::F64][1] = ul.grad();
+    }
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_EQ(grads[0][i].defined(), i == 0 ? need_g : need_u);
+      if (grads[0][i].defined()) within_one_rounding(grads[0][i], grads[1][i]);
+    }
+  }
+}
+
 TEST(Swiglu, Errors) {
   try {
     swiglu(randn64({2, 3}, 1, false), randn64({3, 2}, 2, false));
