@@ -1,6 +1,8 @@
 // f32 matmul: our op (output allocation, checks, autograd bookkeeping and the kernel) against
 // raw cblas_sgemm on the same input buffers, in the same binary. Reports GFLOP/s; the ratio
-// ours / cblas is the op's overhead (goal: >= 0.85).
+// ours / cblas is the op's overhead (goal: >= 0.85). On CPUs with AVX-512 our f32 matmul runs
+// oneDNN's kernels (runtime/cpu/onednn_gemm.h), so there the ratio compares the two libraries;
+// MT_CPU_F32_GEMM=openblas measures the overhead again.
 //
 //   ./build/bench/matmul_bench --benchmark_min_time=0.2
 //
