@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <utility>
 
 #include "runtime/autograd/gradcheck.h"
@@ -77,17 +78,23 @@ TEST(Swiglu, GradientFormulas) {
 // f32 runs through vectorised rows (vec_math.h): its forward and each of its three backward paths
 // (both gradients, the gate's alone, up's alone) against the f64 kernel, on a length that leaves
 // a remainder after any vector width, with large gates of both signs among the values.
-TEST(Swiglu, F32VectorisedPathMatchesF64) {
-  std::vector<float> gv = randn_as({1001}, DType::F32, 13).to_vector<float>();
+// Gate values spread over [-16, 16] plus the extremes (exp's clamps, 0) at its ends.
+Tensor spread_gate(int64_t n, uint64_t seed) {
+  std::vector<float> gv = randn_as({n}, DType::F32, seed).to_vector<float>();
   for (float& x : gv) x *= 4.0f;
-  gv[0] = -200.0f, gv[1] = 200.0f, gv[2] = 0.0f, gv[1000] = -90.0f;
-  const Tensor g = from_vector<float>(gv, {1001}), u = randn_as({1001}, DType::F32, 14);
-  const Tensor dy = randn_as({1001}, DType::F32, 15);
-  EXPECT_TRUE(all_close(swiglu(g, u), swiglu(g.to(DType::F64), u.to(DType::F64)), 1e-6, 1e-6));
+  gv[0] = -200.0f, gv[1] = 200.0f, gv[2] = 0.0f, gv[size_t(n - 1)] = -90.0f;
+  return from_vector<float>(gv, {n});
+}
+
+// swiglu and its gradients (each input alone and both) in g's dtype against f64 on the same
+// inputs, each pair compared by `check(got, want)`.
+void expect_matches_f64(const Tensor& g, const Tensor& u, const Tensor& dy,
+                        const std::function<void(const Tensor&, const Tensor&)>& check) {
+  check(swiglu(g, u), swiglu(g.to(DType::F64), u.to(DType::F64)));
   for (auto [need_g, need_u] : {std::pair{true, true}, {true, false}, {false, true}}) {
     SCOPED_TRACE(::testing::Message() << "gate " << need_g << ", up " << need_u);
     Tensor grads[2][2];
-    for (DType dt : {DType::F32, DType::F64}) {
+    for (DType dt : {g.dtype(), DType::F64}) {
       Tensor gl = g.to(dt).clone().set_requires_grad(need_g),
              ul = u.to(dt).clone().set_requires_grad(need_u);
       swiglu(gl, ul).backward(dy.to(dt));
@@ -96,43 +103,31 @@ TEST(Swiglu, F32VectorisedPathMatchesF64) {
     }
     for (int i = 0; i < 2; ++i) {
       ASSERT_EQ(grads[0][i].defined(), i == 0 ? need_g : need_u);
-      if (grads[0][i].defined()) {
-        EXPECT_TRUE(all_close(grads[0][i], grads[1][i], 1e-6, 1e-5)) << (i ? "up" : "gate");
-      }
+      SCOPED_TRACE(i ? "up" : "gate");
+      if (grads[0][i].defined()) check(grads[0][i], grads[1][i]);
     }
   }
+}
+
+TEST(Swiglu, F32VectorisedPathMatchesF64) {
+  const Tensor g = spread_gate(1001, 13), u = randn_as({1001}, DType::F32, 14);
+  const Tensor dy = randn_as({1001}, DType::F32, 15);
+  expect_matches_f64(g, u, dy, [](const Tensor& got, const Tensor& want) {
+    EXPECT_TRUE(all_close(got, want, 1e-6, 1e-5));
+  });
 }
 
 // bf16 through the f32 rows in chunks (1300 elements: past a chunk, a ragged tail): each output
 // within one bf16 rounding of the f64 result on the same bf16 inputs (plus exp_f32's 2 ulp).
 TEST(Swiglu, Bf16ChunkedPathMatchesF64) {
-  std::vector<float> gv = randn_as({1300}, DType::F32, 16).to_vector<float>();
-  for (float& x : gv) x *= 4.0f;
-  gv[0] = -200.0f, gv[1] = 200.0f, gv[2] = 0.0f, gv[1299] = -90.0f;
-  const Tensor g = from_vector<float>(gv, {1300}).to(DType::BF16);
+  const Tensor g = spread_gate(1300, 16).to(DType::BF16);
   const Tensor u = randn_as({1300}, DType::BF16, 17), dy = randn_as({1300}, DType::BF16, 18);
-  const auto within_one_rounding = [](const Tensor& got, const Tensor& want) {
+  expect_matches_f64(g, u, dy, [](const Tensor& got, const Tensor& want) {
     EXPECT_EQ(got.dtype(), DType::BF16);
     const std::vector<double> a = got.to_vector<double>(), b = want.to_vector<double>();
     for (size_t i = 0; i < a.size(); ++i)
       ASSERT_LE(std::abs(a[i] - b[i]), std::ldexp(std::abs(b[i]), -8) * 1.01 + 1e-30) << i;
-  };
-  within_one_rounding(swiglu(g, u), swiglu(g.to(DType::F64), u.to(DType::F64)));
-  for (auto [need_g, need_u] : {std::pair{true, true}, {true, false}, {false, true}}) {
-    SCOPED_TRACE(::testing::Message() << "gate " << need_g << ", up " << need_u);
-    Tensor grads[2][2];
-    for (DType dt : {DType::BF16, DType::F64}) {
-      Tensor gl = g.to(dt).clone().set_requires_grad(need_g),
-             ul = u.to(dt).clone().set_requires_grad(need_u);
-      swiglu(gl, ul).backward(dy.to(dt));
-      grads[dt == DType::F64][0] = gl.grad();
-      grads[dt == DType::F64][1] = ul.grad();
-    }
-    for (int i = 0; i < 2; ++i) {
-      ASSERT_EQ(grads[0][i].defined(), i == 0 ? need_g : need_u);
-      if (grads[0][i].defined()) within_one_rounding(grads[0][i], grads[1][i]);
-    }
-  }
+  });
 }
 
 TEST(Swiglu, Errors) {
