@@ -5,8 +5,8 @@
 #include <optional>
 
 #include "runtime/cpu/blas.h"
-#include "runtime/cpu/onednn_gemm.h"
 #include "runtime/cpu/loops.h"
+#include "runtime/cpu/onednn_gemm.h"
 #include "runtime/kernels/matmul_layout.h"
 
 namespace mt::runtime::cpu {
