@@ -87,17 +87,14 @@ struct Rows {
   int64_t batch_stride, head_stride, ld;
 };
 
-// Zeroes `count` rows of `cols` elements from row r0 of head (b, h).
-template <class C>
-void zero_rows(const Rows<C>& t, int64_t b, int64_t h, int64_t r0, int64_t count, int64_t cols) {
-  for (int64_t r = r0; r < r0 + count; ++r) std::fill(t.at(b, h, r), t.at(b, h, r) + cols, C(0));
-}
-
 // Multiply-adds of one pass over the visible (query, key) pairs.
 double pass_work(const Geometry& g) {
   return double(g.batch * g.hq) * double(g.t) * double(g.s) * double(g.d + g.dv) *
          (g.causal ? 0.5 : 1.0);
 }
+
+// Key blocks of a head.
+int64_t kblocks(const Geometry& g) { return (g.s + kKeyBlock - 1) / kKeyBlock; }
 
 // Runs fn(i) for i in [0, n) on OpenMP threads with a dynamic schedule (causal tasks differ in
 // cost); serially when the whole job (about `work` multiply-adds) is too small to pay for a
@@ -109,37 +106,86 @@ void parallel_tasks(int64_t n, double work, Fn&& fn) {
   for (int64_t i = 0; i < n; ++i) fn(i);
 }
 
-// Row-major c[m, n] = alpha * op(a) @ op(b) + beta * c, with op(a) [m, k] and op(b) [k, n]
-// (beta is 0 or 1).
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+// Row-major c[m, n] = alpha * op(a) @ op(b) + beta * c, with op(a) [m, k] and op(b) [k, n] of
+// the operand type E and c of its compute type (beta is 0 or 1). f64 runs OpenBLAS; bf16 oneDNN
+// (the kernels take bf16 only where it runs, see takes_16bit); f32 oneDNN on AVX-512 CPUs (see
+// onednn_gemm.h), else OpenBLAS.
+template <class E>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, compute_t<E> alpha, const E* a,
+          int64_t lda, const E* b, int64_t ldb, compute_t<E> beta, compute_t<E>* c, int64_t ldc) {
+  using C = compute_t<E>;
   if (m == 0 || n == 0) return;
   if (k == 0) {
-    if (beta == 0.0f)
-      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
+    if (beta == C(0))
+      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, C(0));
     return;
   }
-  if (onednn_f32_gemm_enabled()) {  // AVX-512 kernels (see onednn_gemm.h)
-    onednn_gemm(DType::F32, m, n, k, ta ? GemmOperand{a, 1, lda} : GemmOperand{a, lda, 1},
-                tb ? GemmOperand{b, 1, ldb} : GemmOperand{b, ldb, 1}, c, DType::F32, ldc, alpha,
-                beta);
-    return;
+  const auto blas_op = [](bool t) { return t ? CblasTrans : CblasNoTrans; };
+  if constexpr (std::is_same_v<E, double>) {
+    cblas_dgemm(CblasRowMajor, blas_op(ta), blas_op(tb), int(m), int(n), int(k), alpha, a,
+                int(lda), b, int(ldb), beta, c, int(ldc));
+  } else {
+    if (std::is_same_v<E, bfloat16> || onednn_f32_gemm_enabled()) {
+      onednn_gemm(dtype_v<E>, m, n, k, ta ? GemmOperand{a, 1, lda} : GemmOperand{a, lda, 1},
+                  tb ? GemmOperand{b, 1, ldb} : GemmOperand{b, ldb, 1}, c, DType::F32, ldc, alpha,
+                  beta);
+      return;
+    }
+    if constexpr (std::is_same_v<E, float>)
+      cblas_sgemm(CblasRowMajor, blas_op(ta), blas_op(tb), int(m), int(n), int(k), alpha, a,
+                  int(lda), b, int(ldb), beta, c, int(ldc));
   }
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
-              int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
-          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (beta == 0.0)
-      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0);
-    return;
+// A tile x [count] of the compute type as a GEMM operand of type E: x itself when the types are
+// one, else x rounded into buf (bf16: the probabilities and score gradients enter the second
+// GEMMs in bf16, as in flash attention).
+template <class E, class C>
+const E* as_operand(const C* x, int64_t count, std::vector<E>& buf) {
+  if constexpr (std::is_same_v<E, C>) {
+    return x;
+  } else {
+    static_assert(std::is_same_v<E, bfloat16> && std::is_same_v<C, float>);
+    buf.resize(size_t(count));
+    row_f32_to_bf16(x, count, &buf.data()->bits);
+    return buf.data();
   }
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
-              int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
+
+// Where a task sums gradient rows [r0, r0 + count) of head (b, h) of `out` (each `cols` wide) in
+// the compute type C: the output rows themselves when E is C, else a task-local C buffer that
+// flush() rounds once into them. Starts at zero.
+template <class E>
+class Accumulator {
+ public:
+  using C = compute_t<E>;
+  Accumulator(const Rows<E>& out, int64_t b, int64_t h, int64_t r0, int64_t count, int64_t cols)
+      : out_(out.at(b, h, r0)), out_ld_(out.ld), count_(count), cols_(cols) {
+    if constexpr (std::is_same_v<E, C>) {
+      data_ = out_;
+      ld_ = out_ld_;
+      for (int64_t r = 0; r < count; ++r) std::fill(row(r), row(r) + cols, C(0));
+    } else {
+      buffer_.assign(size_t(count * cols), C(0));
+      data_ = buffer_.data();
+      ld_ = cols;
+    }
+  }
+  C* row(int64_t r) const { return data_ + r * ld_; }
+  int64_t ld() const { return ld_; }
+  void flush() const {
+    if constexpr (!std::is_same_v<E, C>)
+      for (int64_t r = 0; r < count_; ++r)
+        row_f32_to_bf16(row(r), cols_, &(out_ + r * out_ld_)->bits);
+  }
+
+ private:
+  E* out_;
+  int64_t out_ld_, count_, cols_;
+  std::vector<C> buffer_;
+  C* data_;
+  int64_t ld_;
+};
 
 // Row helpers: f32 uses the vectorised exp of vec_math.h, f64 std::exp. Fixed order, so the
 // results do not depend on the thread count.
@@ -161,29 +207,31 @@ void exp_shifted(double* x, int64_t n, double shift) {
   for (int64_t j = 0; j < n; ++j) x[j] = std::exp(x[j] - shift);
 }
 
-template <class C>
+template <class E>
 void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                   Tensor& out, Tensor& lse) {
+  using C = compute_t<E>;
   constexpr C kNegInf = -std::numeric_limits<C>::infinity();
   const Geometry g = geometry(q, k, v, causal);
-  const Rows<const C> qr(q), kr(k), vr(v);
-  const Rows<C> outr(out);
+  const Rows<const E> qr(q), kr(k), vr(v);
+  const Rows<E> outr(out);
   C* lp = lse.data<C>();
   const int64_t qblocks = (g.t + g.qblock - 1) / g.qblock;
   parallel_tasks(g.batch * g.hq * qblocks, pass_work(g), [&](int64_t task) {
     const int64_t bh = task / qblocks, qb = task % qblocks;
     const int64_t b = bh / g.hq, h = bh % g.hq, hk = h / g.group;
     const int64_t i0 = qb * g.qblock, rows = std::min(g.t, i0 + g.qblock) - i0;
-    const C* Q = qr.at(b, h, i0);
-    const C* K = kr.at(b, hk, 0);
-    const C* V = vr.at(b, hk, 0);
+    const E* Q = qr.at(b, h, i0);
+    const E* K = kr.at(b, hk, 0);
+    const E* V = vr.at(b, hk, 0);
     std::vector<C> m(size_t(rows), kNegInf), l(size_t(rows), C(0));
     std::vector<C> acc(size_t(rows * g.dv), C(0)), p(size_t(rows * kKeyBlock));
+    std::vector<E> p_operand;
     const int64_t kmax = g.key_end(i0 + rows - 1);
     for (int64_t j0 = 0; j0 < kmax; j0 += kKeyBlock) {
       const int64_t n = std::min(kKeyBlock, kmax - j0);
-      gemm(false, true, rows, n, g.d, C(scale), Q, qr.ld, K + j0 * kr.ld, kr.ld, C(0), p.data(),
-           n);
+      gemm<E>(false, true, rows, n, g.d, C(scale), Q, qr.ld, K + j0 * kr.ld, kr.ld, C(0),
+              p.data(), n);
       for (int64_t r = 0; r < rows; ++r) {
         C* pr = p.data() + r * n;
         const int64_t vis = g.visible(i0 + r, j0, n);
@@ -200,19 +248,19 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool causal
         l[r] = l[r] * correction + sum;
         m[r] = mx;
       }
-      gemm(false, false, rows, g.dv, n, C(1), p.data(), n, V + j0 * vr.ld, vr.ld, C(1),
-           acc.data(), g.dv);
+      gemm<E>(false, false, rows, g.dv, n, C(1), as_operand(p.data(), rows * n, p_operand), n,
+              V + j0 * vr.ld, vr.ld, C(1), acc.data(), g.dv);
     }
     for (int64_t r = 0; r < rows; ++r) {
-      C* o = outr.at(b, h, i0 + r);
+      E* o = outr.at(b, h, i0 + r);
       const C* a = acc.data() + r * g.dv;
       if (l[r] == C(0)) {  // no visible key
-        std::fill(o, o + g.dv, C(0));
+        std::fill(o, o + g.dv, E(0));
         lp[bh * g.t + i0 + r] = kNegInf;
         continue;
       }
       const C inv = C(1) / l[r];
-      for (int64_t x = 0; x < g.dv; ++x) o[x] = a[x] * inv;
+      for (int64_t x = 0; x < g.dv; ++x) o[x] = E(a[x] * inv);
       lp[bh * g.t + i0 + r] = m[r] + std::log(l[r]);
     }
   });
@@ -235,15 +283,25 @@ void probabilities(const Geometry& g, int64_t i0, int64_t rows, int64_t j0, int6
   }
 }
 
+// A task's tiles: scores / probabilities s and their gradients ds in the compute type, and the
+// two as GEMM operands where the operand type differs (see as_operand).
+template <class E>
+struct Tiles {
+  explicit Tiles(int64_t size) : s(size_t(size)), ds(size_t(size)) {}
+  std::vector<compute_t<E>> s, ds;
+  std::vector<E> s_operand, ds_operand;
+};
+
 // With p_ij = exp(scale * q_i.k_j - lse_i), dp_ij = dout_i.v_j and delta_i = dout_i.out_i:
 //   ds_ij = p_ij * (dp_ij - delta_i),  dq_i = scale * sum_j ds_ij k_j,
 //   dk_j = scale * sum_i ds_ij q_i,     dv_j = sum_i p_ij dout_i.
-template <class C>
+template <class E>
 void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                    const Tensor& out, const Tensor& lse, bool causal, double scale, Tensor& dq,
                    Tensor& dk, Tensor& dv) {
+  using C = compute_t<E>;
   const Geometry g = geometry(q, k, v, causal);
-  const Rows<const C> qr(q), kr(k), vr(v), doutr(dout), outr(out);
+  const Rows<const E> qr(q), kr(k), vr(v), doutr(dout), outr(out);
   const C* lp = lse.data<C>();
   const int64_t query_rows = g.batch * g.hq * g.t;
   std::vector<C> delta(static_cast<size_t>(query_rows));  // indexed as lse: (b, h, row)
@@ -251,121 +309,133 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
                [&](int64_t begin, int64_t end) {
                  for (int64_t i = begin; i < end; ++i) {
                    const int64_t bh = i / g.t, r = i % g.t;
-                   const C* dor = doutr.at(bh / g.hq, bh % g.hq, r);
-                   const C* o = outr.at(bh / g.hq, bh % g.hq, r);
+                   const E* dor = doutr.at(bh / g.hq, bh % g.hq, r);
+                   const E* o = outr.at(bh / g.hq, bh % g.hq, r);
                    C sum = 0;
-                   for (int64_t x = 0; x < g.dv; ++x) sum += dor[x] * o[x];
+                   for (int64_t x = 0; x < g.dv; ++x) sum += C(dor[x]) * C(o[x]);
                    delta[i] = sum;
                  }
                });
   const int64_t qblocks = (g.t + g.qblock - 1) / g.qblock;
 
   if (dq.defined() && !dk.defined()) {
-    const Rows<C> dqr(dq);
+    const Rows<E> dqr(dq);
     parallel_tasks(g.batch * g.hq * qblocks, pass_work(g), [&](int64_t task) {
       const int64_t bh = task / qblocks, qb = task % qblocks;
       const int64_t b = bh / g.hq, h = bh % g.hq, hk = h / g.group;
       const int64_t i0 = qb * g.qblock, rows = std::min(g.t, i0 + g.qblock) - i0;
       const int64_t row0 = bh * g.t + i0;
-      const C* K = kr.at(b, hk, 0);
-      const C* V = vr.at(b, hk, 0);
-      std::vector<C> s(size_t(rows * kKeyBlock)), ds(s.size());
-      zero_rows(dqr, b, h, i0, rows, g.d);
+      const E* K = kr.at(b, hk, 0);
+      const E* V = vr.at(b, hk, 0);
+      Tiles<E> tiles(rows * kKeyBlock);
+      const Accumulator<E> dq_rows(dqr, b, h, i0, rows, g.d);
       const int64_t kmax = g.key_end(i0 + rows - 1);
       for (int64_t j0 = 0; j0 < kmax; j0 += kKeyBlock) {
         const int64_t n = std::min(kKeyBlock, kmax - j0);
-        gemm(false, true, rows, n, g.d, C(scale), qr.at(b, h, i0), qr.ld, K + j0 * kr.ld, kr.ld,
-             C(0), s.data(), n);
-        gemm(false, true, rows, n, g.dv, C(1), doutr.at(b, h, i0), doutr.ld, V + j0 * vr.ld,
-             vr.ld, C(0), ds.data(), n);
-        probabilities(g, i0, rows, j0, n, lp + row0, delta.data() + row0, s.data(), ds.data());
-        gemm(false, false, rows, g.d, n, C(scale), ds.data(), n, K + j0 * kr.ld, kr.ld, C(1),
-             dqr.at(b, h, i0), dqr.ld);
+        gemm<E>(false, true, rows, n, g.d, C(scale), qr.at(b, h, i0), qr.ld, K + j0 * kr.ld,
+                kr.ld, C(0), tiles.s.data(), n);
+        gemm<E>(false, true, rows, n, g.dv, C(1), doutr.at(b, h, i0), doutr.ld, V + j0 * vr.ld,
+                vr.ld, C(0), tiles.ds.data(), n);
+        probabilities(g, i0, rows, j0, n, lp + row0, delta.data() + row0, tiles.s.data(),
+                      tiles.ds.data());
+        gemm<E>(false, false, rows, g.d, n, C(scale),
+                as_operand(tiles.ds.data(), rows * n, tiles.ds_operand), n, K + j0 * kr.ld, kr.ld,
+                C(1), dq_rows.row(0), dq_rows.ld());
       }
+      dq_rows.flush();
     });
     return;
   }
   if (!dk.defined()) return;
 
-  const Rows<C> dkr(dk), dvr(dv);
-  // dq, when wanted, is accumulated into its rows.
-  const std::optional<Rows<C>> dqr = dq.defined() ? std::optional(Rows<C>(dq)) : std::nullopt;
-  if (dqr) {
-    for (int64_t b = 0; b < g.batch; ++b)
-      for (int64_t h = 0; h < g.hq; ++h) zero_rows(*dqr, b, h, 0, g.t, g.d);
-  }
-  const int64_t kblocks = (g.s + kKeyBlock - 1) / kKeyBlock;
-  // One key block of one (batch, kv head): its dk/dv rows, plus dq rows of the group's heads.
-  auto key_block = [&](int64_t bkv, int64_t kb, std::vector<C>& s, std::vector<C>& ds) {
+  const Rows<E> dkr(dk), dvr(dv);
+  // One key block of one (batch, kv head): its dk/dv rows, plus, when dq_rows is given, the dq
+  // rows of the group's heads (dq_rows[member], each all T rows of its head).
+  auto key_block = [&](int64_t bkv, int64_t kb, Tiles<E>& tiles,
+                       const std::vector<Accumulator<E>>* dq_rows) {
     const int64_t b = bkv / g.hkv, hk = bkv % g.hkv;
     const int64_t j0 = kb * kKeyBlock, n = std::min(g.s, j0 + kKeyBlock) - j0;
-    const C* K = kr.at(b, hk, j0);
-    const C* V = vr.at(b, hk, j0);
-    C* dkb = dkr.at(b, hk, j0);
-    C* dvb = dvr.at(b, hk, j0);
-    zero_rows(dkr, b, hk, j0, n, g.d);
-    zero_rows(dvr, b, hk, j0, n, g.dv);
+    const E* K = kr.at(b, hk, j0);
+    const E* V = vr.at(b, hk, j0);
+    const Accumulator<E> dk_rows(dkr, b, hk, j0, n, g.d), dv_rows(dvr, b, hk, j0, n, g.dv);
     for (int64_t member = 0; member < g.group; ++member) {  // fixed order: deterministic
       const int64_t h = hk * g.group + member, bh = b * g.hq + h;
       for (int64_t qb = g.query_begin(j0) / g.qblock; qb < qblocks; ++qb) {
         const int64_t i0 = qb * g.qblock, rows = std::min(g.t, i0 + g.qblock) - i0;
         const int64_t row0 = bh * g.t + i0;
-        const C* Q = qr.at(b, h, i0);
-        const C* dO = doutr.at(b, h, i0);
-        gemm(false, true, rows, n, g.d, C(scale), Q, qr.ld, K, kr.ld, C(0), s.data(), n);
-        gemm(false, true, rows, n, g.dv, C(1), dO, doutr.ld, V, vr.ld, C(0), ds.data(), n);
-        probabilities(g, i0, rows, j0, n, lp + row0, delta.data() + row0, s.data(), ds.data());
-        gemm(true, false, n, g.dv, rows, C(1), s.data(), n, dO, doutr.ld, C(1), dvb, dvr.ld);
-        gemm(true, false, n, g.d, rows, C(scale), ds.data(), n, Q, qr.ld, C(1), dkb, dkr.ld);
-        if (dqr)
-          gemm(false, false, rows, g.d, n, C(scale), ds.data(), n, K, kr.ld, C(1),
-               dqr->at(b, h, i0), dqr->ld);
+        const E* Q = qr.at(b, h, i0);
+        const E* dO = doutr.at(b, h, i0);
+        gemm<E>(false, true, rows, n, g.d, C(scale), Q, qr.ld, K, kr.ld, C(0), tiles.s.data(), n);
+        gemm<E>(false, true, rows, n, g.dv, C(1), dO, doutr.ld, V, vr.ld, C(0), tiles.ds.data(),
+                n);
+        probabilities(g, i0, rows, j0, n, lp + row0, delta.data() + row0, tiles.s.data(),
+                      tiles.ds.data());
+        const E* p = as_operand(tiles.s.data(), rows * n, tiles.s_operand);
+        const E* ds = as_operand(tiles.ds.data(), rows * n, tiles.ds_operand);
+        gemm<E>(true, false, n, g.dv, rows, C(1), p, n, dO, doutr.ld, C(1), dv_rows.row(0),
+                dv_rows.ld());
+        gemm<E>(true, false, n, g.d, rows, C(scale), ds, n, Q, qr.ld, C(1), dk_rows.row(0),
+                dk_rows.ld());
+        if (dq_rows) {
+          const Accumulator<E>& dq_head = (*dq_rows)[size_t(member)];
+          gemm<E>(false, false, rows, g.d, n, C(scale), ds, n, K, kr.ld, C(1), dq_head.row(i0),
+                  dq_head.ld());
+        }
       }
     }
+    dk_rows.flush();
+    dv_rows.flush();
   };
-  if (dqr) {
+  if (dq.defined()) {
     // dq rows are shared by all key blocks of a kv head: one task per (batch, kv head), key
     // blocks in order (so every dq row sums its key blocks in ascending order).
+    const Rows<E> dqr(dq);
     parallel_tasks(g.batch * g.hkv, pass_work(g), [&](int64_t bkv) {
-      std::vector<C> s(size_t(g.qblock * kKeyBlock)), ds(s.size());
-      for (int64_t kb = 0; kb < kblocks; ++kb) key_block(bkv, kb, s, ds);
+      const int64_t b = bkv / g.hkv, hk = bkv % g.hkv;
+      Tiles<E> tiles(g.qblock * kKeyBlock);
+      std::vector<Accumulator<E>> dq_rows;
+      dq_rows.reserve(size_t(g.group));
+      for (int64_t member = 0; member < g.group; ++member)
+        dq_rows.emplace_back(dqr, b, hk * g.group + member, 0, g.t, g.d);
+      for (int64_t kb = 0; kb < kblocks(g); ++kb) key_block(bkv, kb, tiles, &dq_rows);
+      for (const Accumulator<E>& rows : dq_rows) rows.flush();
     });
   } else {
-    parallel_tasks(g.batch * g.hkv * kblocks, pass_work(g), [&](int64_t task) {
-      std::vector<C> s(size_t(g.qblock * kKeyBlock)), ds(s.size());
-      key_block(task / kblocks, task % kblocks, s, ds);
+    parallel_tasks(g.batch * g.hkv * kblocks(g), pass_work(g), [&](int64_t task) {
+      Tiles<E> tiles(g.qblock * kKeyBlock);
+      key_block(task / kblocks(g), task % kblocks(g), tiles, nullptr);
     });
   }
+}
+
+// The kernels' operand types: f32 and f64, and bf16 where oneDNN runs bf16 GEMMs (takes_16bit).
+template <class Fn>
+void dispatch_operand(DType dtype, const char* op, Fn&& fn) {
+  if (dtype == DType::F64) return fn(double{});
+  if (dtype == DType::F32) return fn(float{});
+  MT_CHECK(dtype == DType::BF16 && onednn_bf16_gemm_enabled(), op,
+           ": the CPU kernel takes f32, f64, or bf16 on CPUs with AVX512_BF16, got ", dtype);
+  fn(bfloat16{});
 }
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                        Tensor& out, Tensor& lse) {
-  if (q.dtype() == DType::F64) {
-    forward_impl<double>(q, k, v, causal, scale, out, lse);
-  } else {
-    MT_CHECK(q.dtype() == DType::F32,
-             "scaled_dot_product_attention: the CPU kernel takes f32 or "
-             "f64, got ",
-             q.dtype());
-    forward_impl<float>(q, k, v, causal, scale, out, lse);
-  }
+  dispatch_operand(q.dtype(), "scaled_dot_product_attention", [&]<class E>(E) {
+    forward_impl<E>(q, k, v, causal, scale, out, lse);
+  });
 }
 
 // The kernels read and write rows through their strides (see the top of the file).
 bool takes_views() { return true; }
+// bf16 operands go into oneDNN's bf16 GEMMs, with the softmax in f32 (see the top of the file).
+bool takes_16bit(DType dtype) { return dtype == DType::BF16 && onednn_bf16_gemm_enabled(); }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& out, const Tensor& lse, bool causal, double scale, Tensor& dq,
                         Tensor& dk, Tensor& dv) {
-  if (q.dtype() == DType::F64) {
-    backward_impl<double>(dout, q, k, v, out, lse, causal, scale, dq, dk, dv);
-  } else {
-    MT_CHECK(q.dtype() == DType::F32,
-             "scaled_dot_product_attention_backward: the CPU kernel "
-             "takes f32 or f64, got ",
-             q.dtype());
-    backward_impl<float>(dout, q, k, v, out, lse, causal, scale, dq, dk, dv);
-  }
+  dispatch_operand(q.dtype(), "scaled_dot_product_attention_backward", [&]<class E>(E) {
+    backward_impl<E>(dout, q, k, v, out, lse, causal, scale, dq, dk, dv);
+  });
 }
 
 }  // namespace
@@ -373,5 +443,6 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
 MT_REGISTER_KERNEL(attention_forward_kernel, DeviceType::CPU, attention_forward);
 MT_REGISTER_KERNEL(attention_backward_kernel, DeviceType::CPU, attention_backward);
 MT_REGISTER_KERNEL(attention_takes_views_kernel, DeviceType::CPU, takes_views);
+MT_REGISTER_KERNEL(attention_takes_16bit_kernel, DeviceType::CPU, takes_16bit);
 
 }  // namespace mt::runtime::cpu

@@ -349,7 +349,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   copy_back(gv, dv);
 }
 
-bool takes_16bit() { return true; }
+bool takes_16bit(DType) { return true; }  // bf16 and f16
 bool takes_views() { return true; }
 
 MT_REGISTER_KERNEL(attention_forward_kernel, DeviceType::CUDA, attention_forward);

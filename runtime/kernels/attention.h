@@ -4,9 +4,9 @@
 // dim; lse stays contiguous), q, k, v, out, dout, dq, dk and dv of one dtype:
 // q [B, Hq, T, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv], out and dout [B, Hq, T, Dv],
 // lse [B, Hq, T] (the logsumexp of each row's scaled scores; -inf for a row with no visible key).
-// The dtype is f32 or f64 (lse alike), or, on a device whose backend registers
-// attention_takes_16bit_kernel (CUDA), also bf16 or f16 with an f32 lse; elsewhere the op
-// upcasts 16-bit inputs to f32.
+// The dtype is f32 or f64 (lse alike), or a 16-bit dtype for which the backend's
+// attention_takes_16bit_kernel returns true (CUDA: bf16 and f16; CPU: bf16 where oneDNN runs bf16
+// GEMMs), with an f32 lse; otherwise the op upcasts 16-bit inputs to f32.
 #pragma once
 
 #include "runtime/core/dispatch.h"
@@ -28,9 +28,10 @@ inline constinit KernelTable<void(const Tensor& dout, const Tensor& q, const Ten
                                   bool causal, double scale, Tensor& dq, Tensor& dk, Tensor& dv)>
     attention_backward_kernel{"scaled_dot_product_attention_backward"};
 
-// Registered, returning true, by a backend whose kernels take bf16/f16 operands natively (see
-// above); the op asks it instead of knowing about devices.
-inline constinit KernelTable<bool()> attention_takes_16bit_kernel{"attention_takes_16bit"};
+// Registered by a backend whose kernels take some 16-bit operand dtypes natively: whether they take
+// `dtype` (see above); the op asks it instead of knowing about devices.
+inline constinit KernelTable<bool(DType dtype)> attention_takes_16bit_kernel{
+    "attention_takes_16bit"};
 
 // Registered, returning true, by a backend whose kernels take views (see above), so the op can
 // pass transposed [B, T, H, D] activations without copies and lay its outputs out that way.

@@ -49,7 +49,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const DType stats = dtype == DType::F64 ? DType::F64 : DType::F32;
   const bool native = (dtype == DType::BF16 || dtype == DType::F16) &&
                       attention_takes_16bit_kernel.has(q.device().type) &&
-                      attention_takes_16bit_kernel(q.device());
+                      attention_takes_16bit_kernel(q.device(), dtype);
   const DType work = native ? dtype : stats;
   // Where the kernels take views, q, k, v (usually transposed [B, T, H, D] activations) are not
   // copied, and out and the gradients are laid out as [B, T, H, D] in memory: the layout the
