@@ -206,6 +206,9 @@ def main():
                    choices=("default", "reduce-overhead", "max-autotune"),
                    help="torch.compile's mode (max-autotune also tunes inductor's C++ GEMM "
                         "templates against ATen's on the CPU)")
+    p.add_argument("--profile", action="store_true",
+                   help="print the op profile (self CPU time per op or inductor kernel) of the "
+                        "last step, to compare with llama_train_step_bench --profile 1")
     a = p.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -222,14 +225,21 @@ def main():
     model = Llama(a.vocab, dim, n_layers, n_heads, n_kv, a.seq).to(dtype)
     step_fn = WithLoss(model)
     if a.compile:
+        if a.profile:  # each inductor C++ kernel becomes a profiler record
+            import torch._inductor.config as inductor_config
+            inductor_config.cpp.enable_kernel_profile = True
         step_fn = torch.compile(step_fn, mode=None if a.compile_mode == "default" else a.compile_mode)
     opt, opt_kind = make_adamw(model.parameters(), dtype, 1e-4)
     tokens = torch.randint(0, a.vocab, (a.batch, a.seq + 1))
     inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
     seconds, warmup_s, step_peak = 0.0, 0.0, float("nan")
+    profiler = None
     for step in range(warmup + a.steps):
         if step == warmup and reset_peak_rss():
             step_peak = 0.0
+        if a.profile and step + 1 == warmup + a.steps:
+            profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            profiler.__enter__()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = step_fn(inputs, targets)
@@ -237,6 +247,10 @@ def main():
         opt.step()
         value = loss.item()
         dt = time.perf_counter() - t0
+        if profiler is not None:
+            profiler.__exit__(None, None, None)
+            print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=30,
+                                                max_name_column_width=70))
         if step >= warmup:
             seconds += dt
         else:

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "runtime/cpu/loops.h"
+#include "runtime/cpu/vec_math.h"
 
 namespace mt::runtime::cpu {
 
@@ -32,6 +33,13 @@ void adamw_step_scaled(const Tensor& param, const Tensor& grad, const Tensor& ex
     const auto c = AdamWCoefficients<S>::make(lr, beta1, beta2, eps, weight_decay, step);
     const S scale = S(grad_scale.value_or(1.0));
     parallel_for(param.numel(), kOptimGrain, [&](int64_t begin, int64_t end) {
+      if constexpr (std::is_same_v<P, float>) {  // vectorised
+        row_adamw(p + begin, g + begin, m + begin, v + begin, end - begin, c, scale);
+        return;
+      } else if constexpr (std::is_same_v<P, bfloat16>) {
+        row_adamw(&p[begin].bits, &g[begin].bits, m + begin, v + begin, end - begin, c, scale);
+        return;
+      }
       for (int64_t i = begin; i < end; ++i) {
         S pi = S(p[i]);
         adamw_update(grad_scale ? scaled_grad(g[i], scale) : S(g[i]), pi, m[i], v[i], c);

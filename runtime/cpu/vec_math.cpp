@@ -1,6 +1,6 @@
-// Built without trapping math (as if -fno-trapping-math) so that exp_f32's clamps and overflow
-// paths can be if-converted and the loops vectorised; nothing here reads the FP exception flags.
-#pragma GCC optimize("no-trapping-math")
+// Built with -fno-trapping-math (runtime/CMakeLists.txt) so that exp_f32's clamps and overflow
+// paths can be if-converted and the loops vectorised, and -fno-math-errno so that sqrt vectorises
+// (AdamW); nothing here reads the FP exception flags or errno.
 
 #include "runtime/cpu/vec_math.h"
 
@@ -76,17 +76,12 @@ template <bool kGate, bool kUp>
 
 MT_VEC_CLONES void row_bf16_to_f32(const uint16_t* x, int64_t n, float* y) {
 #pragma omp simd
-  for (int64_t j = 0; j < n; ++j) y[j] = __builtin_bit_cast(float, uint32_t(x[j]) << 16);
+  for (int64_t j = 0; j < n; ++j) y[j] = bf16_bits_to_f32(x[j]);
 }
 
 MT_VEC_CLONES void row_f32_to_bf16(const float* x, int64_t n, uint16_t* y) {
 #pragma omp simd
-  for (int64_t j = 0; j < n; ++j) {
-    const uint32_t u = __builtin_bit_cast(uint32_t, x[j]);
-    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    y[j] = uint16_t(nan ? (u >> 16) | 0x40u : rounded);
-  }
+  for (int64_t j = 0; j < n; ++j) y[j] = f32_to_bf16_bits(x[j]);
 }
 
 MT_VEC_CLONES void row_swiglu(const float* g, const float* u, int64_t n, float* out) {
@@ -102,6 +97,24 @@ MT_VEC_CLONES void row_swiglu_backward(const float* dy, const float* g, const fl
     swiglu_backward_loop<true, false>(dy, g, u, n, dg, du);
   } else if (du) {
     swiglu_backward_loop<false, true>(dy, g, u, n, dg, du);
+  }
+}
+
+MT_VEC_CLONES void row_adamw(float* p, const float* g, float* m, float* v, int64_t n,
+                             const AdamWCoefficients<float>& c, float grad_scale) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) adamw_update(g[j] * grad_scale, p[j], m[j], v[j], c);
+}
+
+MT_VEC_CLONES void row_adamw(uint16_t* p, const uint16_t* g, float* m, float* v, int64_t n,
+                             const AdamWCoefficients<float>& c, float grad_scale) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) {
+    // scaled_grad: the product rounded to the gradient's dtype (exact when grad_scale is 1)
+    const float gj = bf16_bits_to_f32(f32_to_bf16_bits(bf16_bits_to_f32(g[j]) * grad_scale));
+    float pj = bf16_bits_to_f32(p[j]);
+    adamw_update(gj, pj, m[j], v[j], c);
+    p[j] = f32_to_bf16_bits(pj);
   }
 }
 

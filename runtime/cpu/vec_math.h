@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "runtime/kernels/optim_update.h"
+
 namespace mt::runtime::cpu {
 
 [[gnu::always_inline]] inline float exp_f32(float x) {
@@ -55,8 +57,19 @@ void row_exp_scale(const float* x, int64_t n, float shift, float scale, float* y
 // y[j] = b[j] + exp(x[j] - shift) * scale; y may be x or b (in place).
 void row_exp_axpy(const float* x, int64_t n, float shift, float scale, const float* b, float* y);
 
-// bf16 (its bits) <-> f32 over n elements, exactly as bfloat16's own conversions (to bf16: round
-// to nearest even, NaN stays NaN).
+// bf16 (its bits) <-> f32, exactly as bfloat16's own conversions (to bf16: round to nearest even,
+// NaN stays NaN); branch-free, for `#pragma omp simd` loops.
+[[gnu::always_inline]] inline float bf16_bits_to_f32(uint16_t x) {
+  return __builtin_bit_cast(float, uint32_t(x) << 16);
+}
+[[gnu::always_inline]] inline uint16_t f32_to_bf16_bits(float x) {
+  const uint32_t u = __builtin_bit_cast(uint32_t, x);
+  const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return uint16_t(nan ? (u >> 16) | 0x40u : rounded);
+}
+
+// The same over n elements.
 void row_bf16_to_f32(const uint16_t* x, int64_t n, float* y);
 void row_f32_to_bf16(const float* x, int64_t n, uint16_t* y);
 
@@ -65,5 +78,13 @@ void row_f32_to_bf16(const float* x, int64_t n, uint16_t* y);
 void row_swiglu(const float* g, const float* u, int64_t n, float* out);
 void row_swiglu_backward(const float* dy, const float* g, const float* u, int64_t n, float* dg,
                          float* du);
+
+// One AdamW step (optim_update.h's adamw_update) over n elements of a parameter, its gradient
+// (multiplied by grad_scale first, as scaled_grad does) and its two f32 moments; the parameter and
+// gradient are f32, or bf16 (their bits: the update runs in f32 and rounds p once).
+void row_adamw(float* p, const float* g, float* m, float* v, int64_t n,
+               const AdamWCoefficients<float>& c, float grad_scale);
+void row_adamw(uint16_t* p, const uint16_t* g, float* m, float* v, int64_t n,
+               const AdamWCoefficients<float>& c, float grad_scale);
 
 }  // namespace mt::runtime::cpu
