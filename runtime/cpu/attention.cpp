@@ -67,9 +67,8 @@ struct Geometry {
 Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
   const Shape &qs = q.shape(), &ks = k.shape();
   const int64_t d = qs[3], dv = v.shape()[3];
-  const int64_t qblock =
-      std::clamp<int64_t>(kMaxTileMacs / (kKeyBlock * std::max<int64_t>({d, dv, 1})), 1,
-                          kMaxQueryBlock);
+  const int64_t qblock = std::clamp<int64_t>(
+      kMaxTileMacs / (kKeyBlock * std::max<int64_t>({d, dv, 1})), 1, kMaxQueryBlock);
   return {qs[0], qs[1], ks[1], qs[1] / ks[1], qs[2], ks[2], d, dv, causal, qblock};
 }
 
@@ -78,8 +77,10 @@ Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, bool causal
 template <class P>
 struct Rows {
   explicit Rows(const Tensor& t)
-      : data(t.data<std::remove_const_t<P>>()), batch_stride(t.stride(0)),
-        head_stride(t.stride(1)), ld(t.stride(2)) {}
+      : data(t.data<std::remove_const_t<P>>()),
+        batch_stride(t.stride(0)),
+        head_stride(t.stride(1)),
+        ld(t.stride(2)) {}
   P* at(int64_t b, int64_t h, int64_t r) const {
     return data + b * batch_stride + h * head_stride + r * ld;
   }
@@ -122,8 +123,8 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, compute_t<E> alpha,
   }
   const auto blas_op = [](bool t) { return t ? CblasTrans : CblasNoTrans; };
   if constexpr (std::is_same_v<E, double>) {
-    cblas_dgemm(CblasRowMajor, blas_op(ta), blas_op(tb), int(m), int(n), int(k), alpha, a,
-                int(lda), b, int(ldb), beta, c, int(ldc));
+    cblas_dgemm(CblasRowMajor, blas_op(ta), blas_op(tb), int(m), int(n), int(k), alpha, a, int(lda),
+                b, int(ldb), beta, c, int(ldc));
   } else {
     if (std::is_same_v<E, bfloat16> || onednn_f32_gemm_enabled()) {
       onednn_gemm(dtype_v<E>, m, n, k, ta ? GemmOperand{a, 1, lda} : GemmOperand{a, lda, 1},
@@ -230,8 +231,8 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool causal
     const int64_t kmax = g.key_end(i0 + rows - 1);
     for (int64_t j0 = 0; j0 < kmax; j0 += kKeyBlock) {
       const int64_t n = std::min(kKeyBlock, kmax - j0);
-      gemm<E>(false, true, rows, n, g.d, C(scale), Q, qr.ld, K + j0 * kr.ld, kr.ld, C(0),
-              p.data(), n);
+      gemm<E>(false, true, rows, n, g.d, C(scale), Q, qr.ld, K + j0 * kr.ld, kr.ld, C(0), p.data(),
+              n);
       for (int64_t r = 0; r < rows; ++r) {
         C* pr = p.data() + r * n;
         const int64_t vis = g.visible(i0 + r, j0, n);
@@ -332,8 +333,8 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
       const int64_t kmax = g.key_end(i0 + rows - 1);
       for (int64_t j0 = 0; j0 < kmax; j0 += kKeyBlock) {
         const int64_t n = std::min(kKeyBlock, kmax - j0);
-        gemm<E>(false, true, rows, n, g.d, C(scale), qr.at(b, h, i0), qr.ld, K + j0 * kr.ld,
-                kr.ld, C(0), tiles.s.data(), n);
+        gemm<E>(false, true, rows, n, g.d, C(scale), qr.at(b, h, i0), qr.ld, K + j0 * kr.ld, kr.ld,
+                C(0), tiles.s.data(), n);
         gemm<E>(false, true, rows, n, g.dv, C(1), doutr.at(b, h, i0), doutr.ld, V + j0 * vr.ld,
                 vr.ld, C(0), tiles.ds.data(), n);
         probabilities(g, i0, rows, j0, n, lp + row0, delta.data() + row0, tiles.s.data(),
@@ -366,8 +367,7 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
         const E* Q = qr.at(b, h, i0);
         const E* dO = doutr.at(b, h, i0);
         gemm<E>(false, true, rows, n, g.d, C(scale), Q, qr.ld, K, kr.ld, C(0), tiles.s.data(), n);
-        gemm<E>(false, true, rows, n, g.dv, C(1), dO, doutr.ld, V, vr.ld, C(0), tiles.ds.data(),
-                n);
+        gemm<E>(false, true, rows, n, g.dv, C(1), dO, doutr.ld, V, vr.ld, C(0), tiles.ds.data(), n);
         probabilities(g, i0, rows, j0, n, lp + row0, delta.data() + row0, tiles.s.data(),
                       tiles.ds.data());
         const E* p = as_operand(tiles.s.data(), rows * n, tiles.s_operand);
@@ -420,9 +420,8 @@ void dispatch_operand(DType dtype, const char* op, Fn&& fn) {
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                        Tensor& out, Tensor& lse) {
-  dispatch_operand(q.dtype(), "scaled_dot_product_attention", [&]<class E>(E) {
-    forward_impl<E>(q, k, v, causal, scale, out, lse);
-  });
+  dispatch_operand(q.dtype(), "scaled_dot_product_attention",
+                   [&]<class E>(E) { forward_impl<E>(q, k, v, causal, scale, out, lse); });
 }
 
 // The kernels read and write rows through their strides (see the top of the file).

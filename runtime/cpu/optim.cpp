@@ -1,12 +1,12 @@
 // CPU kernels of the fused optimizer updates (runtime/kernels/optim.h).
 #include "runtime/kernels/optim.h"
-#include "runtime/kernels/optim_update.h"
 
 #include <optional>
 #include <type_traits>
 
 #include "runtime/cpu/loops.h"
 #include "runtime/cpu/vec_math.h"
+#include "runtime/kernels/optim_update.h"
 
 namespace mt::runtime::cpu {
 
@@ -84,16 +84,16 @@ void cpu_sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentu
 }
 
 // One pass per tensor: on the CPU a launch costs nothing, so the multi-tensor form is a loop.
-void cpu_adamw_multi_tensor_step(const std::vector<AdamWOperands>& tensors, double lr,
-                                 double beta1, double beta2, double eps, double weight_decay,
+void cpu_adamw_multi_tensor_step(const std::vector<AdamWOperands>& tensors, double lr, double beta1,
+                                 double beta2, double eps, double weight_decay,
                                  const Tensor& grad_scale) {
   if (tensors.empty()) return;
   check_grad_scale("adamw_multi_tensor_step", grad_scale, tensors.front().param.device());
   std::optional<double> scale;
   if (grad_scale.defined()) scale = grad_scale.item<double>();
   for (const AdamWOperands& t : tensors) {
-    adamw_step_scaled(t.param, t.grad, t.exp_avg, t.exp_avg_sq, lr, beta1, beta2, eps,
-                      weight_decay, t.step, scale);
+    adamw_step_scaled(t.param, t.grad, t.exp_avg, t.exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
+                      t.step, scale);
   }
 }
 

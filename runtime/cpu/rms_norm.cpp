@@ -1,11 +1,13 @@
 // CPU kernels of rms_norm: OpenMP over rows; dweight from per-block partial sums over a fixed
 // partition of the rows (kRowBlock rows per block), added up in block order, so the result does
-// not depend on the thread count.
+// not depend on the thread count. f32 and bf16 rows go through vec_math.h's vectorised row
+// helpers (bf16 widened to f32, one rounding per output: f32_rows.h), f64 through plain loops.
 #include "runtime/kernels/rms_norm.h"
 
 #include <cmath>
 #include <vector>
 
+#include "runtime/cpu/f32_rows.h"
 #include "runtime/cpu/loops.h"
 
 namespace mt::runtime::cpu {
@@ -21,7 +23,21 @@ void forward_impl(const Tensor& x, const Tensor& weight, double eps, Tensor& y, 
   const T* wp = weight.data<T>();
   T* yp = y.data<T>();
   C* rp = rstd.data<C>();
-  parallel_for(rows, std::max<int64_t>(1, kParallelGrain / d), [&](int64_t begin, int64_t end) {
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / d);
+  if constexpr (kF32Rows<T>) {
+    std::vector<float> w32 = row_buffer<T>(d);
+    const float* w = f32_row(wp, d, w32);
+    parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+      std::vector<float> x32 = row_buffer<T>(d), y32 = row_buffer<T>(d);
+      for (int64_t r = begin; r < end; ++r) {
+        float* y = f32_out(yp + r * d, y32);
+        rp[r] = row_rms_norm(f32_row(xp + r * d, d, x32), w, d, float(eps), y);
+        store_row(y, d, yp + r * d);
+      }
+    });
+    return;
+  }
+  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const T* xr = xp + r * d;
       T* yr = yp + r * d;
@@ -51,27 +67,43 @@ void backward_impl(const Tensor& dy, const Tensor& x, const Tensor& weight, cons
   const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
   std::vector<C> partial(want_dw ? size_t(blocks * d) : 0, C(0));
   const int64_t grain = std::max<int64_t>(1, kParallelGrain / (kRowBlock * d));
-  parallel_for(blocks, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t blk = begin; blk < end; ++blk) {
-      C* pw = want_dw ? partial.data() + blk * d : nullptr;
-      for (int64_t r = blk * kRowBlock; r < std::min(rows, (blk + 1) * kRowBlock); ++r) {
-        const T* xr = xp + r * d;
-        const T* gr = gp + r * d;
-        const C rs = rp[r];
-        if (dxp) {
-          C dot = 0;
-#pragma omp simd reduction(+ : dot)
-          for (int64_t i = 0; i < d; ++i) dot += C(gr[i]) * C(wp[i]) * C(xr[i]);
-          const C coef = rs * rs * rs * dot / C(d);
-          T* dxr = dxp + r * d;
-          for (int64_t i = 0; i < d; ++i) dxr[i] = T(rs * C(gr[i]) * C(wp[i]) - coef * C(xr[i]));
-        }
-        if (pw) {
-          for (int64_t i = 0; i < d; ++i) pw[i] += C(gr[i]) * C(xr[i]) * rs;
+  if constexpr (kF32Rows<T>) {
+    std::vector<float> w32 = row_buffer<T>(d);
+    const float* w = f32_row(wp, d, w32);
+    parallel_for(blocks, grain, [&](int64_t begin, int64_t end) {
+      std::vector<float> dy32 = row_buffer<T>(d), x32 = row_buffer<T>(d), dx32 = row_buffer<T>(d);
+      for (int64_t blk = begin; blk < end; ++blk) {
+        for (int64_t r = blk * kRowBlock; r < std::min(rows, (blk + 1) * kRowBlock); ++r) {
+          float* dxr = dxp ? f32_out(dxp + r * d, dx32) : nullptr;
+          row_rms_norm_backward(f32_row(gp + r * d, d, dy32), f32_row(xp + r * d, d, x32), w, rp[r],
+                                d, dxr, want_dw ? partial.data() + blk * d : nullptr);
+          if (dxr) store_row(dxr, d, dxp + r * d);
         }
       }
-    }
-  });
+    });
+  } else {
+    parallel_for(blocks, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t blk = begin; blk < end; ++blk) {
+        C* pw = want_dw ? partial.data() + blk * d : nullptr;
+        for (int64_t r = blk * kRowBlock; r < std::min(rows, (blk + 1) * kRowBlock); ++r) {
+          const T* xr = xp + r * d;
+          const T* gr = gp + r * d;
+          const C rs = rp[r];
+          if (dxp) {
+            C dot = 0;
+#pragma omp simd reduction(+ : dot)
+            for (int64_t i = 0; i < d; ++i) dot += C(gr[i]) * C(wp[i]) * C(xr[i]);
+            const C coef = rs * rs * rs * dot / C(d);
+            T* dxr = dxp + r * d;
+            for (int64_t i = 0; i < d; ++i) dxr[i] = T(rs * C(gr[i]) * C(wp[i]) - coef * C(xr[i]));
+          }
+          if (pw) {
+            for (int64_t i = 0; i < d; ++i) pw[i] += C(gr[i]) * C(xr[i]) * rs;
+          }
+        }
+      }
+    });
+  }
   if (!want_dw) return;
   T* dwp = dweight.data<T>();
   parallel_for(d, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(blocks, 1)),

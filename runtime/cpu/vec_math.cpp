@@ -4,13 +4,13 @@
 
 #include "runtime/cpu/vec_math.h"
 
+#include <cmath>
 #include <limits>
 
 namespace mt::runtime::cpu {
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MT_VEC_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define MT_VEC_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define MT_VEC_CLONES
 #endif
@@ -115,6 +115,42 @@ MT_VEC_CLONES void row_adamw(uint16_t* p, const uint16_t* g, float* m, float* v,
     float pj = bf16_bits_to_f32(p[j]);
     adamw_update(gj, pj, m[j], v[j], c);
     p[j] = f32_to_bf16_bits(pj);
+  }
+}
+
+MT_VEC_CLONES float row_rms_norm(const float* x, const float* w, int64_t d, float eps, float* y) {
+  float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t i = 0; i < d; ++i) ss += x[i] * x[i];
+  const float rstd = 1.0f / std::sqrt(ss / float(d) + eps);
+#pragma omp simd
+  for (int64_t i = 0; i < d; ++i) y[i] = x[i] * rstd * w[i];
+  return rstd;
+}
+
+MT_VEC_CLONES void row_rms_norm_backward(const float* dy, const float* x, const float* w,
+                                         float rstd, int64_t d, float* dx, float* dw_sum) {
+  if (dx) {
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t i = 0; i < d; ++i) dot += dy[i] * w[i] * x[i];
+    const float coef = rstd * rstd * rstd * dot / float(d);
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) dx[i] = rstd * dy[i] * w[i] - coef * x[i];
+  }
+  if (dw_sum) {
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) dw_sum[i] += dy[i] * x[i] * rstd;
+  }
+}
+
+MT_VEC_CLONES void row_rope(const float* x, const float* c, const float* s, int64_t half,
+                            float sign, float* out) {
+#pragma omp simd
+  for (int64_t i = 0; i < half; ++i) {
+    const float x0 = x[2 * i], x1 = x[2 * i + 1], si = sign * s[i];
+    out[2 * i] = x0 * c[i] - x1 * si;
+    out[2 * i + 1] = x0 * si + x1 * c[i];
   }
 }
 

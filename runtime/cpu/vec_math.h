@@ -6,8 +6,8 @@
 // exp(+inf) = +inf and NaN stays NaN. std::exp does not vectorise without -ffast-math; exp_f32
 // does inside `#pragma omp simd` loops compiled without trapping math, which is how the row
 // helpers below are built (vec_math.cpp), as a baseline, an AVX2+FMA and an AVX-512 clone picked at
-// load time (target_clones). Their sums run in a fixed vector order: results do not depend on the thread
-// count (they may differ in the last bits between machines with and without AVX2).
+// load time (target_clones). Their sums run in a fixed vector order: results do not depend on the
+// thread count (they may differ in the last bits between machines with and without AVX2).
 #pragma once
 
 #include <cstdint>
@@ -78,6 +78,17 @@ void row_f32_to_bf16(const float* x, int64_t n, uint16_t* y);
 void row_swiglu(const float* g, const float* u, int64_t n, float* out);
 void row_swiglu_backward(const float* dy, const float* g, const float* u, int64_t n, float* dg,
                          float* du);
+
+// RMSNorm of one row of d elements: y = x * rstd * w with rstd = 1 / sqrt(mean(x^2) + eps), which
+// it returns. Its backward: dx = rstd * dy * w - x * rstd^3 / d * sum(dy * w * x) (when dx is not
+// null) and dw_sum += dy * x * rstd (when dw_sum is not null).
+float row_rms_norm(const float* x, const float* w, int64_t d, float eps, float* y);
+void row_rms_norm_backward(const float* dy, const float* x, const float* w, float rstd, int64_t d,
+                           float* dx, float* dw_sum);
+
+// Rotary embedding of one head's `half` interleaved pairs (x[2i], x[2i+1]) by the angles whose
+// cosines and sines are c[i] and sign * s[i] (sign -1: the inverse rotation).
+void row_rope(const float* x, const float* c, const float* s, int64_t half, float sign, float* out);
 
 // One AdamW step (optim_update.h's adamw_update) over n elements of a parameter, its gradient
 // (multiplied by grad_scale first, as scaled_grad does) and its two f32 moments; the parameter and
