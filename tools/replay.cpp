@@ -1,15 +1,16 @@
-// mt_replay: replays the collectives of a traced step (an execution trace per rank, written by
-// train with [profiling] execution_trace = true) on as many ranks, without the model
-// (parallel/comm/replay.h):
+// mt_replay: replays a traced step (an execution trace per rank, written by train with
+// [profiling] execution_trace = true) on as many ranks, without the model
+// (parallel/comm/replay.h): its collectives (--comms, the default), or its collectives and its
+// kernels (--all):
 //
-//   mpirun -np N build/tools/mt_replay TRACE_DIR_OR_FILES... [--comms] [--allocation lazy|pre]
-//       [--scale-bytes K] [--iters N]
+//   mpirun -np N build/tools/mt_replay TRACE_DIR_OR_FILES... [--comms | --all]
+//       [--allocation lazy|pre] [--scale-bytes K] [--iters N]
 //
 // TRACE_DIR holds rank-<R>.json (<dump_folder>/<save_traces_folder>/execution_trace/step_<S>);
 // every rank reads every trace (the groups are rebuilt from their members) and replays its own.
 // Rank 0 prints each call's recorded and replayed time, the replay's peak memory and a digest of
-// every output (equal for both allocations). --all (compute too) is not built: the kernels are
-// recorded with their tensors, but nothing re-runs a kernel by name yet.
+// every output (equal for both allocations); with --all also the kernels' times per name and the
+// kernels it could not re-run, with why.
 #include "parallel/comm/replay.h"
 
 #include <filesystem>
@@ -46,16 +47,14 @@ int run(int argc, char** argv) {
   parallel::ReplayOptions o;
   while (flags.next()) {
     if (flags.is("--help") || flags.is("-h")) {
-      std::cout << "usage: mpirun -np N mt_replay TRACE_DIR_OR_FILES... [--comms] "
+      std::cout << "usage: mpirun -np N mt_replay TRACE_DIR_OR_FILES... [--comms | --all] "
                    "[--allocation lazy|pre] [--scale-bytes K] [--iters N]\n";
       return 0;
     }
-    if (flags.is("--comms")) continue;  // the only mode
-    if (flags.is("--all")) {
-      MT_FAIL(
-          "mt_replay: --all (collectives and compute) is not built yet: the trace records "
-          "every kernel with its tensors, but replaying kernels by name is missing; use "
-          "--comms");
+    if (flags.is("--comms")) {
+      o.compute = false;
+    } else if (flags.is("--all")) {
+      o.compute = true;
     } else if (flags.is("--allocation")) {
       const std::string a = flags.value();
       MT_CHECK(a == "lazy" || a == "pre", "mt_replay: --allocation must be lazy or pre, got '", a,
@@ -77,13 +76,14 @@ int run(int argc, char** argv) {
   for (const std::string& f : trace_files(inputs))
     traces.push_back(parallel::read_execution_trace(f));
   auto world = parallel::MpiProcessGroup::world();
-  const parallel::ReplayResult r = parallel::replay_collectives(*world, traces, o);
+  const parallel::ReplayResult r = parallel::replay_step(*world, traces, o);
   if (world->rank() == 0) {
     std::cout << "replay of step " << traces.front().step << " on " << world->size()
               << " ranks (rank 0's calls; allocation "
               << (o.allocation == parallel::ReplayOptions::Allocation::Lazy ? "lazy" : "pre")
               << ", scale-bytes " << o.scale_bytes << "):\n"
               << parallel::replay_table(r, world->size());
+    if (o.compute) std::cout << "kernels (rank 0):\n" << parallel::replay_ops_table(r);
   }
   return 0;
 }

@@ -76,6 +76,7 @@ ExecutionTrace make_execution_trace(const runtime::ProfileReport& ops,
     n.dur_us = op.host_end_us - op.host_begin_us;
     n.inputs = op.inputs;
     n.outputs = op.outputs;
+    n.args = op.args;
     trace.nodes.push_back(std::move(n));
   }
   for (const CommRecord& r : collectives) {
@@ -107,7 +108,8 @@ void write_execution_trace(const ExecutionTrace& trace, const std::string& path)
       j = {{"type", "op"},
            {"name", n.name},
            {"inputs", tensors_json(n.inputs)},
-           {"outputs", tensors_json(n.outputs)}};
+           {"outputs", tensors_json(n.outputs)},
+           {"args", n.args}};
     }
     j["id"] = n.id;  // a collective's "name" is its caller's; "collective" is its kind
     j["thread"] = n.thread;
@@ -137,8 +139,9 @@ ExecutionTrace read_execution_trace(const std::string& path) {
     MT_CHECK(doc.is_object() && doc.value("format", "") == "minititan execution trace", path,
              ": not a minititan execution trace");
     const int schema = doc.at("schema").get<int>();
-    MT_CHECK(schema == kExecutionTraceSchema, path, ": execution trace schema ", schema,
-             ", this build reads ", kExecutionTraceSchema);
+    MT_CHECK(schema == 1 || schema == kExecutionTraceSchema, path, ": execution trace schema ",
+             schema, ", this build reads 1 to ", kExecutionTraceSchema);
+    trace.schema = schema;
     doc.at("rank").get_to(trace.rank);
     doc.at("world_size").get_to(trace.world_size);
     doc.at("step").get_to(trace.step);
@@ -155,6 +158,7 @@ ExecutionTrace read_execution_trace(const std::string& path) {
         j.at("name").get_to(n.name);
         n.inputs = tensors_from(j.at("inputs"));
         n.outputs = tensors_from(j.at("outputs"));
+        if (schema >= 2) j.at("args").get_to(n.args);
       }
       j.at("id").get_to(n.id);
       j.at("thread").get_to(n.thread);

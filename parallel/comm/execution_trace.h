@@ -16,7 +16,9 @@
 
 namespace mt::parallel {
 
-inline constexpr int kExecutionTraceSchema = 1;
+// 2: op nodes carry "args" (every kernel argument's code, runtime/core/profiler.h), which a
+// compute replay needs; schema 1 traces (without them) still replay their collectives.
+inline constexpr int kExecutionTraceSchema = 2;
 
 struct TraceNode {
   enum class Type { Op, Collective };
@@ -30,10 +32,12 @@ struct TraceNode {
   // Ops: the kernel's tensor arguments. Outputs are those taken by non-const reference; a kernel
   // that writes into a `const Tensor& out` it is given lists that among its inputs.
   std::vector<runtime::TensorMeta> inputs, outputs;
-  CommRecord collective;                             // collectives
+  std::vector<std::string> args;  // ops: every argument (kernel_arg_code)
+  CommRecord collective;          // collectives
 };
 
 struct ExecutionTrace {
+  int schema = kExecutionTraceSchema;  // as read (1: op nodes carry no args)
   int rank = 0, world_size = 1;
   int64_t step = 0;
   std::vector<TraceNode> nodes;

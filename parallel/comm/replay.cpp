@@ -1,4 +1,5 @@
-// Replay of traced collectives: groups from members, buffers by storage id, the calls in order.
+// Replay of traced steps: groups from members, buffers by storage id, the collectives (and, with
+// compute, the kernels) in order.
 #include "parallel/comm/replay.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "runtime/core/allocator.h"
 #include "runtime/core/error.h"
+#include "runtime/core/kernel_replay.h"
 #include "runtime/ops/factory.h"
 
 namespace mt::parallel {
@@ -147,6 +149,36 @@ std::vector<Use> uses_of(const CommRecord& r, int64_t k) {
   return uses;
 }
 
+std::vector<Use> uses_of_op(const TraceNode& n) {
+  std::vector<Use> uses;
+  for (const auto* list : {&n.inputs, &n.outputs})
+    for (const runtime::TensorMeta& t : *list)
+      uses.push_back({t.storage, runtime::dtype_from_name(t.dtype), t.shape});
+  return uses;
+}
+
+// Re-runs a traced kernel on the replay's buffers (its tensors in the recorded order); returns
+// why it could not, or "" when it ran.
+std::string replay_op(const TraceNode& n, int schema, const std::vector<Use>& uses,
+                      Buffers& buffers) {
+  if (n.device != "cpu") return "replaying " + n.device + " kernels is not built";
+  if (schema < 2) return "the trace records no arguments (schema 1)";
+  const runtime::KernelReplayer* replayer = runtime::find_kernel_replayer(n.name);
+  if (replayer == nullptr) return "no kernel named '" + n.name + "' in this build";
+  runtime::KernelCall call;
+  call.device = runtime::Device::cpu();
+  call.args = n.args;
+  for (size_t i = 0; i < uses.size(); ++i)
+    (i < n.inputs.size() ? call.inputs : call.outputs).push_back(buffers.view(uses[i]));
+  try {
+    (*replayer)(call);
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    return what.substr(0, what.find('\n'));
+  }
+  return "";
+}
+
 // Rows of an all_to_all split from its bytes.
 std::vector<int64_t> split_rows(const std::vector<int64_t>& bytes, int64_t row_bytes, int64_t k,
                                 const std::string& where) {
@@ -175,8 +207,8 @@ double sum_of(const Tensor& t) {
 
 }  // namespace
 
-ReplayResult replay_collectives(ProcessGroup& world, const std::vector<ExecutionTrace>& traces,
-                                const ReplayOptions& o) {
+ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>& traces,
+                         const ReplayOptions& o) {
   MT_CHECK(o.scale_bytes >= 1, "replay: scale_bytes must be >= 1, got ", o.scale_bytes);
   MT_CHECK(o.iterations >= 1, "replay: iterations must be >= 1, got ", o.iterations);
   const int n = world.size();
@@ -191,12 +223,16 @@ ReplayResult replay_collectives(ProcessGroup& world, const std::vector<Execution
   MT_CHECK(mine != nullptr, "replay: no trace for rank ", world.rank());
   Groups groups(world, traces);
 
-  std::vector<const TraceNode*> calls;
+  MT_CHECK(!o.compute || o.scale_bytes == 1,
+           "replay: scale_bytes applies to collectives only, not to a replay with compute (the "
+           "kernels' shapes would no longer fit together)");
+  std::vector<const TraceNode*> nodes;
   std::vector<std::vector<Use>> uses;
   for (const TraceNode& node : mine->nodes) {
-    if (node.type != TraceNode::Type::Collective) continue;
-    calls.push_back(&node);
-    uses.push_back(uses_of(node.collective, o.scale_bytes));
+    const bool collective = node.type == TraceNode::Type::Collective;
+    if (!collective && !o.compute) continue;
+    nodes.push_back(&node);
+    uses.push_back(collective ? uses_of(node.collective, o.scale_bytes) : uses_of_op(node));
   }
 
   ReplayResult result;
@@ -208,10 +244,22 @@ ReplayResult replay_collectives(ProcessGroup& world, const std::vector<Execution
     Buffers buffers(uses, o.allocation == ReplayOptions::Allocation::Lazy);
     uint64_t digest = 1469598103934665603ull;
     std::vector<ReplayedCall> timed;
+    std::vector<ReplayedOp> ops;
     world.barrier("replay_start");  // not "replay.": those are the traced calls
-    for (size_t i = 0; i < calls.size(); ++i) {
-      const CommRecord& r = calls[i]->collective;
-      const std::string where = where_of(*calls[i]);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (nodes[i]->type == TraceNode::Type::Op) {
+        const auto t0 = std::chrono::steady_clock::now();
+        ReplayedOp op{nodes[i]->id, nodes[i]->name, nodes[i]->dur_us, 0,
+                      replay_op(*nodes[i], mine->schema, uses[i], buffers)};
+        op.replayed_us =
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count();
+        ops.push_back(std::move(op));
+        buffers.release_after(i);
+        continue;
+      }
+      const CommRecord& r = nodes[i]->collective;
+      const std::string where = where_of(*nodes[i]);
       ProcessGroup& g = groups(r.members);
       Tensor in, out;
       for (const Use& u : uses[i]) {
@@ -251,12 +299,12 @@ ReplayResult replay_collectives(ProcessGroup& world, const std::vector<Execution
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       if (r.collective != "send" && r.collective != "barrier") digest = mix(digest, sum_of(out));
       ReplayedCall c;
-      c.node_id = calls[i]->id;
+      c.node_id = nodes[i]->id;
       c.collective = r.collective;
       c.name = r.name;
       c.members = r.members;
-      c.size_bytes = r.in_shape.empty() && r.out_shape.empty() ? r.size_bytes
-                                                               : r.size_bytes * o.scale_bytes;
+      c.size_bytes =
+          r.in_shape.empty() && r.out_shape.empty() ? r.size_bytes : r.size_bytes * o.scale_bytes;
       c.recorded_us = r.end_us - r.start_us;
       c.replayed_us = us;
       timed.push_back(std::move(c));
@@ -264,6 +312,7 @@ ReplayResult replay_collectives(ProcessGroup& world, const std::vector<Execution
     }
     if (last) {
       result.calls = std::move(timed);
+      result.ops = std::move(ops);
       result.digest = digest;
       result.peak_bytes = runtime::memory_stats(cpu).peak_bytes_in_use - before;
     }
@@ -297,6 +346,52 @@ std::string replay_table(const ReplayResult& result, int64_t world_size) {
                 result.calls.size(), (long long)world_size, recorded, replayed,
                 double(result.peak_bytes) / double(1 << 20), (unsigned long long)result.digest);
   out += line;
+  return out;
+}
+
+std::string replay_ops_table(const ReplayResult& result) {
+  struct Total {
+    int64_t calls = 0, skipped = 0;
+    double recorded_us = 0, replayed_us = 0;
+    std::string reason;
+  };
+  std::map<std::string, Total> by_name;
+  double recorded = 0, replayed = 0;
+  int64_t skipped = 0;
+  for (const ReplayedOp& op : result.ops) {
+    Total& t = by_name[op.name];
+    t.calls += 1;
+    if (!op.skipped.empty()) {
+      t.skipped += 1;
+      t.reason = op.skipped;
+      skipped += 1;
+      continue;
+    }
+    t.recorded_us += op.recorded_us;
+    t.replayed_us += op.replayed_us;
+    recorded += op.recorded_us;
+    replayed += op.replayed_us;
+  }
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-40s %8s %14s %14s\n", "kernel", "calls", "recorded(ms)",
+                "replayed(ms)");
+  out += line;
+  for (const auto& [name, t] : by_name) {
+    if (t.skipped == t.calls) continue;
+    std::snprintf(line, sizeof line, "%-40s %8lld %14.3f %14.3f\n", name.c_str(),
+                  (long long)(t.calls - t.skipped), t.recorded_us / 1e3, t.replayed_us / 1e3);
+    out += line;
+  }
+  std::snprintf(line, sizeof line,
+                "%lld kernels re-run: recorded %.3f ms, replayed %.3f ms; %lld skipped\n",
+                (long long)(int64_t(result.ops.size()) - skipped), recorded / 1e3, replayed / 1e3,
+                (long long)skipped);
+  out += line;
+  for (const auto& [name, t] : by_name) {
+    if (t.skipped == 0) continue;
+    out += "  skipped " + std::to_string(t.skipped) + " x " + name + ": " + t.reason + "\n";
+  }
   return out;
 }
 

@@ -1,7 +1,11 @@
-// Replaying the collectives of execution traces (execution_trace.h) without the model, as PARAM's
-// comms replay does: on the same number of ranks, every rank issues its trace's collectives in
-// the recorded order, with the recorded sizes, dtypes, reduce ops and split sizes, on groups
-// rebuilt from the recorded members, and times each against the recorded time. Replaying with
+// Replaying execution traces (execution_trace.h) without the model, as PARAM's comms and
+// execution-trace replays do: on the same number of ranks, every rank issues its trace's
+// collectives in the recorded order, with the recorded sizes, dtypes, reduce ops and split sizes,
+// on groups rebuilt from the recorded members, and times each against the recorded time. With
+// compute, it also re-runs every traced kernel in its place in the order, by name, through the
+// same kernel table (runtime/core/kernel_replay.h: the recorded scalar arguments, the replay's
+// buffers for its tensors); a kernel that cannot be re-run (a CUDA trace, an argument type traces
+// do not record) is reported as skipped with the reason. Replaying collectives with
 // scale_bytes = K multiplies every tensor's dim 0 (and the all_to_all split sizes) by K (0-d
 // tensors stay): what a K-times larger model's step would cost on this network.
 //
@@ -13,7 +17,8 @@
 //
 // Calls are issued synchronously in issue order (async ones too; overlap with compute is not
 // modelled), each after a barrier on its group (send/recv: none), so a call's time is its own.
-// Compute is not replayed.
+// Kernels run on the buffers' values (constants), not the step's: the replay measures time and
+// memory, and its digest shows two replays did the same, not what the step computed.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +36,7 @@ struct ReplayOptions {
   Allocation allocation = Allocation::Lazy;
   int64_t scale_bytes = 1;  // >= 1
   int64_t iterations = 1;   // the sequence is replayed this many times; the last one is timed
+  bool compute = false;     // also re-run the kernels (mt_replay --all); needs scale_bytes 1
 };
 
 struct ReplayedCall {
@@ -41,8 +47,16 @@ struct ReplayedCall {
   double recorded_us = 0, replayed_us = 0;
 };
 
+struct ReplayedOp {
+  int64_t node_id = 0;
+  std::string name;  // the kernel's
+  double recorded_us = 0, replayed_us = 0;
+  std::string skipped;  // why it was not re-run; empty when it was
+};
+
 struct ReplayResult {
   std::vector<ReplayedCall> calls;  // this rank's, in issue order
+  std::vector<ReplayedOp> ops;      // with compute: this rank's kernels, in issue order
   int64_t peak_bytes = 0;           // the allocator's peak above what was in use before
   uint64_t digest = 0;              // of every output of every call, in order
 };
@@ -50,10 +64,13 @@ struct ReplayResult {
 // Collective over `world`, whose size must be the traces' world size; `traces` holds one trace
 // per rank (any order); this rank replays its own. Throws mt::Error naming what does not fit
 // (a missing rank, a collective without its members, a size that does not scale).
-ReplayResult replay_collectives(ProcessGroup& world, const std::vector<ExecutionTrace>& traces,
-                                const ReplayOptions& options);
+ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>& traces,
+                         const ReplayOptions& options);
 
 // Rank 0's table: per call the recorded and replayed time and the replayed busbw; then totals.
 std::string replay_table(const ReplayResult& result, int64_t world_size);
+// With compute: per kernel name the calls, recorded and replayed time; then each skipped kernel
+// name with its count and reason.
+std::string replay_ops_table(const ReplayResult& result);
 
 }  // namespace mt::parallel

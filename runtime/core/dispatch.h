@@ -10,10 +10,12 @@
 //
 // The table is constant-initialised (constinit), so registration from any translation unit's
 // static initialiser is safe. Op code calls `table(device, args...)` and carries no #ifdef.
+// Registering a kernel also registers the table's replayer under its op name (kernel_replay.h).
 #pragma once
 
 #include "runtime/core/device.h"
 #include "runtime/core/error.h"
+#include "runtime/core/kernel_replay.h"
 #include "runtime/core/profiler.h"
 
 namespace mt::runtime {
@@ -33,8 +35,9 @@ class KernelTable<R(Args...)> {
   template <class... CallArgs>
   R operator()(Device device, CallArgs&&... args) const {
     Fn fn = fns_[int(device.type)];
-    MT_CHECK(fn != nullptr, op_, ": no kernel for device ", device,
-             (device.is_cuda() && !cuda_backend_built() ? " (this build has no CUDA backend)" : ""));
+    MT_CHECK(
+        fn != nullptr, op_, ": no kernel for device ", device,
+        (device.is_cuda() && !cuda_backend_built() ? " (this build has no CUDA backend)" : ""));
     if (!t_profiler_records_this_thread) [[likely]]
       return fn(std::forward<CallArgs>(args)...);
     ProfiledKernelScope recorded(op_, device);  // this thread records (runtime/core/profiler.h)
@@ -43,6 +46,13 @@ class KernelTable<R(Args...)> {
   }
   const char* op() const { return op_; }
 
+  // Registers this table's replayer (MT_REGISTER_KERNEL does).
+  void register_replay() const {
+    register_kernel_replayer(
+        op_, make_kernel_replayer<Args...>(
+                 op_, [this](Device device, auto&... args) { (*this)(device, args...); }));
+  }
+
  private:
   const char* op_;
   Fn fns_[kNumDeviceTypes];
@@ -50,7 +60,8 @@ class KernelTable<R(Args...)> {
 
 #define MT_CONCAT_INNER(a, b) a##b
 #define MT_CONCAT(a, b) MT_CONCAT_INNER(a, b)
-#define MT_REGISTER_KERNEL(table, device, fn) \
-  static const bool MT_CONCAT(mt_kernel_registered_, __LINE__) = (table.set(device, fn), true)
+#define MT_REGISTER_KERNEL(table, device, fn)                    \
+  static const bool MT_CONCAT(mt_kernel_registered_, __LINE__) = \
+      (table.set(device, fn), table.register_replay(), true)
 
 }  // namespace mt::runtime

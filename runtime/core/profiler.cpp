@@ -21,7 +21,7 @@ using Clock = std::chrono::steady_clock;
 struct Session {
   Device device;
   Clock::time_point start;
-  double wall_start_us = 0;  // the same instant on the wall clock
+  double wall_start_us = 0;                  // the same instant on the wall clock
   std::unique_ptr<DeviceTimeline> timeline;  // null: host times only
   std::vector<ProfiledOp> ops;
   std::vector<std::pair<int64_t, int64_t>> marks;  // per op: its begin and end marker, or -1
@@ -112,6 +112,21 @@ void Profiler::add_tensor(int64_t index, const Tensor& t, bool output) {
   m.dtype = std::string(dtype_name(t.dtype()));
   m.bytes = int64_t(t.nbytes());
   (output ? op.outputs : op.inputs).push_back(std::move(m));
+}
+
+void Profiler::add_tensor_list(int64_t index, const std::vector<Tensor>& list, bool output) {
+  int64_t defined = 0;
+  for (const Tensor& t : list) {
+    add_tensor(index, t, output);
+    defined += t.defined() ? 1 : 0;
+  }
+  std::string code = "V";
+  code += std::to_string(defined);
+  add_arg(index, std::move(code));
+}
+
+void Profiler::add_arg(int64_t index, std::string code) {
+  g_session->ops[size_t(index)].args.push_back(std::move(code));
 }
 
 ProfileReport Profiler::stop() {

@@ -37,6 +37,37 @@ struct AdamWOperands {
   Tensor param, grad, exp_avg, exp_avg_sq;
   int64_t step = 0;
 };
+// In a trace (profiler.h): the four tensors of each entry as inputs, the code "A<step>,<step>,..."
+// (one step per entry).
+template <>
+struct TracedArg<std::vector<AdamWOperands>> {
+  static void record(int64_t index, const std::vector<AdamWOperands>& list) {
+    std::vector<Tensor> tensors;
+    std::vector<int64_t> steps;
+    for (const AdamWOperands& o : list) {
+      tensors.insert(tensors.end(), {o.param, o.grad, o.exp_avg, o.exp_avg_sq});
+      steps.push_back(o.step);
+    }
+    for (const Tensor& t : tensors) Profiler::add_tensor(index, t, false);
+    std::string code = kernel_arg_code(steps);  // "L<steps>"
+    code[0] = 'A';
+    Profiler::add_arg(index, std::move(code));
+  }
+  static std::vector<AdamWOperands> decode(replay_detail::KernelArgDecoder& d,
+                                           const std::string& code) {
+    d.expect(!code.empty() && code[0] == 'A', code, "AdamW operands");
+    std::vector<AdamWOperands> list;
+    for (int64_t step : d.numbers(code.substr(1), code)) {
+      AdamWOperands& o = list.emplace_back();
+      o.param = d.next_input();
+      o.grad = d.next_input();
+      o.exp_avg = d.next_input();
+      o.exp_avg_sq = d.next_input();
+      o.step = step;
+    }
+    return list;
+  }
+};
 inline constinit KernelTable<void(const std::vector<AdamWOperands>& tensors, double lr,
                                   double beta1, double beta2, double eps, double weight_decay,
                                   const Tensor& grad_scale)>
@@ -69,8 +100,7 @@ inline constinit KernelTable<void(
 
 // Validates a grad_scale (above): undefined, or one f64 element on `device`.
 inline void check_grad_scale(const char* op, const Tensor& grad_scale, Device device) {
-  MT_CHECK(!grad_scale.defined() || (grad_scale.numel() == 1 &&
-                                     grad_scale.dtype() == DType::F64 &&
+  MT_CHECK(!grad_scale.defined() || (grad_scale.numel() == 1 && grad_scale.dtype() == DType::F64 &&
                                      grad_scale.device() == device),
            op, ": grad_scale must be one f64 value on ", device);
 }

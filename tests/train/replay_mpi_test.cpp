@@ -3,9 +3,11 @@
 // FSDP collectives (2 x layers all-gathers, layers + 1 reduce-scatters, one clip all-reduce);
 // replaying it issues the same collectives (kind, group, dtype, shapes, sizes) in the same order,
 // as CommTrace sees them; lazy allocation peaks lower than pre-allocation with the same outputs;
-// --scale-bytes 2 doubles every size; bad traces are errors.
+// --scale-bytes 2 doubles every size; with compute (mt_replay --all) every kernel is re-run by
+// name from its recorded arguments between the same collectives; bad traces are errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -94,6 +96,20 @@ TEST(ExecutionTrace, ListsTheKernelsWithTheirTensorsAndTheFsdpCollectives) {
     EXPECT_EQ(n.thread, "main");
     if (!n.inputs.empty() && !n.outputs.empty()) ++ops_with_tensors;
     for (const auto& t : n.inputs) EXPECT_NE(t.storage, 0u) << n.name;
+    // Every argument is recorded: its tensor codes account for exactly its tensors.
+    size_t tensors = 0;
+    for (const std::string& code : n.args) {
+      if (code == "T") tensors += 1;
+      if (code[0] == 'V') tensors += size_t(std::stoll(code.substr(1)));
+      if (code[0] == 'A')  // AdamW's operands: four tensors per step listed
+        tensors += 4 * size_t(std::count(code.begin(), code.end(), ',') + 1);
+    }
+    EXPECT_EQ(tensors, n.inputs.size() + n.outputs.size()) << n.name;
+    if (n.name == "rms_norm") {
+      ASSERT_EQ(n.args.size(), 5u);  // x, weight, eps, y, rstd
+      EXPECT_EQ(n.args[2][0], 'f');
+      EXPECT_GT(std::stod(n.args[2].substr(1)), 0.0) << "eps";
+    }
   }
   const int64_t layers = 2;  // testing::shrink_llama
   EXPECT_EQ(counts["fsdp.all_gather all_gather_into"], 2 * layers);
@@ -124,12 +140,13 @@ void expect_same_calls(const std::vector<CommRecord>& replayed,
 
 parallel::ReplayResult replay(const fs::path& corpus,
                               parallel::ReplayOptions::Allocation allocation, int64_t scale,
-                              std::vector<CommRecord>* issued) {
+                              std::vector<CommRecord>* issued, bool compute = false) {
   parallel::ReplayOptions o;
   o.allocation = allocation;
   o.scale_bytes = scale;
+  o.compute = compute;
   parallel::CommTrace::start();
-  const parallel::ReplayResult r = parallel::replay_collectives(*world(), traces(corpus), o);
+  const parallel::ReplayResult r = parallel::replay_step(*world(), traces(corpus), o);
   *issued = parallel::CommTrace::take();
   parallel::CommTrace::stop();
   // The replay's own barrier and group splits are not the traced calls.
@@ -161,18 +178,58 @@ TEST(Replay, ScaleBytesMultipliesEverySize) {
   expect_same_calls(calls, traced, 2);
 }
 
+TEST(Replay, AllReRunsEveryKernelBetweenTheSameCollectives) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const ExecutionTrace& mine = traces(corpus)[size_t(world()->rank())];
+  const std::vector<CommRecord> traced = collectives_of(mine);
+  std::vector<CommRecord> lazy_calls, pre_calls;
+  const parallel::ReplayResult lazy =
+      replay(corpus, parallel::ReplayOptions::Allocation::Lazy, 1, &lazy_calls, true);
+  const parallel::ReplayResult pre =
+      replay(corpus, parallel::ReplayOptions::Allocation::Pre, 1, &pre_calls, true);
+  expect_same_calls(lazy_calls, traced, 1);
+  expect_same_calls(pre_calls, traced, 1);
+  std::vector<const TraceNode*> kernels;
+  for (const TraceNode& n : mine.nodes)
+    if (n.type == TraceNode::Type::Op) kernels.push_back(&n);
+  ASSERT_EQ(lazy.ops.size(), kernels.size());
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const parallel::ReplayedOp& op = lazy.ops[i];
+    EXPECT_EQ(op.node_id, kernels[i]->id);
+    EXPECT_EQ(op.name, kernels[i]->name);
+    EXPECT_EQ(op.skipped, "") << op.name;
+    EXPECT_GT(op.replayed_us, 0.0) << op.name;
+  }
+  // The kernels wrote the collectives' inputs: the same digest both ways, and a different one
+  // from the collectives-only replay (whose buffers keep their initial constants).
+  EXPECT_EQ(lazy.digest, pre.digest);
+  std::vector<CommRecord> comms_calls;
+  const parallel::ReplayResult comms =
+      replay(corpus, parallel::ReplayOptions::Allocation::Lazy, 1, &comms_calls);
+  EXPECT_NE(lazy.digest, comms.digest);
+  EXPECT_LT(lazy.peak_bytes, pre.peak_bytes);
+  const std::string table = parallel::replay_ops_table(lazy);
+  EXPECT_NE(table.find("matmul"), std::string::npos) << table;
+  EXPECT_NE(table.find("0 skipped"), std::string::npos) << table;
+  // Scaling dim 0 of every tensor would break the kernels' shapes: refused.
+  parallel::ReplayOptions scaled;
+  scaled.compute = true;
+  scaled.scale_bytes = 2;
+  EXPECT_THROW(parallel::replay_step(*world(), traces(corpus), scaled), mt::Error);
+}
+
 TEST(Replay, TracesThatDoNotFitAreErrors) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const std::vector<ExecutionTrace>& all = traces(corpus);
   std::vector<ExecutionTrace> fewer(all.begin(), all.end() - 1);
-  EXPECT_THROW(parallel::replay_collectives(*world(), fewer, {}), mt::Error);
+  EXPECT_THROW(parallel::replay_step(*world(), fewer, {}), mt::Error);
   std::vector<ExecutionTrace> no_members = all;
   for (ExecutionTrace& t : no_members)
     for (TraceNode& n : t.nodes) n.collective.members.clear();
-  EXPECT_THROW(parallel::replay_collectives(*world(), no_members, {}), mt::Error);
+  EXPECT_THROW(parallel::replay_step(*world(), no_members, {}), mt::Error);
   parallel::ReplayOptions zero;
   zero.scale_bytes = 0;
-  EXPECT_THROW(parallel::replay_collectives(*world(), all, zero), mt::Error);
+  EXPECT_THROW(parallel::replay_step(*world(), all, zero), mt::Error);
   const fs::path bad = testing::shared_dir(*world(), "mt_replay_mpi", "bad") / "rank-0.json";
   if (world()->rank() == 0) std::ofstream(bad) << "{\"format\": \"something else\"}";
   world()->barrier("bad written");
