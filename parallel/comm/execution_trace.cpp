@@ -36,8 +36,12 @@ std::string device_text(runtime::Device d) {
 nlohmann::json tensors_json(const std::vector<runtime::TensorMeta>& tensors) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& t : tensors) {
-    out.push_back(
-        {{"storage", t.storage}, {"shape", t.shape}, {"dtype", t.dtype}, {"bytes", t.bytes}});
+    out.push_back({{"storage", t.storage},
+                   {"shape", t.shape},
+                   {"strides", t.strides},
+                   {"offset", t.offset},
+                   {"dtype", t.dtype},
+                   {"bytes", t.bytes}});
   }
   return out;
 }
@@ -48,6 +52,10 @@ std::vector<runtime::TensorMeta> tensors_from(const nlohmann::json& j) {
     runtime::TensorMeta t;
     e.at("storage").get_to(t.storage);
     e.at("shape").get_to(t.shape);
+    if (e.contains("strides")) {  // schema 2
+      e.at("strides").get_to(t.strides);
+      e.at("offset").get_to(t.offset);
+    }
     e.at("dtype").get_to(t.dtype);
     e.at("bytes").get_to(t.bytes);
     out.push_back(std::move(t));

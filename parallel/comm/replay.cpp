@@ -78,10 +78,21 @@ struct Use {
   uint64_t storage = 0;
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
+  std::vector<int64_t> strides;  // a kernel's view as traced; empty: contiguous from 0
+  int64_t offset = 0;
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     return n;
+  }
+  // Elements of the storage the use reaches (from element 0).
+  int64_t extent() const {
+    if (strides.empty()) return numel();
+    if (numel() == 0) return 0;
+    int64_t last = offset;
+    for (size_t d = 0; d < shape.size(); ++d)
+      last += (shape[d] - 1) * std::max<int64_t>(strides[d], 0);
+    return last + 1;
   }
 };
 
@@ -101,7 +112,7 @@ class Buffers {
     for (size_t i = 0; i < calls.size(); ++i) {
       for (const Use& u : calls[i]) {
         const Key k{u.storage, u.dtype};
-        numel_[k] = std::max(numel_[k], u.numel());
+        numel_[k] = std::max(numel_[k], u.extent());
         last_use_[k] = i;
       }
     }
@@ -113,6 +124,7 @@ class Buffers {
   Tensor view(const Use& u) {
     const Key k{u.storage, u.dtype};
     if (!live_.count(k)) allocate(k);
+    if (!u.strides.empty()) return live_.at(k).as_strided(u.shape, u.strides, u.offset);
     return live_.at(k).narrow(0, 0, u.numel()).view(u.shape);
   }
 
@@ -142,7 +154,7 @@ std::vector<Use> uses_of(const CommRecord& r, int64_t k) {
   const DType dtype = r.dtype.empty() ? DType::F32 : runtime::dtype_from_name(r.dtype);
   auto add = [&](uint64_t storage, const std::vector<int64_t>& shape) {
     if (storage == 0) return;
-    uses.push_back({storage, dtype, scaled(shape, k)});
+    uses.push_back({storage, dtype, scaled(shape, k), {}, 0});
   };
   add(r.in_storage, r.in_shape);
   if (r.out_storage != r.in_storage || r.in_storage == 0) add(r.out_storage, r.out_shape);
@@ -153,7 +165,7 @@ std::vector<Use> uses_of_op(const TraceNode& n) {
   std::vector<Use> uses;
   for (const auto* list : {&n.inputs, &n.outputs})
     for (const runtime::TensorMeta& t : *list)
-      uses.push_back({t.storage, runtime::dtype_from_name(t.dtype), t.shape});
+      uses.push_back({t.storage, runtime::dtype_from_name(t.dtype), t.shape, t.strides, t.offset});
   return uses;
 }
 

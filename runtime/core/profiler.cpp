@@ -108,7 +108,11 @@ void Profiler::add_tensor(int64_t index, const Tensor& t, bool output) {
   ProfiledOp& op = g_session->ops[size_t(index)];
   TensorMeta m;
   m.storage = t.storage()->id();
-  for (int64_t d = 0; d < t.dim(); ++d) m.shape.push_back(t.size(d));
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    m.shape.push_back(t.size(d));
+    m.strides.push_back(t.stride(d));
+  }
+  m.offset = t.offset();
   m.dtype = std::string(dtype_name(t.dtype()));
   m.bytes = int64_t(t.nbytes());
   (output ? op.outputs : op.inputs).push_back(std::move(m));

@@ -30,8 +30,10 @@ class Tensor;
 struct TensorMeta {
   uint64_t storage = 0;  // Storage::id(): unique in the process, never reused
   std::vector<int64_t> shape;
-  std::string dtype;  // "f32", ...
-  int64_t bytes = 0;  // of this view
+  std::vector<int64_t> strides;  // in elements; empty: contiguous (traces of schema 1)
+  int64_t offset = 0;            // where the view starts in its storage, in elements
+  std::string dtype;             // "f32", ...
+  int64_t bytes = 0;             // of this view
 };
 
 struct ProfiledOp {

@@ -85,6 +85,7 @@ TEST(ExecutionTrace, ListsTheKernelsWithTheirTensorsAndTheFsdpCollectives) {
   EXPECT_EQ(mine.step, 2);
   std::map<std::string, int64_t> counts;
   int64_t ops_with_tensors = 0;
+  int64_t views = 0;  // dims of traced tensors that are not laid out contiguously
   int64_t last_id = 0;
   for (const TraceNode& n : mine.nodes) {
     EXPECT_EQ(n.id, last_id + 1);
@@ -96,6 +97,13 @@ TEST(ExecutionTrace, ListsTheKernelsWithTheirTensorsAndTheFsdpCollectives) {
     EXPECT_EQ(n.thread, "main");
     if (!n.inputs.empty() && !n.outputs.empty()) ++ops_with_tensors;
     for (const auto& t : n.inputs) EXPECT_NE(t.storage, 0u) << n.name;
+    for (const auto* list : {&n.inputs, &n.outputs})
+      for (const auto& t : *list) {
+        ASSERT_EQ(t.strides.size(), t.shape.size()) << n.name;
+        int64_t contiguous = 1;
+        for (size_t d = t.shape.size(); d-- > 0; contiguous *= t.shape[d])
+          if (t.shape[d] > 1 && t.strides[d] != contiguous) ++views;
+      }
     // Every argument is recorded: its tensor codes account for exactly its tensors.
     size_t tensors = 0;
     for (const std::string& code : n.args) {
@@ -116,6 +124,7 @@ TEST(ExecutionTrace, ListsTheKernelsWithTheirTensorsAndTheFsdpCollectives) {
   EXPECT_EQ(counts["fsdp.reduce_scatter reduce_scatter_into"], layers + 1);
   EXPECT_EQ(counts["clip_grad_norm all_reduce"], 1);
   EXPECT_GT(ops_with_tensors, 20);  // matmuls, norms, attention, the optimizer...
+  EXPECT_GT(views, 0);  // e.g. attention's transposed q, k, v: traced with their strides
 }
 
 // The replay's own calls, as CommTrace records them, against the traced ones.
