@@ -5,12 +5,14 @@
 // not depend on the thread count.
 #include "runtime/kernels/elementwise.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
 #include "runtime/cpu/loops.h"
+#include "runtime/cpu/vec_math.h"
 
 namespace mt::runtime::cpu {
 namespace {
@@ -337,6 +339,34 @@ void cpu_unary(UnaryOp op, const Tensor& x, const Tensor& out) {
   });
 }
 
+// bf16 add, sub, mul and div of dense operands: chunks widened to f32, vec_math's vectorised f32
+// op, one rounding per output: the values of the elementwise loop (one f32 op, rounded), several
+// times faster (residual adds and gradient sums of bf16 training).
+template <BinaryOp kOp>
+constexpr char kArithSymbol = kOp == BinaryOp::Add   ? '+'
+                              : kOp == BinaryOp::Sub ? '-'
+                              : kOp == BinaryOp::Mul ? '*'
+                              : kOp == BinaryOp::Div ? '/'
+                                                     : 0;
+
+template <BinaryOp kOp>
+void dense_bf16_arith(const Tensor& a, const Tensor& b, const Tensor& out) {
+  constexpr int64_t kChunk = 512;
+  const uint16_t* pa = &a.data<bfloat16>()->bits;
+  const uint16_t* pb = &b.data<bfloat16>()->bits;
+  uint16_t* po = &out.data<bfloat16>()->bits;
+  parallel_for(out.numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
+    float a32[kChunk], b32[kChunk];
+    for (int64_t c = begin; c < end; c += kChunk) {
+      const int64_t m = std::min(kChunk, end - c);
+      row_bf16_to_f32(pa + c, m, a32);
+      row_bf16_to_f32(pb + c, m, b32);
+      row_arith(kArithSymbol<kOp>, a32, b32, m, a32);
+      row_f32_to_bf16(a32, m, po + c);
+    }
+  });
+}
+
 void cpu_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   std::atomic<bool> div_by_zero{false};
   dispatch_dtype(a.dtype(), "binary", [&](auto tag) {
@@ -346,6 +376,9 @@ void cpu_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out
       constexpr BinaryOp kOp = decltype(op_tag)::value;
       if constexpr (binary_supported<kOp, T>()) {
         using Out = std::conditional_t<is_predicate(kOp), bool, T>;
+        if constexpr (std::is_same_v<T, bfloat16> && kArithSymbol<kOp> != 0) {
+          if (all_dense(out, a, b)) return dense_bf16_arith<kOp>(a, b, out);
+        }
         std::atomic<bool>* flag = &div_by_zero;
         map2<Out, T, T>(out, a, b,
                         [flag](T x, T y) { return Out(apply_binary<kOp>(C(x), C(y), flag)); });

@@ -154,4 +154,25 @@ MT_VEC_CLONES void row_rope(const float* x, const float* c, const float* s, int6
   }
 }
 
+MT_VEC_CLONES void row_arith(char op, const float* a, const float* b, int64_t n, float* out) {
+  switch (op) {
+    case '+':
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) out[j] = a[j] + b[j];
+      return;
+    case '-':
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) out[j] = a[j] - b[j];
+      return;
+    case '*':
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) out[j] = a[j] * b[j];
+      return;
+    default:
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) out[j] = a[j] / b[j];
+      return;
+  }
+}
+
 }  // namespace mt::runtime::cpu

@@ -79,6 +79,9 @@ void row_swiglu(const float* g, const float* u, int64_t n, float* out);
 void row_swiglu_backward(const float* dy, const float* g, const float* u, int64_t n, float* dg,
                          float* du);
 
+// out[j] = a[j] op b[j] for op '+', '-', '*' or '/' (out may be a or b).
+void row_arith(char op, const float* a, const float* b, int64_t n, float* out);
+
 // RMSNorm of one row of d elements: y = x * rstd * w with rstd = 1 / sqrt(mean(x^2) + eps), which
 // it returns. Its backward: dx = rstd * dy * w - x * rstd^3 / d * sum(dy * w * x) (when dx is not
 // null) and dw_sum += dy * x * rstd (when dw_sum is not null).

@@ -206,6 +206,41 @@ TEST(Elementwise, Bf16ComputesInF32AndRounds) {
   EXPECT_EQ(add(one, 3 * std::ldexp(1.0, -8)).item<double>(), 1.0 + std::ldexp(1.0, -6));
 }
 
+// Dense bf16 add/sub/mul/div (same shapes, contiguous: the vectorised path, 5000 elements over
+// several chunks and threads, specials included) and in-place add_: bitwise one f32 op on the
+// widened values, rounded once to bf16.
+TEST(Elementwise, DenseBf16ArithmeticIsOneRoundedF32Op) {
+  std::vector<double> a64 = randn_as({5000}, DType::BF16, 15).to_vector<double>();
+  std::vector<double> b64 = randn_as({5000}, DType::BF16, 16).to_vector<double>();
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> specials = {0.0, -0.0, inf, -inf, std::nan(""), 1e38, 3e-39};
+  for (size_t i = 0; i < specials.size(); ++i) {
+    a64[i] = specials[i];
+    b64[specials.size() - 1 - i] = specials[i];
+  }
+  const TensorOptions bf16 = TensorOptions{}.with_dtype(DType::BF16);
+  const Tensor a = from_vector<double>(a64, {5000}, bf16),
+               b = from_vector<double>(b64, {5000}, bf16);
+  const std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>();
+  const auto bits_of = [](const Tensor& t) {
+    std::vector<uint16_t> out;
+    for (int64_t i = 0; i < t.numel(); ++i) out.push_back(t.data<bfloat16>()[i].bits);
+    return out;
+  };
+  const auto expected = [&](float (*f)(float, float)) {
+    std::vector<uint16_t> out;
+    for (size_t i = 0; i < av.size(); ++i) out.push_back(bfloat16(f(av[i], bv[i])).bits);
+    return out;
+  };
+  EXPECT_EQ(bits_of(add(a, b)), expected([](float x, float y) { return x + y; }));
+  EXPECT_EQ(bits_of(sub(a, b)), expected([](float x, float y) { return x - y; }));
+  EXPECT_EQ(bits_of(mul(a, b)), expected([](float x, float y) { return x * y; }));
+  EXPECT_EQ(bits_of(div(a, b)), expected([](float x, float y) { return x / y; }));
+  const Tensor c = a.clone();
+  add_(c, b);
+  EXPECT_EQ(bits_of(c), expected([](float x, float y) { return x + y; }));
+}
+
 TEST(Elementwise, IntegerOps) {
   const TensorOptions i64 = TensorOptions{}.with_dtype(DType::I64);
   const Tensor a = from_vector<int64_t>({7, -7, 9, 0, 5, -3}, {2, 3}, i64);
