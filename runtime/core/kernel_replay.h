@@ -14,7 +14,6 @@
 #include <string_view>
 #include <tuple>
 #include <type_traits>
-#include <typeinfo>
 #include <vector>
 
 #include "runtime/core/device.h"
