@@ -13,6 +13,7 @@
 
 #include "parallel/comm/comm_trace.h"
 #include "parallel/comm/mpi_process_group.h"
+#include "runtime/core/device_runtime.h"
 #include "runtime/core/error.h"
 #include "runtime/ops/factory.h"
 
@@ -25,12 +26,19 @@ using runtime::Tensor;
 using Clock = std::chrono::steady_clock;
 
 // The values every buffer is filled with are small integers: exact in bf16 and in any sum here.
-Tensor filled(const std::vector<float>& values, DType dtype) {
-  return runtime::from_vector<float>(values, {int64_t(values.size())}).to(dtype);
+// Buffers live on the group's device (CommBenchOptions::device).
+Tensor filled(const std::vector<float>& values, const CommBenchOptions& o) {
+  return runtime::from_vector<float>(values, {int64_t(values.size())}).to(o.dtype).to(o.device);
+}
+
+Tensor empty_buffer(int64_t count, const CommBenchOptions& o) {
+  return runtime::empty({count},
+                        runtime::TensorOptions{}.with_dtype(o.dtype).with_device(o.device));
 }
 
 int64_t count_errors(const Tensor& got, const std::vector<float>& want) {
-  const std::vector<float> g = got.to(DType::F32).contiguous().to_vector<float>();
+  const std::vector<float> g =
+      got.to(runtime::Device::cpu()).to(DType::F32).contiguous().to_vector<float>();
   int64_t errors = 0;
   for (size_t i = 0; i < want.size(); ++i) errors += g[i] != want[i];
   return errors;
@@ -84,8 +92,8 @@ Case make_case(ProcessGroup& group, MPI_Comm comm, CollectiveKind kind, int64_t 
         in[size_t(i)] = float((r + 1) * (i % 7 + 1));
         want[size_t(i)] = float(n * (n + 1) / 2 * (i % 7 + 1));
       }
-      auto buf = std::make_shared<Tensor>(runtime::empty({count}, {o.dtype}));
-      const Tensor src = filled(in, o.dtype);
+      auto buf = std::make_shared<Tensor>(empty_buffer(count, o));
+      const Tensor src = filled(in, o);
       c.reset = [buf, src] { buf->copy_(src); };  // the same buffer every call, as MPI's
       c.run = [&group, buf] { group.all_reduce(*buf, ReduceOp::Sum, "comm_bench.all_reduce"); };
       if (raw_ok) {
@@ -105,7 +113,7 @@ Case make_case(ProcessGroup& group, MPI_Comm comm, CollectiveKind kind, int64_t 
       for (int64_t i = 0; i < each; ++i) in[size_t(i)] = float(r + 1 + i % 5);
       for (int64_t j = 0; j < n; ++j)
         for (int64_t i = 0; i < each; ++i) want[size_t(j * each + i)] = float(j + 1 + i % 5);
-      const Tensor src = filled(in, o.dtype);
+      const Tensor src = filled(in, o);
       auto out = std::make_shared<Tensor>(runtime::empty({count}, src.options()));
       c.run = [&group, out, src] { group.all_gather_into(*out, src, "comm_bench.all_gather"); };
       if (raw_ok) {
@@ -125,7 +133,7 @@ Case make_case(ProcessGroup& group, MPI_Comm comm, CollectiveKind kind, int64_t 
       for (int64_t i = 0; i < count; ++i) in[size_t(i)] = float((r + 1) * (i % 7 + 1));
       for (int64_t i = 0; i < each; ++i)
         want[size_t(i)] = float(n * (n + 1) / 2 * ((r * each + i) % 7 + 1));
-      const Tensor src = filled(in, o.dtype);
+      const Tensor src = filled(in, o);
       auto out = std::make_shared<Tensor>(runtime::empty({each}, src.options()));
       c.run = [&group, out, src] {
         group.reduce_scatter_into(*out, src, ReduceOp::Sum, "comm_bench.reduce_scatter");
@@ -153,7 +161,7 @@ Case make_case(ProcessGroup& group, MPI_Comm comm, CollectiveKind kind, int64_t 
         for (int64_t i = 0; i < send[size_t(j)]; ++i) in.push_back(float(r + 1 + j % 3 + i % 2));
       for (int64_t j = 0; j < n; ++j)
         for (int64_t i = 0; i < recv[size_t(j)]; ++i) want.push_back(float(j + 1 + r % 3 + i % 2));
-      const Tensor src = filled(in, o.dtype);
+      const Tensor src = filled(in, o);
       auto out = std::make_shared<Tensor>(runtime::empty({int64_t(want.size())}, src.options()));
       const bool uneven = uneven_all_to_all(o);
       const std::vector<int64_t> s = uneven ? send : std::vector<int64_t>{};
@@ -182,8 +190,8 @@ Case make_case(ProcessGroup& group, MPI_Comm comm, CollectiveKind kind, int64_t 
         want[size_t(i)] = float(i % 9 + 1);
         in[size_t(i)] = r == 0 ? want[size_t(i)] : 0.0f;
       }
-      const Tensor src = filled(in, o.dtype);
-      auto buf = std::make_shared<Tensor>(runtime::empty({count}, {o.dtype}));
+      const Tensor src = filled(in, o);
+      auto buf = std::make_shared<Tensor>(empty_buffer(count, o));
       c.reset = [buf, src] { buf->copy_(src); };  // the same buffer every call, as MPI's
       c.run = [&group, buf] { group.broadcast(*buf, 0, "comm_bench.broadcast"); };
       if (raw_ok) {
@@ -203,7 +211,7 @@ Case make_case(ProcessGroup& group, MPI_Comm comm, CollectiveKind kind, int64_t 
         in[size_t(i)] = float(r + 1 + i % 4);
         want[size_t(i)] = float(prev + 1 + i % 4);
       }
-      const Tensor src = filled(in, o.dtype);
+      const Tensor src = filled(in, o);
       auto out = std::make_shared<Tensor>(runtime::empty({count}, src.options()));
       // Even ranks send first, odd ranks receive first: no rank waits on a peer that waits too
       // (sends may be synchronous).
@@ -218,8 +226,7 @@ Case make_case(ProcessGroup& group, MPI_Comm comm, CollectiveKind kind, int64_t 
         c.raw = [comm, raw, in, next, prev, r] {
           auto send = [&] { MPI_Send(in.data(), int(in.size()), MPI_FLOAT, int(next), 8, comm); };
           if (r % 2 == 0) send();
-          MPI_Recv(raw->data(), int(raw->size()), MPI_FLOAT, int(prev), 8, comm,
-                   MPI_STATUS_IGNORE);
+          MPI_Recv(raw->data(), int(raw->size()), MPI_FLOAT, int(prev), 8, comm, MPI_STATUS_IGNORE);
           if (r % 2 != 0) send();
         };
       }
@@ -240,23 +247,27 @@ struct Times {
   double ours = 0, raw = -1;
 };
 
-double timed_call(ProcessGroup& group, const std::function<void()>& call,
+// A call's time until its result is there: on a GPU the host waits for the device (NCCL calls
+// return once queued), as nccl-tests' timing does.
+double timed_call(ProcessGroup& group, runtime::Device device, const std::function<void()>& call,
                   const std::function<void()>& reset) {
   if (reset) reset();
+  if (!device.is_cpu()) runtime::synchronize(device);
   group.barrier("comm_bench.barrier");
   const auto t0 = Clock::now();
   call();
+  if (!device.is_cpu()) runtime::synchronize(device);
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-Times time_calls(ProcessGroup& group, const Case& c, int64_t warmup, int64_t iters,
-                 const std::function<void()>& after) {
+Times time_calls(ProcessGroup& group, runtime::Device device, const Case& c, int64_t warmup,
+                 int64_t iters, const std::function<void()>& after) {
   Times total{0, c.raw ? 0.0 : -1.0};
   for (int64_t i = 0; i < warmup + iters; ++i) {
     double raw = 0;
-    if (c.raw && i % 2 == 1) raw = timed_call(group, c.raw, c.raw_reset);
-    const double ours = timed_call(group, c.run, c.reset);
-    if (c.raw && i % 2 == 0) raw = timed_call(group, c.raw, c.raw_reset);
+    if (c.raw && i % 2 == 1) raw = timed_call(group, device, c.raw, c.raw_reset);
+    const double ours = timed_call(group, device, c.run, c.reset);
+    if (c.raw && i % 2 == 0) raw = timed_call(group, device, c.raw, c.raw_reset);
     if (i < warmup) continue;
     total.ours += ours;
     if (c.raw) total.raw += raw;
@@ -266,15 +277,16 @@ Times time_calls(ProcessGroup& group, const Case& c, int64_t warmup, int64_t ite
   return {total.ours / n, c.raw ? total.raw / n : -1.0};
 }
 
-// {min, sum, max} of a value over the group.
-std::vector<double> min_sum_max(ProcessGroup& group, double v) {
-  Tensor t = runtime::from_vector<double>({-v, v, v}, {3}, {DType::F64});
+// {min, sum, max} of a value over the group (whose tensors live on `device`).
+std::vector<double> min_sum_max(ProcessGroup& group, runtime::Device device, double v) {
+  Tensor t = runtime::from_vector<double>({-v, v, v}, {3}, {DType::F64}).to(device);
   Tensor neg = t.narrow(0, 0, 1).clone(), sum = t.narrow(0, 1, 1).clone(),
          max = t.narrow(0, 2, 1).clone();
   group.all_reduce(neg, ReduceOp::Max, "comm_bench.stats");
   group.all_reduce(sum, ReduceOp::Sum, "comm_bench.stats");
   group.all_reduce(max, ReduceOp::Max, "comm_bench.stats");
-  return {-neg.item<double>(), sum.item<double>(), max.item<double>()};
+  const auto value = [](const Tensor& x) { return x.to(runtime::Device::cpu()).item<double>(); };
+  return {-value(neg), value(sum), value(max)};
 }
 
 }  // namespace
@@ -313,15 +325,15 @@ std::vector<CommBenchRow> run_comm_bench(ProcessGroup& group, const CommBenchOpt
       row.bytes = c.bytes;
       row.count = c.count;
       int64_t errors = 0;
-      const Times times = time_calls(group, c, o.warmup, o.iters, [&] {
+      const Times times = time_calls(group, o.device, c, o.warmup, o.iters, [&] {
         if (o.check) errors += c.check();
       });
-      const std::vector<double> t = min_sum_max(group, times.ours);
+      const std::vector<double> t = min_sum_max(group, o.device, times.ours);
       row.min_s = t[0];
       row.avg_s = t[1] / double(n);
       row.max_s = t[2];
       row.checked = o.check;
-      row.errors = int64_t(min_sum_max(group, double(errors))[1]);
+      row.errors = int64_t(min_sum_max(group, o.device, double(errors))[1]);
       row.algbw = algbw_bytes_per_second(row.bytes, std::max(row.max_s, 1e-12));
       row.uneven = kind == CollectiveKind::AllToAll && uneven_all_to_all(o);
       if (row.uneven) {
@@ -344,7 +356,7 @@ std::vector<CommBenchRow> run_comm_bench(ProcessGroup& group, const CommBenchOpt
         row.busbw = busbw_bytes_per_second(kind, n, row.bytes, std::max(row.max_s, 1e-12));
       }
       if (c.raw) {
-        row.mpi_max_s = min_sum_max(group, times.raw)[2];
+        row.mpi_max_s = min_sum_max(group, o.device, times.raw)[2];
         row.mpi_busbw = busbw_bytes_per_second(kind, n, row.bytes, std::max(row.mpi_max_s, 1e-12));
       }
       rows.push_back(row);
@@ -405,8 +417,8 @@ std::string comm_bench_table(const std::vector<CommBenchRow>& rows, int64_t rank
                   r.max_s * 1e6, r.algbw / 1e9, bw / 1e9, check.c_str());
     out << line;
     if (r.mpi_max_s > 0) {
-      std::snprintf(line, sizeof(line), " %10.1f %9.3f %9.3f", r.mpi_max_s * 1e6,
-                    r.mpi_busbw / 1e9, r.busbw / std::max(r.mpi_busbw, 1e-30));
+      std::snprintf(line, sizeof(line), " %10.1f %9.3f %9.3f", r.mpi_max_s * 1e6, r.mpi_busbw / 1e9,
+                    r.busbw / std::max(r.mpi_busbw, 1e-30));
       out << line;
     }
     if (r.uneven) {

@@ -36,6 +36,9 @@ struct CommBenchOptions {
   // weights' sum) bytes, so that the mean rank sends `size`. Empty: skew decides.
   std::vector<std::vector<double>> all_to_all_weights;
   bool compare_mpi = false;  // raw MPI side by side (f32 on an MPI group)
+  // Where the buffers live: the group's device (a CUDA device for an NCCL group, whose calls are
+  // then timed until the device has finished them).
+  runtime::Device device = runtime::Device::cpu();
 };
 
 struct CommBenchRow {

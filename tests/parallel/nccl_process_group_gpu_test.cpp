@@ -18,6 +18,7 @@
 #include "models/llama/parallelize.h"
 #include "models/parallel_context.h"
 #include "parallel/clip_grad.h"
+#include "parallel/comm/comm_bench.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "parallel/comm/nccl_process_group.h"
 #include "parallel/fsdp/fully_shard.h"
@@ -384,6 +385,28 @@ TEST_F(NcclProcessGroupTest, FsdpShardsAHostModelOntoTheGroupsGpu) {
   const FsdpTrace sharded_on_host = train_tiny_llama(nccl, Device::cuda(0), true);
   EXPECT_EQ(sharded_on_host.losses, moved_first.losses);
   EXPECT_EQ(sharded_on_host.norms, moved_first.norms);
+}
+
+// mt_comm_bench --backend nccl's run: every collective (one rank: no send/recv ring) at a few
+// sizes, buffers on the GPU, each timed call checked.
+TEST_F(NcclProcessGroupTest, CommBenchChecksEveryCollectiveOnTheGpu) {
+  CommBenchOptions o;
+  o.min_bytes = 1024;
+  o.max_bytes = 1 << 20;
+  o.step_factor = 32;
+  o.warmup = 1;
+  o.iters = 3;
+  o.device = Device::cuda(0);
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    o.dtype = dtype;
+    const std::vector<CommBenchRow> rows = run_comm_bench(*pg, o);
+    EXPECT_EQ(rows.size(), 5u * 3u) << "5 collectives x 3 sizes";
+    for (const CommBenchRow& r : rows) {
+      EXPECT_TRUE(r.checked);
+      EXPECT_EQ(r.errors, 0) << collective_kind_name(r.kind) << " " << r.bytes;
+      EXPECT_GT(r.max_s, 0.0);
+    }
+  }
 }
 
 TEST_F(NcclProcessGroupTest, StatsCountCallsAndBytes) {
