@@ -16,6 +16,11 @@
 // Operands may be views (attention_takes_views_kernel): the rows of a head are read and written
 // with their stride as the BLAS calls' leading dimension, so the model's transposed [B, T, H, D]
 // activations go in, and out and the gradients come out laid out that way, without copies.
+// Operand types (E): f32 and f64, and bf16 on CPUs where oneDNN runs bf16 GEMMs
+// (attention_takes_16bit_kernel): then the tiles' GEMMs take bf16 operands and give f32, the
+// softmax, lse and every sum stay f32 (compute_t<E>), p and ds are rounded to bf16 for the GEMMs
+// that consume them (as flash attention does), and the gradients are summed in task-local f32
+// rows (Accumulator) rounded once into the bf16 outputs.
 #include "runtime/kernels/attention.h"
 
 #include <cblas.h>
