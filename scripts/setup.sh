@@ -5,10 +5,12 @@
 # headers are installed with pip. Also the small Python test oracles (h5py, numpy): from Debian
 # for /usr/bin/python3 and, when the python3 on PATH is another one (e.g. pyenv's), with pip for it.
 set -euo pipefail
+# ocl-icd-opencl-dev: Debian's oneDNN CMake config (dnnl-config.cmake) requires OpenCL; it is only a
+# Recommends of libdnnl-dev, which --no-install-recommends skips.
 packages=(
   build-essential cmake ninja-build pkg-config ccache
   libabsl-dev libtoml11-dev libhdf5-dev openmpi-bin libopenmpi-dev librocksdb-dev
-  libopenblas-dev libdnnl-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
+  libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   fortunes python3-h5py python3-numpy
 )
 # The CUDA backend's fused attention needs the header-only cuDNN frontend, from PyPI (--no-deps:
