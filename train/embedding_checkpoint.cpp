@@ -1,5 +1,6 @@
 // Checkpoint pieces of a ShardedEmbeddingBagCollection (see embedding_checkpoint.h).
 #include "train/embedding_checkpoint.h"
+#include "train/embedding_checkpoint_detail.h"
 
 #include <map>
 #include <sstream>
@@ -23,12 +24,9 @@ using runtime::Shape;
 using runtime::Tensor;
 using runtime::sparse::EmbOptimType;
 
-namespace {
+namespace embedding_checkpoint {
 
-struct Field {
-  std::string name;
-  bool row_wise;  // [rows, 1] (else [rows, cols])
-};
+namespace {
 
 // The fused optimizer's state fields of a table (fused_optimizer.h).
 std::vector<Field> fields_of(EmbOptimType type) {
@@ -45,24 +43,28 @@ std::vector<Field> fields_of(EmbOptimType type) {
   MT_FAIL("embedding checkpoint: unknown optimizer type ", int(type));
 }
 
-// The state a table keeps: none when it does not train (frozen, writeback).
+}  // namespace
+
 std::vector<Field> fields_of(const parallel::EmbeddingBagConfig& c) {
   return c.update == runtime::sparse::TableUpdate::Train ? fields_of(c.optimizer.type)
                                                         : std::vector<Field>{};
 }
 
 std::string weight_fqn(const std::string& table) { return "embedding_bags." + table + ".weight"; }
+std::string ids_fqn(const std::string& table) { return "embedding_bags." + table + ".ids"; }
 
-// Rows per streamed piece of a kv table (4 MiB of f32 weights at dim 16).
-constexpr int64_t kKvChunkRows = int64_t(1) << 16;
-
-// The kv shard's state field index of `name`.
 int kv_field(const runtime::sparse::KvTable& kv, const std::string& name) {
   const auto& fields = kv.state_fields();
   for (size_t i = 0; i < fields.size(); ++i)
     if (fields[i].first == name) return int(i);
   MT_FAIL("embedding checkpoint: kv table '", kv.config().name, "' keeps no ", name);
 }
+
+}  // namespace embedding_checkpoint
+
+using namespace embedding_checkpoint;
+
+namespace {
 
 // Column bounds of a column_wise table's shards, in column order: "0,c1,...,dim".
 std::vector<int64_t> column_bounds(const ParameterSharding& p) {
@@ -190,7 +192,8 @@ void add_embedding_pieces(const parallel::ShardedEmbeddingBagCollection& ebc,
     const ParameterSharding& p = ebc.plan().at(s.table);
     const std::string base = optimizer_prefix + "state." + s.fqn + ".";
     if (s.kv) {
-      add_kv_pieces(s, p, fields_of(config_of(ebc, s.table)), model_prefix + s.fqn, base, state);
+      if (!s.kv->raw_ids())  // raw-id tables: add_raw_id_pieces below
+        add_kv_pieces(s, p, fields_of(config_of(ebc, s.table)), model_prefix + s.fqn, base, state);
       state.tensors.push_back(checkpoint::whole(base + "step", opt.at(s.fqn + ".step")));
       continue;
     }
@@ -210,6 +213,7 @@ void add_embedding_pieces(const parallel::ShardedEmbeddingBagCollection& ebc,
     }
     state.tensors.push_back(checkpoint::whole(base + "step", opt.at(s.fqn + ".step")));
   }
+  add_raw_id_pieces(ebc, model_prefix, optimizer_prefix, state);
   // The column splits, known to every rank (rank 0 writes the values, holder or not).
   for (const auto& c : ebc.table_configs()) {
     const ParameterSharding& p = ebc.plan().at(c.name);
@@ -303,7 +307,10 @@ EmbeddingLoadPlan embedding_load_template(const parallel::ShardedEmbeddingBagCol
     const std::string fqn = weight_fqn(c.name);
     const std::string wname = model_prefix + fqn;
     const Shape global{c.num_embeddings, c.embedding_dim};
-    if (auto it = saved_shape.find(wname); it != saved_shape.end()) {
+    MT_CHECK(c.raw_ids || !saved_shape.count(model_prefix + ids_fqn(c.name)), "embedding table '",
+             c.name, "': the checkpoint keys it by raw ids (it holds ", model_prefix,
+             ids_fqn(c.name), "); load it into a raw-id kv table (raw_ids)");
+    if (auto it = saved_shape.find(wname); !c.raw_ids && it != saved_shape.end()) {
       MT_CHECK(it->second == global, "embedding table '", c.name, "': the checkpoint holds ", wname,
                " as ", shape_str(it->second),
                " (num_embeddings x embedding_dim), this model's table is ", shape_str(global));
@@ -323,9 +330,15 @@ EmbeddingLoadPlan embedding_load_template(const parallel::ShardedEmbeddingBagCol
       if (s) plan.items.push_back({kind, c.name, name, key, rows, std::move(bounds)});
     };
 
+    const std::string base = optimizer_prefix + "state." + fqn + ".";
+    if (c.raw_ids) {
+      add_raw_id_load_pieces(c, s, saved, model_prefix, optimizer_prefix, dest);
+      add(Kind::Step, base + "step", fqn + ".step",
+          runtime::zeros({}, runtime::TensorOptions{}.with_dtype(DType::I64)), {}, {});
+      continue;
+    }
     add(Kind::Weight, wname, "", runtime::zeros({rows, s ? cols : c.embedding_dim}, fopts), global,
         offset);
-    const std::string base = optimizer_prefix + "state." + fqn + ".";
     for (const Field& f : fields_of(c)) {
       const std::string name = base + f.name;
       const std::string key = fqn + "." + f.name;

@@ -56,6 +56,22 @@ void apply_table_settings(const config::JobConfig& config, dlrm::ModelArgs& args
              config.where("embedding.update_override"), ")");
     args.features[f].update = runtime::sparse::parse_table_update(mode);
   }
+  for (const std::string& name : e.raw_ids) {
+    size_t f = 0;
+    while (f < args.features.size() && args.features[f].name != name) ++f;
+    MT_CHECK(f < args.features.size(), "train: embedding.raw_ids names '", name,
+             "', not a sparse feature of this model (", config.where("embedding.raw_ids"), ")");
+    MT_CHECK(args.features[f].storage == TableStorage::Kv, "train: embedding.raw_ids names '",
+             name, "', whose table is not kv-backed: raw ids need embedding.storage = \"kv\" ",
+             "(or storage_override = [\"", name, ":kv\"]; ", config.where("embedding.raw_ids"),
+             ")");
+    MT_CHECK(std::find(e.managed_collision.begin(), e.managed_collision.end(), name) ==
+                 e.managed_collision.end(),
+             "train: '", name, "' is in both embedding.raw_ids and embedding.managed_collision: ",
+             "a raw-id table keys rows by the ids themselves, with no remapping to bound (",
+             config.where("embedding.raw_ids"), ")");
+    args.features[f].raw_ids = true;
+  }
   args.kv.path = e.kv_path.empty()
                      ? (std::filesystem::path(config.job.dump_folder) / "kv").string()
                      : e.kv_path;

@@ -37,6 +37,7 @@ std::vector<runtime::sparse::EmbeddingBagConfig> ModelArgs::table_configs() cons
     c.storage = f.storage;
     c.kv_cache = kv_cache;
     c.update = f.update;
+    c.raw_ids = f.raw_ids;
     out.push_back(std::move(c));
   }
   return out;

@@ -32,6 +32,7 @@ struct SparseFeature {
   int64_t num_embeddings = 0;  // rows of its table "t_<name>"
   runtime::sparse::TableStorage storage = runtime::sparse::TableStorage::Memory;
   runtime::sparse::TableUpdate update = runtime::sparse::TableUpdate::Train;
+  bool raw_ids = false;  // kv tables only: rows keyed by the raw ids (EmbeddingBagConfig::raw_ids)
 };
 
 enum class InteractionType { Dot, Dcn };

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <tuple>
 #include <numeric>
 
 #include "parallel/embedding/embedding_dist.h"
@@ -72,6 +74,15 @@ void put_cols(const Tensor& dst, int64_t col, const Tensor& src, const Tensor& s
     d.copy_(src);
 }
 
+// The hash part (part, parts) a raw-id table's shard `s` keeps: its index among the table's row
+// shards (the plan's shard order: rank order for row_wise, local index for table_row_wise).
+std::pair<int64_t, int64_t> raw_part_of(const ParameterSharding& p, const ShardMetadata& s) {
+  for (size_t i = 0; i < p.shards.size(); ++i)
+    if (p.shards[i].rank == s.rank && p.shards[i].row_offset == s.row_offset)
+      return {int64_t(i), int64_t(p.shards.size())};
+  MT_FAIL("ShardedEmbeddingBagCollection: a shard of rank ", s.rank, " is not in its plan");
+}
+
 // A kv-backed shard in the module tree: no parameters; init_weights gives the shard its init key
 // (the same (seed, FQN) key the in-memory table draws from) and starts it over.
 class KvShardModule : public runtime::nn::Module {
@@ -98,10 +109,17 @@ struct ShardedEmbeddingBagCollection::Plan {
     bool mean;        // MEAN pooling
     ShardingType type;
   };
-  // One feature sent to a rank: its ids in rows [lo, hi) of the table, made local (id - lo).
+  // One feature sent to a rank: its ids in rows [lo, hi) of the table, made local (id - lo);
+  // raw-id tables split over `parts` shards (parts > 0): the ids raw_id_owner gives `part`, as
+  // they are.
   struct Send {
     size_t feature;
     int64_t lo, hi;
+    int64_t part = 0, parts = 0;
+    bool takes(int64_t id) const {
+      return parts > 0 ? runtime::sparse::raw_id_owner(id, parts) == part : id >= lo && id < hi;
+    }
+    int64_t local(int64_t id) const { return parts > 0 ? id : id - lo; }
   };
   // A table_wise / column_wise feature an owner looks up: output columns [col, col + cols) of
   // the feature (the shard's columns).
@@ -238,7 +256,9 @@ void ShardedEmbeddingBagCollection::build() {
       return;
     }
     EmbeddingBagConfig local = c;
-    local.shard = runtime::sparse::TableShard{s.row_offset, s.num_rows, s.col_offset, s.num_cols};
+    // A raw-id shard holds ids, not a row block: offset 0, its planned rows as the expected count.
+    local.shard = runtime::sparse::TableShard{c.raw_ids ? 0 : s.row_offset, s.num_rows,
+                                              s.col_offset, s.num_cols};
     // Frozen tables keep no optimizer state (their rows never step).
     runtime::sparse::EmbeddingOptimizerConfig opt = c.optimizer;
     if (c.update != TableUpdate::Train) opt.type = runtime::sparse::EmbOptimType::SGD;
@@ -249,6 +269,7 @@ void ShardedEmbeddingBagCollection::build() {
       runtime::sparse::KvTableOptions ko;
       ko.policy = options_.kv.policy;
       ko.cache_rows = c.kv_cache.rows_for(s.num_rows);
+      if (c.raw_ids) std::tie(ko.raw_part, ko.raw_parts) = raw_part_of(plan_.at(c.name), s);
       local.optimizer = opt;
       auto kv = std::make_shared<KvTable>(kv_store_, kv_tables++, local, options_.dtype,
                                           c.update == TableUpdate::Train, ko);
@@ -322,6 +343,16 @@ void ShardedEmbeddingBagCollection::build() {
       MT_CHECK(!options_.kv.path.empty(), "ShardedEmbeddingBagCollection: table '", c.name,
                "' is kv-backed but CollectionOptions::kv.path (the stores' folder) is empty");
     }
+    if (c.raw_ids) {
+      MT_CHECK(p.type != ShardingType::ColumnWise, "ShardedEmbeddingBagCollection: table '",
+               c.name, "' keys raw ids and cannot be column_wise (not built yet); shard it "
+               "table_wise, row_wise or table_row_wise");
+      for (const ShardMetadata& s : p.shards)
+        MT_CHECK(s.num_rows > 0, "ShardedEmbeddingBagCollection: table '", c.name,
+                 "' keys raw ids but the plan gives rank ", s.rank, " an empty row block: raise "
+                 "its num_embeddings (the rows it is expected to hold) to at least its shards'",
+                 " count, ", p.shards.size());
+    }
     switch (k) {
       case kDP: {
         add_shard(g, t, p.shards[size_t(me)]);
@@ -337,7 +368,8 @@ void ShardedEmbeddingBagCollection::build() {
           const bool mine = s.rank == me;
           if (mine) add_shard(g, t, s);
           for (size_t f : table_features[t]) {
-            send_tw[size_t(s.rank)].push_back({f, 0, c.num_embeddings});
+            send_tw[size_t(s.rank)].push_back(
+                {f, 0, c.raw_ids ? std::numeric_limits<int64_t>::max() : c.num_embeddings});
             P.tw[size_t(s.rank)].push_back({f, s.col_offset, s.num_cols});
             P.tw_width[size_t(s.rank)] += s.num_cols;
             if (mine) add_feature(g, f, last_shard(g), false);
@@ -350,7 +382,9 @@ void ShardedEmbeddingBagCollection::build() {
         for (size_t f : table_features[t]) {
           for (int j = 0; j < W; ++j) {
             const ShardMetadata& s = p.shards[size_t(j)];
-            send_rw[size_t(j)].push_back({f, s.row_offset, s.row_offset + s.num_rows});
+            send_rw[size_t(j)].push_back(c.raw_ids ? Plan::Send{f, 0, 0, j, W}
+                                                   : Plan::Send{f, s.row_offset,
+                                                                s.row_offset + s.num_rows});
           }
           add_feature(g, f, last_shard(g), true);
           P.rw_features.push_back(f);
@@ -365,7 +399,8 @@ void ShardedEmbeddingBagCollection::build() {
           for (int l = 0; l < P.local; ++l) {
             const ShardMetadata& s = p.shards[size_t(l)];
             send_twrw[size_t(n * P.local + l)].push_back(
-                {f, s.row_offset, s.row_offset + s.num_rows});
+                c.raw_ids ? Plan::Send{f, 0, 0, l, P.local}
+                          : Plan::Send{f, s.row_offset, s.row_offset + s.num_rows});
           }
           if (n == node) add_feature(g, f, last_shard(g), true);
           P.twrw_features[size_t(n)].push_back(f);
@@ -411,7 +446,8 @@ ShardedEmbeddingBagCollection::Routed ShardedEmbeddingBagCollection::route(
   const KeyedJaggedTensor& kjt = out.kjt;
   for (size_t f = 0; f < P.features.size(); ++f) {
     const EmbeddingBagConfig& c = configs_[P.features[f].table];
-    kjt.validate_ids(feature_names_[f], c.num_embeddings, c.name);
+    kjt.validate_ids(feature_names_[f],
+                     c.raw_ids ? std::numeric_limits<int64_t>::max() : c.num_embeddings, c.name);
   }
   const bool weighted = options_.is_weighted;
   // A batch without ids needs no weights (an empty batch is often built without them).
@@ -449,8 +485,8 @@ ShardedEmbeddingBagCollection::Routed ShardedEmbeddingBagCollection::route(
                       hi = off[int64_t(s.feature) * B + b + 1];
         int64_t n = 0;
         for (int64_t i = lo; i < hi; ++i) {
-          if (val[i] < s.lo || val[i] >= s.hi) continue;
-          send_val.push_back(val[i] - s.lo);
+          if (!s.takes(val[i])) continue;
+          send_val.push_back(s.local(val[i]));
           if (weighted) send_w.push_back(wts[i]);
           ++n;
         }

@@ -72,6 +72,10 @@
 // (LocalShard::kv instead of weight); not data_parallel. On a GPU the working sets move to the
 // device for the step and back to the host cache after it (the cache is in host memory). In
 // RowSparse mode their kept gradients' rows are working-set positions.
+// Raw-id kv tables (EmbeddingBagConfig::raw_ids): ids are any 64-bit keys >= 0, not rows; the
+// input dist sends a row_wise / table_row_wise table's ids to shard raw_id_owner(id, shards) of
+// its plan (a hash, ids unchanged) instead of by row block; table_wise sends them all to the
+// owner; column_wise is refused. A plan's row blocks then only size the shards' caches.
 // Update modes (EmbeddingBagConfig::update): frozen tables drop their gradients and keep no
 // optimizer state; writeback tables take the gradient reaching a row as its new value;
 // update_features: the other features of a shared table read it through a read-only alias.

@@ -89,7 +89,18 @@ struct EmbeddingBagConfig {
   // A table read by several features: only the gradients of these features update its rows
   // (the others only read them). Empty: every feature's.
   std::vector<std::string> update_features;
+  // Kv tables only: the ids are raw 64-bit keys (any id in [0, 2^63 - 1), e.g. hashed feature
+  // values), not rows 0..num_embeddings-1: a row exists for every id the table has seen, with no
+  // fixed count. num_embeddings is then the rows the table is expected to hold (the default init
+  // bounds, cache_fraction and the planner count it). Id i starts with the value the in-memory
+  // table holds at row i (ids past num_embeddings continue the same keyed stream). Sharding that
+  // splits rows (row_wise, table_row_wise) gives id i to shard raw_id_owner(i, shards).
+  bool raw_ids = false;
 };
+
+// The shard (0..parts-1) that keeps raw id `id` of a raw-id table split into `parts` (a hash, so
+// any id range spreads evenly; the same on every machine).
+int64_t raw_id_owner(int64_t id, int64_t parts);
 
 // The init distribution's bounds: the config's, or -+sqrt(1 / num_embeddings).
 std::pair<double, double> init_bounds(const EmbeddingBagConfig& config);

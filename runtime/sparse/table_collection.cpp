@@ -19,6 +19,9 @@ EmbeddingBagConfig resolved(EmbeddingBagConfig c, const char* where) {
            "' needs positive num_embeddings and embedding_dim, got ", c.num_embeddings, " x ",
            c.embedding_dim);
   MT_CHECK(!c.feature_names.empty(), where, ": table '", c.name, "' has no feature_names");
+  MT_CHECK(!c.raw_ids || c.storage == TableStorage::Kv, where, ": table '", c.name,
+           "' keys raw ids (raw_ids) but is not kv-backed: only kv tables (storage = kv) hold "
+           "rows for arbitrary ids");
   TableShard& s = c.shard;
   if (s.num_rows < 0) s.num_rows = c.num_embeddings - s.row_offset;
   if (s.num_cols < 0) s.num_cols = c.embedding_dim - s.col_offset;
@@ -49,6 +52,15 @@ std::pair<double, double> init_bounds(const EmbeddingBagConfig& c) {
   const double bound = std::sqrt(1.0 / double(c.num_embeddings));
   return {std::isnan(c.weight_init_min) ? -bound : c.weight_init_min,
           std::isnan(c.weight_init_max) ? bound : c.weight_init_max};
+}
+
+int64_t raw_id_owner(int64_t id, int64_t parts) {
+  // splitmix64's finalizer, offset so that it differs from the managed-collision bucket hash and
+  // the row cache's set hash (owner and set stay independent).
+  uint64_t z = uint64_t(id) + 0x6A09E667F3BCC909ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return int64_t((z ^ (z >> 31)) % uint64_t(parts));
 }
 
 int64_t KvCacheSize::rows_for(int64_t shard_rows) const {

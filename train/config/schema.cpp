@@ -353,6 +353,10 @@ std::vector<SectionSpec> build_schema() {
           {"update_override", &E::update_override,
            "Per-table update mode, as \"<feature>:train\" or \"<feature>:frozen\" (frozen: "
            "looked up only, no gradient or optimizer state)"},
+          {"raw_ids", &E::raw_ids,
+           "Features whose kv tables key rows by the raw 64-bit ids themselves (any id >= 0, "
+           "e.g. hashed values), with no fixed row count; the feature's num_embeddings is then "
+           "the rows the table is expected to hold (cache_fraction and the planner count it)"},
           {"kv_path", &E::kv_path,
            "Folder of the kv tables' stores, one per rank (rank-N; wiped at start: a resume "
            "refills them from the checkpoint); empty: <dump_folder>/kv"},

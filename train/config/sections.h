@@ -156,6 +156,7 @@ struct EmbeddingTablesConfig {  // [embedding]: embedding tables of recommendati
   std::string storage = "memory";
   StringList storage_override = {};  // "<feature>:memory|kv", per table
   StringList update_override = {};   // "<feature>:train|frozen", per table
+  StringList raw_ids = {};           // features whose kv tables key rows by raw 64-bit ids
   std::string kv_path = "";          // "": <dump_folder>/kv
   int64_t cache_rows = 0;            // per table shard; 0: cache_fraction of its rows
   double cache_fraction = 0.1;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
@@ -75,7 +76,9 @@ KvTable::KvTable(std::shared_ptr<KvStore> store, uint32_t table_id,
         for (const auto& [name, width] : fields_) b += size_t(width) * dtype_size(state_dtype_);
         return b;
       }()),
-      cache_(std::max<int64_t>(1, options.cache_rows), row_bytes_, options.policy) {
+      cache_(std::max<int64_t>(1, options.cache_rows), row_bytes_, options.policy),
+      raw_part_(options.raw_part),
+      raw_parts_(options.raw_parts) {
   MT_CHECK(store_ != nullptr, "KvTable '", config.name, "': no store");
   MT_CHECK(dtype == DType::F32 || dtype == DType::F64, "KvTable '", config.name,
            "': tables must be f32 or f64, got ", dtype_name(dtype));
@@ -84,6 +87,16 @@ KvTable::KvTable(std::shared_ptr<KvStore> store, uint32_t table_id,
            config.shard.num_cols, ")");
   MT_CHECK(options.cache_rows >= 1, "KvTable '", config.name, "': cache_rows must be >= 1, got ",
            options.cache_rows);
+  MT_CHECK(options.raw_parts >= 1 && options.raw_part >= 0 && options.raw_part < options.raw_parts,
+           "KvTable '", config.name, "': raw_part ", options.raw_part, " of ", options.raw_parts,
+           " parts");
+  MT_CHECK(!config.raw_ids || config.shard.row_offset == 0, "KvTable '", config.name,
+           "': a raw-id table's shard holds ids, not a row block (row_offset must be 0, got ",
+           config.shard.row_offset, ")");
+}
+
+bool KvTable::owns(int64_t id) const {
+  return raw_parts_ == 1 || raw_id_owner(id, raw_parts_) == raw_part_;
 }
 
 KvTable::~KvTable() {
@@ -122,11 +135,19 @@ void KvTable::pack_row(std::byte* dst, int64_t i, const Tensor& weight,
 }
 
 void KvTable::init_row(int64_t row, std::byte* bytes, const RandomKey* key) const {
+  // What init_uniform_ draws over the global [num_embeddings, dim] table at (global row, column):
+  // element global_row * dim + col of the key's stream (for raw ids past num_embeddings too).
   const auto [lo, hi] = init_bounds(config_);
-  const Tensor w = empty({1, local_cols()}, TensorOptions{}.with_dtype(dtype_));
-  nn::init_uniform_(w, key ? *key : init_.key("weight"), lo, hi, {config_.num_embeddings, config_.embedding_dim},
-                    {config_.shard.row_offset + row, config_.shard.col_offset});
-  std::memcpy(bytes, w.data_ptr(), weight_bytes_);
+  const RandomKey& k = key ? *key : init_.key("weight");
+  const uint64_t first = uint64_t(config_.shard.row_offset + row) * uint64_t(config_.embedding_dim) +
+                         uint64_t(config_.shard.col_offset);
+  for (int64_t c = 0; c < local_cols(); ++c) {
+    const double v = lo + (hi - lo) * uniform_at(k, first + uint64_t(c));
+    if (dtype_ == DType::F64)
+      reinterpret_cast<double*>(bytes)[c] = v;
+    else
+      reinterpret_cast<float*>(bytes)[c] = float(v);
+  }
   std::memset(bytes + weight_bytes_, 0, row_bytes_ - weight_bytes_);
 }
 
@@ -139,10 +160,12 @@ void KvTable::join_prefetch() {
 KvWorkingSet KvTable::gather(std::vector<int64_t> rows) {
   const auto t0 = Clock::now();
   NoGradGuard no_grad;
+  // Raw-id tables: any id >= 0 (the routing gave this shard its own).
+  const int64_t end = raw_ids() ? std::numeric_limits<int64_t>::max() : local_rows();
   for (size_t i = 0; i < rows.size(); ++i)
-    MT_CHECK(rows[i] >= 0 && rows[i] < local_rows() && (i == 0 || rows[i] > rows[i - 1]),
-             "KvTable '", config_.name, "': gather takes sorted unique rows in [0, ",
-             local_rows(), "), got ", rows[i], " at ", i);
+    MT_CHECK(rows[i] >= 0 && rows[i] < end && (i == 0 || rows[i] > rows[i - 1]), "KvTable '",
+             config_.name, "': gather takes sorted unique rows in [0, ", end, "), got ", rows[i],
+             " at ", i);
   join_prefetch();
   const int64_t n = int64_t(rows.size());
   std::vector<std::byte> bytes(size_t(n) * row_bytes_);
@@ -338,6 +361,8 @@ void KvTable::write_rows(int64_t first, const Tensor& weight, const std::vector<
 }
 
 void KvTable::reset_rows(const std::vector<int64_t>& global_rows, int64_t step) {
+  MT_CHECK(!raw_ids(), "KvTable '", config_.name, "': reset_rows (managed-collision evictions) ",
+           "does not apply to a raw-id table: it keys rows by the ids themselves");
   const RandomKey key = init_.key("weight.reset").with_offset(uint64_t(step));
   std::vector<int64_t> stored;
   std::vector<std::byte> bytes;
@@ -360,17 +385,76 @@ void KvTable::reset_rows(const std::vector<int64_t>& global_rows, int64_t step) 
 }
 
 void KvTable::write_field(int64_t first, int field, const Tensor& values) {
-  MT_CHECK(values.dim() == 2 && field >= -1 && field < int(fields_.size()), "KvTable '",
-           config_.name, "': write_field ", field, " of a ", values.shape(), " block");
-  const int64_t n = values.size(0);
+  MT_CHECK(values.dim() == 2 && first >= 0 && first + values.size(0) <= local_rows(), "KvTable '",
+           config_.name, "': write_field of a ", values.shape(), " block at row ", first,
+           " outside its ", local_rows(), " rows");
+  std::vector<int64_t> rows(size_t(values.size(0)));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = first + int64_t(i);
+  write_field_ids(rows, field, values);
+}
+
+void KvTable::write_field_ids(const std::vector<int64_t>& rows, int field, const Tensor& values) {
+  const int64_t n = int64_t(rows.size());
+  const int64_t width =
+      field < 0 ? local_cols() : field < int(fields_.size()) ? fields_[size_t(field)].second : -1;
+  MT_CHECK(width > 0 && values.dim() == 2 && values.size(0) == n && values.size(1) == width,
+           "KvTable '", config_.name, "': write_field ", field, " of ", n, " rows with a ",
+           values.shape(), " block");
+  const int64_t end = raw_ids() ? std::numeric_limits<int64_t>::max() : local_rows();
+  for (int64_t r : rows)
+    MT_CHECK(r >= 0 && r < end, "KvTable '", config_.name, "': write_field of row ", r,
+             " outside [0, ", end, ")");
+  if (n == 0) return;
   flush();
-  Tensor weight = empty({n, local_cols()}, TensorOptions{}.with_dtype(dtype_));
-  std::vector<Tensor> state;
+  settle_writes();
+  // The rows as stored (or their initial values), the field replaced, written back.
+  std::vector<std::byte> bytes(size_t(n) * row_bytes_);
+  const std::vector<bool> found = store_->multi_get(table_id_, rows, row_bytes_, bytes.data());
+  for (int64_t i = 0; i < n; ++i)
+    if (!found[size_t(i)]) init_row(rows[size_t(i)], bytes.data() + size_t(i) * row_bytes_);
+  const Tensor v = values.contiguous().to(field < 0 ? dtype_ : state_dtype_);
+  size_t off = 0;
+  for (int f = 0; f < field; ++f) off += size_t(fields_[size_t(f)].second) * dtype_size(state_dtype_);
+  if (field >= 0) off += weight_bytes_;
+  const size_t fb = size_t(width) * dtype_size(v.dtype());
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(bytes.data() + size_t(i) * row_bytes_ + off,
+                static_cast<const std::byte*>(v.data_ptr()) + size_t(i) * fb, fb);
+    cache_.erase(rows[size_t(i)]);
+  }
+  write_to_store(rows, bytes);
+}
+
+int64_t KvTable::stored_bounds(int64_t every, std::vector<int64_t>& bounds,
+                               const KvStore::View* view) const {
+  MT_CHECK(every >= 1, "KvTable '", config_.name, "': stored_bounds every ", every);
+  bounds.clear();
+  int64_t count = 0;
+  store_->scan(table_id_, 0, std::numeric_limits<int64_t>::max(), row_bytes_,
+               [&](int64_t row, const std::byte*) {
+                 if (count++ % every == 0) bounds.push_back(row);
+               },
+               view);
+  return count;
+}
+
+KvStoredRows KvTable::read_stored(int64_t first_id, int64_t end_id,
+                                  const KvStore::View* view) const {
+  std::vector<std::byte> bytes;
+  KvStoredRows out;
+  store_->scan(table_id_, first_id, end_id, row_bytes_,
+               [&](int64_t row, const std::byte* src) {
+                 out.ids.push_back(row);
+                 bytes.insert(bytes.end(), src, src + row_bytes_);
+               },
+               view);
+  const int64_t n = int64_t(out.ids.size());
+  out.weight = empty({n, local_cols()}, TensorOptions{}.with_dtype(dtype_));
   for (const auto& [name, width] : fields_)
-    state.push_back(empty({n, width}, TensorOptions{}.with_dtype(state_dtype_)));
-  read_rows(first, n, weight, state, nullptr);
-  (field < 0 ? weight : state[size_t(field)]).copy_(values);
-  write_rows(first, weight, state);
+    out.state.push_back(empty({n, width}, TensorOptions{}.with_dtype(state_dtype_)));
+  for (int64_t i = 0; i < n; ++i)
+    unpack_row(bytes.data() + size_t(i) * row_bytes_, i, out.weight, out.state);
+  return out;
 }
 
 void KvTable::clear() {

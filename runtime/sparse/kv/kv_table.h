@@ -21,6 +21,9 @@
 // Row bytes: the weight's cols (table dtype), then each state field (f32; f64 for f64 tables).
 // Checkpoints: flush() writes every cached row to the store; read_rows() gives any block of local
 // rows from a consistent store view (missing rows: their initial values), write_rows() loads one.
+// Raw-id tables (EmbeddingBagConfig::raw_ids): "rows" are the raw ids themselves (any id >= 0;
+// the shard's row offset is 0), the shard keeps the ids that raw_id_owner gives its part, and a
+// checkpoint saves the stored rows only (stored_bounds + read_stored, write_field_ids).
 #pragma once
 
 #include <chrono>
@@ -43,6 +46,15 @@ namespace mt::runtime::sparse {
 struct KvTableOptions {
   int64_t cache_rows = 1;  // the cache's rows (rounded up to whole sets)
   CachePolicy policy = CachePolicy::LRU;
+  // Raw-id tables: this shard keeps the ids with raw_id_owner(id, raw_parts) == raw_part.
+  int64_t raw_part = 0, raw_parts = 1;
+};
+
+// Stored rows of a raw-id table shard (KvTable::read_stored): ids ascending, and their values.
+struct KvStoredRows {
+  std::vector<int64_t> ids;
+  Tensor weight;             // [n, cols]
+  std::vector<Tensor> state;  // per state field, [n, width]
 };
 
 // Where a step's rows came from, and what moved (cumulative; KvTable::stats).
@@ -79,7 +91,11 @@ class KvTable {
   // (EmbeddingTable::init_context), whose key("weight") an in-memory table draws with.
   void set_init(const nn::InitContext& init) { init_ = init; }
   const EmbeddingBagConfig& config() const { return config_; }
+  // Rows of the shard (raw-id tables: the rows it is expected to hold).
   int64_t local_rows() const { return config_.shard.num_rows; }
+  bool raw_ids() const { return config_.raw_ids; }
+  // Whether this shard keeps raw id `id` (raw-id tables; true for every id of a one-part table).
+  bool owns(int64_t id) const;
   int64_t local_cols() const { return config_.shard.num_cols; }
   DType dtype() const { return dtype_; }
   // (name, width) of the state fields kept per row.
@@ -103,6 +119,15 @@ class KvTable {
   // Replaces one field of local rows [first, first + n): field -1 is the weight ([n, cols]),
   // i >= 0 state field i ([n, width_i]); the rows' other fields keep their values.
   void write_field(int64_t first, int field, const Tensor& values);
+  // The same for the rows `rows` (local rows, or raw ids), in that order.
+  void write_field_ids(const std::vector<int64_t>& rows, int field, const Tensor& values);
+
+  // Raw-id tables' checkpoints, from `view` (take it after flush()):
+  // the number of stored rows, and the id at every `every`-th of them (ascending: chunk bounds);
+  int64_t stored_bounds(int64_t every, std::vector<int64_t>& bounds,
+                        const KvStore::View* view) const;
+  // the stored rows with first_id <= id < end_id.
+  KvStoredRows read_stored(int64_t first_id, int64_t end_id, const KvStore::View* view) const;
   // Back to the initial values: the cache emptied, the table's rows erased from the store.
   void clear();
   // Rows held in the store (after flush(): every row ever touched).
@@ -113,7 +138,8 @@ class KvTable {
 
  private:
   struct Prefetch;
-  // The initial value of local row `row` (state zero), drawn from `key` (default: the weight's).
+  // The initial value of local row `row` (raw-id tables: of id `row`) with state zero, drawn from
+  // `key` (default: the weight's) at the table's global row.
   void init_row(int64_t row, std::byte* bytes, const RandomKey* key = nullptr) const;
   void join_prefetch();
   // Row i of the dense tensors (weight [n, cols], state[f] [n, width_f], contiguous) from / into
@@ -139,6 +165,7 @@ class KvTable {
   std::vector<int64_t> current_;  // the last gather's rows (sorted)
   std::future<void> pending_write_;  // scatter's evictions, written in the background
   KvStats stats_;
+  int64_t raw_part_, raw_parts_;
 };
 
 }  // namespace mt::runtime::sparse

@@ -3,16 +3,20 @@
 // else, a corrupt database), the set-associative row cache (LRU and LFU eviction), and KvTable
 // (rows never seen are the in-memory table's initial values, a working set goes back through a
 // cache smaller than itself, prefetched rows written meanwhile are read again, checkpoint reads
-// and field writes).
+// and field writes; raw-id tables: any 64-bit id, the memory table's values below num_embeddings,
+// the hash split of ids over shards, and their stored rows read back by id range).
 #include "runtime/sparse/kv/kv_table.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <fstream>
 
 #include "runtime/nn/init.h"
 #include "runtime/ops/factory.h"
+#include "runtime/sparse/embedding_bag_collection.h"
 #include "runtime/sparse/table_collection.h"
 #include "tests/testing/errors.h"
 #include "tests/testing/scratch_dir.h"
@@ -222,6 +226,85 @@ TEST(KvTable, CheckpointReadsAndFieldWrites) {
   EXPECT_EQ(kv.stats().initialised, initialised + 1);
   EXPECT_NE(floats(fresh.weight), std::vector<float>(2, 7.0f));
   EXPECT_EQ(floats(fresh.momentum1), std::vector<float>{0.0f});
+}
+
+// A raw-id table keys rows by the ids themselves: any id >= 0, ids below num_embeddings start as
+// the in-memory table's rows, the others continue the same keyed stream (row-major, so id r's
+// values are the elements [r * dim, (r + 1) * dim) of it).
+TEST(KvTable, RawIdTablesTakeAny64BitIdAndStartAsTheMemoryTable) {
+  testing::ScratchDir dir;
+  EmbeddingBagConfig c = table_config(50, 3, EmbOptimType::RowwiseAdagrad);
+  c.shard = TableShard{0, 50, 0, 3};
+  EmbeddingTable memory("EmbeddingBag", c, DType::F32, false);
+  const nn::InitContext ctx{5, "emb.t."};
+  memory.reset_parameters(ctx);
+  c.storage = TableStorage::Kv;
+  c.raw_ids = true;
+  KvTable kv(KvStore::open_scratch(dir.path() / "db"), 0, c, DType::F32, true, {.cache_rows = 2});
+  kv.set_init(ctx);
+  const int64_t big = (int64_t(1) << 62) + 12345;
+  const KvWorkingSet ws = kv.gather({3, 49, 50, 1000000, big});
+  EXPECT_EQ(floats(ws.weight.narrow(0, 0, 1)), floats(memory.weight.narrow(0, 3, 1)));
+  EXPECT_EQ(floats(ws.weight.narrow(0, 1, 1)), floats(memory.weight.narrow(0, 49, 1)));
+  // Past num_embeddings: the same stream, drawn as a bigger table would hold it.
+  Tensor wider = empty({2, 3});
+  nn::init_uniform_(wider, ctx.key("weight"), -std::sqrt(1.0 / 50), std::sqrt(1.0 / 50), {1000002, 3},
+                    {1000000, 0});
+  EXPECT_EQ(floats(ws.weight.narrow(0, 3, 1)), floats(wider.narrow(0, 0, 1)));
+  for (float v : floats(ws.weight.narrow(0, 4, 1))) EXPECT_LE(std::abs(v), std::sqrt(1.0 / 50));
+  // Trained rows go to the store under their ids; read back by id range, in id order.
+  KvWorkingSet step = ws;
+  step.weight.fill_(2.0);
+  step.momentum1.fill_(0.25);
+  kv.scatter(step);
+  kv.flush();
+  EXPECT_EQ(kv.stored_rows(), 5);
+  std::vector<int64_t> bounds;
+  EXPECT_EQ(kv.stored_bounds(2, bounds, nullptr), 5);
+  EXPECT_EQ(bounds, (std::vector<int64_t>{3, 50, big}));  // every 2nd stored id
+  const KvStoredRows tail = kv.read_stored(50, std::numeric_limits<int64_t>::max(), nullptr);
+  EXPECT_EQ(tail.ids, (std::vector<int64_t>{50, 1000000, big}));
+  EXPECT_EQ(floats(tail.weight), std::vector<float>(9, 2.0f));
+  EXPECT_EQ(floats(tail.state[0]), std::vector<float>(3, 0.25f));
+  // Keyed field writes (a checkpoint load): one field of the given ids, new ids included.
+  kv.write_field_ids({big, 7}, 0, full({2, 1}, 4.0));
+  const KvWorkingSet after = kv.gather({7, big});
+  EXPECT_EQ(floats(after.momentum1), (std::vector<float>{4, 4}));
+  EXPECT_EQ(floats(after.weight.narrow(0, 0, 1)), floats(memory.weight.narrow(0, 7, 1)));
+  EXPECT_EQ(floats(after.weight.narrow(0, 1, 1)), std::vector<float>(3, 2.0f));
+  EXPECT_NE(error_of([&] { kv.gather({-1}); }).find("sorted unique rows"), std::string::npos);
+  EXPECT_NE(error_of([&] { kv.reset_rows({1}, 1); }).find("raw-id table"), std::string::npos);
+}
+
+// Shards of a raw-id table split the ids by raw_id_owner: every id has exactly one owner, and the
+// split is even for consecutive and for strided ids alike.
+TEST(KvTable, RawIdOwnersSplitIdsEvenly) {
+  for (const int64_t stride : {int64_t(1), int64_t(4), int64_t(1) << 40}) {
+    std::vector<int64_t> per(4, 0);
+    for (int64_t i = 0; i < 40000; ++i) {
+      const int64_t owner = raw_id_owner(i * stride, 4);
+      ASSERT_GE(owner, 0);
+      ASSERT_LT(owner, 4);
+      ++per[size_t(owner)];
+    }
+    for (int64_t n : per) EXPECT_NEAR(double(n), 10000.0, 400.0) << "stride " << stride;
+  }
+  testing::ScratchDir dir;
+  EmbeddingBagConfig c = table_config(50, 2, EmbOptimType::SGD);
+  c.shard = TableShard{0, 25, 0, 2};
+  c.storage = TableStorage::Kv;
+  c.raw_ids = true;
+  KvTableOptions o;
+  o.raw_part = 1;
+  o.raw_parts = 2;
+  KvTable kv(KvStore::open_scratch(dir.path() / "db"), 0, c, DType::F32, false, o);
+  for (int64_t id : {int64_t(0), int64_t(17), int64_t(1) << 50})
+    EXPECT_EQ(kv.owns(id), raw_id_owner(id, 2) == 1);
+  // A raw-id table must be kv-backed.
+  EmbeddingBagConfig memory_raw = table_config(50, 2, EmbOptimType::SGD);
+  memory_raw.raw_ids = true;
+  EXPECT_NE(error_of([&] { EmbeddingBagCollection({memory_raw}); }).find("not kv-backed"),
+            std::string::npos);
 }
 
 }  // namespace
