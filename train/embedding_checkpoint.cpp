@@ -332,7 +332,7 @@ EmbeddingLoadPlan embedding_load_template(const parallel::ShardedEmbeddingBagCol
 
     const std::string base = optimizer_prefix + "state." + fqn + ".";
     if (c.raw_ids) {
-      add_raw_id_load_pieces(c, s, saved, model_prefix, optimizer_prefix, dest);
+      add_raw_id_load_pieces(c, ebc.options().dtype, s, saved, model_prefix, optimizer_prefix, dest);
       add(Kind::Step, base + "step", fqn + ".step",
           runtime::zeros({}, runtime::TensorOptions{}.with_dtype(DType::I64)), {}, {});
       continue;

@@ -48,9 +48,11 @@ void add_raw_id_pieces(const parallel::ShardedEmbeddingBagCollection& ebc,
                        const std::string& model_prefix, const std::string& optimizer_prefix,
                        checkpoint::CheckpointState& state);
 
-// Loading raw-id table `c` (this rank's shard of it, or null): empties the shard and appends the
-// pieces that refill it to `dest` (empty ones on a rank without a shard). Not collective.
-void add_raw_id_load_pieces(const parallel::EmbeddingBagConfig& c, const parallel::LocalShard* shard,
+// Loading raw-id table `c` (this rank's shard of it, or null) of the collection's `dtype`: empties
+// the shard and appends the pieces that refill it to `dest` (empty ones on a rank without a
+// shard). Not collective.
+void add_raw_id_load_pieces(const parallel::EmbeddingBagConfig& c, runtime::DType dtype,
+                            const parallel::LocalShard* shard,
                             const checkpoint::Index& saved, const std::string& model_prefix,
                             const std::string& optimizer_prefix, checkpoint::CheckpointState& dest);
 

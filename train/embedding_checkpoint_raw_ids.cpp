@@ -174,7 +174,8 @@ std::string shape_text(const Shape& s) {
 
 }  // namespace
 
-void add_raw_id_load_pieces(const parallel::EmbeddingBagConfig& c, const LocalShard* shard,
+void add_raw_id_load_pieces(const parallel::EmbeddingBagConfig& c, DType wdtype,
+                            const LocalShard* shard,
                             const checkpoint::Index& saved, const std::string& model_prefix,
                             const std::string& optimizer_prefix, CheckpointState& dest) {
   std::map<std::string, Shape> saved_shape;
@@ -215,7 +216,6 @@ void add_raw_id_load_pieces(const parallel::EmbeddingBagConfig& c, const LocalSh
                  : "");
   }
   const std::shared_ptr<KvTable> kv = shard ? shard->kv : nullptr;
-  const DType wdtype = kv ? kv->dtype() : DType::F32;
   const DType sdtype = state_dtype(wdtype);
   if (!saved_shape.count(wname)) {  // saved with no rows stored: the table starts over
     if (kv) kv->clear();
