@@ -4,11 +4,13 @@
 // with and without prefetch;
 // a run resumed from a checkpoint continues with the same losses, also on another rank count and
 // into memory tables (and memory checkpoints into kv tables); frozen tables keep their initial
-// values; bad settings are errors naming the key.
+// values; raw-id kv tables train and resume like memory tables; bad settings are errors naming
+// the key.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -221,6 +223,58 @@ TEST(RecsysKvMpiCheckpoint, ResumesAndReshards) {
   world()->barrier("done");
 }
 
+// Raw-id kv tables (--embedding.raw_ids) train bitwise like memory tables where the ids route
+// alike (one rank; table_wise on two), and resume from their sparse checkpoints: bitwise on the
+// same ranks, to float tolerance on one rank.
+TEST(RecsysKvMpiRawIds, TrainAndResumeLikeMemoryTables) {
+  const int64_t n = world()->size();
+  const std::shared_ptr<ProcessGroup> alone = self();
+  const fs::path dir = testing::shared_dir(*world(), "mt_recsys_kv_mpi", "raw_ids");
+  const std::vector<std::string> raw = {"--embedding.storage=kv", "--embedding.cache_fraction=0.05",
+                                        "--embedding.prefetch=true",
+                                        "--embedding.raw_ids=[\"cat_0\", \"cat_3\", \"cat_25\"]"};
+  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  if (world()->rank() == 0) {
+    const std::vector<std::string> rw = {"--embedding.sharding=row_wise"};
+    expect_bitwise(run(job(Data::Criteo, 1, dir / "raw1", with(rw, raw)), alone),
+                   run(job(Data::Criteo, 1, dir / "memory1", rw), alone));
+  }
+  world()->barrier("one rank");
+  const std::vector<std::string> tw = {"--embedding.sharding=table_wise", "--checkpoint.enable=true",
+                                       "--checkpoint.interval=8", "--validation.enable=false"};
+  const TrainResult memory = run(job(Data::Criteo, n, dir / "memory", tw), world());
+  const TrainResult straight = run(job(Data::Criteo, n, dir / "straight", with(tw, raw)), world());
+  expect_bitwise(straight, memory);
+  // The raw-id tables were saved sparse (their ids beside their rows), the others dense.
+  const checkpoint::CheckpointSummary summary =
+      checkpoint::inspect_checkpoint(dir / "straight" / "checkpoint" / "step-8");
+  std::map<std::string, runtime::Shape> shapes;
+  for (const auto& c : summary.index.chunks) shapes[c.meta.fqn] = c.meta.global_shape;
+  const std::string tables = "model.sparse_arch.embedding_bags.";
+  ASSERT_TRUE(shapes.count(tables + "t_cat_0.ids"));
+  EXPECT_EQ(shapes.at(tables + "t_cat_0.weight")[0], shapes.at(tables + "t_cat_0.ids")[0]);
+  EXPECT_LT(shapes.at(tables + "t_cat_0.ids")[0], 10000);  // the rows trained, not the table
+  EXPECT_EQ(shapes.at(tables + "t_cat_25.ids"), runtime::Shape{4});
+  EXPECT_FALSE(shapes.count(tables + "t_cat_1.ids"));
+  expect_continues(run(job(Data::Criteo, n, resume_folder(dir / "straight", dir / "same"),
+                           with(tw, raw)),
+                       world()),
+                   straight, 0.0);
+  const fs::path one = resume_folder(dir / "straight", dir / "one");
+  if (world()->rank() == 0)
+    expect_continues(
+        run(job(Data::Criteo, 1, one,
+                with({"--embedding.sharding=row_wise", "--checkpoint.enable=true",
+                      "--checkpoint.interval=8", "--validation.enable=false"},
+                     raw)),
+            alone),
+        straight, 1e-5);
+  world()->barrier("done");
+}
+
 // This rank's shard of `table` ([rows, cols]; a kv shard read from its store).
 Tensor shard_values(RecsysTrainer& trainer, const std::string& table) {
   auto& ebc = dynamic_cast<models::dlrm::ShardedSparseArch&>(trainer.model().sparse_arch())
@@ -299,6 +353,14 @@ TEST(RecsysKvMpiErrors, BadSettingsNameTheKey) {
             std::string::npos);
   EXPECT_NE(error({"--embedding.prefetch=true", "--embedding.managed_collision=[\"cat_0\"]"})
                 .find("embedding.prefetch"),
+            std::string::npos);
+  EXPECT_NE(error({"--embedding.raw_ids=[\"cat_0\"]"}).find("not kv-backed"), std::string::npos);
+  EXPECT_NE(error({"--embedding.storage=kv", "--embedding.raw_ids=[\"nope\"]"})
+                .find("not a sparse feature"),
+            std::string::npos);
+  EXPECT_NE(error({"--embedding.storage=kv", "--embedding.raw_ids=[\"cat_0\"]",
+                   "--embedding.managed_collision=[\"cat_0\"]"})
+                .find("both embedding.raw_ids and embedding.managed_collision"),
             std::string::npos);
 }
 
