@@ -93,6 +93,10 @@ ShardedEmbeddingCollection::ShardedEmbeddingCollection(std::vector<EmbeddingConf
            "stepped by their row optimizers); use Fused or RowSparse");
   MT_CHECK(!options_.is_weighted,
            "ShardedEmbeddingCollection: per-value weights are not supported (unpooled lookups)");
+  for (const EmbeddingConfig& c : configs_)
+    MT_CHECK(c.storage == runtime::sparse::TableStorage::Memory,
+             "ShardedEmbeddingCollection: table '", c.name, "' is kv-backed; unpooled "
+             "collections hold memory tables only (kv tables: ShardedEmbeddingBagCollection)");
   MT_CHECK(options_.dtype == DType::F32 || options_.dtype == DType::F64,
            "ShardedEmbeddingCollection: tables must be f32 or f64, got ",
            runtime::dtype_name(options_.dtype));

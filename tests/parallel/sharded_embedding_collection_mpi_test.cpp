@@ -461,6 +461,18 @@ TEST(ShardedEmbeddingCollection, ErrorsNameTheProblem) {
   opts.is_weighted = true;
   EXPECT_NE(message(uniform_plan(tables, ShardingType::RowWise), opts).find("weights"),
             std::string::npos);
+  opts.is_weighted = false;
+  {  // kv-backed tables are for the pooled collection only
+    auto kv = tables;
+    kv[0].storage = runtime::sparse::TableStorage::Kv;
+    std::string m = "no error";
+    try {
+      ShardedEmbeddingCollection c(kv, uniform_plan(kv, ShardingType::RowWise), world(), opts);
+    } catch (const Error& e) {
+      m = e.what();
+    }
+    EXPECT_NE(m.find("memory tables only"), std::string::npos) << m;
+  }
   // An id out of range is refused before any collective (every rank's input is bad here).
   ShardedEmbeddingCollection sharded(tables, uniform_plan(tables, ShardingType::RowWise), world(),
                                      CollectionOptions{});
