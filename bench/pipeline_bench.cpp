@@ -243,7 +243,7 @@ void run_schedule(const std::string& name, const Options& o,
       forward_s[size_t(stage_of.at(&stage))] += seconds_since(t0);
       forward_cpu_s += thread_cpu_seconds() - c0;
     }
-    return y;
+    return pipe::StageOutput{y, Tensor()};
   };
   functions.loss = [&](const Tensor& logits, int64_t microbatch) {
     const auto t0 = Clock::now();

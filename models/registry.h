@@ -81,12 +81,19 @@ struct ModelSpec {
   // and output on the last), built alone with the whole model's FQNs and initial values.
   // stage_forward maps the previous stage's output (the tokens, on the first stage) to the next
   // stage's input, or on the last stage to the logits `loss` computes its cross-entropy from;
-  // stages pass tensors of hidden_shape(batch, seq) in the parameters' (compute) dtype.
+  // stages pass tensors of hidden_shape(batch, seq) in the parameters' (compute) dtype. A stage
+  // whose layers have an auxiliary loss (MoE load balancing) returns it beside (0-D, the sum of
+  // its layers' terms, as the whole model's forward adds them): the trainer adds it to the
+  // micro-batch's loss as `loss` does, and backpropagates it from that stage.
+  struct StageOutput {
+    Tensor hidden;
+    Tensor aux_loss;  // undefined: none
+  };
   std::function<int64_t()> num_layers;
   std::function<std::shared_ptr<runtime::nn::Module>(const BuildOptions&, int64_t begin,
                                                      int64_t end)>
       build_stage;
-  std::function<Tensor(runtime::nn::Module& stage, const Tensor& input)> stage_forward;
+  std::function<StageOutput(runtime::nn::Module& stage, const Tensor& input)> stage_forward;
   std::function<std::vector<int64_t>(int64_t batch, int64_t seq)> hidden_shape;
   // Optional: after each optimizer step (MoE load balancing). all_reduce_sum sums a tensor over
   // the data-parallel ranks. Returns metrics to log (name -> value). A metric that is a mean

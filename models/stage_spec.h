@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "models/llama/model.h"
@@ -29,7 +30,11 @@ void add_pipeline_stages(ModelSpec& spec, std::function<const Args&()> args) {
     auto* model = dynamic_cast<Model*>(&stage);
     MT_CHECK(model != nullptr, name, " spec: expected a pipeline stage of the model, got a ",
              "module of type ", stage.type_name());
-    return model->stage_forward(input);
+    auto out = model->stage_forward(input);
+    if constexpr (std::is_same_v<decltype(out), Tensor>)
+      return ModelSpec::StageOutput{out, Tensor()};
+    else
+      return ModelSpec::StageOutput{out.logits, out.aux_loss};
   };
   spec.hidden_shape = [args](int64_t batch, int64_t seq) {
     return std::vector<int64_t>{batch, seq, args().dim};

@@ -41,6 +41,7 @@
 #include "runtime/nn/init.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
+#include "runtime/ops/reduce.h"
 #include "runtime/optim/clip_grad.h"
 #include "runtime/optim/lr_scheduler.h"
 #include "train/checkpointer.h"
@@ -501,7 +502,24 @@ void Trainer::build_pipeline(const PipelinePlan& plan, const models::BuildOption
   }
   model_ = pipe::merge_stage_modules(stage_modules_);
   pipe::StageFunctions functions;
-  functions.forward = spec_->stage_forward;
+  functions.forward = [forward = spec_->stage_forward](runtime::nn::Module& stage,
+                                                       const Tensor& input) {
+    const models::ModelSpec::StageOutput out = forward(stage, input);
+    return pipe::StageOutput{out.hidden, out.aux_loss};
+  };
+  functions.aux_loss = [this](const Tensor& aux, int64_t microbatch) {
+    // As the model's loss adds it without a pipeline (moe spec.cpp): the auxiliary loss times the
+    // micro-batch's valid tokens, in the loss's accumulation dtype, logged with the loss on this stage's rank
+    // (the ranks' sums add up to the step's loss) and differentiated / the step's valid tokens.
+    const Tensor valid =
+        runtime::sum(runtime::ne(pipeline_labels_.at(size_t(microbatch)), -100.0));
+    const runtime::DType dt = runtime::accumulation_dtype(aux.dtype());
+    const Tensor term = runtime::mul(aux.to(dt), valid.to(dt));
+    pipeline_loss_sum_ = pipeline_loss_sum_.defined()
+                             ? runtime::add(pipeline_loss_sum_, term.detach())
+                             : term.detach();
+    return term * (1.0 / pipeline_valid_);
+  };
   functions.loss = [this](const Tensor& logits, int64_t microbatch) {
     // The token cross-entropy of the last stage's logits, summed, as the model's loss computes
     // it; its gradient is taken of sum / (the step's valid tokens), as without a pipeline.

@@ -97,12 +97,8 @@ Transformer::Output Transformer::forward_with_aux(const Tensor& tokens, bool f32
   return forward_part(tokens, f32_logits);
 }
 
-Tensor Transformer::stage_forward(const Tensor& input) {
-  Output out = forward_part(input, false);
-  MT_CHECK(!out.aux_loss.defined(), "moe Transformer: the auxiliary loss (aux_loss_alpha = ",
-           args_.aux_loss_alpha, ") is not carried between pipeline stages yet; set it to 0 "
-           "(auxiliary-loss-free load balancing still runs) or pipeline_parallel_degree = 1");
-  return out.logits;
+Transformer::Output Transformer::stage_forward(const Tensor& input) {
+  return forward_part(input, false);
 }
 
 Transformer::Output Transformer::forward_part(const Tensor& input, bool f32_logits) {

@@ -74,9 +74,9 @@ class Transformer : public nn::Module {
   // The logits alone.
   Tensor operator()(const Tensor& tokens) { return forward_with_aux(tokens).logits; }
   // A pipeline stage's forward (see llama's Transformer::stage_forward): tokens or the previous
-  // stage's hidden states -> hidden states, or logits in the compute dtype on the last stage.
-  // The auxiliary loss is not carried between stages: a stage with one throws.
-  Tensor stage_forward(const Tensor& input);
+  // stage's hidden states -> hidden states, or logits in the compute dtype on the last stage;
+  // with the auxiliary loss of the stage's MoE layers (undefined when off).
+  Output stage_forward(const Tensor& input);
   const llama::LayerRange& layer_range() const { return range_; }
   bool is_whole() const { return range_.begin == 0 && range_.end == args_.n_layers; }
 

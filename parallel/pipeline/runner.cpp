@@ -34,6 +34,7 @@ struct PipelineRunner::Inflight {
   std::map<Key, Incoming> output_grads;  // the gradient of a stage's output
   std::map<Key, Tensor> stage_inputs;    // the input leaf each forward ran on (backward reads its grad)
   std::map<Key, Tensor> outputs;         // a forward's output (the loss on the last stage)
+  std::map<Key, Tensor> aux_terms;       // a forward's auxiliary loss term (not on the last stage)
   std::map<Key, runtime::autograd::DeferredBackward> weight_work;  // BackwardInput's rest
   std::vector<Work> sends;
   Tensor loss_sum;
@@ -133,15 +134,24 @@ void PipelineRunner::run_forward(const Action& action, const std::vector<Tensor>
     if (!state.eval_loss) x.set_requires_grad(true);
   }
   const auto t0 = Clock::now();
-  Tensor y = functions_.forward(module_of(s), x);
+  StageOutput out = functions_.forward(module_of(s), x);
+  Tensor y = out.output;
+  Tensor aux;  // the auxiliary loss term this stage backpropagates (training only)
+  if (out.aux_loss.defined() && !state.eval_loss) {
+    MT_CHECK(functions_.aux_loss != nullptr, "PipelineRunner: stage ", s,
+             " returned an auxiliary loss but StageFunctions::aux_loss is not set");
+    aux = functions_.aux_loss(out.aux_loss, m);
+  }
   if (!state.eval_loss) state.stage_inputs[{s, m}] = x;
   if (s == last) {
     Tensor loss = state.eval_loss ? (*state.eval_loss)(y, m) : functions_.loss(y, m);
     state.loss_sum = state.loss_sum.defined() ? runtime::add(state.loss_sum, loss.detach())
                                               : loss.detach();
+    if (aux.defined()) loss = runtime::add(loss, aux.to(loss.dtype()));
     if (!state.eval_loss) state.outputs[{s, m}] = loss;
   } else {
     if (!state.eval_loss) state.outputs[{s, m}] = y;
+    if (aux.defined()) state.aux_terms[{s, m}] = aux;
     const int64_t peer = stage_rank(s + 1, schedule_.pp);
     Tensor sent = y.detach().contiguous();
     if (peer == group_->rank()) {
@@ -160,18 +170,23 @@ void PipelineRunner::run_backward(const Action& action, Inflight& state) {
   auto out = state.outputs.find({s, m});
   MT_CHECK(out != state.outputs.end(), "PipelineRunner: ", to_string(action),
            " before its forward");
-  std::vector<Tensor> grad;  // none for the loss
+  std::vector<Tensor> roots{out->second}, grad;  // no gradient given for the loss
   if (s != last) grad.push_back(take(state.output_grads, {s, m}, "output gradient"));
+  if (auto aux = state.aux_terms.find({s, m}); aux != state.aux_terms.end()) {
+    roots.push_back(aux->second);  // a 0-D root: its gradient is one (undefined)
+    grad.push_back(Tensor());
+    state.aux_terms.erase(aux);
+  }
   const auto t0 = Clock::now();
   Tensor input = state.stage_inputs.at({s, m});
   if (action.kind == ActionKind::Backward) {
-    runtime::autograd::backward({out->second}, grad);
+    runtime::autograd::backward(roots, grad);
   } else {
     // Zero bubble: the input's gradient now, the weights' at this (stage, micro-batch)'s
     // BackwardWeight. Stage 0's input (tokens) has none: all of it is weight work.
     std::vector<Tensor> inputs;
     if (s > 0) inputs.push_back(input);
-    state.weight_work[{s, m}] = runtime::autograd::backward_input({out->second}, grad, inputs);
+    state.weight_work[{s, m}] = runtime::autograd::backward_input(roots, grad, inputs);
   }
   state.outputs.erase(out);
   state.stage_inputs.erase({s, m});

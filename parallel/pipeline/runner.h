@@ -20,7 +20,9 @@
 //   (FSDP's hooks reduce them as for gradient accumulation).
 // - The losses: `loss(output, microbatch)` on the last stage gives the micro-batch's loss as the
 //   caller wants it differentiated (the trainer's sum / global token count); step() returns their
-//   sum, detached (zero on ranks without the last stage).
+//   sum, detached (zero on ranks without the last stage). A stage's auxiliary loss goes through
+//   `aux_loss` and is a second root of that stage's backward (not part of step()'s sum: the
+//   caller's aux_loss records what it wants logged). Evaluation ignores auxiliary losses.
 // - Per step, host times per action are kept (last_step_timing) for the bubble measurement:
 //   busy = time in the actions' compute, the rest of the step is idle (waiting for a neighbour).
 #pragma once
@@ -44,11 +46,22 @@ struct LocalStage {
   std::shared_ptr<runtime::nn::Module> module;
 };
 
+// A stage's forward result: its output, and an auxiliary loss of its own layers (e.g. MoE load
+// balancing; undefined when none).
+struct StageOutput {
+  Tensor output;
+  Tensor aux_loss;
+};
+
 struct StageFunctions {
   // The stage's forward: the previous stage's output (the tokens on stage 0) -> its output.
-  std::function<Tensor(runtime::nn::Module& stage, const Tensor& input)> forward;
+  std::function<StageOutput(runtime::nn::Module& stage, const Tensor& input)> forward;
   // Last stage: the loss of micro-batch `microbatch` from its output (0-D, differentiable).
   std::function<Tensor(const Tensor& output, int64_t microbatch)> loss;
+  // A stage's auxiliary loss of micro-batch `microbatch` -> the term its backward adds to the
+  // loss (0-D, differentiable): the stage backpropagates it with the gradient from the next
+  // stage, so its input's gradient carries it upstream. Needed when a stage returns one.
+  std::function<Tensor(const Tensor& aux_loss, int64_t microbatch)> aux_loss;
 };
 
 // Host seconds of the last step on this rank: its wall time and the time in actions (compute
