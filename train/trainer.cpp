@@ -438,7 +438,16 @@ void Trainer::setup_parallelism() {
       shape.push_back(layout.tp);
       names.push_back("tp");
     }
-    expert_mesh_ = parallel::DeviceMesh::create(device_world_, shape, names);
+    if (layout.pp > 1) {  // one stage's expert mesh: pp outermost, as on the world mesh
+      std::vector<int64_t> with_pp = shape;
+      std::vector<std::string> with_pp_names = names;
+      with_pp.insert(with_pp.begin(), layout.pp);
+      with_pp_names.insert(with_pp_names.begin(), "pp");
+      expert_mesh_ = parallel::DeviceMesh::create(device_world_, with_pp, with_pp_names)
+                         ->submesh(names);
+    } else {
+      expert_mesh_ = parallel::DeviceMesh::create(device_world_, shape, names);
+    }
     ctx.expert_mesh = expert_mesh_;
   }
   // "default": the blocks reshard when their shard group has several ranks (each gather saved is

@@ -174,7 +174,8 @@ TEST(TrainerPipelineMpi, PipelineTimesTensorParallelMatchesOneProcess) {
 // Saved at step 5 of a run, resumed on `ranks` ranks with `resumed` settings: steps 6..10 as the
 // uninterrupted run's.
 void expect_resumes(const fs::path& corpus, const fs::path& dump, const TrainResult& straight,
-                    int ranks, int64_t local_batch, const std::vector<std::string>& resumed) {
+                    int ranks, int64_t local_batch, const std::vector<std::string>& resumed,
+                    std::function<void(std::any&)> edit = eight_layers) {
   SCOPED_TRACE(::testing::Message() << "resumed on " << ranks << " ranks");
   const bool member = world()->rank() < ranks;
   std::shared_ptr<ProcessGroup> sub = world()->split(member ? 0 : 1, world()->rank());
@@ -182,7 +183,7 @@ void expect_resumes(const fs::path& corpus, const fs::path& dump, const TrainRes
     std::vector<std::string> args = {"--checkpoint.enable=true", "--checkpoint.interval=5",
                                      "--checkpoint.load_step=5"};
     args.insert(args.end(), resumed.begin(), resumed.end());
-    const TrainResult r = run(job(corpus, dump, local_batch, args), sub);
+    const TrainResult r = run(job(corpus, dump, local_batch, args), sub, edit);
     ASSERT_EQ(r.first_step, 6);
     ASSERT_EQ(r.losses.size(), 5u);
     for (size_t i = 0; i < 5; ++i) {
@@ -197,7 +198,8 @@ void expect_resumes(const fs::path& corpus, const fs::path& dump, const TrainRes
 
 // A checkpoint holds whole tensors in global coordinates: saved with pp = every rank, it resumes
 // with pp 1 on one rank (and, on 4 ranks, pp 2 x FSDP 2); on 4 ranks pp 2 x FSDP 2 resumes with
-// pp 4; saved by FSDP alone, it resumes with pp.
+// pp 4, and the MoE model saved with pp 2 x EP 2 resumes on one rank and with pp 4; saved by
+// FSDP alone, it resumes with pp.
 TEST(TrainerPipelineMpi, CheckpointsReshardAcrossPipelineDegrees) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const int64_t w = world()->size();
@@ -213,6 +215,16 @@ TEST(TrainerPipelineMpi, CheckpointsReshardAcrossPipelineDegrees) {
     const fs::path dump = shared_dir("pp2_ckpt");
     const TrainResult straight = run(job(corpus, dump, 4, pp_args(2, "1F1B", 1, ckpt)), world());
     expect_resumes(corpus, dump, straight, 4, 8, pp_args(4, "1F1B", 2));
+    const std::vector<std::string> moe = {"--model.name=deepseek_v3", "--model.flavor=moe_debug"};
+    std::vector<std::string> ep = ckpt;
+    ep.insert(ep.end(), moe.begin(), moe.end());
+    ep.push_back("--parallelism.expert_parallel_degree=2");
+    const fs::path moe_dump = shared_dir("pp2_ep2_ckpt");
+    const TrainResult moe_straight =
+        run(job(corpus, moe_dump, 4, pp_args(2, "1F1B", 1, ep)), world(), eight_moe_layers);
+    expect_resumes(corpus, moe_dump, moe_straight, 1, 8, moe, eight_moe_layers);
+    expect_resumes(corpus, moe_dump, moe_straight, 4, 8, pp_args(4, "1F1B", 2, moe),
+                   eight_moe_layers);
   }
   {
     const fs::path dump = shared_dir("fsdp_ckpt");
@@ -247,6 +259,10 @@ TEST(TrainerPipelineMpi, MoeMatchesOneProcess) {
     runs.emplace_back("pp 2 x FSDP 2", run(job(corpus, shared_dir("moe_pp_fsdp"), 4,
                                                pp_args(2, "1F1B", 1, moe_args({}))),
                                            world(), eight_moe_layers));
+    runs.emplace_back("pp 2 x EP 2", run(job(corpus, shared_dir("moe_pp_ep"), 4,
+                                             pp_args(2, "1F1B", 1,
+                                                     moe_args({"--parallelism.expert_parallel_degree=2"}))),
+                                     world(), eight_moe_layers));
     runs.emplace_back(
         "pp 2 x TP 2",
         run(job(corpus, shared_dir("moe_pp_tp"), 8,
@@ -344,14 +360,6 @@ TEST(TrainerPipelineMpi, SettingsThatCannotRunAreErrorsOnEveryRank) {
                pp_args(w, "InterleavedZeroBubble", 2,
                        {"--training.mixed_precision_param=bfloat16"}),
                {"InterleavedZeroBubble", "FSDP", "mixed_precision_param = bfloat16"});
-  // With expert parallelism (not composed yet).
-  if (w == 4) {
-    expect_error("with_ep", 8,
-                 pp_args(2, "1F1B", 2,
-                         {"--model.name=deepseek_v3", "--model.flavor=moe_debug",
-                          "--parallelism.expert_parallel_degree=2"}),
-                 {"expert_parallel_degree"});
-  }
 }
 
 }  // namespace

@@ -77,10 +77,6 @@ void validate_pipeline(const JobConfig& config, WorldLayout& out) {
                                       p.pipeline_parallel_microbatch_size
                                 : 1;
   if (out.pp == 1) return;
-  require(p.expert_parallel_degree == 1, config,
-          "pipeline parallelism with expert parallelism is not built yet; set "
-          "parallelism.expert_parallel_degree = 1 or parallelism.pipeline_parallel_degree = 1",
-          "parallelism.pipeline_parallel_degree", "parallelism.expert_parallel_degree");
   require(!config.float8.enable, config,
           "float8 training with pipeline parallelism is not built yet",
           "parallelism.pipeline_parallel_degree", "quantize.linear.float8.enable");
