@@ -479,12 +479,6 @@ void Trainer::build_pipeline(const PipelinePlan& plan, const models::BuildOption
            "); set parallelism.pipeline_parallel_degree = 1 on GPUs");
   namespace pipe = parallel::pipeline;
   const bool shards = shards_parameters();
-  MT_CHECK(plan.schedule.kind != pipe::ScheduleKind::InterleavedZeroBubble || !shards,
-           "train: the InterleavedZeroBubble schedule with FSDP is not built yet (its backward is "
-           "split in two around other micro-batches' forwards, which FSDP's hooks do not follow); "
-           "it runs when the pipeline ranks are the whole world in float32: "
-           "parallelism.pipeline_parallel_degree = ", pp_, " of ", world_size(),
-           " ranks, training.mixed_precision_param = ", config_.training.mixed_precision_param);
   const int64_t pp_rank = rank() / (world_size() / pp_);  // pp is the outermost mesh dimension
   std::vector<pipe::LocalStage> local;
   for (int64_t s = 0; s < plan.schedule.num_stages(); ++s) {

@@ -3,6 +3,7 @@
 #include "parallel/fsdp/fully_shard.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <mutex>
 
@@ -35,10 +36,16 @@ class FSDPState {
   struct Root {
     std::vector<FSDPState*> order;           // this forward pass, in call order
     std::vector<FSDPState*> previous_order;  // the previous pass (forward prefetch)
-    bool finalize_queued = false;
+    uint64_t finalize_pass = 0;  // the backward pass whose end-of-backward work is queued
     FSDPParamGroup* pending_reduce = nullptr;
   };
-  void finalize_backward();
+  // The end of backward pass `pass`: the post-backward work of the modules it ran that their
+  // own hooks did not do, the last reduce-scatter waited for, everything resharded.
+  void finalize_backward(uint64_t pass);
+  // Frees the gathered parameters, unless a backward pass still owes this module its
+  // post-backward: a split backward's weight pass may read them (ops' saved tensors), so they
+  // stay gathered until its last pass ends.
+  void reshard();
   void reshard_all();
   static void prefetch(FSDPState* next);
 
@@ -47,7 +54,10 @@ class FSDPState {
   FullyShardOptions options_;
   std::unique_ptr<Root> root_data_;  // set while this state is (or was) a root
   FSDPState* root_ = nullptr;        // the root of the pass this module last ran in
-  bool needs_post_backward_ = false;
+  // The backward passes that ran this module's pre-backward and still owe its post-backward, in
+  // order: one at a time, except under a split backward (zero-bubble pipelines), where other
+  // micro-batches' input passes run before a weight pass ends (autograd::backward_input).
+  std::deque<uint64_t> pending_passes_;
 };
 
 namespace {
@@ -122,7 +132,7 @@ void FSDPState::post_forward() {
   const bool grad = runtime::GradMode::enabled();
   if (group_) {
     group_->use_sharded_params();
-    if (!grad || options_.reshard_after_forward) group_->reshard();
+    if (!grad || options_.reshard_after_forward) reshard();
   }
   if (t_forward_root == this) {
     t_forward_root = nullptr;
@@ -133,16 +143,18 @@ void FSDPState::post_forward() {
 void FSDPState::pre_backward() {
   if (root_ == nullptr) return;  // not run forward under fully_shard hooks
   Root& root = *root_->root_data_;
-  if (!root.finalize_queued) {
-    root.finalize_queued = true;
-    runtime::autograd::queue_callback([root_state = root_] { root_state->finalize_backward(); });
+  const uint64_t pass = runtime::autograd::current_backward_pass();
+  if (root.finalize_pass != pass) {
+    root.finalize_pass = pass;
+    runtime::autograd::queue_callback(
+        [root_state = root_, pass] { root_state->finalize_backward(pass); });
   }
   if (group_) {
     group_->unshard(/*async=*/false);
     group_->wait_for_unshard();
     group_->use_unsharded_params();  // activation checkpointing recomputes with them
   }
-  needs_post_backward_ = true;
+  if (pending_passes_.empty() || pending_passes_.back() != pass) pending_passes_.push_back(pass);
   if (options_.prefetch) {
     const auto& order = root.order;
     auto it = std::find(order.begin(), order.end(), this);
@@ -151,8 +163,9 @@ void FSDPState::pre_backward() {
 }
 
 void FSDPState::post_backward() {
-  if (!needs_post_backward_) return;
-  needs_post_backward_ = false;
+  // The oldest pass owing it: a split backward's weight passes end in their input passes' order.
+  if (pending_passes_.empty()) return;
+  pending_passes_.pop_front();
   if (!group_) return;
   group_->use_sharded_params();
   Root& root = *root_->root_data_;
@@ -161,16 +174,22 @@ void FSDPState::post_backward() {
     root.pending_reduce = nullptr;
   }
   if (group_->start_reduce_scatter()) root.pending_reduce = group_.get();
-  group_->reshard();
+  reshard();
 }
 
-void FSDPState::finalize_backward() {
+void FSDPState::reshard() {
+  if (group_ && pending_passes_.empty()) group_->reshard();
+}
+
+void FSDPState::finalize_backward(uint64_t pass) {
   Root& root = *root_data_;
-  for (auto it = root.order.rbegin(); it != root.order.rend(); ++it) (*it)->post_backward();
+  for (auto it = root.order.rbegin(); it != root.order.rend(); ++it) {
+    const std::deque<uint64_t>& pending = (*it)->pending_passes_;
+    if (!pending.empty() && pending.front() == pass) (*it)->post_backward();
+  }
   if (root.pending_reduce != nullptr) root.pending_reduce->wait_for_reduce_scatter();
   root.pending_reduce = nullptr;
   reshard_all();
-  root.finalize_queued = false;
 }
 
 void FSDPState::reshard_all() {
@@ -178,7 +197,7 @@ void FSDPState::reshard_all() {
   for (auto* list : {&root_data_->order, &root_data_->previous_order}) {
     for (FSDPState* s : *list) {
       if (!s->group_) continue;
-      s->group_->reshard();
+      s->reshard();
       s->group_->use_sharded_params();
     }
   }

@@ -15,9 +15,10 @@
 //   (or BackwardInput) sends back. Zero-bubble schedules split each backward: BackwardInput runs
 //   autograd::backward_input (the input's gradient only) and BackwardWeight the rest
 //   (autograd::backward_weight), which holds the micro-batch's saved tensors until then. FSDP's
-//   hooks across a backward split around other micro-batches' forwards are not built: the
-//   trainer runs zero bubble on unsharded stages only. Parameters accumulate their gradients over the micro-batches, as autograd does
-//   (FSDP's hooks reduce them as for gradient accumulation).
+//   hooks pair the halves by backward pass (autograd::current_backward_pass): each weight pass
+//   ends with its own reduce-scatters, and a module's gathered parameters stay until its last
+//   pending weight pass. Parameters accumulate their gradients over the micro-batches, as
+//   autograd does (FSDP's hooks reduce them as for gradient accumulation).
 // - The losses: `loss(output, microbatch)` on the last stage gives the micro-batch's loss as the
 //   caller wants it differentiated (the trainer's sum / global token count); step() returns their
 //   sum, detached (zero on ranks without the last stage). A stage's auxiliary loss goes through

@@ -16,6 +16,8 @@ namespace mt::runtime::autograd {
 namespace {
 
 thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
+thread_local uint64_t t_passes = 0;        // outermost passes started on this thread
+thread_local uint64_t t_current_pass = 0;  // the running one's id (0: none)
 thread_local const EdgeFilter* t_edge_filter = nullptr;
 
 struct NodeState {
@@ -145,10 +147,16 @@ void seed(Walk& walk, const std::vector<std::pair<Edge, Tensor>>& root_grads) {
 class CallbackScope {
  public:
   CallbackScope() : outermost_(t_callbacks == nullptr) {
-    if (outermost_) t_callbacks = &callbacks_;
+    if (outermost_) {
+      t_callbacks = &callbacks_;
+      t_current_pass = ++t_passes;
+    }
   }
   ~CallbackScope() {
-    if (outermost_) t_callbacks = nullptr;
+    if (outermost_) {
+      t_callbacks = nullptr;
+      t_current_pass = 0;
+    }
   }
   CallbackScope(const CallbackScope&) = delete;
   CallbackScope& operator=(const CallbackScope&) = delete;
@@ -176,6 +184,8 @@ bool EdgeMaskScope::passes(const Edge& edge) {
 }
 
 bool in_backward() { return t_callbacks != nullptr; }
+
+uint64_t current_backward_pass() { return t_current_pass; }
 
 void queue_callback(std::function<void()> callback) {
   MT_CHECK(t_callbacks != nullptr, "queue_callback: called outside a backward pass");

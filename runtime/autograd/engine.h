@@ -5,6 +5,7 @@
 // queued during the walk (FSDP's end-of-backward work).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -51,6 +52,11 @@ DeferredBackward backward_input(const std::vector<Tensor>& roots,
                                 const std::vector<Tensor>& grad_roots,
                                 const std::vector<Tensor>& inputs);
 void backward_weight(DeferredBackward&& deferred);
+
+// The outermost backward pass running on this thread: a new id for each backward() and each
+// backward_input() (and for the backward_weight() that finishes one), 0 outside a pass. Hooks use
+// it to pair work across a split backward whose halves run apart (FSDP's bookkeeping).
+uint64_t current_backward_pass();
 
 // Runs `callback` after the backward pass that is currently running finishes (the outermost one,
 // when a backward runs inside another, as in activation checkpointing). Throws outside one.
