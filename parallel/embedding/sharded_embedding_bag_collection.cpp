@@ -268,6 +268,8 @@ void ShardedEmbeddingBagCollection::build() {
             std::filesystem::path(options_.kv.path) / ("rank-" + std::to_string(group_->rank())));
       runtime::sparse::KvTableOptions ko;
       ko.policy = options_.kv.policy;
+      ko.device = options_.device;  // a GPU keeps the cache in device memory
+      ko.tensor_cache = options_.kv.tensor_cache;
       ko.cache_rows = c.kv_cache.rows_for(s.num_rows);
       if (c.raw_ids) std::tie(ko.raw_part, ko.raw_parts) = raw_part_of(plan_.at(c.name), s);
       local.optimizer = opt;

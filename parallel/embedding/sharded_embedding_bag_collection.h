@@ -69,9 +69,10 @@
 // optimizer step (inside backward, or apply_sparse_grads) the rows go back to the cache. One
 // forward per step (no accumulation over batches with kv tables). prefetch(next batch) routes the
 // next ids (collective) and reads their rows in the background. Kv shards are not parameters
-// (LocalShard::kv instead of weight); not data_parallel. On a GPU the working sets move to the
-// device for the step and back to the host cache after it (the cache is in host memory). In
-// RowSparse mode their kept gradients' rows are working-set positions.
+// (LocalShard::kv instead of weight); not data_parallel. On a GPU each shard's cache is in device
+// memory: a step's cached rows are gathered there, only misses are uploaded and evictions
+// downloaded (kv_table.h). In RowSparse mode their kept gradients' rows are working-set
+// positions.
 // Raw-id kv tables (EmbeddingBagConfig::raw_ids): ids are any 64-bit keys >= 0, not rows; the
 // input dist sends a row_wise / table_row_wise table's ids to shard raw_id_owner(id, shards) of
 // its plan (a hash, ids unchanged) instead of by row block; table_wise sends them all to the

@@ -130,11 +130,7 @@ Tensor ShardedEmbeddingBagCollection::gather_kv_rows(Group& g, const Tensor& val
     std::vector<int64_t> rows = g.ids_read_from(j, v, o, batch);
     std::sort(rows.begin(), rows.end());
     rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-    g.ws[j] = g.kv[j]->gather(std::move(rows));
-    if (!options_.device.is_cpu()) {  // the step's rows go to the device (the cache stays here)
-      for (Tensor* t : {&g.ws[j].weight, &g.ws[j].momentum1, &g.ws[j].momentum2})
-        if (t->defined()) *t = t->to(options_.device);
-    }
+    g.ws[j] = g.kv[j]->gather(std::move(rows));  // on the tables' device
     const std::vector<int64_t>& ws_rows = g.ws[j].rows;
     // The ids become positions in the working set: the same order, so the lookup and the
     // optimizer see the rows exactly as an in-memory table's.
@@ -156,13 +152,8 @@ void ShardedEmbeddingBagCollection::commit_kv(Group& g) {
   MT_CHECK(g.sparse_grads.empty(), "ShardedEmbeddingBagCollection: kv tables take one forward per ",
            "optimizer step: call apply_sparse_grads() (or zero_sparse_grads()) before the next "
            "forward (no gradient accumulation over batches)");
-  for (size_t j = 0; j < g.kv.size(); ++j) {
-    if (!g.kv[j]) continue;
-    KvWorkingSet host = g.ws[j];  // the device's rows come back to the host cache
-    for (Tensor* t : {&host.weight, &host.momentum1, &host.momentum2})
-      if (t->defined() && !t->device().is_cpu()) *t = t->to(runtime::Device::cpu());
-    g.kv[j]->scatter(host);
-  }
+  for (size_t j = 0; j < g.kv.size(); ++j)
+    if (g.kv[j]) g.kv[j]->scatter(g.ws[j]);
   g.ws_pending = false;
 }
 

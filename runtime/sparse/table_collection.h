@@ -43,6 +43,9 @@ namespace mt::runtime::sparse {
 struct KvSettings {
   std::string path;  // root folder; each rank's store is <path>/rank-<r> (wiped at start)
   CachePolicy policy = CachePolicy::LRU;
+  // The caches' rows in a tensor on the tables' device: always on a GPU (device memory); on the
+  // CPU for tests of that layout (kv/kv_table.h).
+  bool tensor_cache = false;
 };
 
 struct CollectionOptions {

@@ -1,7 +1,8 @@
 // Raw-id kv tables in the sharded collection (mpirun -np 2): ids are arbitrary 64-bit keys, routed
 // by hash (row_wise, table_row_wise) or whole (table_wise).
 // - ids below num_embeddings: a raw-id table trains BITWISE like the in-memory table (1 rank
-//   row_wise, 2 ranks table_wise: the same routing);
+//   row_wise, 2 ranks table_wise: the same routing), also with the caches' rows in a tensor (the
+//   layout a GPU keeps in device memory);
 // - scrambled ids up to 2^62: 2 ranks (row_wise, table_wise, table_row_wise) train like 1 rank;
 // - checkpoints hold the stored rows only ([N] ids, [N, dim] rows, N = the distinct ids trained)
 //   and load on 1 rank and on 2 ranks under other plans, continuing like the uninterrupted run; a
@@ -163,12 +164,14 @@ ShardingPlan plan_for(const std::vector<EmbeddingBagConfig>& t, int ranks, int v
   return p;
 }
 
+// `tensor_cache`: the kv caches' rows in a tensor (the layout a GPU keeps in device memory).
 std::unique_ptr<ShardedEmbeddingBagCollection> collection(
     const std::vector<EmbeddingBagConfig>& t, std::shared_ptr<ProcessGroup> group, int variant,
-    const fs::path& kv_path) {
+    const fs::path& kv_path, bool tensor_cache = false) {
   runtime::sparse::CollectionOptions o;
   o.dtype = DType::F64;
   o.kv.path = kv_path.string();
+  o.kv.tensor_cache = tensor_cache;
   const bool twrw = group->size() == 2 && variant == 0;
   auto ebc = std::make_unique<ShardedEmbeddingBagCollection>(
       t, plan_for(t, group->size(), variant), group, twrw ? node_mesh() : nullptr, o);
@@ -214,7 +217,10 @@ TEST(EmbeddingRawIds, SmallIdsTrainBitwiseLikeMemoryTables) {
   guarded([&] {
     auto memory = collection(tables(false), alone, 0, rank_dir(dir, "m1"));
     auto raw = collection(tables(true), alone, 0, rank_dir(dir, "r1"));
-    EXPECT_EQ(losses(*raw, 0, 5, false), losses(*memory, 0, 5, false));
+    auto raw_tensor_cache = collection(tables(true), alone, 0, rank_dir(dir, "t1"), true);
+    const std::vector<double> want = losses(*memory, 0, 5, false);
+    EXPECT_EQ(losses(*raw, 0, 5, false), want);
+    EXPECT_EQ(losses(*raw_tensor_cache, 0, 5, false), want);  // the device-memory layout
   });
   world()->barrier("test.one_rank");
   auto memory = collection(tables(false), world(), 1, dir / "m2");

@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <unordered_map>
 
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/nn/init.h"
 #include "runtime/ops/factory.h"
+#include "runtime/ops/index.h"
+#include "runtime/ops/join.h"
 #include "runtime/sparse/fused_optimizer.h"
 
 namespace mt::runtime::sparse {
@@ -76,9 +79,11 @@ KvTable::KvTable(std::shared_ptr<KvStore> store, uint32_t table_id,
         for (const auto& [name, width] : fields_) b += size_t(width) * dtype_size(state_dtype_);
         return b;
       }()),
-      cache_(std::max<int64_t>(1, options.cache_rows), row_bytes_, options.policy),
+      cache_(std::max<int64_t>(1, options.cache_rows),
+             options.tensor_cache || !options.device.is_cpu() ? 0 : row_bytes_, options.policy),
       raw_part_(options.raw_part),
-      raw_parts_(options.raw_parts) {
+      raw_parts_(options.raw_parts),
+      device_(options.device) {
   MT_CHECK(store_ != nullptr, "KvTable '", config.name, "': no store");
   MT_CHECK(dtype == DType::F32 || dtype == DType::F64, "KvTable '", config.name,
            "': tables must be f32 or f64, got ", dtype_name(dtype));
@@ -93,6 +98,12 @@ KvTable::KvTable(std::shared_ptr<KvStore> store, uint32_t table_id,
   MT_CHECK(!config.raw_ids || config.shard.row_offset == 0, "KvTable '", config.name,
            "': a raw-id table's shard holds ids, not a row block (row_offset must be 0, got ",
            config.shard.row_offset, ")");
+  if (options.tensor_cache || !options.device.is_cpu()) {
+    // One row of the table's dtype per slot: the weight's cols, then the state fields (the
+    // same dtype: f32, or f64 for f64 tables).
+    slot_rows_ = zeros({cache_.capacity(), int64_t(row_bytes_ / dtype_size(dtype_))},
+                       TensorOptions{}.with_dtype(dtype_).with_device(device_));
+  }
 }
 
 bool KvTable::owns(int64_t id) const {
@@ -170,12 +181,16 @@ KvWorkingSet KvTable::gather(std::vector<int64_t> rows) {
   const int64_t n = int64_t(rows.size());
   std::vector<std::byte> bytes(size_t(n) * row_bytes_);
   std::vector<int64_t> missing;  // positions
+  std::vector<std::pair<int64_t, int64_t>> hits;  // tensor layout: (position, slot)
   size_t p = 0;                  // walks the prefetched rows (sorted)
   for (int64_t i = 0; i < n; ++i) {
     std::byte* dst = bytes.data() + size_t(i) * row_bytes_;
     const int64_t slot = cache_.find(rows[size_t(i)]);
     if (slot >= 0) {
-      std::memcpy(dst, cache_.row(slot), row_bytes_);
+      if (tensor_cache())
+        hits.emplace_back(i, slot);
+      else
+        std::memcpy(dst, cache_.row(slot), row_bytes_);
       ++stats_.cache_hits;
       continue;
     }
@@ -219,6 +234,12 @@ KvWorkingSet KvTable::gather(std::vector<int64_t> rows) {
   }
   stats_.rows_requested += n;
   current_ = rows;
+  if (tensor_cache()) {
+    KvWorkingSet ws = assemble(n, hits, bytes);
+    ws.rows = std::move(rows);
+    stats_.gather_seconds += seconds_since(t0);
+    return ws;
+  }
 
   // Rows -> dense tensors (weight, then each state field).
   KvWorkingSet ws;
@@ -257,8 +278,23 @@ void KvTable::scatter(const KvWorkingSet& ws) {
            state.size(), " state fields, the table ", fields_.size());
   std::vector<int64_t> evicted;
   std::vector<std::byte> evicted_bytes;
+  if (tensor_cache()) {
+    scatter_tensor(ws, evicted, evicted_bytes);
+  } else {
+    // The byte cache is on the host: rows from a device come back first.
+    Tensor weight = ws.weight.to(Device::cpu()).contiguous();
+    for (Tensor& t : state) t = t.to(Device::cpu()).contiguous();
+    scatter_bytes(ws.rows, weight, state, evicted, evicted_bytes);
+  }
+  write_evicted(std::move(evicted), std::move(evicted_bytes));
+}
+
+void KvTable::scatter_bytes(const std::vector<int64_t>& rows, const Tensor& weight,
+                            const std::vector<Tensor>& state, std::vector<int64_t>& evicted,
+                            std::vector<std::byte>& evicted_bytes) {
+  const int64_t n = int64_t(rows.size());
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t row = ws.rows[size_t(i)];
+    const int64_t row = rows[size_t(i)];
     int64_t slot = cache_.peek(row);
     if (slot < 0) {
       const RowCache::Insert r = cache_.insert(row);
@@ -268,8 +304,136 @@ void KvTable::scatter(const KvWorkingSet& ws) {
         evicted_bytes.insert(evicted_bytes.end(), cache_.row(slot), cache_.row(slot) + row_bytes_);
       }
     }
-    pack_row(cache_.row(slot), i, ws.weight, state);
+    pack_row(cache_.row(slot), i, weight, state);
   }
+}
+
+KvWorkingSet KvTable::assemble(int64_t n, const std::vector<std::pair<int64_t, int64_t>>& hits,
+                               const std::vector<std::byte>& bytes) const {
+  NoGradGuard no_grad;
+  const int64_t width = slot_rows_.size(1);
+  const TensorOptions on_device = TensorOptions{}.with_dtype(dtype_).with_device(device_);
+  const TensorOptions index = TensorOptions{}.with_dtype(DType::I64).with_device(device_);
+  Tensor packed = empty({n, width}, on_device);
+  // The rows not cached: their bytes (packed like a slot's row) uploaded in one copy.
+  std::vector<int64_t> miss_pos;
+  size_t h = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (h < hits.size() && hits[h].first == i) {
+      ++h;
+      continue;
+    }
+    miss_pos.push_back(i);
+  }
+  if (!miss_pos.empty()) {
+    const Tensor host = empty({int64_t(miss_pos.size()), width}, TensorOptions{}.with_dtype(dtype_));
+    auto* dst = static_cast<std::byte*>(host.data_ptr());
+    for (size_t k = 0; k < miss_pos.size(); ++k)
+      std::memcpy(dst + k * row_bytes_, bytes.data() + size_t(miss_pos[k]) * row_bytes_,
+                  row_bytes_);
+    index_copy_(packed, 0, from_vector<int64_t>(miss_pos, {int64_t(miss_pos.size())}, index),
+                host.to(device_));
+  }
+  // The cached rows, gathered on the device.
+  if (!hits.empty()) {
+    std::vector<int64_t> pos, slots;
+    for (const auto& [i, slot] : hits) {
+      pos.push_back(i);
+      slots.push_back(slot);
+    }
+    const int64_t m = int64_t(hits.size());
+    index_copy_(packed, 0, from_vector<int64_t>(pos, {m}, index),
+                index_select(slot_rows_, 0, from_vector<int64_t>(slots, {m}, index)));
+  }
+  KvWorkingSet ws;
+  ws.weight = packed.narrow(1, 0, local_cols()).contiguous();
+  int64_t col = local_cols();
+  std::vector<Tensor> state;
+  for (const auto& [name, w] : fields_) {
+    state.push_back(packed.narrow(1, col, w).contiguous());
+    col += w;
+  }
+  if (state.size() > 0) ws.momentum1 = state[0];
+  if (state.size() > 1) ws.momentum2 = state[1];
+  return ws;
+}
+
+std::vector<std::byte> KvTable::download(const std::vector<int64_t>& slots) const {
+  std::vector<std::byte> bytes(slots.size() * row_bytes_);
+  if (slots.empty()) return bytes;
+  NoGradGuard no_grad;
+  const Tensor idx = from_vector<int64_t>(
+      slots, {int64_t(slots.size())}, TensorOptions{}.with_dtype(DType::I64).with_device(device_));
+  const Tensor host = index_select(slot_rows_, 0, idx).to(Device::cpu()).contiguous();
+  std::memcpy(bytes.data(), host.data_ptr(), bytes.size());
+  return bytes;
+}
+
+void KvTable::scatter_tensor(const KvWorkingSet& ws, std::vector<int64_t>& evicted,
+                             std::vector<std::byte>& evicted_bytes) {
+  NoGradGuard no_grad;
+  const int64_t n = int64_t(ws.rows.size());
+  std::vector<Tensor> parts{ws.weight.to(device_)};
+  for (const Tensor* t : {&ws.momentum1, &ws.momentum2})
+    if (t->defined()) parts.push_back(t->to(device_));
+  const Tensor packed = parts.size() == 1 ? parts[0].contiguous() : cat(parts, 1);
+  // Slots as the host cache assigns them. A row evicted here leaves with its latest value: the
+  // slot's old content, or, when this scatter had put it there, its row of `packed`.
+  std::vector<int64_t> slot_of(size_t(n), -1);
+  std::unordered_map<int64_t, int64_t> position_in_slot;
+  std::vector<int64_t> old_slots, from_packed;  // eviction sources, in eviction order
+  std::vector<bool> evicted_from_packed;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t slot = cache_.peek(ws.rows[size_t(i)]);
+    if (slot < 0) {
+      const RowCache::Insert r = cache_.insert(ws.rows[size_t(i)]);
+      slot = r.slot;
+      if (r.evicted) {
+        evicted.push_back(r.evicted_key);
+        auto it = position_in_slot.find(slot);
+        evicted_from_packed.push_back(it != position_in_slot.end());
+        if (it != position_in_slot.end()) {
+          from_packed.push_back(it->second);
+          slot_of[size_t(it->second)] = -1;  // that row now lives in the store only
+        } else {
+          old_slots.push_back(slot);
+        }
+      }
+    }
+    slot_of[size_t(i)] = slot;
+    position_in_slot[slot] = i;
+  }
+  if (!evicted.empty()) {
+    const TensorOptions index = TensorOptions{}.with_dtype(DType::I64).with_device(device_);
+    const std::vector<std::byte> old = download(old_slots);
+    std::vector<std::byte> newer(from_packed.size() * row_bytes_);
+    if (!from_packed.empty()) {
+      const Tensor host =
+          index_select(packed, 0, from_vector<int64_t>(from_packed, {int64_t(from_packed.size())}, index))
+              .to(Device::cpu())
+              .contiguous();
+      std::memcpy(newer.data(), host.data_ptr(), newer.size());
+    }
+    size_t o = 0, p = 0;
+    for (bool mine : evicted_from_packed) {
+      const std::byte* src = mine ? newer.data() + (p++) * row_bytes_ : old.data() + (o++) * row_bytes_;
+      evicted_bytes.insert(evicted_bytes.end(), src, src + row_bytes_);
+    }
+  }
+  std::vector<int64_t> pos, slots;
+  for (int64_t i = 0; i < n; ++i)
+    if (slot_of[size_t(i)] >= 0) {
+      pos.push_back(i);
+      slots.push_back(slot_of[size_t(i)]);
+    }
+  if (slots.empty()) return;
+  const TensorOptions index = TensorOptions{}.with_dtype(DType::I64).with_device(device_);
+  const int64_t m = int64_t(slots.size());
+  const Tensor rows = m == n ? packed : index_select(packed, 0, from_vector<int64_t>(pos, {m}, index));
+  index_copy_(slot_rows_, 0, from_vector<int64_t>(slots, {m}, index), rows);
+}
+
+void KvTable::write_evicted(std::vector<int64_t> evicted, std::vector<std::byte> evicted_bytes) {
   // In the background (after any prefetch queued before it; gather and the other store users
   // wait for it): the training thread does not wait for RocksDB's write.
   if (evicted.empty()) return;
@@ -316,12 +480,16 @@ void KvTable::settle_writes() {
 }
 
 void KvTable::flush() {
-  std::vector<int64_t> rows;
+  std::vector<int64_t> rows, slots;
   std::vector<std::byte> bytes;
   for (const auto& [key, slot] : cache_.entries()) {
     rows.push_back(key);
-    bytes.insert(bytes.end(), cache_.row(slot), cache_.row(slot) + row_bytes_);
+    if (tensor_cache())
+      slots.push_back(slot);
+    else
+      bytes.insert(bytes.end(), cache_.row(slot), cache_.row(slot) + row_bytes_);
   }
+  if (tensor_cache()) bytes = download(slots);
   write_to_store(rows, bytes);
 }
 
@@ -374,7 +542,14 @@ void KvTable::reset_rows(const std::vector<int64_t>& global_rows, int64_t step) 
     if (r < 0 || r >= local_rows()) continue;
     init_row(r, row.data(), &key);
     const int64_t slot = cache_.peek(r);
-    if (slot >= 0) {
+    if (slot >= 0 && tensor_cache()) {
+      NoGradGuard no_grad;
+      const Tensor host = empty({1, slot_rows_.size(1)}, TensorOptions{}.with_dtype(dtype_));
+      std::memcpy(host.data_ptr(), row.data(), row_bytes_);
+      index_copy_(slot_rows_, 0,
+                  from_vector<int64_t>({slot}, {1}, TensorOptions{}.with_dtype(DType::I64).with_device(device_)),
+                  host.to(device_));
+    } else if (slot >= 0) {
       std::memcpy(cache_.row(slot), row.data(), row_bytes_);
     } else {
       stored.push_back(r);

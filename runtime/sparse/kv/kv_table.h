@@ -18,6 +18,13 @@
 //                  newer value is read).
 // A working set may be larger than the cache (rows then pass through to the store).
 //
+// Where the cache's rows live: in host memory (RowCache's bytes), or, for a table whose working
+// sets are on a GPU (KvTableOptions::device), in DEVICE memory (FBGEMM keeps its cache in HBM):
+// one tensor [cache slots, cols + state widths] on the device, so a step's hits are gathered on the
+// device and only misses cross PCIe (uploaded), evictions downloaded. The host keeps the slots'
+// bookkeeping (RowCache with no bytes). KvTableOptions::tensor_cache forces that layout on the
+// CPU, where the tests check it bitwise against the byte cache.
+//
 // Row bytes: the weight's cols (table dtype), then each state field (f32; f64 for f64 tables).
 // Checkpoints: flush() writes every cached row to the store; read_rows() gives any block of local
 // rows from a consistent store view (missing rows: their initial values), write_rows() loads one.
@@ -48,6 +55,10 @@ struct KvTableOptions {
   CachePolicy policy = CachePolicy::LRU;
   // Raw-id tables: this shard keeps the ids with raw_id_owner(id, raw_parts) == raw_part.
   int64_t raw_part = 0, raw_parts = 1;
+  // Where working sets are handed out (gather) and taken back (scatter); a non-CPU device keeps
+  // the cache's rows in its memory.
+  Device device = Device::cpu();
+  bool tensor_cache = false;  // the device-memory layout also on the CPU (tests)
 };
 
 // Stored rows of a raw-id table shard (KvTable::read_stored): ids ascending, and their values.
@@ -101,6 +112,7 @@ class KvTable {
   // (name, width) of the state fields kept per row.
   const std::vector<std::pair<std::string, int64_t>>& state_fields() const { return fields_; }
 
+  // The working set's tensors are on options.device (scatter takes them from any device).
   KvWorkingSet gather(std::vector<int64_t> rows);
   void scatter(const KvWorkingSet& ws);
   void prefetch(std::vector<int64_t> rows);
@@ -149,6 +161,23 @@ class KvTable {
   void pack_row(std::byte* dst, int64_t i, const Tensor& weight,
                 const std::vector<Tensor>& state) const;
   void write_to_store(const std::vector<int64_t>& rows, const std::vector<std::byte>& bytes);
+  // The cache's rows as a tensor (the device-memory layout; tensor_cache()).
+  bool tensor_cache() const { return slot_rows_.defined(); }
+  // Tensor layout: the working set of `n` rows whose cached ones are hits (position, slot) and
+  // the others' bytes are `bytes` rows at their positions.
+  KvWorkingSet assemble(int64_t n, const std::vector<std::pair<int64_t, int64_t>>& hits,
+                        const std::vector<std::byte>& bytes) const;
+  // Tensor layout: the bytes of the cached rows in `slots` (downloaded).
+  std::vector<std::byte> download(const std::vector<int64_t>& slots) const;
+  // Host layout: the working set's rows (host tensors) into the cache, evictions into `evicted`.
+  void scatter_bytes(const std::vector<int64_t>& rows, const Tensor& weight,
+                     const std::vector<Tensor>& state, std::vector<int64_t>& evicted,
+                     std::vector<std::byte>& evicted_bytes);
+  // Writes scatter's evicted rows to the store on its background thread.
+  void write_evicted(std::vector<int64_t> evicted, std::vector<std::byte> evicted_bytes);
+  // Tensor layout: scatter (the rows packed [n, width] on the device), evictions into `evicted`.
+  void scatter_tensor(const KvWorkingSet& ws, std::vector<int64_t>& evicted,
+                      std::vector<std::byte>& evicted_bytes);
   // Waits for the evictions scatter() handed to the store's background thread.
   void settle_writes();
 
@@ -166,6 +195,8 @@ class KvTable {
   std::future<void> pending_write_;  // scatter's evictions, written in the background
   KvStats stats_;
   int64_t raw_part_, raw_parts_;
+  Device device_;
+  Tensor slot_rows_;  // the device-memory layout: [cache slots, row width] (else undefined)
 };
 
 }  // namespace mt::runtime::sparse

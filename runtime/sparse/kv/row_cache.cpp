@@ -21,8 +21,8 @@ CachePolicy parse_cache_policy(const std::string& name) {
 
 RowCache::RowCache(int64_t capacity, size_t row_bytes, CachePolicy policy, int64_t ways)
     : row_bytes_(row_bytes), policy_(policy) {
-  MT_CHECK(capacity >= 1 && ways >= 1 && row_bytes > 0, "RowCache: capacity ", capacity,
-           ", ways ", ways, " and row bytes ", row_bytes, " must be positive");
+  MT_CHECK(capacity >= 1 && ways >= 1, "RowCache: capacity ", capacity, " and ways ", ways,
+           " must be positive");
   ways_ = std::min(ways, capacity);
   sets_ = (capacity + ways_ - 1) / ways_;
   const size_t slots = size_t(sets_ * ways_);

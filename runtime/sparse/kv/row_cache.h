@@ -8,6 +8,8 @@
 //   LFU  the row used least often (ties: least recently)
 // Pinned rows (pin) are evicted only when every way of their set is pinned: a prefetch pins the
 // next batch's cached rows so this step's write-back does not push them out.
+// row_bytes = 0: the cache manages slots only and the caller keeps the rows (KvTable's cache in
+// device memory, one tensor row per slot); row() is then unusable.
 // Not thread-safe: one owner (the training thread).
 #pragma once
 

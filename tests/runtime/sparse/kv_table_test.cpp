@@ -130,14 +130,26 @@ EmbeddingBagConfig table_config(int64_t rows, int64_t cols, EmbOptimType type) {
   return c;
 }
 
-TEST(KvTable, RowsNeverSeenAreTheInMemoryTablesInitialValues) {
+// KvTable's tests run with the cache's rows in host memory (bytes) and in a tensor (the
+// device-memory layout a GPU table uses, here on the CPU): the same results, bitwise.
+class KvTableLayouts : public ::testing::TestWithParam<bool> {
+ protected:
+  KvTableOptions layout(int64_t cache_rows) const {
+    KvTableOptions o;
+    o.cache_rows = cache_rows;
+    o.tensor_cache = GetParam();
+    return o;
+  }
+};
+
+TEST_P(KvTableLayouts, RowsNeverSeenAreTheInMemoryTablesInitialValues) {
   testing::ScratchDir dir;
   const EmbeddingBagConfig c = table_config(50, 4, EmbOptimType::Adam);
   // The in-memory shard, drawn from (seed 5, "emb.t.weight").
   EmbeddingTable memory("EmbeddingBag", c, DType::F32, false);
   nn::InitContext ctx{5, "emb.t."};
   memory.reset_parameters(ctx);
-  KvTable kv(KvStore::open_scratch(dir.path() / "db"), 0, c, DType::F32, true, {.cache_rows = 4});
+  KvTable kv(KvStore::open_scratch(dir.path() / "db"), 0, c, DType::F32, true, layout(4));
   kv.set_init(ctx);
   const KvWorkingSet ws = kv.gather({0, 3, 39});
   ASSERT_EQ(ws.weight.shape(), (Shape{3, 4}));
@@ -148,10 +160,10 @@ TEST(KvTable, RowsNeverSeenAreTheInMemoryTablesInitialValues) {
   EXPECT_EQ(kv.stats().initialised, 3);
 }
 
-TEST(KvTable, WorkingSetsLargerThanTheCachePassThroughTheStore) {
+TEST_P(KvTableLayouts, WorkingSetsLargerThanTheCachePassThroughTheStore) {
   testing::ScratchDir dir;
   const EmbeddingBagConfig c = table_config(200, 3, EmbOptimType::RowwiseAdagrad);
-  KvTable kv(KvStore::open_scratch(dir.path() / "db"), 0, c, DType::F32, true, {.cache_rows = 5});
+  KvTable kv(KvStore::open_scratch(dir.path() / "db"), 0, c, DType::F32, true, layout(5));
   std::vector<int64_t> rows;
   for (int64_t r = 0; r < 150; r += 3) rows.push_back(r);
   KvWorkingSet ws = kv.gather(rows);
@@ -171,10 +183,10 @@ TEST(KvTable, WorkingSetsLargerThanTheCachePassThroughTheStore) {
   EXPECT_EQ(kv.stats().cache_hits + kv.stats().store_reads, int64_t(rows.size()));
 }
 
-TEST(KvTable, PrefetchedRowsWrittenMeanwhileAreReadAgain) {
+TEST_P(KvTableLayouts, PrefetchedRowsWrittenMeanwhileAreReadAgain) {
   testing::ScratchDir dir;
   const EmbeddingBagConfig c = table_config(40, 2, EmbOptimType::SGD);
-  KvTable kv(KvStore::open_scratch(dir.path() / "db"), 0, c, DType::F32, true, {.cache_rows = 1});
+  KvTable kv(KvStore::open_scratch(dir.path() / "db"), 0, c, DType::F32, true, layout(1));
   KvWorkingSet ws = kv.gather({1, 2});
   ws.weight.fill_(1.0);
   kv.scatter(ws);  // the cache keeps one of them; the other goes to the store
@@ -197,10 +209,10 @@ TEST(KvTable, PrefetchedRowsWrittenMeanwhileAreReadAgain) {
   EXPECT_NE(floats(next.weight.narrow(0, 1, 1)), std::vector<float>(2, 1.0f));
 }
 
-TEST(KvTable, CheckpointReadsAndFieldWrites) {
+TEST_P(KvTableLayouts, CheckpointReadsAndFieldWrites) {
   testing::ScratchDir dir;
   const EmbeddingBagConfig c = table_config(30, 2, EmbOptimType::RowwiseAdagrad);
-  KvTable kv(KvStore::open_scratch(dir.path() / "db"), 0, c, DType::F32, true, {.cache_rows = 2});
+  KvTable kv(KvStore::open_scratch(dir.path() / "db"), 0, c, DType::F32, true, layout(2));
   kv.set_init(nn::InitContext{3, "x."});
   KvWorkingSet ws = kv.gather({4, 5, 6});
   ws.weight.fill_(7.0);
@@ -231,7 +243,7 @@ TEST(KvTable, CheckpointReadsAndFieldWrites) {
 // A raw-id table keys rows by the ids themselves: any id >= 0, ids below num_embeddings start as
 // the in-memory table's rows, the others continue the same keyed stream (row-major, so id r's
 // values are the elements [r * dim, (r + 1) * dim) of it).
-TEST(KvTable, RawIdTablesTakeAny64BitIdAndStartAsTheMemoryTable) {
+TEST_P(KvTableLayouts, RawIdTablesTakeAny64BitIdAndStartAsTheMemoryTable) {
   testing::ScratchDir dir;
   EmbeddingBagConfig c = table_config(50, 3, EmbOptimType::RowwiseAdagrad);
   c.shard = TableShard{0, 50, 0, 3};
@@ -240,7 +252,7 @@ TEST(KvTable, RawIdTablesTakeAny64BitIdAndStartAsTheMemoryTable) {
   memory.reset_parameters(ctx);
   c.storage = TableStorage::Kv;
   c.raw_ids = true;
-  KvTable kv(KvStore::open_scratch(dir.path() / "db"), 0, c, DType::F32, true, {.cache_rows = 2});
+  KvTable kv(KvStore::open_scratch(dir.path() / "db"), 0, c, DType::F32, true, layout(2));
   kv.set_init(ctx);
   const int64_t big = (int64_t(1) << 62) + 12345;
   const KvWorkingSet ws = kv.gather({3, 49, 50, 1000000, big});
@@ -306,6 +318,9 @@ TEST(KvTable, RawIdOwnersSplitIdsEvenly) {
   EXPECT_NE(error_of([&] { EmbeddingBagCollection({memory_raw}); }).find("not kv-backed"),
             std::string::npos);
 }
+
+INSTANTIATE_TEST_SUITE_P(CacheRows, KvTableLayouts, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "InATensor" : "InHostBytes"; });
 
 }  // namespace
 }  // namespace mt::runtime::sparse
