@@ -127,10 +127,6 @@ CheckpointExtension table_checkpoint_extension(parallel::ShardedEmbeddingBagColl
 
 void check_recsys_config(const config::JobConfig& c) {
   const auto& e = c.embedding;
-  MT_CHECK(!e.prefetch || e.managed_collision.empty(), "train: embedding.prefetch reads the next "
-           "batch's rows ahead, but managed-collision ids are mapped to rows only at their own "
-           "step; turn off embedding.prefetch or embedding.managed_collision (",
-           c.where("embedding.prefetch"), ")");
   MT_CHECK(c.training.mixed_precision_param == "float32", "train: model.name = \"dlrm\" trains in ",
            "float32; set training.mixed_precision_param = \"float32\" (it is \"",
            c.training.mixed_precision_param, "\", ", c.where("training.mixed_precision_param"),
@@ -375,7 +371,9 @@ RecsysTrainer::StepValues RecsysTrainer::train_step(int64_t step) {
     // are routed to their shards first).
     state_before_lookahead_ = data_->state();
     lookahead_ = data_->next();
-    tables().prefetch(lookahead_->sparse);
+    // Managed-collision ids: the rows they have now (the next step's remap may still move some;
+    // those rows are read again then).
+    tables().prefetch(mc_ ? mc_->peek(lookahead_->sparse) : lookahead_->sparse);
   }
   StepValues values;
   values.loss =

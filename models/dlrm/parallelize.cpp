@@ -65,16 +65,16 @@ par::ShardingPlan parallelize_dlrm(Dlrm& model, const DlrmParallelOptions& optio
       tables, plan, options.group, options.node_mesh, copts, options.output_group);
   {
     // Every shard takes its block of the unsharded table (so any init or loaded values carry
-    // over exactly); a kv shard its init key.
+    // over exactly), and the table's init key: a kv shard draws its rows, and managed-collision
+    // resets draw, as the unsharded table would.
     rt::NoGradGuard no_grad;
+    for (size_t t = 0; t < tables.size(); ++t)
+      sharded->set_init_context(tables[t].name, unsharded.table(t).init_context());
     for (const par::LocalShard& s : sharded->local_shards()) {
       size_t t = 0;
       while (t < tables.size() && tables[t].name != s.table) ++t;
       MT_CHECK(t < tables.size(), "parallelize_dlrm: shard of unknown table '", s.table, "'");
-      if (s.kv) {  // draws its rows as the unsharded table would (that one holds none)
-        s.kv->set_init(unsharded.table(t).init_context());
-        continue;
-      }
+      if (s.kv) continue;  // the unsharded table holds no rows of it
       s.weight.copy_(full[t]
                          .narrow(0, s.placement.row_offset, s.placement.num_rows)
                          .narrow(1, s.placement.col_offset, s.placement.num_cols));

@@ -889,6 +889,16 @@ void ShardedEmbeddingBagCollection::reset_rows(const std::string& table_name,
     }
 }
 
+void ShardedEmbeddingBagCollection::set_init_context(const std::string& table_name,
+                                                     const runtime::nn::InitContext& ctx) {
+  for (const auto& g : groups_)
+    for (size_t j = 0; j < g->table_cfg.size(); ++j) {
+      if (configs_[g->table_cfg[j]].name != table_name || g->alias_of[j] >= 0) continue;
+      if (g->kv[j]) g->kv[j]->set_init(ctx);
+      if (g->module[j]) g->module[j]->set_init_context(ctx);
+    }
+}
+
 runtime::nn::StateDict ShardedEmbeddingBagCollection::optimizer_state_dict() const {
   return merged_optimizer_state(groups_);
 }

@@ -170,6 +170,11 @@ class ShardedEmbeddingBagCollection : public runtime::nn::Module {
   void reset_rows(const std::string& table_name, const std::vector<int64_t>& global_rows,
                   int64_t step);
 
+  // The init context of table `table_name` (the unsharded table's, EmbeddingTable::init_context)
+  // for this rank's shards of it whose values were copied rather than drawn: reset_rows (managed
+  // collision) and a kv shard's never-seen rows then draw what the unsharded table would.
+  void set_init_context(const std::string& table_name, const runtime::nn::InitContext& ctx);
+
   runtime::nn::StateDict optimizer_state_dict() const;
   void load_optimizer_state_dict(const runtime::nn::StateDict& state);
   void set_lr(double lr);

@@ -78,10 +78,11 @@ bool ShardedManagedCollisionCollection::lookup_only(const std::string& feature) 
   return feature_lookup_only_[size_t(it - features_.begin())] != 0;
 }
 
-McCollectionResult ShardedManagedCollisionCollection::remap(const KeyedJaggedTensor& kjt,
-                                                            int64_t step) {
+ShardedManagedCollisionCollection::Exchanged ShardedManagedCollisionCollection::exchange(
+    const KeyedJaggedTensor& kjt, const OwnerLookup& lookup, const char* tag) {
   const int W = group_->size();
   const size_t F = features_.size(), T = tables_.size(), nw = size_t(W);
+  const std::string prefix(tag);
   // ---- local checks, before any collective
   kjt.validate();
   const std::vector<int64_t> values = kjt.values().to_vector<int64_t>();
@@ -125,7 +126,8 @@ McCollectionResult ShardedManagedCollisionCollection::remap(const KeyedJaggedTen
     }
   }
   const Tensor recv_counts_t = i64_empty(int64_t(nw * F));
-  group_->all_to_all_single(recv_counts_t, i64_tensor(send_counts), {}, {}, "mc_counts");
+  group_->all_to_all_single(recv_counts_t, i64_tensor(send_counts), {}, {},
+                            prefix + "_counts");
   const std::vector<int64_t> recv_counts = recv_counts_t.to_vector<int64_t>();
 
   // ---- 2. ids to their owners
@@ -136,7 +138,8 @@ McCollectionResult ShardedManagedCollisionCollection::remap(const KeyedJaggedTen
   }
   const int64_t n_recv = sum(out_splits, 0, nw);
   const Tensor recv_ids_t = i64_empty(n_recv);
-  group_->all_to_all_single(recv_ids_t, i64_tensor(send_ids), out_splits, in_splits, "mc_ids");
+  group_->all_to_all_single(recv_ids_t, i64_tensor(send_ids), out_splits, in_splits,
+                            prefix + "_ids");
   const std::vector<int64_t> recv_ids = recv_ids_t.to_vector<int64_t>();
   std::vector<int64_t> recv_start(nw * F, 0);  // start of each (source, feature) segment
   {
@@ -147,9 +150,8 @@ McCollectionResult ShardedManagedCollisionCollection::remap(const KeyedJaggedTen
     }
   }
 
-  // ---- the owner remaps, table by table: features in order, sources in rank order
+  // ---- the owner looks them up, table by table: features in order, sources in rank order
   std::vector<int64_t> reply(size_t(n_recv), -1);
-  std::vector<std::vector<int64_t>> evicted(T);
   for (size_t t = 0; t < T; ++t) {
     std::vector<int64_t> ids, pos;
     std::vector<uint8_t> insert;
@@ -163,22 +165,51 @@ McCollectionResult ShardedManagedCollisionCollection::remap(const KeyedJaggedTen
           insert.push_back(feature_lookup_only_[f] ? 0 : 1);
         }
     }
-    McRemapResult r = tables_[t].remap(ids, insert, step);
-    for (size_t i = 0; i < pos.size(); ++i) reply[size_t(pos[i])] = r.rows[i];
-    evicted[t] = std::move(r.evicted);
+    const std::vector<int64_t> rows = lookup(t, ids, insert);
+    for (size_t i = 0; i < pos.size(); ++i) reply[size_t(pos[i])] = rows[i];
   }
 
   // ---- 3. rows back
   const Tensor rows_t = i64_empty(int64_t(send_ids.size()));
-  group_->all_to_all_single(rows_t, i64_tensor(reply), in_splits, out_splits, "mc_rows");
+  group_->all_to_all_single(rows_t, i64_tensor(reply), in_splits, out_splits,
+                            prefix + "_rows");
   const std::vector<int64_t> rows = rows_t.to_vector<int64_t>();
-  std::vector<int64_t> out = values;
-  std::vector<uint8_t> keep(values.size(), 1);
+  Exchanged out;
+  out.values = values;
+  out.keep.assign(values.size(), 1);
   for (size_t i = 0; i < values.size(); ++i) {
     if (send_pos[i] < 0) continue;  // a key no table manages
-    out[i] = rows[size_t(send_pos[i])];
-    keep[i] = out[i] >= 0;
+    out.values[i] = rows[size_t(send_pos[i])];
+    out.keep[i] = out.values[i] >= 0;
   }
+  return out;
+}
+
+KeyedJaggedTensor ShardedManagedCollisionCollection::peek(const KeyedJaggedTensor& kjt) {
+  const Exchanged e = exchange(
+      kjt,
+      [this](size_t t, const std::vector<int64_t>& ids, const std::vector<uint8_t>&) {
+        std::vector<int64_t> rows;
+        rows.reserve(ids.size());
+        for (int64_t id : ids) rows.push_back(tables_[t].find(id));
+        return rows;
+      },
+      "mc_peek");
+  return runtime::sparse::replace_kjt_values(kjt, e.values, e.keep);
+}
+
+McCollectionResult ShardedManagedCollisionCollection::remap(const KeyedJaggedTensor& kjt,
+                                                            int64_t step) {
+  const size_t T = tables_.size(), nw = size_t(group_->size());
+  std::vector<std::vector<int64_t>> evicted(T);
+  const Exchanged e = exchange(
+      kjt,
+      [&](size_t t, const std::vector<int64_t>& ids, const std::vector<uint8_t>& insert) {
+        McRemapResult r = tables_[t].remap(ids, insert, step);
+        evicted[t] = std::move(r.evicted);
+        return std::move(r.rows);
+      },
+      "mc");
 
   // ---- 4. evicted rows to every rank
   std::vector<int64_t> my_counts(T);
@@ -206,7 +237,7 @@ McCollectionResult ShardedManagedCollisionCollection::remap(const KeyedJaggedTen
           result.evicted[t].rows.push_back(all[q++]);
     }
   }
-  result.features = runtime::sparse::replace_kjt_values(kjt, out, keep);
+  result.features = runtime::sparse::replace_kjt_values(kjt, e.values, e.keep);
   return result;
 }
 

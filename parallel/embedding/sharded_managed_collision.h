@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +59,10 @@ class ShardedManagedCollisionCollection {
 
   // Collective (see above). `features` holds this rank's samples.
   McCollectionResult remap(const runtime::sparse::KeyedJaggedTensor& features, int64_t step);
+  // The rows the ids have now, without changing anything (no inserts, no evictions, no usage
+  // counts): ids without a row are dropped. Collective, as remap's steps 1-3 ("mc_peek_*"). For
+  // reading a later batch's rows ahead (kv prefetch): its remap may still move some ids.
+  runtime::sparse::KeyedJaggedTensor peek(const runtime::sparse::KeyedJaggedTensor& features);
 
   size_t num_tables() const { return tables_.size(); }
   // This rank's part of table i (its bucket range).
@@ -76,6 +81,17 @@ class ShardedManagedCollisionCollection {
   void load_state(const std::vector<McStatePiece>& pieces);
 
  private:
+  // remap's steps 1-3 with `lookup(table, ids, insert flags)` on the owners: the KJT's values
+  // with managed ids replaced by their rows (-1: dropped) and keep flags.
+  struct Exchanged {
+    std::vector<int64_t> values;
+    std::vector<uint8_t> keep;
+  };
+  using OwnerLookup = std::function<std::vector<int64_t>(
+      size_t table, const std::vector<int64_t>& ids, const std::vector<uint8_t>& insert)>;
+  Exchanged exchange(const runtime::sparse::KeyedJaggedTensor& kjt, const OwnerLookup& lookup,
+                     const char* tag);
+
   std::shared_ptr<ProcessGroup> group_;
   std::vector<runtime::sparse::ManagedCollisionTable> tables_;  // this rank's buckets
   std::vector<std::vector<int>> bucket_owner_;                  // per table, per bucket

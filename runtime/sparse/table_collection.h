@@ -75,6 +75,9 @@ class EmbeddingTable : public nn::Module {
   // The context of the last reset_parameters (seed, FQN): a kv-backed shard draws its rows from
   // it as this table would.
   const nn::InitContext& init_context() const { return init_; }
+  // The context reset_rows draws from, without redrawing the rows (a shard whose values were
+  // copied from the whole table takes that table's context).
+  void set_init_context(const nn::InitContext& ctx) { init_ = ctx; }
   // A kv-backed table (config.storage) holds no rows here: weight is [0, cols].
   Tensor weight;
 
