@@ -1,5 +1,6 @@
 #include "tests/testing/mpi_fixtures.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include "runtime/ops/factory.h"
@@ -30,6 +31,14 @@ fs::path shared_small_tokenizer(parallel::ProcessGroup& world, const std::string
   if (world.rank() == 0) save_small_tokenizer(corpus, dir);
   world.barrier("tokenizer");
   return dir;
+}
+
+void guarded(int64_t rank, const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "rank " << rank << ": " << e.what();
+  }
 }
 
 }  // namespace mt::testing

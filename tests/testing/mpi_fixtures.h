@@ -2,7 +2,9 @@
 // trained once (by rank 0) into it.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "parallel/comm/process_group.h"
@@ -19,5 +21,10 @@ std::filesystem::path shared_dir(parallel::ProcessGroup& world, const std::strin
 std::filesystem::path shared_small_tokenizer(parallel::ProcessGroup& world,
                                              const std::string& prefix,
                                              const std::filesystem::path& corpus);
+
+// Runs `f` and turns an exception into a test failure naming `rank`, so that this rank still
+// reaches the collective that follows (a sub-group's error must not leave the other ranks
+// waiting).
+void guarded(int64_t rank, const std::function<void()>& f);
 
 }  // namespace mt::testing

@@ -218,15 +218,7 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
-// Runs `f` and turns an exception into a test failure, so that this rank still reaches the
-// world barrier that follows (a sub-group's error must not leave the other ranks waiting).
-void guarded(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "rank " << world()->rank() << ": " << e.what();
-  }
-}
+void guarded(const std::function<void()>& f) { testing::guarded(world()->rank(), f); }
 
 // --- save on 4 (row_wise, table_wise, data_parallel, table_row_wise), load on 2 and 1 with other
 // plans ---------

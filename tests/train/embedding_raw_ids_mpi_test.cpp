@@ -194,15 +194,7 @@ void expect_near(const std::vector<double>& got, const std::vector<double>& want
     EXPECT_NEAR(got[i], want[i], 1e-10 * (1 + std::abs(want[i]))) << what << ", step " << i;
 }
 
-// Runs `f`, turning an exception into a failure, so that this rank still reaches the barrier
-// after it (a rank-local run's error must not leave the other rank waiting).
-void guarded(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "rank " << world()->rank() << ": " << e.what();
-  }
-}
+void guarded(const std::function<void()>& f) { testing::guarded(world()->rank(), f); }
 
 fs::path rank_dir(const fs::path& dir, const std::string& what) {
   return dir / (what + "_r" + std::to_string(world()->rank()));
