@@ -13,6 +13,10 @@
 //   kv lru + pf    the same with prefetch(next batch) after forward, before backward (as the
 //                  trainer does)
 //   kv lfu + pf    LFU cache, prefetch
+//   kv lru + pf, tensor cache
+//                  kv lru + pf with the cache's rows in a tensor (the layout a GPU keeps in
+//                  device memory: hits gathered by index, misses copied in; KvSettings::
+//                  tensor_cache), here on the CPU
 // By default every kv store is first filled with all of its table's rows (their initial values,
 // copied from the memory configuration's freshly initialised tables: what an in-memory table
 // holds there), so the store holds the whole table and the cache a tenth of it, as in a run
@@ -197,6 +201,7 @@ struct Config {
   TableStorage storage = TableStorage::Memory;
   CachePolicy policy = CachePolicy::LRU;
   bool prefetch = false;
+  bool tensor_cache = false;
   std::unique_ptr<parallel::ShardedEmbeddingBagCollection> ebc;
   runtime::sparse::KvStore* store = nullptr;
   // Measured window (summed over rounds).
@@ -284,14 +289,16 @@ int main(int argc, char** argv) {
   plan.local_size = 1;
   for (const auto& t : tables) plan.tables[t.name] = parallel::table_wise_sharding(t, 0);
 
-  std::vector<Config> configs(4);
+  std::vector<Config> configs(5);
   configs[0].name = "memory";
   configs[1].name = "kv lru";
   configs[2].name = "kv lru + prefetch";
   configs[3].name = "kv lfu + prefetch";
-  for (size_t i = 1; i < 4; ++i) configs[i].storage = TableStorage::Kv;
-  configs[2].prefetch = configs[3].prefetch = true;
+  configs[4].name = "kv lru + prefetch, tensor cache";
+  for (size_t i = 1; i < configs.size(); ++i) configs[i].storage = TableStorage::Kv;
+  configs[2].prefetch = configs[3].prefetch = configs[4].prefetch = true;
   configs[3].policy = CachePolicy::LFU;
+  configs[4].tensor_cache = true;
 
   // Row bytes in the store: dim f32 + rowwise Adagrad's one f32.
   const int64_t row_bytes = (args.dim + 1) * 4;
@@ -319,6 +326,7 @@ int main(int argc, char** argv) {
     runtime::sparse::CollectionOptions o;
     o.kv.path = (fs::path(args.kv_dir) / ("config" + std::to_string(i))).string();
     o.kv.policy = c.policy;
+    o.kv.tensor_cache = c.tensor_cache;
     c.ebc = std::make_unique<parallel::ShardedEmbeddingBagCollection>(tc, plan, world, nullptr, o);
     c.ebc->init_weights(args.seed + 1);
     c.ebc->train();
@@ -597,8 +605,11 @@ int main(int argc, char** argv) {
   std::printf("| LFU cache + prefetch (found in the cache or read ahead) | %.2f |\n",
               rate(configs[3], true));
 
-  std::printf("\n| per step | %s | %s | %s |\n| --- | ---: | ---: | ---: |\n",
-              configs[1].name.c_str(), configs[2].name.c_str(), configs[3].name.c_str());
+  std::printf("\n| per step |");
+  for (size_t i = 1; i < configs.size(); ++i) std::printf(" %s |", configs[i].name.c_str());
+  std::printf("\n| --- |");
+  for (size_t i = 1; i < configs.size(); ++i) std::printf(" ---: |");
+  std::printf("\n");
   auto row = [&](const char* what, auto&& fn) {
     std::printf("| %s |", what);
     for (size_t i = 1; i < configs.size(); ++i) std::printf(" %s |", fn(configs[i]).c_str());

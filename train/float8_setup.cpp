@@ -50,8 +50,11 @@ std::string apply_float8_training(runtime::nn::Module& model, const config::JobC
                                   runtime::Device device) {
   MT_CHECK(job.float8.enable, "apply_float8_training: quantize.linear.float8.enable is false");
   check_float8_device(job, device);
+  const runtime::Float8Recipe recipe = job.float8.recipe_name == "rowwise"
+                                           ? runtime::Float8Recipe::Rowwise
+                                           : runtime::Float8Recipe::Tensorwise;  // validated
   const runtime::nn::Float8Conversion conversion =
-      runtime::nn::convert_linears_to_float8(model, device, job.float8.filter_fqns);
+      runtime::nn::convert_linears_to_float8(model, device, job.float8.filter_fqns, recipe);
   return float8_conversion_text(conversion, job.float8.recipe_name,
                                 job.training.mixed_precision_param);
 }

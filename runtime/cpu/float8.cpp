@@ -1,6 +1,7 @@
 // CPU kernels of float8 training: the exact reference the CUDA kernels are tested against. Codes
 // come from the scalar conversions of runtime/kernels/float8.h; the GEMM decodes the codes to f32
-// (exactly), multiplies with sgemm and applies the two inverse scales to the f32 sums.
+// (exactly), multiplies with sgemm and applies the two inverse scales (per tensor or per row) to
+// the f32 sums.
 #include "runtime/kernels/float8.h"
 
 #include <algorithm>
@@ -61,6 +62,30 @@ void cpu_float8_cast(const Tensor& x, const Tensor& amax, Float8Format format, T
   });
 }
 
+void cpu_float8_rowwise_cast(const Tensor& x, Float8Format format, bool power_of_2, Tensor& codes,
+                             Tensor& scale_inv) {
+  const int64_t rows = x.size(0), cols = x.size(1);
+  uint8_t* out = codes_of(codes);
+  float* inv = scale_inv.data<float>();
+  dispatch_floating(x.dtype(), "float8_rowwise_cast", [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = x.data<T>();
+    parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(cols, 1)),
+                 [&](int64_t r0, int64_t r1) {
+                   for (int64_t r = r0; r < r1; ++r) {
+                     const T* row = p + r * cols;
+                     uint32_t best = 0;
+                     for (int64_t c = 0; c < cols; ++c) best = std::max(best, abs_bits(row[c]));
+                     float scale = float8_scale(float8_detail::float_of(best), format);
+                     if (power_of_2) scale = float8_scale_pow2(scale);
+                     inv[r] = 1.0f / scale;
+                     for (int64_t c = 0; c < cols; ++c)
+                       out[r * cols + c] = float_to_float8(float(row[c]) * scale, format);
+                   }
+                 });
+  });
+}
+
 void cpu_float8_transpose(const Tensor& codes, Tensor& codes_t) {
   const int64_t rows = codes.size(0), cols = codes.size(1);
   const uint8_t* in = codes_of(codes);
@@ -91,11 +116,18 @@ void cpu_float8_matmul(const Tensor& a, Float8Format a_format, const Tensor& a_s
     gemm(CblasNoTrans, CblasTrans, blas_int(m, "float8_matmul"), blas_int(n, "float8_matmul"),
          blas_int(k, "float8_matmul"), av.data(), int(k), bv.data(), int(k), c.data(), int(n));
   }
-  const float scale = a_scale_inv.data<float>()[0] * b_scale_inv.data<float>()[0];
+  // One scale per operand (tensorwise) or per row of it (rowwise).
+  const float* sa = a_scale_inv.data<float>();
+  const float* sb = b_scale_inv.data<float>();
+  const bool a_rows = a_scale_inv.numel() > 1, b_rows = b_scale_inv.numel() > 1;
   dispatch_floating(out.dtype(), "float8_matmul", [&](auto tag) {
     using T = decltype(tag);
     T* o = out.data<T>();
-    for (size_t i = 0; i < c.size(); ++i) o[i] = T(c[i] * scale);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const float scale = sa[a_rows ? i : 0] * sb[b_rows ? j : 0];
+        o[i * n + j] = T(c[size_t(i * n + j)] * scale);
+      }
   });
 }
 
@@ -103,6 +135,7 @@ MT_REGISTER_KERNEL(float8_gemm_unsupported_kernel, DeviceType::CPU, cpu_float8_g
 MT_REGISTER_KERNEL(float8_amax_kernel, DeviceType::CPU, cpu_float8_amax);
 MT_REGISTER_KERNEL(float8_cast_kernel, DeviceType::CPU, cpu_float8_cast);
 MT_REGISTER_KERNEL(float8_matmul_kernel, DeviceType::CPU, cpu_float8_matmul);
+MT_REGISTER_KERNEL(float8_rowwise_cast_kernel, DeviceType::CPU, cpu_float8_rowwise_cast);
 MT_REGISTER_KERNEL(float8_transpose_kernel, DeviceType::CPU, cpu_float8_transpose);
 MT_REGISTER_KERNEL(float8_copy_kernel, DeviceType::CPU, cpu_float8_copy);
 

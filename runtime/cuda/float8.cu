@@ -2,10 +2,12 @@
 // FP8 codes with the hardware's saturating round-to-nearest-even conversion, writing the codes
 // and/or their transpose through a shared-memory tile (eight elements per access where the shape
 // and alignment allow, one otherwise), and the scaled FP8 GEMM through cuBLASLt
-// (FP8 tensor cores, compute capability 8.9+). Tested bit for bit against the CPU reference
-// (runtime/cpu/float8.cpp) for the casts, within f32 accumulation for the GEMM.
+// (FP8 tensor cores, compute capability 8.9+); rowwise: a block per row for the cast, and the
+// GEMM's per-row scales applied to its f32 sums by a second kernel. Tested bit for bit against the
+// CPU reference (runtime/cpu/float8.cpp) for the casts, within f32 accumulation for the GEMM.
 #include <cuda_fp8.h>
 
+#include <limits>
 #include <mutex>
 
 #include "runtime/cuda/block_reduce.cuh"
@@ -192,6 +194,38 @@ void cuda_float8_cast(const Tensor& x, const Tensor& amax, Float8Format format, 
   });
 }
 
+// Rowwise: one block per row. The row's amax (a block max of |x|'s bits), its scale (rounded down
+// to a power of two when asked), then the codes.
+template <class T>
+__global__ void rowwise_cast_kernel(const T* x, int64_t cols, Float8Format format, bool power_of_2,
+                                    uint8_t* codes, float* scale_inv) {
+  const int64_t r = blockIdx.x;
+  const T* row = x + r * cols;
+  unsigned best = 0;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) best = max(best, abs_bits(float(row[c])));
+  best = block_max(best, 0u);
+  float scale = float8_scale(__uint_as_float(best), format);
+  if (power_of_2) scale = float8_scale_pow2(scale);
+  if (threadIdx.x == 0) scale_inv[r] = 1.0f / scale;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    codes[r * cols + c] = to_code(float(row[c]) * scale, format);
+}
+
+void cuda_float8_rowwise_cast(const Tensor& x, Float8Format format, bool power_of_2,
+                              Tensor& codes, Tensor& scale_inv) {
+  check_on_current_device(x, "float8_rowwise_cast");
+  const int64_t rows = x.size(0), cols = x.size(1);
+  if (rows == 0) return;
+  MT_CHECK(rows <= int64_t(std::numeric_limits<int>::max()), "float8_rowwise_cast: ", rows,
+           " rows exceed the grid's limit");
+  dispatch_f32_bf16(x.dtype(), "float8_rowwise_cast", [&](auto tag) {
+    using T = decltype(tag);
+    rowwise_cast_kernel<T><<<unsigned(rows), kThreads, 0, current_stream()>>>(
+        ptr<const T>(x), cols, format, power_of_2, ptr<uint8_t>(codes), ptr<float>(scale_inv));
+    MT_CUDA_CHECK_LAUNCH();
+  });
+}
+
 // codes_t = codes^T through a 32 x 32 shared-memory tile, one byte per thread.
 __global__ void transpose_kernel(const uint8_t* codes, int64_t rows, int64_t cols,
                                  uint8_t* codes_t) {
@@ -299,6 +333,41 @@ const Plan& plan_for(const Problem& p) {
   return cached_plan<Plan, Problem, ProblemHash>(p, make_plan);
 }
 
+// out[i][j] = sums[i][j] * (a_scale_inv[i or 0] * b_scale_inv[j or 0]): rowwise scales applied to
+// the f32 sums of an unscaled FP8 GEMM (as the CPU reference applies them).
+template <class T>
+__global__ void scale_rows_cols_kernel(const float* sums, int64_t m, int64_t n,
+                                       const float* a_scale_inv, bool a_rows,
+                                       const float* b_scale_inv, bool b_rows, T* out) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < m * n; e += stride) {
+    const int64_t i = e / n, j = e % n;
+    const float scale = a_scale_inv[a_rows ? i : 0] * b_scale_inv[b_rows ? j : 0];
+    out[e] = T(sums[e] * scale);
+  }
+}
+
+// Launches the cuBLASLt FP8 GEMM of plan `p` into out (f32 or bf16) with the two scale pointers.
+void launch_gemm(const Problem& p, const Tensor& a, const Tensor& b, const void* a_scale,
+                 const void* b_scale, const Tensor& out) {
+  const Plan& plan = plan_for(p);
+  // Scales are per call (device pointers: no host synchronisation); the descriptor is shared, so
+  // setting them and launching happen under one lock.
+  static std::mutex launch_mutex;
+  std::lock_guard lock(launch_mutex);
+  const void* sa = b_scale;  // cuBLAS's A is our b
+  const void* sb = a_scale;
+  MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                 &sa, sizeof(sa)));
+  MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                 &sb, sizeof(sb)));
+  const float one = 1.0f, zero = 0.0f;
+  MT_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), plan.op, &one, b.data_ptr(), plan.a,
+                                 a.data_ptr(), plan.b, &zero, out.data_ptr(), plan.c,
+                                 out.data_ptr(), plan.c, &plan.algo, workspace(kWorkspaceBytes),
+                                 kWorkspaceBytes, current_stream()));
+}
+
 void cuda_float8_matmul(const Tensor& a, Float8Format a_format, const Tensor& a_scale_inv,
                         const Tensor& b, Float8Format b_format, const Tensor& b_scale_inv,
                         bool fast_accum, Tensor& out) {
@@ -314,28 +383,34 @@ void cuda_float8_matmul(const Tensor& a, Float8Format a_format, const Tensor& a_
   }
   MT_CHECK(p.m % 16 == 0 && p.n % 16 == 0 && p.k % 16 == 0, "float8_matmul: [", p.m, ", ", p.k,
            "] @ [", p.n, ", ", p.k, "]^T: FP8 GEMMs need every dimension a multiple of 16");
-  const Plan& plan = plan_for(p);
-  // Scales are per call (device pointers: no host synchronisation); the descriptor is shared, so
-  // setting them and launching happen under one lock.
-  static std::mutex launch_mutex;
-  std::lock_guard lock(launch_mutex);
-  const void* sa = b_scale_inv.data_ptr();  // cuBLAS's A is our b
-  const void* sb = a_scale_inv.data_ptr();
-  MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                 &sa, sizeof(sa)));
-  MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                 &sb, sizeof(sb)));
-  const float one = 1.0f, zero = 0.0f;
-  MT_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), plan.op, &one, b.data_ptr(), plan.a,
-                                 a.data_ptr(), plan.b, &zero, out.data_ptr(), plan.c,
-                                 out.data_ptr(), plan.c, &plan.algo, workspace(kWorkspaceBytes),
-                                 kWorkspaceBytes, current_stream()));
+  const bool a_rows = a_scale_inv.numel() > 1, b_rows = b_scale_inv.numel() > 1;
+  if (!a_rows && !b_rows) {  // tensorwise: cuBLASLt applies both scales
+    launch_gemm(p, a, b, a_scale_inv.data_ptr(), b_scale_inv.data_ptr(), out);
+    return;
+  }
+  // Rowwise: an unscaled GEMM into f32 sums, then each row's and column's scale (cuBLASLt's
+  // per-row scale modes are not on every FP8 GPU).
+  const TensorOptions f32 = TensorOptions{}.with_dtype(DType::F32).with_device(out.device());
+  const Tensor ones = Tensor::empty({1}, f32);
+  ones.fill_(1.0);
+  const Tensor sums = out.dtype() == DType::F32 ? out : Tensor::empty(out.shape(), f32);
+  Problem unscaled = p;
+  unscaled.out = DType::F32;
+  launch_gemm(unscaled, a, b, ones.data_ptr(), ones.data_ptr(), sums);
+  dispatch_f32_bf16(out.dtype(), "float8_matmul", [&](auto tag) {
+    using T = decltype(tag);
+    scale_rows_cols_kernel<T><<<blocks_for(out.numel()), kThreads, 0, current_stream()>>>(
+        ptr<const float>(sums), p.m, p.n, ptr<const float>(a_scale_inv), a_rows,
+        ptr<const float>(b_scale_inv), b_rows, ptr<T>(out));
+    MT_CUDA_CHECK_LAUNCH();
+  });
 }
 
 MT_REGISTER_KERNEL(float8_gemm_unsupported_kernel, DeviceType::CUDA, cuda_float8_gemm_unsupported);
 MT_REGISTER_KERNEL(float8_amax_kernel, DeviceType::CUDA, cuda_float8_amax);
 MT_REGISTER_KERNEL(float8_cast_kernel, DeviceType::CUDA, cuda_float8_cast);
 MT_REGISTER_KERNEL(float8_matmul_kernel, DeviceType::CUDA, cuda_float8_matmul);
+MT_REGISTER_KERNEL(float8_rowwise_cast_kernel, DeviceType::CUDA, cuda_float8_rowwise_cast);
 MT_REGISTER_KERNEL(float8_transpose_kernel, DeviceType::CUDA, cuda_float8_transpose);
 MT_REGISTER_KERNEL(float8_copy_kernel, DeviceType::CUDA, cuda_float8_copy);
 

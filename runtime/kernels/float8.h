@@ -9,6 +9,8 @@
 // - Tensorwise scaling (torchao's recipe "tensorwise"): scale = max_finite / max(amax, 1e-12),
 //   computed in double and rounded to f32; codes = fp8(f32(x) * scale); the GEMMs take
 //   scale_inv = 1 / scale (f32) per operand.
+// - Rowwise scaling (torchao's recipe "rowwise": axiswise, e4m3 everywhere, scales rounded down
+//   to powers of two): the same per row, with that row's amax; scale_inv [rows].
 #pragma once
 
 #include <cstdint>
@@ -40,6 +42,10 @@ MT_HOST_DEVICE inline float float8_scale(float amax, Float8Format f) {
   return float(double(float8_max(f)) / clamped);
 }
 
+// A scale rounded down to a power of two (torchao's round_scales_to_power_of_2): the exponent kept,
+// the mantissa cleared, so x * scale stays within the format and the scaling itself is exact.
+MT_HOST_DEVICE inline float float8_scale_pow2(float scale);
+
 namespace float8_detail {
 MT_HOST_DEVICE inline uint32_t bits_of(float f) {
   uint32_t u;
@@ -52,6 +58,11 @@ MT_HOST_DEVICE inline float float_of(uint32_t u) {
   return f;
 }
 }  // namespace float8_detail
+
+MT_HOST_DEVICE inline float float8_scale_pow2(float scale) {
+  if (scale != scale) return scale;  // NaN
+  return float8_detail::float_of(float8_detail::bits_of(scale) & 0xff800000u);
+}
 
 // f32 -> one fp8 code: round to nearest even, saturating to +-max, NaN -> the format's NaN.
 MT_HOST_DEVICE inline uint8_t float_to_float8(float x, Float8Format f) {
@@ -114,6 +125,13 @@ inline constinit KernelTable<void(const Tensor& x, const Tensor& amax, Float8For
                                   Tensor& codes, Tensor& codes_t, Tensor& scale_inv)>
     float8_cast_kernel{"float8_cast"};
 
+// Rowwise: from x [rows, cols] (f32 or bf16, contiguous), each row's amax and scale (rounded down
+// to a power of two when power_of_2), codes [rows, cols] of x * its row's scale and scale_inv
+// [rows] (f32) = 1 / scale.
+inline constinit KernelTable<void(const Tensor& x, Float8Format format, bool power_of_2,
+                                  Tensor& codes, Tensor& scale_inv)>
+    float8_rowwise_cast_kernel{"float8_rowwise_cast"};
+
 // Byte-for-byte moves of codes (contiguous Bool-dtype tensors). Codes never go through the
 // runtime's Bool copies: a bool copy may keep only each byte's low bit.
 // codes_t [cols, rows] = codes [rows, cols] transposed.
@@ -125,6 +143,8 @@ inline constinit KernelTable<void(const Tensor& src, Tensor& dst)> float8_copy_k
 
 // out [M, N] (f32 or bf16) = (decode(a) * a_scale_inv) @ (decode(b) * b_scale_inv)^T, for codes
 // a [M, K] and b [N, K] (both K-contiguous: the FP8 tensor cores' "TN" layout), f32 accumulation.
+// A scale_inv is [1] (tensorwise) or one per row of its operand ([M], [N]: rowwise); either way
+// out[i][j] = f32 sum * (a_scale_inv[i or 0] * b_scale_inv[j or 0]).
 // fast_accum lets the GPU accumulate in its faster, less precise mode (forward GEMMs, as torchao).
 inline constinit KernelTable<void(const Tensor& a, Float8Format a_format, const Tensor& a_scale_inv,
                                   const Tensor& b, Float8Format b_format, const Tensor& b_scale_inv,

@@ -7,7 +7,8 @@
 namespace mt::runtime::nn {
 
 Float8Conversion convert_linears_to_float8(Module& root, Device device,
-                                           const std::vector<std::string>& filter_fqns) {
+                                           const std::vector<std::string>& filter_fqns,
+                                           Float8Recipe recipe) {
   if (auto why = float8_gemm_unsupported_kernel(device)) {
     MT_FAIL("float8 training: ", device_description(device), " cannot run FP8 GEMMs: ", *why);
   }
@@ -29,6 +30,7 @@ Float8Conversion convert_linears_to_float8(Module& root, Device device,
       continue;
     }
     linear->float8 = true;
+    linear->float8_recipe = recipe;
     result.converted.push_back(name);
   }
   return result;

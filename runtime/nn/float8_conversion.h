@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/nn/module.h"
+#include "runtime/ops/float8_recipe.h"
 
 namespace mt::runtime::nn {
 
@@ -18,9 +19,10 @@ struct Float8Conversion {
   std::vector<std::pair<std::string, std::string>> skipped;   // FQN, why it stays as it was
 };
 
-// Converts in place; `device` is where the model will run (the GEMMs' rules are the device's).
-// A device without FP8 GEMMs is an error naming it. Idempotent.
+// Converts in place to `recipe`; `device` is where the model will run (the GEMMs' rules are the
+// device's). A device without FP8 GEMMs is an error naming it. Idempotent.
 Float8Conversion convert_linears_to_float8(Module& root, Device device,
-                                           const std::vector<std::string>& filter_fqns);
+                                           const std::vector<std::string>& filter_fqns,
+                                           Float8Recipe recipe = Float8Recipe::Tensorwise);
 
 }  // namespace mt::runtime::nn

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "runtime/nn/module.h"
+#include "runtime/ops/float8_recipe.h"
 
 namespace mt::runtime::nn {
 
@@ -32,6 +33,7 @@ class Linear : public Module {
   // Float8 training: the layer's GEMMs run in FP8 (runtime/ops/float8.h). Set by
   // nn::convert_linears_to_float8 (runtime/nn/float8_conversion.h), which checks the layer can.
   bool float8 = false;
+  Float8Recipe float8_recipe = Float8Recipe::Tensorwise;  // how its operands are scaled
 
  private:
   int64_t in_features_, out_features_;

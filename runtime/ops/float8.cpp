@@ -12,6 +12,10 @@ namespace mt::runtime {
 
 const char* float8_format_name(Float8Format f) { return f == Float8Format::E4M3 ? "e4m3" : "e5m2"; }
 
+const char* float8_recipe_name(Float8Recipe recipe) {
+  return recipe == Float8Recipe::Rowwise ? "rowwise" : "tensorwise";
+}
+
 namespace {
 
 constexpr int64_t kGemmMultiple = 16;  // FP8 GEMMs' rule for every dimension
@@ -89,6 +93,19 @@ Float8Tensor to_float8(const Tensor& x, Float8Format format, bool rows, bool tra
   return r;
 }
 
+Float8Tensor to_float8_rowwise(const Tensor& x, Float8Format format, bool power_of_2) {
+  MT_CHECK(x.dim() == 2, "to_float8_rowwise: expected a 2-D tensor, got shape ", x.shape());
+  MT_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::BF16,
+           "to_float8_rowwise: expected f32 or bf16, got ", dtype_name(x.dtype()));
+  const Tensor xc = x.detach().contiguous();
+  Float8Tensor r;
+  r.format = format;
+  r.codes = Tensor::empty(x.shape(), codes_options(x.device()));
+  r.scale_inv = Tensor::empty({x.size(0)}, f32_options(x.device()));
+  float8_rowwise_cast_kernel(x.device(), xc, format, power_of_2, r.codes, r.scale_inv);
+  return r;
+}
+
 Tensor float8_transpose(const Tensor& codes) {
   check_codes(codes, __func__, "codes");
   Tensor out = Tensor::empty({codes.size(1), codes.size(0)}, codes_options(codes.device()));
@@ -98,12 +115,18 @@ Tensor float8_transpose(const Tensor& codes) {
 
 Tensor float8_dequantize(const Tensor& codes, Float8Format format, const Tensor& scale_inv) {
   check_codes(codes, __func__, "codes");
+  MT_CHECK(scale_inv.numel() == 1 || scale_inv.numel() == codes.size(0), "float8_dequantize: ",
+           scale_inv.numel(), " scales for ", codes.size(0), " rows (expected 1 or one per row)");
   const Tensor host = codes.to(Device::cpu());
-  const float s = scale_inv.to(Device::cpu()).data<float>()[0];
+  const Tensor scales = scale_inv.to(Device::cpu()).contiguous();
+  const float* s = scales.data<float>();
+  const bool per_row = scale_inv.numel() > 1 || codes.size(0) == 1;
   Tensor out = Tensor::empty(codes.shape(), f32_options(Device::cpu()));
   const auto* p = static_cast<const uint8_t*>(host.data_ptr());
   float* o = out.data<float>();
-  for (int64_t i = 0; i < codes.numel(); ++i) o[i] = float8_to_float(p[i], format) * s;
+  const int64_t cols = codes.size(1);
+  for (int64_t i = 0; i < codes.numel(); ++i)
+    o[i] = float8_to_float(p[i], format) * s[per_row ? i / cols : 0];
   return out;
 }
 
@@ -120,6 +143,11 @@ Tensor float8_mm(const Tensor& a, Float8Format a_format, const Tensor& a_scale_i
            "float8_mm: two e5m2 operands (FP8 GEMMs take at most one)");
   MT_CHECK(out_dtype == DType::F32 || out_dtype == DType::BF16,
            "float8_mm: expected an f32 or bf16 output, got ", dtype_name(out_dtype));
+  MT_CHECK(a_scale_inv.dtype() == DType::F32 && b_scale_inv.dtype() == DType::F32 &&
+               (a_scale_inv.numel() == 1 || a_scale_inv.numel() == a.size(0)) &&
+               (b_scale_inv.numel() == 1 || b_scale_inv.numel() == b.size(0)),
+           "float8_mm: expected f32 scales, [1] or one per row: a has ", a.size(0), " rows and ",
+           a_scale_inv.numel(), " scales, b ", b.size(0), " rows and ", b_scale_inv.numel());
   Tensor out = Tensor::empty({a.size(0), b.size(0)}, f32_options(a.device()).with_dtype(out_dtype));
   float8_matmul_kernel(a.device(), a, a_format, a_scale_inv, b, b_format, b_scale_inv, fast_accum,
                        out);
@@ -145,33 +173,52 @@ std::optional<std::string> float8_linear_unsupported(Device device, int64_t in_f
   return features_unsupported(in_features, out_features);
 }
 
-Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  MT_CHECK(weight.dim() == 2, "float8_linear: expected a 2-D weight [out, in], got shape ",
-           weight.shape());
-  MT_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "float8_linear: input ", x.shape(),
-           " does not end in the weight's in_features ", weight.size(1));
-  MT_CHECK(x.dtype() == weight.dtype() && (x.dtype() == DType::F32 || x.dtype() == DType::BF16),
-           "float8_linear: expected an f32 or bf16 input and weight of one dtype, got ",
-           dtype_name(x.dtype()), " and ", dtype_name(weight.dtype()));
-  const int64_t in = weight.size(1), out = weight.size(0);
-  const int64_t tokens = x.numel() / in;
-  if (auto why = features_unsupported(in, out)) {
-    MT_FAIL("float8_linear: cannot run x ", x.shape(), " @ weight ", weight.shape(), "^T in FP8: ",
-            *why);
-  }
-  if (tokens % kGemmMultiple != 0) {
-    // Zero rows up to the next multiple (a generation step, an odd batch): they change neither
-    // the amax nor the other rows, and the weight is still not read (FSDP may gather it as codes).
-    Tensor padded = cat({x.reshape({tokens, in}),
-                         zeros({kGemmMultiple - tokens % kGemmMultiple, in}, x.options())},
-                        0);
-    Shape out_shape = x.shape();
-    out_shape.back() = out;
-    return float8_linear(padded, weight, bias).narrow(0, 0, tokens).reshape(out_shape);
-  }
-  const bool need_dx = autograd::any_requires_grad({x});
-  const bool need_dw = autograd::any_requires_grad({weight});
-  const Tensor x2 = x.detach().reshape({tokens, in});
+namespace {
+
+// The rowwise recipe's y = x2 [tokens, in] @ weight^T, recorded for autograd (see the header).
+Tensor float8_linear_rowwise(const Tensor& x, const Tensor& x2, const Tensor& weight,
+                             int64_t tokens, int64_t out, bool need_dx, bool need_dw) {
+  constexpr Float8Format e4m3 = Float8Format::E4M3;
+  constexpr bool pow2 = true;  // torchao's rowwise recipe rounds its scales to powers of two
+  MT_CHECK(!registered_weight_codes(weight), "float8_linear: the rowwise recipe casts the weight ",
+           "per output feature, but FSDP gathered it as tensorwise codes (float8 all-gather is ",
+           "tensorwise only)");
+  const Tensor w = weight.detach();
+  const Float8Tensor xq = to_float8_rowwise(x2, e4m3, pow2);
+  const Float8Tensor wq = to_float8_rowwise(w, e4m3, pow2);
+  Tensor y = float8_mm(xq.codes, e4m3, xq.scale_inv, wq.codes, e4m3, wq.scale_inv, x.dtype(),
+                       /*fast_accum=*/true);
+  if (!need_dx && !need_dw) return y;
+  // Backward's operands along the other axis: x by input feature over the tokens (for dW), W by
+  // input feature over the outputs (for dx).
+  Float8Tensor xt, wt;
+  if (need_dw) xt = to_float8_rowwise(x2.transpose(0, 1), e4m3, pow2);
+  if (need_dx) wt = to_float8_rowwise(w.transpose(0, 1), e4m3, pow2);
+  autograd::record(
+      "float8_linear", {x, weight}, {y},
+      [xt, wt, x_shape = x.shape(), dtype = x.dtype(), tokens,
+       out](const autograd::BackwardArgs& args) -> std::vector<Tensor> {
+        const Tensor g = args.grad(0).reshape({tokens, out}).contiguous();
+        Tensor dx, dw;
+        if (args.needs(0)) {
+          const Float8Tensor gq = to_float8_rowwise(g, e4m3, pow2);
+          dx = float8_mm(gq.codes, e4m3, gq.scale_inv, wt.codes, e4m3, wt.scale_inv, dtype,
+                         /*fast_accum=*/false)
+                   .reshape(x_shape);
+        }
+        if (args.needs(1)) {
+          const Float8Tensor gt = to_float8_rowwise(g.transpose(0, 1), e4m3, pow2);
+          dw = float8_mm(gt.codes, e4m3, gt.scale_inv, xt.codes, e4m3, xt.scale_inv, dtype,
+                         /*fast_accum=*/false);
+        }
+        return {dx, dw};
+      });
+  return y;
+}
+
+// The tensorwise recipe's y = x2 [tokens, in] @ weight^T, recorded for autograd (see the header).
+Tensor float8_linear_tensorwise(const Tensor& x, const Tensor& x2, const Tensor& weight,
+                                int64_t tokens, int64_t out, bool need_dx, bool need_dw) {
   const Float8Tensor xq = to_float8(x2, Float8Format::E4M3, true, need_dw);
   Float8Tensor wq;
   if (auto gathered = registered_weight_codes(weight)) {  // FSDP gathered the weight in FP8
@@ -180,8 +227,8 @@ Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) 
   } else {
     wq = to_float8(weight.detach(), Float8Format::E4M3, true, need_dx);
   }
-  Tensor y = float8_mm(xq.codes, xq.format, xq.scale_inv, wq.codes, wq.format, wq.scale_inv,
-                       x.dtype(), /*fast_accum=*/true);
+  const Tensor y = float8_mm(xq.codes, xq.format, xq.scale_inv, wq.codes, wq.format,
+                             wq.scale_inv, x.dtype(), /*fast_accum=*/true);
   if (need_dx || need_dw) {
     // Backward keeps the transposed codes only: dx = dy @ W, dW = dy^T @ x.
     autograd::record(
@@ -204,6 +251,42 @@ Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) 
           return {dx, dw};
         });
   }
+  return y;
+}
+
+}  // namespace
+
+Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                     Float8Recipe recipe) {
+  MT_CHECK(weight.dim() == 2, "float8_linear: expected a 2-D weight [out, in], got shape ",
+           weight.shape());
+  MT_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "float8_linear: input ", x.shape(),
+           " does not end in the weight's in_features ", weight.size(1));
+  MT_CHECK(x.dtype() == weight.dtype() && (x.dtype() == DType::F32 || x.dtype() == DType::BF16),
+           "float8_linear: expected an f32 or bf16 input and weight of one dtype, got ",
+           dtype_name(x.dtype()), " and ", dtype_name(weight.dtype()));
+  const int64_t in = weight.size(1), out = weight.size(0);
+  const int64_t tokens = x.numel() / in;
+  if (auto why = features_unsupported(in, out)) {
+    MT_FAIL("float8_linear: cannot run x ", x.shape(), " @ weight ", weight.shape(), "^T in FP8: ",
+            *why);
+  }
+  if (tokens % kGemmMultiple != 0) {
+    // Zero rows up to the next multiple (a generation step, an odd batch): they change neither
+    // the amax nor the other rows, and the weight is still not read (FSDP may gather it as codes).
+    Tensor padded = cat({x.reshape({tokens, in}),
+                         zeros({kGemmMultiple - tokens % kGemmMultiple, in}, x.options())},
+                        0);
+    Shape out_shape = x.shape();
+    out_shape.back() = out;
+    return float8_linear(padded, weight, bias, recipe).narrow(0, 0, tokens).reshape(out_shape);
+  }
+  const bool need_dx = autograd::any_requires_grad({x});
+  const bool need_dw = autograd::any_requires_grad({weight});
+  const Tensor x2 = x.detach().reshape({tokens, in});
+  Tensor y = recipe == Float8Recipe::Rowwise
+                 ? float8_linear_rowwise(x, x2, weight, tokens, out, need_dx, need_dw)
+                 : float8_linear_tensorwise(x, x2, weight, tokens, out, need_dx, need_dw);
   if (bias.defined()) {
     MT_CHECK(bias.dim() == 1 && bias.size(0) == out, "float8_linear: expected a bias of shape [",
              out, "], got ", bias.shape());

@@ -1,10 +1,16 @@
-// Float8 training ops (torchao's "tensorwise" recipe): dynamic per-tensor scales, FP8 codes
+// Float8 training ops (torchao's "tensorwise" and "rowwise" recipes): dynamic scales, FP8 codes
 // (runtime/kernels/float8.h) and scaled FP8 GEMMs with f32 accumulation.
 //
-// float8_linear(x, W, b) computes x @ W^T + b with every GEMM in FP8:
+// float8_linear(x, W, b) computes x @ W^T + b with every GEMM in FP8. Tensorwise (one scale per
+// tensor):
 //   forward        y  = fp8(x, e4m3)  @ fp8(W, e4m3)^T       (fast accumulation)
 //   grad input     dx = fp8(dy, e5m2) @ fp8(W, e4m3)
 //   grad weight    dW = fp8(dy, e5m2)^T @ fp8(x, e4m3)
+// Rowwise (torchao's recipe: every operand e4m3, scaled per row of the GEMM's K-contiguous
+// operand, i.e. along the contracted dimension, scales rounded down to powers of two): forward
+// x by token and W by output feature; dx = dy (by token) @ W (by input feature); dW = dy^T (by
+// output feature, over tokens) @ x (by input feature, over tokens). Each operand is cast once per
+// GEMM it enters, so an operand used along two axes is cast twice.
 // The FP8 copies of x and W that backward needs (transposed: the tensor cores take K-contiguous
 // operands) are made in forward and saved instead of x itself: a quarter of an f32 activation's
 // bytes, half a bf16's. Outputs and gradients have x's and W's dtypes (f32 or bf16).
@@ -20,11 +26,13 @@
 
 #include "runtime/core/tensor.h"
 #include "runtime/kernels/float8.h"
+#include "runtime/ops/float8_recipe.h"
 
 namespace mt::runtime {
 
 // A tensor cast to FP8: its codes (Bool-dtype bytes, see kernels/float8.h), the codes of its
-// transpose, and the f32 [1] inverse scale that turns codes back into values.
+// transpose, and the f32 inverse scale that turns codes back into values: [1] (tensorwise) or one
+// per row of `codes` (rowwise).
 struct Float8Tensor {
   Tensor codes;    // [rows, cols], or undefined when not asked for
   Tensor codes_t;  // [cols, rows], or undefined when not asked for
@@ -36,13 +44,19 @@ struct Float8Tensor {
 // layouts to write. Not differentiable (the op below owns the gradients).
 Float8Tensor to_float8(const Tensor& x, Float8Format format, bool rows, bool transposed);
 
+// Casts a 2-D f32/bf16 tensor with one dynamic scale per row (its amax; rounded down to a power
+// of two when power_of_2): codes [rows, cols] and scale_inv [rows]. Not differentiable.
+Float8Tensor to_float8_rowwise(const Tensor& x, Float8Format format, bool power_of_2);
+
 // codes [rows, cols] transposed into new codes [cols, rows] (byte for byte).
 Tensor float8_transpose(const Tensor& codes);
 
-// The values the codes stand for, as an f32 [rows, cols] tensor (tests and debugging).
+// The values the codes stand for, as an f32 [rows, cols] tensor (tests and debugging); scale_inv
+// [1] or [rows].
 Tensor float8_dequantize(const Tensor& codes, Float8Format format, const Tensor& scale_inv);
 
-// a [M, K] @ b [N, K]^T on FP8 codes with their scales -> [M, N] of `out_dtype`.
+// a [M, K] @ b [N, K]^T on FP8 codes with their scales ([1], or [M] / [N] per row) -> [M, N] of
+// `out_dtype`.
 Tensor float8_mm(const Tensor& a, Float8Format a_format, const Tensor& a_scale_inv,
                  const Tensor& b, Float8Format b_format, const Tensor& b_scale_inv,
                  DType out_dtype, bool fast_accum);
@@ -54,9 +68,11 @@ std::optional<std::string> float8_linear_unsupported(Device device, int64_t in_f
                                                      int64_t out_features);
 
 // x [..., in] @ weight [out, in]^T (+ bias [out]) with FP8 GEMMs; differentiable in all three.
-// When `weight` has codes registered below, they are used instead of casting it (its values are
-// then not read at all).
-Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// Tensorwise: when `weight` has codes registered below, they are used instead of casting it (its
+// values are then not read at all). Rowwise casts the weight itself (registered codes are an
+// error: FSDP's float8 all-gather is tensorwise only).
+Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                     Float8Recipe recipe = Float8Recipe::Tensorwise);
 
 // FSDP's float8 all-gather gathers a weight already cast (e4m3 codes of the whole [out, in]
 // weight and their scale) and registers them for the unsharded weight tensor, whose own values

@@ -1,7 +1,8 @@
 // CUDA float8 kernels against the CPU reference: amax, scales and codes (both layouts) bit for
 // bit, the hardware conversion against the reference's on every f32 neighbourhood of every code,
 // the scaled FP8 GEMM (every operand-format pair, f32 and bf16 outputs, fast accumulation on and
-// off) within f32 accumulation, and float8_linear's output and gradients. Skips without a GPU.
+// off) within f32 accumulation, and float8_linear's output and gradients; the same for the rowwise
+// recipe (per-row scales rounded to powers of two, per-row GEMM scales). Skips without a GPU.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -165,6 +166,53 @@ TEST_F(Float8Gpu, LinearAndItsGradientsMatchTheCpu) {
       EXPECT_EQ(outs[1][i].dtype(), dtype);
       EXPECT_LT(relative_error(outs[1][i], outs[0][i].to(DType::F64)), tol)
           << dtype_name(dtype) << " output " << i << " (y, dx, dW, db)";
+    }
+  }
+}
+
+TEST_F(Float8Gpu, RowwiseCastsMatchTheCpuBitForBit) {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    for (bool pow2 : {true, false}) {
+      for (const Shape& shape : {Shape{37, 53}, Shape{256, 2048}, Shape{1, 1}, Shape{3, 5000}}) {
+        const Tensor x = wide_values(shape, dtype, 5);
+        const Float8Tensor want = to_float8_rowwise(x, Float8Format::E4M3, pow2);
+        const Float8Tensor got = to_float8_rowwise(on_cuda(x), Float8Format::E4M3, pow2);
+        EXPECT_EQ(on_cpu(got.scale_inv).to_vector<float>(), want.scale_inv.to_vector<float>())
+            << dtype_name(dtype) << (pow2 ? " pow2 " : " ") << str(shape);
+        EXPECT_EQ(bytes_of(got.codes), bytes_of(want.codes))
+            << dtype_name(dtype) << (pow2 ? " pow2 " : " ") << str(shape);
+      }
+    }
+  }
+}
+
+TEST_F(Float8Gpu, RowwiseGemmAndLinearMatchTheCpu) {
+  const Float8Tensor a = to_float8_rowwise(rnd({256, 512}, DType::F32, 1), Float8Format::E4M3, true);
+  const Float8Tensor b = to_float8_rowwise(rnd({128, 512}, DType::F32, 2), Float8Format::E4M3, true);
+  for (DType out : {DType::F32, DType::BF16}) {
+    for (bool fast : {false, true}) {
+      const Tensor want = float8_mm(a.codes, a.format, a.scale_inv, b.codes, b.format, b.scale_inv,
+                                    out, fast);
+      const Tensor got = float8_mm(on_cuda(a.codes), a.format, on_cuda(a.scale_inv),
+                                   on_cuda(b.codes), b.format, on_cuda(b.scale_inv), out, fast);
+      EXPECT_LT(relative_error(got, want), gemm_tolerance(out, fast))
+          << dtype_name(out) << (fast ? " fast" : "");
+    }
+  }
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const Tensor x = rnd({4, 64, 256}, dtype, 11), w = rnd({512, 256}, dtype, 12);
+    const Tensor r = rnd({4, 64, 512}, dtype, 14);
+    std::vector<Tensor> outs[2];
+    for (int d = 0; d < 2; ++d) {
+      const std::vector<Tensor> in = to_device({x, w}, d == 0 ? Device::cpu() : Device::cuda(), true);
+      const Tensor y = float8_linear(in[0], in[1], Tensor(), Float8Recipe::Rowwise);
+      sum(mul(y, d == 0 ? r : on_cuda(r))).backward();
+      outs[d] = {y, in[0].grad(), in[1].grad()};
+    }
+    for (size_t i = 0; i < 3; ++i) {
+      const double tol = dtype == DType::BF16 ? 8e-3 : gemm_tolerance(DType::F32, i == 0);
+      EXPECT_LT(relative_error(outs[1][i], outs[0][i].to(DType::F64)), tol)
+          << dtype_name(dtype) << " output " << i << " (y, dx, dW)";
     }
   }
 }

@@ -1,6 +1,6 @@
 // Float8 numerics on the CPU reference: the scalar e4m3/e5m2 conversions against a brute-force
 // nearest-value search over every code (ties to even, saturation, subnormals, NaN), tensorwise
-// scaling, the scaled GEMM against f64 products of the decoded values, float8_linear's forward
+// and rowwise (power-of-two) scaling, the scaled GEMM against f64 products of the decoded values, float8_linear's forward
 // and both gradients against the same products built by hand, the fallbacks and errors, and the
 // module conversion with its filter.
 #include "runtime/ops/float8.h"
@@ -233,6 +233,103 @@ TEST(Float8Linear, ForwardAndGradientsAreTheScaledFp8Products) {
   const double norm = std::sqrt(sum(square(y32)).item<double>());
   EXPECT_LT(err / norm, 0.1);
   EXPECT_GT(err, 0.0);  // FP8 ran: the result is not the f32 one
+}
+
+// Rowwise scaling: each row its own scale, max / (its amax), rounded down to a power of two, so
+// each row's largest |value| lands in the format's top binade; a zero row keeps finite codes.
+TEST(Float8Rowwise, EachRowScaledByItsAmaxRoundedDownToAPowerOfTwo) {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    for (const bool pow2 : {true, false}) {
+      Tensor x = randn_as({21, 40}, dtype, 5, "x");
+      // Rows of very different magnitudes, and a zero row.
+      x = mul(x, from_vector<float>({1e-3f}, {1}).to(dtype));
+      x.narrow(0, 3, 1).copy_(mul(x.narrow(0, 3, 1), full({1}, 1e5).to(dtype)));
+      x.narrow(0, 7, 1).zero_();
+      const Float8Tensor q = to_float8_rowwise(x, Float8Format::E4M3, pow2);
+      ASSERT_EQ(q.scale_inv.shape(), (Shape{21}));
+      const std::vector<float> xv = x.to(DType::F32).to_vector<float>();
+      const std::vector<float> inv = q.scale_inv.to_vector<float>();
+      const auto* codes = static_cast<const uint8_t*>(q.codes.data_ptr());
+      for (int64_t r = 0; r < 21; ++r) {
+        float amax = 0;
+        for (int64_t c = 0; c < 40; ++c) amax = std::max(amax, std::abs(xv[size_t(r * 40 + c)]));
+        float scale = float8_scale(amax, Float8Format::E4M3);
+        if (pow2) {
+          scale = std::exp2(std::floor(std::log2(scale)));  // the oracle: floor in f64
+          ASSERT_EQ(scale, float8_scale_pow2(float8_scale(amax, Float8Format::E4M3)));
+        }
+        ASSERT_EQ(inv[size_t(r)], 1.0f / scale) << "row " << r;
+        for (int64_t c = 0; c < 40; ++c)
+          ASSERT_EQ(codes[r * 40 + c], float_to_float8(xv[size_t(r * 40 + c)] * scale,
+                                                       Float8Format::E4M3))
+              << r << ", " << c;
+        if (amax > 0)
+          EXPECT_GE(amax * scale, pow2 ? 224.0f : 447.9f) << "row " << r;  // top binade
+      }
+      const Tensor back = float8_dequantize(q.codes, Float8Format::E4M3, q.scale_inv);
+      EXPECT_TRUE(all_close(back, x.to(DType::F32), 1e-7, 0.0625));
+    }
+  }
+}
+
+// float8_mm with a scale per row of each operand: out[i][j] = sum * a_scale_inv[i] * b_scale_inv[j].
+TEST(Float8Rowwise, MatmulAppliesEachRowsScale) {
+  const Float8Tensor a = to_float8_rowwise(randn_as({32, 48}, DType::F32, 1, "a"),
+                                           Float8Format::E4M3, true);
+  const Float8Tensor b = to_float8_rowwise(randn_as({16, 48}, DType::F32, 2, "b"),
+                                           Float8Format::E4M3, true);
+  const Float8Tensor bt = to_float8(randn_as({16, 48}, DType::F32, 2, "b"), Float8Format::E4M3,
+                                    true, false);  // one rowwise and one tensorwise operand
+  for (const Float8Tensor* other : {&b, &bt}) {
+    const Tensor got = float8_mm(a.codes, a.format, a.scale_inv, other->codes, other->format,
+                                 other->scale_inv, DType::F32, false);
+    const Tensor want = as_tensor(
+        product(float8_dequantize(a.codes, a.format, a.scale_inv),
+                float8_dequantize(other->codes, other->format, other->scale_inv)),
+        {32, 16});
+    EXPECT_TRUE(all_close(got, want, 1e-5, 1e-5));
+  }
+  EXPECT_THAT(error_of([&] {
+                float8_mm(a.codes, a.format, a.scale_inv.narrow(0, 0, 5), b.codes, b.format,
+                          b.scale_inv, DType::F32, false);
+              }),
+              HasSubstr("32 rows and 5 scales"));
+}
+
+// The rowwise float8_linear: every GEMM on operands scaled along its contracted dimension, all
+// e4m3 with power-of-two scales: y = x (by token) @ W (by output)^T, dx = dy (by token) @ W^T (by
+// input feature)^T, dW = dy^T (by output, over tokens) @ x^T (by input feature, over tokens)^T.
+TEST(Float8Linear, RowwiseForwardAndGradientsAreTheAxiswiseScaledProducts) {
+  const Tensor x = randn_as({2, 16, 32}, DType::F32, 11, "x").set_requires_grad(true);
+  const Tensor w = randn_as({48, 32}, DType::F32, 12, "w").set_requires_grad(true);
+  const Tensor r = randn_as({2, 16, 48}, DType::F32, 14, "r");
+  const Tensor y = float8_linear(x, w, Tensor(), Float8Recipe::Rowwise);
+  ASSERT_EQ(y.shape(), (Shape{2, 16, 48}));
+  sum(mul(y, r)).backward();
+
+  // Rows of t [rows, cols] cast rowwise and dequantized.
+  const auto dq = [](const Tensor& t) {
+    const Float8Tensor q = to_float8_rowwise(t.contiguous(), Float8Format::E4M3, true);
+    return float8_dequantize(q.codes, Float8Format::E4M3, q.scale_inv);
+  };
+  const Tensor x2 = x.detach().reshape({32, 32}), g = r.reshape({32, 48});
+  const Tensor y_want = as_tensor(product(dq(x2), dq(w.detach())), {32, 48});
+  EXPECT_TRUE(all_close(y.reshape({32, 48}), y_want, 1e-5, 1e-5));
+  const Tensor dx_want = as_tensor(product(dq(g), dq(w.detach().transpose(0, 1))), {32, 32});
+  EXPECT_TRUE(all_close(x.grad().reshape({32, 32}), dx_want, 1e-5, 1e-5));
+  const Tensor dw_want =
+      as_tensor(product(dq(g.transpose(0, 1)), dq(x2.transpose(0, 1))), {48, 32});
+  EXPECT_TRUE(all_close(w.grad(), dw_want, 1e-4, 1e-5));
+  // Closer to the f32 layer than tensorwise scaling on rows of unequal magnitude.
+  const Tensor scaled = mul(x.detach(), from_vector<float>({1e-4f, 1.0f}, {2, 1, 1}));
+  const Tensor y32 = linear(scaled, w.detach());
+  const auto rel_err = [&](Float8Recipe recipe) {
+    const Tensor y8 = float8_linear(scaled, w.detach(), Tensor(), recipe);
+    return std::sqrt(sum(square(sub(y8.narrow(0, 0, 1), y32.narrow(0, 0, 1)))).item<double>()) /
+           std::sqrt(sum(square(y32.narrow(0, 0, 1))).item<double>());
+  };
+  EXPECT_LT(rel_err(Float8Recipe::Rowwise), 0.1);
+  EXPECT_LT(rel_err(Float8Recipe::Rowwise), rel_err(Float8Recipe::Tensorwise));
 }
 
 // A token count that is not a multiple of 16 is padded with zero rows: the same rows as the

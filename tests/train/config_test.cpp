@@ -838,16 +838,20 @@ TEST_F(ConfigTest, UnknownNamesInDottedSectionsSuggestTheNearest) {
             "--quantize.linear.float8.enable?");
 }
 
-TEST_F(ConfigTest, Float8RowwiseRecipeIsNotBuiltYet) {
+TEST_F(ConfigTest, Float8RecipesAndTheirRules) {
   const fs::path file = write("x.toml", "[quantize.linear.float8]\nrecipe_name = \"rowwise\"\n");
-  EXPECT_EQ(error_of([&] { load_config(file); }),
-            "quantize.linear.float8.recipe_name: must be \"tensorwise\", the only recipe built so "
-            "far (\"rowwise\" is not built yet), got \"rowwise\" at " +
-                at("x.toml", 2));
+  EXPECT_EQ(load_config(file).float8.recipe_name, "rowwise");
   EXPECT_THAT(error_of([&] { load_args({"--quantize.linear.float8.recipe_name=tensorwis"}); }),
               HasSubstr("got \"tensorwis\" at command-line flag "
                         "--quantize.linear.float8.recipe_name=tensorwis; did you mean "
                         "\"tensorwise\"?"));
+  // FSDP's float8 all-gather gathers tensorwise codes only.
+  EXPECT_THAT(error_of([&] {
+                load_args({"--quantize.linear.float8.enable=true",
+                           "--quantize.linear.float8.recipe_name=rowwise",
+                           "--quantize.linear.float8.enable_fsdp_float8_all_gather=true"});
+              }),
+              HasSubstr("the rowwise recipe scales each weight per output feature"));
 }
 
 // The float8 all-gather needs float8 training; precomputing its scales needs the all-gather.

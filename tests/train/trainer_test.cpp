@@ -338,15 +338,17 @@ TEST(Trainer, ActivationCheckpointingAppliesAndKeepsTheLosses) {
 TEST(Trainer, Float8EmulatedOnTheCpuTracksHighPrecision) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   auto train_with = [&](bool float8, const std::string& param_dtype, int64_t steps,
-                        std::string& log) {
+                        std::string& log, const std::string& recipe = "tensorwise") {
     std::vector<std::string> flags = {"--training.steps=" + std::to_string(steps),
                                       "--validation.enable=false", "--metrics.log_freq=5",
                                       "--training.mixed_precision_param=" + param_dtype};
     if (float8) {
       flags.push_back("--quantize.linear.float8.enable=true");
       flags.push_back("--quantize.linear.float8.emulate=true");
+      flags.push_back("--quantize.linear.float8.recipe_name=" + recipe);
     }
-    const std::string name = std::string(float8 ? "float8_" : "high_") + param_dtype;
+    const std::string name =
+        std::string(float8 ? "float8_" + recipe + "_" : "high_") + param_dtype;
     return run_logged(tiny_config(corpus, temp_dir(name), flags), log);
   };
   std::string high_log, f8_log;
@@ -368,6 +370,22 @@ TEST(Trainer, Float8EmulatedOnTheCpuTracksHighPrecision) {
   EXPECT_LT(mean_last(f8.losses, 3), f8.losses.front() - 0.5) << "the float8 loss did not fall";
   std::cout << "float8 (emulated) vs float32: max relative loss difference over 10 steps "
             << max_rel << "\n";
+
+  // The rowwise recipe: every linear's operands scaled per row along the contracted dimension.
+  std::string rowwise_log;
+  const TrainResult rowwise = train_with(true, "float32", 10, rowwise_log, "rowwise");
+  EXPECT_NE(rowwise_log.find("float8: 14 linears (rowwise)"), std::string::npos) << rowwise_log;
+  ASSERT_EQ(rowwise.losses.size(), 10u);
+  double rowwise_rel = 0.0;
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_NEAR(rowwise.losses[i], high.losses[i], 0.05 * high.losses[i]) << "step " << i + 1;
+    rowwise_rel =
+        std::max(rowwise_rel, std::abs(rowwise.losses[i] - high.losses[i]) / high.losses[i]);
+  }
+  EXPECT_NE(rowwise.losses, f8.losses) << "rowwise gave the tensorwise losses: did it run?";
+  EXPECT_LT(mean_last(rowwise.losses, 3), rowwise.losses.front() - 0.5);
+  std::cout << "float8 rowwise (emulated) vs float32: max relative loss difference over 10 steps "
+            << rowwise_rel << "\n";
 
   // With bf16 mixed precision (FSDP on a 1-rank mesh, the model built without values and
   // converted before it is sharded) the linears left out are in bfloat16, and it trains too.

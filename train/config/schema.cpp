@@ -63,13 +63,8 @@ bool block_period_or_op(const Value& v) {
   return ec == std::errc() && end == s->data() + s->size() && n > 0;
 }
 
-// quantize.linear.float8.recipe_name: torchtitan's recipes are tensorwise and rowwise; only
-// tensorwise is built so far, and the rule says so to whoever asks for rowwise.
-Check float8_recipe() {
-  Check check = one_of({"tensorwise"});
-  check.rule = "\"tensorwise\", the only recipe built so far (\"rowwise\" is not built yet)";
-  return check;
-}
+// quantize.linear.float8.recipe_name: torchtitan's recipes (torchao's names).
+Check float8_recipe() { return one_of({"tensorwise", "rowwise"}); }
 
 std::vector<SectionSpec> build_schema() {
   using J = JobSectionConfig;
@@ -257,11 +252,14 @@ std::vector<SectionSpec> build_schema() {
       "dtypes.",
       {
           {"enable", &Q::enable,
-           "Run the GEMMs of every nn::Linear in FP8 (e4m3 inputs and weights, e5m2 gradients), "
+           "Run the GEMMs of every nn::Linear in FP8 (see recipe_name), "
            "except those filtered and those whose sizes are not multiples of 16; needs a GPU with "
            "FP8 tensor cores (compute capability 8.9+: H100, H200, L40S, RTX 4090)"},
           {"recipe_name", &Q::recipe_name,
-           "How values are scaled into FP8: tensorwise = one dynamic scale per tensor (its amax)",
+           "How values are scaled into FP8: tensorwise = one dynamic scale per tensor (its amax; "
+           "e4m3 inputs and weights, e5m2 gradients); rowwise = one scale per row along each "
+           "GEMM's contracted dimension, rounded down to a power of two, e4m3 everywhere "
+           "(torchao's recipes)",
            float8_recipe()},
           {"filter_fqns", &Q::filter_fqns,
            "Linears whose fully qualified name contains one of these stay in high precision "

@@ -45,6 +45,12 @@ void validate_float8(const JobConfig& config) {
           "quantize.linear.float8.enable_fsdp_float8_all_gather needs float8 training "
           "(quantize.linear.float8.enable = true)",
           "quantize.linear.float8.enable_fsdp_float8_all_gather", "quantize.linear.float8.enable");
+  require(f.recipe_name == "tensorwise" || !f.enable_fsdp_float8_all_gather, config,
+          "quantize.linear.float8.enable_fsdp_float8_all_gather gathers tensorwise codes (one "
+          "scale per weight); the rowwise recipe scales each weight per output feature, so it "
+          "gathers the high-precision weight (set enable_fsdp_float8_all_gather = false, as "
+          "torchao does)",
+          "quantize.linear.float8.recipe_name", "quantize.linear.float8.enable_fsdp_float8_all_gather");
   require(f.enable_fsdp_float8_all_gather || !f.precompute_float8_dynamic_scale_for_fsdp, config,
           "quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp needs "
           "quantize.linear.float8.enable_fsdp_float8_all_gather = true",
