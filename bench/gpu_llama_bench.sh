@@ -20,7 +20,8 @@
 # second minititan row that waits for every step and runs deterministic kernels); MT_FLOAT8 (0; 1:
 # a row "minititan float8", dump folder BENCH_DIR/minititan_float8, trained with
 # --quantize.linear.float8.enable=true: the tensorwise recipe, filter_fqns ["output"]; its MFU is
-# the one `train` reports, meant in bf16 FLOPs against the bf16 peak as torchtitan counts);
+# the one `train` reports, meant in bf16 FLOPs against the bf16 peak as torchtitan counts;
+# MT_FLOAT8_ROWWISE=1 adds a row "minititan float8 rowwise", the same with recipe_name = rowwise);
 # TRAIN_ARGS and TORCH_ARGS: more flags for `train` (e.g. --activation_checkpoint.mode=full) and
 # for gpu_llama_bench.py (every mode).
 # MODES may also name eager_float8 and compile_float8: the PyTorch model with torchao's
@@ -103,6 +104,11 @@ fi
 if [ "${MT_FLOAT8:-0}" = 1 ]; then
   run_minititan "minititan float8" minititan_float8 --metrics.log_freq="$LOG_FREQ" \
     --quantize.linear.float8.enable=true
+fi
+if [ "${MT_FLOAT8_ROWWISE:-0}" = 1 ]; then
+  run_minititan "minititan float8 rowwise" minititan_float8_rowwise \
+    --metrics.log_freq="$LOG_FREQ" --quantize.linear.float8.enable=true \
+    --quantize.linear.float8.recipe_name=rowwise
 fi
 
 # PyTorch: one process per mode, so each peak memory is its own.
