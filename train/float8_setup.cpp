@@ -48,15 +48,24 @@ void check_float8_device(const config::JobConfig& job, runtime::Device device) {
 
 std::string apply_float8_training(runtime::nn::Module& model, const config::JobConfig& job,
                                   runtime::Device device) {
+  return apply_float8_training(std::vector<runtime::nn::Module*>{&model}, job, device);
+}
+
+std::string apply_float8_training(const std::vector<runtime::nn::Module*>& modules,
+                                  const config::JobConfig& job, runtime::Device device) {
   MT_CHECK(job.float8.enable, "apply_float8_training: quantize.linear.float8.enable is false");
   check_float8_device(job, device);
   const runtime::Float8Recipe recipe = job.float8.recipe_name == "rowwise"
                                            ? runtime::Float8Recipe::Rowwise
                                            : runtime::Float8Recipe::Tensorwise;  // validated
-  const runtime::nn::Float8Conversion conversion =
-      runtime::nn::convert_linears_to_float8(model, device, job.float8.filter_fqns, recipe);
-  return float8_conversion_text(conversion, job.float8.recipe_name,
-                                job.training.mixed_precision_param);
+  runtime::nn::Float8Conversion all;
+  for (runtime::nn::Module* m : modules) {
+    runtime::nn::Float8Conversion c =
+        runtime::nn::convert_linears_to_float8(*m, device, job.float8.filter_fqns, recipe);
+    all.converted.insert(all.converted.end(), c.converted.begin(), c.converted.end());
+    all.skipped.insert(all.skipped.end(), c.skipped.begin(), c.skipped.end());
+  }
+  return float8_conversion_text(all, job.float8.recipe_name, job.training.mixed_precision_param);
 }
 
 std::string float8_conversion_text(const runtime::nn::Float8Conversion& conversion,

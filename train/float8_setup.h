@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "runtime/core/device.h"
 #include "runtime/nn/float8_conversion.h"
@@ -25,6 +26,9 @@ void check_float8_device(const config::JobConfig& job, runtime::Device device);
 // log line, e.g. "float8: 112 linears (tensorwise), 1 left in bfloat16: output (filtered)".
 std::string apply_float8_training(runtime::nn::Module& model, const config::JobConfig& job,
                                   runtime::Device device);
+// The same for several modules (a rank's pipeline stages), one log line for all of them.
+std::string apply_float8_training(const std::vector<runtime::nn::Module*>& modules,
+                                  const config::JobConfig& job, runtime::Device device);
 
 // The log line of a conversion: converted count and recipe, then the linears left in
 // `high_precision` (the compute dtype) grouped by reason, a few names per reason.

@@ -493,6 +493,12 @@ void Trainer::build_pipeline(const PipelinePlan& plan, const models::BuildOption
     }
     local.push_back({s, stage_modules_.back()});
   }
+  // Float8 linears before parallelism, as without a pipeline (each rank converts its stages).
+  if (config_.float8.enable) {
+    std::vector<runtime::nn::Module*> stages;
+    for (const auto& stage : stage_modules_) stages.push_back(stage.get());
+    float8_text_ = apply_float8_training(stages, config_, device_) + " (this rank's stages)";
+  }
   if (shards) {
     setup_parallelism();
   } else {  // the stages' ranks alone: only the pp group (CPU, checked above)

@@ -371,6 +371,30 @@ TEST(TrainerPipelineMpi, MoeAuxiliaryLossMatchesOneProcess) {
   }
 }
 
+// Float8 linears (emulated on the CPU) in the stages: each micro-batch's GEMMs scale its own
+// activations, as one process's gradient-accumulation micro-batches of the same size do, so pp =
+// every rank matches one process that accumulates 4 micro-batches of 2 sequences (tensorwise and
+// rowwise recipes).
+TEST(TrainerPipelineMpi, Float8MatchesOneProcessWithTheSameMicroBatches) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t w = world()->size();
+  std::shared_ptr<ProcessGroup> self = world()->split(world()->rank(), 0);
+  for (const std::string recipe : {"tensorwise", "rowwise"}) {
+    SCOPED_TRACE(recipe);
+    const std::vector<std::string> f8 = {"--quantize.linear.float8.enable=true",
+                                         "--quantize.linear.float8.emulate=true",
+                                         "--quantize.linear.float8.recipe_name=" + recipe,
+                                         // validation batches would differ in size (2 and 8)
+                                         "--validation.enable=false"};
+    const TrainResult want =
+        run(job(corpus, shared_dir("f8_ref_" + recipe) / std::to_string(world()->rank()), 2, f8),
+            self);
+    testing::expect_same_run(
+        run(job(corpus, shared_dir("f8_" + recipe), 8, pp_args(w, "1F1B", 2, f8)), world()),
+        want);
+  }
+}
+
 TEST(TrainerPipelineMpi, SettingsThatCannotRunAreErrorsOnEveryRank) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const int64_t w = world()->size();

@@ -83,9 +83,6 @@ void validate_pipeline(const JobConfig& config, WorldLayout& out) {
                                       p.pipeline_parallel_microbatch_size
                                 : 1;
   if (out.pp == 1) return;
-  require(!config.float8.enable, config,
-          "float8 training with pipeline parallelism is not built yet",
-          "parallelism.pipeline_parallel_degree", "quantize.linear.float8.enable");
   require(p.pipeline_parallel_layers_per_stage == -1 || p.pipeline_parallel_split_points.empty(),
           config,
           "give either parallelism.pipeline_parallel_layers_per_stage or "
