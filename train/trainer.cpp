@@ -438,16 +438,13 @@ void Trainer::setup_parallelism() {
       shape.push_back(layout.tp);
       names.push_back("tp");
     }
-    if (layout.pp > 1) {  // one stage's expert mesh: pp outermost, as on the world mesh
-      std::vector<int64_t> with_pp = shape;
-      std::vector<std::string> with_pp_names = names;
-      with_pp.insert(with_pp.begin(), layout.pp);
-      with_pp_names.insert(with_pp_names.begin(), "pp");
-      expert_mesh_ = parallel::DeviceMesh::create(device_world_, with_pp, with_pp_names)
-                         ->submesh(names);
-    } else {
-      expert_mesh_ = parallel::DeviceMesh::create(device_world_, shape, names);
+    if (layout.pp > 1) {  // pp outermost, as on the world mesh; each stage its own expert mesh
+      shape.insert(shape.begin(), layout.pp);
+      names.insert(names.begin(), "pp");
     }
+    expert_mesh_ = parallel::DeviceMesh::create(device_world_, shape, names);
+    if (layout.pp > 1)
+      expert_mesh_ = expert_mesh_->submesh(std::vector<std::string>(names.begin() + 1, names.end()));
     ctx.expert_mesh = expert_mesh_;
   }
   // "default": the blocks reshard when their shard group has several ranks (each gather saved is
@@ -518,26 +515,20 @@ void Trainer::build_pipeline(const PipelinePlan& plan, const models::BuildOption
   };
   functions.aux_loss = [this](const Tensor& aux, int64_t microbatch) {
     // As the model's loss adds it without a pipeline (moe spec.cpp): the auxiliary loss times the
-    // micro-batch's valid tokens, in the loss's accumulation dtype, logged with the loss on this stage's rank
-    // (the ranks' sums add up to the step's loss) and differentiated / the step's valid tokens.
+    // micro-batch's valid tokens, in the loss's accumulation dtype, logged with the loss on this
+    // stage's rank (the ranks' sums add up to the step's loss) and differentiated / the step's
+    // valid tokens.
     const Tensor valid =
         runtime::sum(runtime::ne(pipeline_labels_.at(size_t(microbatch)), -100.0));
     const runtime::DType dt = runtime::accumulation_dtype(aux.dtype());
-    const Tensor term = runtime::mul(aux.to(dt), valid.to(dt));
-    pipeline_loss_sum_ = pipeline_loss_sum_.defined()
-                             ? runtime::add(pipeline_loss_sum_, term.detach())
-                             : term.detach();
-    return term * (1.0 / pipeline_valid_);
+    return add_to_pipeline_loss(runtime::mul(aux.to(dt), valid.to(dt)));
   };
   functions.loss = [this](const Tensor& logits, int64_t microbatch) {
     // The token cross-entropy of the last stage's logits, summed, as the model's loss computes
     // it; its gradient is taken of sum / (the step's valid tokens), as without a pipeline.
     const Tensor sum =
         logits_loss(logits, pipeline_labels_.at(size_t(microbatch)), runtime::Reduction::Sum);
-    pipeline_loss_sum_ = pipeline_loss_sum_.defined()
-                             ? runtime::add(pipeline_loss_sum_, sum.detach())
-                             : sum.detach();
-    return sum * (1.0 / pipeline_valid_);
+    return add_to_pipeline_loss(sum);
   };
   const auto hidden = runtime::TensorOptions{}
                           .with_dtype(dtype_from_config(config_.training.mixed_precision_param))
@@ -570,6 +561,12 @@ Tensor loss_or_zero(const Tensor& loss, runtime::Device device) {
 }
 
 }  // namespace
+
+Tensor Trainer::add_to_pipeline_loss(const Tensor& term) {
+  pipeline_loss_sum_ =
+      pipeline_loss_sum_.defined() ? runtime::add(pipeline_loss_sum_, term.detach()) : term.detach();
+  return term * (1.0 / pipeline_valid_);
+}
 
 Tensor Trainer::pipeline_batch_loss(const Tensor& inputs, const Tensor& labels, double valid) {
   const int64_t size = config_.parallelism.pipeline_parallel_microbatch_size;

@@ -150,6 +150,9 @@ class Trainer {
                                       double valid);
   // The same without gradients (validation): the summed token losses, zero without the last
   // stage.
+  // Adds a micro-batch's summed loss term (detached) to pipeline_loss_sum_, the rank's logged
+  // sum, and returns the term to differentiate: term / the step's valid tokens.
+  runtime::Tensor add_to_pipeline_loss(const runtime::Tensor& term);
   runtime::Tensor pipeline_eval_loss(const runtime::Tensor& inputs,
                                      const runtime::Tensor& labels) const;
   // One step's loss and gradient norm where the step left them (trainer.cpp).

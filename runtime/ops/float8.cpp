@@ -120,7 +120,7 @@ Tensor float8_dequantize(const Tensor& codes, Float8Format format, const Tensor&
   const Tensor host = codes.to(Device::cpu());
   const Tensor scales = scale_inv.to(Device::cpu()).contiguous();
   const float* s = scales.data<float>();
-  const bool per_row = scale_inv.numel() > 1 || codes.size(0) == 1;
+  const bool per_row = scale_inv.numel() > 1;
   Tensor out = Tensor::empty(codes.shape(), f32_options(Device::cpu()));
   const auto* p = static_cast<const uint8_t*>(host.data_ptr());
   float* o = out.data<float>();
@@ -273,7 +273,8 @@ Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
   }
   if (tokens % kGemmMultiple != 0) {
     // Zero rows up to the next multiple (a generation step, an odd batch): they change neither
-    // the amax nor the other rows, and the weight is still not read (FSDP may gather it as codes).
+    // the scales nor the other rows (and tensorwise still does not read a weight FSDP gathered as
+    // codes).
     Tensor padded = cat({x.reshape({tokens, in}),
                          zeros({kGemmMultiple - tokens % kGemmMultiple, in}, x.options())},
                         0);

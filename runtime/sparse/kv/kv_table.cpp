@@ -312,9 +312,7 @@ KvWorkingSet KvTable::assemble(int64_t n, const std::vector<std::pair<int64_t, i
                                const std::vector<std::byte>& bytes) const {
   NoGradGuard no_grad;
   const int64_t width = slot_rows_.size(1);
-  const TensorOptions on_device = TensorOptions{}.with_dtype(dtype_).with_device(device_);
-  const TensorOptions index = TensorOptions{}.with_dtype(DType::I64).with_device(device_);
-  Tensor packed = empty({n, width}, on_device);
+  Tensor packed = empty({n, width}, TensorOptions{}.with_dtype(dtype_).with_device(device_));
   // The rows not cached: their bytes (packed like a slot's row) uploaded in one copy.
   std::vector<int64_t> miss_pos;
   size_t h = 0;
@@ -331,8 +329,7 @@ KvWorkingSet KvTable::assemble(int64_t n, const std::vector<std::pair<int64_t, i
     for (size_t k = 0; k < miss_pos.size(); ++k)
       std::memcpy(dst + k * row_bytes_, bytes.data() + size_t(miss_pos[k]) * row_bytes_,
                   row_bytes_);
-    index_copy_(packed, 0, from_vector<int64_t>(miss_pos, {int64_t(miss_pos.size())}, index),
-                host.to(device_));
+    index_copy_(packed, 0, device_index(miss_pos), host.to(device_));
   }
   // The cached rows, gathered on the device.
   if (!hits.empty()) {
@@ -341,9 +338,7 @@ KvWorkingSet KvTable::assemble(int64_t n, const std::vector<std::pair<int64_t, i
       pos.push_back(i);
       slots.push_back(slot);
     }
-    const int64_t m = int64_t(hits.size());
-    index_copy_(packed, 0, from_vector<int64_t>(pos, {m}, index),
-                index_select(slot_rows_, 0, from_vector<int64_t>(slots, {m}, index)));
+    index_copy_(packed, 0, device_index(pos), index_select(slot_rows_, 0, device_index(slots)));
   }
   KvWorkingSet ws;
   ws.weight = packed.narrow(1, 0, local_cols()).contiguous();
@@ -358,13 +353,17 @@ KvWorkingSet KvTable::assemble(int64_t n, const std::vector<std::pair<int64_t, i
   return ws;
 }
 
+Tensor KvTable::device_index(const std::vector<int64_t>& positions) const {
+  return from_vector<int64_t>(positions, {int64_t(positions.size())},
+                              TensorOptions{}.with_dtype(DType::I64).with_device(device_));
+}
+
 std::vector<std::byte> KvTable::download(const std::vector<int64_t>& slots) const {
   std::vector<std::byte> bytes(slots.size() * row_bytes_);
   if (slots.empty()) return bytes;
   NoGradGuard no_grad;
-  const Tensor idx = from_vector<int64_t>(
-      slots, {int64_t(slots.size())}, TensorOptions{}.with_dtype(DType::I64).with_device(device_));
-  const Tensor host = index_select(slot_rows_, 0, idx).to(Device::cpu()).contiguous();
+  const Tensor host =
+      index_select(slot_rows_, 0, device_index(slots)).to(Device::cpu()).contiguous();
   std::memcpy(bytes.data(), host.data_ptr(), bytes.size());
   return bytes;
 }
@@ -404,14 +403,11 @@ void KvTable::scatter_tensor(const KvWorkingSet& ws, std::vector<int64_t>& evict
     position_in_slot[slot] = i;
   }
   if (!evicted.empty()) {
-    const TensorOptions index = TensorOptions{}.with_dtype(DType::I64).with_device(device_);
     const std::vector<std::byte> old = download(old_slots);
     std::vector<std::byte> newer(from_packed.size() * row_bytes_);
     if (!from_packed.empty()) {
       const Tensor host =
-          index_select(packed, 0, from_vector<int64_t>(from_packed, {int64_t(from_packed.size())}, index))
-              .to(Device::cpu())
-              .contiguous();
+          index_select(packed, 0, device_index(from_packed)).to(Device::cpu()).contiguous();
       std::memcpy(newer.data(), host.data_ptr(), newer.size());
     }
     size_t o = 0, p = 0;
@@ -427,10 +423,8 @@ void KvTable::scatter_tensor(const KvWorkingSet& ws, std::vector<int64_t>& evict
       slots.push_back(slot_of[size_t(i)]);
     }
   if (slots.empty()) return;
-  const TensorOptions index = TensorOptions{}.with_dtype(DType::I64).with_device(device_);
-  const int64_t m = int64_t(slots.size());
-  const Tensor rows = m == n ? packed : index_select(packed, 0, from_vector<int64_t>(pos, {m}, index));
-  index_copy_(slot_rows_, 0, from_vector<int64_t>(slots, {m}, index), rows);
+  const Tensor rows = int64_t(slots.size()) == n ? packed : index_select(packed, 0, device_index(pos));
+  index_copy_(slot_rows_, 0, device_index(slots), rows);
 }
 
 void KvTable::write_evicted(std::vector<int64_t> evicted, std::vector<std::byte> evicted_bytes) {
@@ -546,9 +540,7 @@ void KvTable::reset_rows(const std::vector<int64_t>& global_rows, int64_t step) 
       NoGradGuard no_grad;
       const Tensor host = empty({1, slot_rows_.size(1)}, TensorOptions{}.with_dtype(dtype_));
       std::memcpy(host.data_ptr(), row.data(), row_bytes_);
-      index_copy_(slot_rows_, 0,
-                  from_vector<int64_t>({slot}, {1}, TensorOptions{}.with_dtype(DType::I64).with_device(device_)),
-                  host.to(device_));
+      index_copy_(slot_rows_, 0, device_index({slot}), host.to(device_));
     } else if (slot >= 0) {
       std::memcpy(cache_.row(slot), row.data(), row_bytes_);
     } else {
@@ -580,8 +572,7 @@ void KvTable::write_field_ids(const std::vector<int64_t>& rows, int field, const
     MT_CHECK(r >= 0 && r < end, "KvTable '", config_.name, "': write_field of row ", r,
              " outside [0, ", end, ")");
   if (n == 0) return;
-  flush();
-  settle_writes();
+  flush();  // also lands the evictions written in the background
   // The rows as stored (or their initial values), the field replaced, written back.
   std::vector<std::byte> bytes(size_t(n) * row_bytes_);
   const std::vector<bool> found = store_->multi_get(table_id_, rows, row_bytes_, bytes.data());

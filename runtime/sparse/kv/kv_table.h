@@ -167,6 +167,8 @@ class KvTable {
   // the others' bytes are `bytes` rows at their positions.
   KvWorkingSet assemble(int64_t n, const std::vector<std::pair<int64_t, int64_t>>& hits,
                         const std::vector<std::byte>& bytes) const;
+  // Tensor layout: `positions` (slots or working-set rows) as an i64 index on the device.
+  Tensor device_index(const std::vector<int64_t>& positions) const;
   // Tensor layout: the bytes of the cached rows in `slots` (downloaded).
   std::vector<std::byte> download(const std::vector<int64_t>& slots) const;
   // Host layout: the working set's rows (host tensors) into the cache, evictions into `evicted`.
