@@ -126,7 +126,6 @@ CheckpointExtension table_checkpoint_extension(parallel::ShardedEmbeddingBagColl
 }
 
 void check_recsys_config(const config::JobConfig& c) {
-  const auto& e = c.embedding;
   MT_CHECK(c.training.mixed_precision_param == "float32", "train: model.name = \"dlrm\" trains in ",
            "float32; set training.mixed_precision_param = \"float32\" (it is \"",
            c.training.mixed_precision_param, "\", ", c.where("training.mixed_precision_param"),

@@ -385,6 +385,10 @@ runtime::DType dtype_from_config(const std::string& name) {
 
 }  // namespace
 
+runtime::DType Trainer::param_compute_dtype() const {
+  return dtype_from_config(config_.training.mixed_precision_param);
+}
+
 bool Trainer::shards_parameters() const {
   // One rank in f32 has nothing to shard or cast: the model runs as built. So do the stages of a
   // pipeline without other ranks beside it (pp = the world) in f32.
@@ -457,7 +461,7 @@ void Trainer::setup_parallelism() {
   reshard_text_ = p.fsdp_reshard_after_forward + " (blocks: " +
                   (ctx.reshard_after_forward ? "yes" : "no") + ", root: " +
                   (ctx.reshard_root_after_forward ? "yes" : "no") + ")";
-  ctx.mp_policy.param_dtype = dtype_from_config(config_.training.mixed_precision_param);
+  ctx.mp_policy.param_dtype = param_compute_dtype();
   ctx.mp_policy.reduce_dtype = dtype_from_config(config_.training.mixed_precision_reduce);
   ctx.float8_all_gather = config_.float8.enable && config_.float8.enable_fsdp_float8_all_gather;
   ctx.gradient_divide_factor = 1.0;  // the loss is normalised by the global token count
@@ -531,7 +535,7 @@ void Trainer::build_pipeline(const PipelinePlan& plan, const models::BuildOption
     return add_to_pipeline_loss(sum);
   };
   const auto hidden = runtime::TensorOptions{}
-                          .with_dtype(dtype_from_config(config_.training.mixed_precision_param))
+                          .with_dtype(param_compute_dtype())
                           .with_device(device_);
   // Between stages the residual stream is local: with sequence parallelism each tp rank sends
   // its sequence shard to the same tp rank of the next stage.
@@ -867,46 +871,6 @@ std::optional<double> Trainer::validation_loss(int64_t max_batches) const {
   return total > 0 ? std::optional<double>(sum / total) : std::nullopt;
 }
 
-std::string Trainer::generate_sample(const std::string& prompt, int64_t max_new_tokens,
-                                     double temperature) const {
-  MT_CHECK(tp_ == 1, "train: sampling text after training is not supported with tensor "
-           "parallelism yet (the logits are split over the tp ranks)");
-  auto* llama = dynamic_cast<models::llama::Transformer*>(model_.get());
-  MT_CHECK(llama != nullptr, "train: sampling is implemented for llama3 models only, not ",
-           config_.model.name);
-  std::vector<int64_t> ids;
-  if (prompt.empty()) {
-    const auto start = tokenizer_->bos_id() ? tokenizer_->bos_id() : tokenizer_->eos_id();
-    MT_CHECK(start.has_value(), "train: an empty prompt needs a BOS or EOS token");
-    ids.push_back(*start);
-  } else {
-    for (int32_t t : tokenizer_->encode_ordinary(prompt)) ids.push_back(t);
-  }
-  if (int64_t(ids.size()) > llama->args().max_seq_len - 1)
-    ids.erase(ids.begin(), ids.end() - (llama->args().max_seq_len - 1));
-  models::llama::GenerateOptions go;
-  go.max_new_tokens = max_new_tokens;
-  go.temperature = temperature;
-  go.top_k = temperature > 0 ? 40 : 0;
-  go.seed = uint64_t(config_.training.seed);
-  if (dp_mesh_) go.compute_dtype = dtype_from_config(config_.training.mixed_precision_param);
-  if (tokenizer_->eos_id()) go.eos_id = *tokenizer_->eos_id();
-  if (world_size() > 1) {
-    // Every rank runs the sharded forward; rank 0's token is everyone's, so logits that differ
-    // in the last bit between ranks cannot make one rank stop at EOS while the others go on.
-    go.agree_on_token = [this](int64_t token) {
-      Tensor t = runtime::from_vector<int64_t>({token}, {1}, {runtime::DType::I64});
-      world_->broadcast(t, 0, "sample.token");
-      return t.item<int64_t>();
-    };
-  }
-  const models::llama::GenerateResult r = models::llama::generate(*llama, ids, go);
-  std::vector<int32_t> out;
-  for (int64_t t : r.tokens)
-    if (!go.eos_id || t != *go.eos_id) out.push_back(int32_t(t));
-  return tokenizer_->decode_model_output(out);
-}
-
 TrainResult Trainer::train() {
   const auto& tc = config_.training;
   const fs::path dump(config_.job.dump_folder);
@@ -1080,12 +1044,10 @@ TrainResult Trainer::train() {
 
   // Sampling is llama's incremental decoding (models/llama/generate.h); other models skip it.
   // Not yet under tensor parallelism: decoding would need the vocab-split logits gathered.
-  const bool can_sample = dynamic_cast<models::llama::Transformer*>(model_.get()) != nullptr;
-  if ((tp_ > 1 || pp_ > 1) && options_.sample_tokens > 0 && can_sample)
-    out << "sample: skipped (not supported with " << (tp_ > 1 ? "tensor" : "pipeline")
-        << " parallelism yet)\n";
-  if (tp_ == 1 && pp_ == 1 && !result.stopped_by_signal && options_.sample_tokens > 0 &&
-      can_sample) {
+  const bool can_sample = sampling_model() != nullptr;
+  if (tp_ > 1 && options_.sample_tokens > 0 && can_sample)
+    out << "sample: skipped (not supported with tensor parallelism yet)\n";
+  if (tp_ == 1 && !result.stopped_by_signal && options_.sample_tokens > 0 && can_sample) {
     result.sample = generate_sample(options_.sample_prompt, options_.sample_tokens);
     out << "sample (temperature 0.8, top-k 40):\n"
         << options_.sample_prompt << result.sample << "\n"

@@ -63,7 +63,12 @@ class Loader;
 namespace mt::models {
 struct ModelSpec;
 struct BuildOptions;
-}
+namespace llama {
+class Transformer;
+struct GenerateOptions;
+struct GenerateResult;
+}  // namespace llama
+}  // namespace mt::models
 namespace mt::runtime::nn {
 class Module;
 }
@@ -125,6 +130,8 @@ class Trainer {
 
   // Samples up to max_new_tokens after `prompt` ("" = start a new document), temperature 0.8 and
   // top-k 40 drawn from training.seed (greedy with temperature 0).
+  // With a pipeline the tokens go through the stages (PipelineRunner::forward_through_stages),
+  // and the last stage's rank chooses each. train/trainer_sample.cpp.
   std::string generate_sample(const std::string& prompt, int64_t max_new_tokens,
                               double temperature = 0.8) const;
 
@@ -138,6 +145,8 @@ class Trainer {
  private:
   std::ostream& log() const;
   bool shards_parameters() const;  // FSDP (and mixed precision) wrap the model
+  // training.mixed_precision_param: the dtype FSDP's forward computes in and stages exchange.
+  runtime::DType param_compute_dtype() const;
   // "selective, every 2 blocks (8 blocks recomputed in backward)": what the log says.
   std::string activation_checkpointing_text() const;
   void setup_parallelism();         // FSDP over the data-parallel (and expert) meshes
@@ -148,13 +157,19 @@ class Trainer {
   // without the last stage), their gradients / valid accumulated in the stages' parameters.
   runtime::Tensor pipeline_batch_loss(const runtime::Tensor& inputs, const runtime::Tensor& labels,
                                       double valid);
-  // The same without gradients (validation): the summed token losses, zero without the last
-  // stage.
   // Adds a micro-batch's summed loss term (detached) to pipeline_loss_sum_, the rank's logged
   // sum, and returns the term to differentiate: term / the step's valid tokens.
   runtime::Tensor add_to_pipeline_loss(const runtime::Tensor& term);
+  // The same without gradients (validation): the summed token losses, zero without the last
+  // stage.
   runtime::Tensor pipeline_eval_loss(const runtime::Tensor& inputs,
                                      const runtime::Tensor& labels) const;
+  // The llama model generate_sample decodes with (with a pipeline: this rank's first stage),
+  // null for other models.
+  models::llama::Transformer* sampling_model() const;
+  // generate_sample's decoding through the pipeline's stages, each with its KV cache.
+  models::llama::GenerateResult generate_through_pipeline(
+      const std::vector<int64_t>& prompt, const models::llama::GenerateOptions& options) const;
   // One step's loss and gradient norm where the step left them (trainer.cpp).
   struct StepValues;
   // The model's after_optimizer_step hook (MoE load balancing) on its layers, pipeline stages

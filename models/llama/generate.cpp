@@ -69,8 +69,22 @@ int64_t sample_next_token(const Tensor& logits, double temperature, int64_t top_
 
 GenerateResult generate(Transformer& model, const std::vector<int64_t>& prompt,
                         const GenerateOptions& options) {
+  MT_CHECK(model.is_whole(), "generate: needs the whole model, not the pipeline stage of layers [",
+           model.layer_range().begin, ", ", model.layer_range().end, ") (a pipeline decodes "
+           "through its stages with the DecodeStep overload)");
+  runtime::NoGradGuard no_grad;
+  validate(options);  // before the cache is allocated
+  KVCache cache = model.make_kv_cache(1, 0, options.compute_dtype);
+  const DecodeStep step = [&](const Tensor& tokens) {
+    const Tensor logits = model.forward_cached(tokens, cache);  // [1, T, V]
+    return logits.select(0, 0).select(0, logits.size(1) - 1);
+  };
+  return generate(model.args(), model.tok_embeddings->weight.device(), step, prompt, options);
+}
+
+GenerateResult generate(const ModelArgs& args, runtime::Device device, const DecodeStep& step,
+                        const std::vector<int64_t>& prompt, const GenerateOptions& options) {
   validate(options);
-  const ModelArgs& args = model.args();
   MT_CHECK(!prompt.empty(), "generate: expected a prompt of at least one token");
   MT_CHECK(int64_t(prompt.size()) <= args.max_seq_len, "generate: prompt of ", prompt.size(),
            " tokens is longer than the model's max_seq_len = ", args.max_seq_len);
@@ -84,9 +98,7 @@ GenerateResult generate(Transformer& model, const std::vector<int64_t>& prompt,
   }
 
   runtime::NoGradGuard no_grad;
-  const auto token_options = runtime::TensorOptions{}
-                                 .with_dtype(DType::I64)
-                                 .with_device(model.tok_embeddings->weight.device());
+  const auto token_options = runtime::TensorOptions{}.with_dtype(DType::I64).with_device(device);
   const runtime::RandomKey key(options.seed, "generate");
   const int64_t room = args.max_seq_len - int64_t(prompt.size());
   GenerateResult result;
@@ -95,12 +107,15 @@ GenerateResult generate(Transformer& model, const std::vector<int64_t>& prompt,
   const int64_t budget = std::min(room, options.max_new_tokens);
   if (budget == 0) return result;
 
-  KVCache cache = model.make_kv_cache(1, 0, options.compute_dtype);
   Tensor input = runtime::from_vector<int64_t>(prompt, {1, int64_t(prompt.size())}, token_options);
-  for (int64_t step = 0; step < budget; ++step) {
-    Tensor logits = model.forward_cached(input, cache);  // [1, T, V]
-    Tensor last = logits.select(0, 0).select(0, logits.size(1) - 1);
-    int64_t next = sample_next_token(last, options.temperature, options.top_k, key, uint64_t(step));
+  for (int64_t s = 0; s < budget; ++s) {
+    const Tensor last = step(input);
+    MT_CHECK(last.defined() || options.agree_on_token,
+             "generate: the decoding step returned no logits and there is no agree_on_token to "
+             "bring the token from another rank");
+    int64_t next = last.defined() ? sample_next_token(last, options.temperature, options.top_k,
+                                                      key, uint64_t(s))
+                                  : -1;
     if (options.agree_on_token) {
       next = options.agree_on_token(next);
       MT_CHECK(next >= 0 && next < args.vocab_size, "generate: agree_on_token returned ", next,
@@ -111,7 +126,7 @@ GenerateResult generate(Transformer& model, const std::vector<int64_t>& prompt,
       result.stop_reason = StopReason::Eos;
       return result;
     }
-    if (step + 1 < budget) input = runtime::from_vector<int64_t>({next}, {1, 1}, token_options);
+    if (s + 1 < budget) input = runtime::from_vector<int64_t>({next}, {1, 1}, token_options);
   }
   return result;
 }

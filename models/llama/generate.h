@@ -60,4 +60,15 @@ int64_t sample_next_token(const Tensor& logits, double temperature, int64_t top_
 GenerateResult generate(Transformer& model, const std::vector<int64_t>& prompt,
                         const GenerateOptions& options);
 
+// One decoding step of a model that may be split over ranks (pipeline stages): the new tokens
+// [1, T] (i64, on the model's device) at the next T positions -> the logits [V] of the last one
+// where this rank computes them, or an undefined tensor where it does not (then
+// options.agree_on_token must bring the token from a rank that does; it is called with -1).
+using DecodeStep = std::function<Tensor(const Tensor& tokens)>;
+
+// generate() above with the model behind `step` (its arguments `args`, its tokens on `device`):
+// the same checks, loop, sampling and stop rules.
+GenerateResult generate(const ModelArgs& args, runtime::Device device, const DecodeStep& step,
+                        const std::vector<int64_t>& prompt, const GenerateOptions& options);
+
 }  // namespace mt::models::llama

@@ -10,12 +10,17 @@ using runtime::Shape;
 using runtime::Tensor;
 
 KVCache::KVCache(const ModelArgs& args, int64_t batch, runtime::TensorOptions options,
-                 int64_t max_seq)
+                 int64_t max_seq, LayerRange layers)
     : batch_(batch),
       n_kv_heads_(args.kv_heads()),
       head_dim_(args.head_dim()),
-      max_seq_(max_seq == 0 ? args.max_seq_len : max_seq) {
+      max_seq_(max_seq == 0 ? args.max_seq_len : max_seq),
+      first_layer_(layers.begin) {
   args.validate();
+  if (layers.end < 0) layers.end = args.n_layers;
+  MT_CHECK(0 <= layers.begin && layers.begin < layers.end && layers.end <= args.n_layers,
+           "llama KVCache: layers [", layers.begin, ", ", layers.end,
+           ") are not a non-empty part of the model's ", args.n_layers, " layers");
   MT_CHECK(batch >= 1, "llama KVCache: expected batch >= 1, got ", batch);
   MT_CHECK(max_seq_ >= 1 && max_seq_ <= args.max_seq_len,
            "llama KVCache: expected max_seq in [1, max_seq_len = ", args.max_seq_len, "], got ",
@@ -24,16 +29,17 @@ KVCache::KVCache(const ModelArgs& args, int64_t batch, runtime::TensorOptions op
            runtime::dtype_name(options.dtype));
   options.requires_grad = false;
   const Shape shape{batch_, n_kv_heads_, max_seq_, head_dim_};
-  for (int64_t i = 0; i < args.n_layers; ++i) {
+  for (int64_t i = layers.begin; i < layers.end; ++i) {
     k_.push_back(runtime::zeros(shape, options));
     v_.push_back(runtime::zeros(shape, options));
   }
-  pending_.assign(size_t(args.n_layers), 0);
+  pending_.assign(k_.size(), 0);
 }
 
 void KVCache::check_layer(int64_t layer, const char* what) const {
-  MT_CHECK(layer >= 0 && layer < n_layers(), "llama KVCache::", what, ": layer ", layer,
-           " outside [0, ", n_layers(), ")");
+  MT_CHECK(layer >= first_layer_ && layer < first_layer_ + n_layers(), "llama KVCache::", what,
+           ": layer ", layer, " outside the cache's layers [", first_layer_, ", ",
+           first_layer_ + n_layers(), ")");
 }
 
 std::pair<Tensor, Tensor> KVCache::append(int64_t layer, const Tensor& k, const Tensor& v) {
@@ -49,24 +55,24 @@ std::pair<Tensor, Tensor> KVCache::append(int64_t layer, const Tensor& k, const 
   MT_CHECK(k.dtype() == dtype() && v.dtype() == dtype(), "llama KVCache::append: layer ", layer,
            ": expected ", runtime::dtype_name(dtype()), " keys and values, got ",
            runtime::dtype_name(k.dtype()), " and ", runtime::dtype_name(v.dtype()));
-  MT_CHECK(pending_[size_t(layer)] == 0, "llama KVCache::append: layer ", layer,
+  MT_CHECK(pending_[slot(layer)] == 0, "llama KVCache::append: layer ", layer,
            " appended twice without advance()");
   MT_CHECK(length_ + t <= max_seq_, "llama KVCache::append: ", length_, " cached + ", t,
            " new tokens exceed the cache's max_seq ", max_seq_);
   runtime::NoGradGuard no_grad;
-  const Tensor& kc = k_[size_t(layer)];
-  const Tensor& vc = v_[size_t(layer)];
+  const Tensor& kc = k_[slot(layer)];
+  const Tensor& vc = v_[slot(layer)];
   kc.narrow(2, length_, t).copy_(k);
   vc.narrow(2, length_, t).copy_(v);
-  pending_[size_t(layer)] = t;
+  pending_[slot(layer)] = t;
   return {kc.narrow(2, 0, length_ + t), vc.narrow(2, 0, length_ + t)};
 }
 
 void KVCache::advance(int64_t t) {
   MT_CHECK(t >= 1, "llama KVCache::advance: expected t >= 1, got ", t);
   for (int64_t i = 0; i < n_layers(); ++i) {
-    MT_CHECK(pending_[size_t(i)] == t, "llama KVCache::advance(", t, "): layer ", i, " appended ",
-             pending_[size_t(i)], " tokens");
+    MT_CHECK(pending_[size_t(i)] == t, "llama KVCache::advance(", t, "): layer ",
+             first_layer_ + i, " appended ", pending_[size_t(i)], " tokens");
   }
   length_ += t;
   discard_pending();
@@ -81,12 +87,12 @@ void KVCache::reset() {
 
 const Tensor& KVCache::keys(int64_t layer) const {
   check_layer(layer, "keys");
-  return k_[size_t(layer)];
+  return k_[slot(layer)];
 }
 
 const Tensor& KVCache::values(int64_t layer) const {
   check_layer(layer, "values");
-  return v_[size_t(layer)];
+  return v_[slot(layer)];
 }
 
 }  // namespace mt::models::llama

@@ -4,7 +4,9 @@
 // of which positions [0, length()) are filled. A cached forward over T new tokens runs at position
 // offset p = length(): each layer append()s its T new keys/values (after RoPE) at [p, p + T) and
 // attends over [0, p + T); once every layer has appended, advance(T) makes them part of the cache.
-// The cache is for inference only (no autograd); it is move-only, since copies would share buffers.
+// A pipeline stage's cache holds its own layers alone (`layers`, global indices as the blocks'
+// layer_id). The cache is for inference only (no autograd); it is move-only, since copies would
+// share buffers.
 #pragma once
 
 #include <cstdint>
@@ -20,15 +22,16 @@ class KVCache {
  public:
   // Zeroed buffers for `batch` sequences of up to `max_seq` tokens (0: args.max_seq_len, which is
   // also the upper bound), in options' dtype and device (the dtype of the model's keys: its
-  // parameters' dtype).
+  // parameters' dtype), for the layers [layers.begin, layers.end) (default: all).
   KVCache(const ModelArgs& args, int64_t batch, runtime::TensorOptions options,
-          int64_t max_seq = 0);
+          int64_t max_seq = 0, LayerRange layers = {});
   KVCache(KVCache&&) = default;
   KVCache& operator=(KVCache&&) = default;
   KVCache(const KVCache&) = delete;
   KVCache& operator=(const KVCache&) = delete;
 
   int64_t n_layers() const { return int64_t(k_.size()); }
+  int64_t first_layer() const { return first_layer_; }  // the global index of the first
   int64_t batch() const { return batch_; }
   int64_t n_kv_heads() const { return n_kv_heads_; }
   int64_t head_dim() const { return head_dim_; }
@@ -55,10 +58,12 @@ class KVCache {
  private:
   void check_layer(int64_t layer, const char* what) const;
 
-  int64_t batch_, n_kv_heads_, head_dim_, max_seq_;
+  int64_t batch_, n_kv_heads_, head_dim_, max_seq_, first_layer_;
   int64_t length_ = 0;
   std::vector<runtime::Tensor> k_, v_;
   std::vector<int64_t> pending_;  // tokens appended to each layer since the last advance
+  // k_, v_ and pending_ by global layer index (check_layer first).
+  size_t slot(int64_t layer) const { return size_t(layer - first_layer_); }
 };
 
 }  // namespace mt::models::llama

@@ -291,16 +291,20 @@ Tensor Transformer::loss_logits(const Tensor& tokens) {
 
 Tensor Transformer::stage_forward(const Tensor& input) { return forward(input, false); }
 
-Tensor Transformer::forward_cached(const Tensor& tokens, KVCache& cache) {
-  check_whole("forward_cached");
-  check_tokens(tokens);
-  const int64_t t = tokens.size(1);
-  MT_CHECK(cache.n_layers() == args_.n_layers && cache.n_kv_heads() == args_.kv_heads() &&
-               cache.head_dim() == args_.head_dim() && cache.batch() == tokens.size(0),
-           "llama Transformer::forward_cached: cache of ", cache.n_layers(), " layers, batch ",
-           cache.batch(), ", ", cache.n_kv_heads(), " kv heads of dim ", cache.head_dim(),
-           " does not fit this model (", args_.n_layers, " layers, ", args_.kv_heads(),
-           " kv heads of dim ", args_.head_dim(), ") and tokens of shape ", tokens.shape());
+Tensor Transformer::forward_cached(const Tensor& input, KVCache& cache) {
+  check_stage_input(input, tok_embeddings != nullptr, args_.dim, args_.max_seq_len, range_,
+                    "llama Transformer::forward_cached");
+  const int64_t t = input.size(1);
+  const int64_t batch = input.size(0);
+  MT_CHECK(cache.first_layer() == range_.begin &&
+               cache.first_layer() + cache.n_layers() == range_.end &&
+               cache.n_kv_heads() == args_.kv_heads() && cache.head_dim() == args_.head_dim() &&
+               cache.batch() == batch,
+           "llama Transformer::forward_cached: cache of layers [", cache.first_layer(), ", ",
+           cache.first_layer() + cache.n_layers(), "), batch ", cache.batch(), ", ",
+           cache.n_kv_heads(), " kv heads of dim ", cache.head_dim(), " does not fit this model (",
+           "layers [", range_.begin, ", ", range_.end, "), ", args_.kv_heads(),
+           " kv heads of dim ", args_.head_dim(), ") and an input of shape ", input.shape());
   MT_CHECK(cache.length() + t <= cache.max_seq(),
            "llama Transformer::forward_cached: ", cache.length(), " cached + ", t,
            " new tokens exceed the cache's max_seq ", cache.max_seq(),
@@ -308,13 +312,13 @@ Tensor Transformer::forward_cached(const Tensor& tokens, KVCache& cache) {
   runtime::NoGradGuard no_grad;
   cache.discard_pending();
   try {
-    Tensor logits = call({tokens}, [this, &cache](const std::vector<Tensor>& in) {
-      Tensor h = (*tok_embeddings)(in[0]);
+    Tensor out = call({input}, [this, &cache](const std::vector<Tensor>& in) {
+      Tensor h = tok_embeddings ? (*tok_embeddings)(in[0]) : in[0];
       for (const auto& block : blocks) h = (*block)(h, rope_cos, rope_sin, &cache);
-      return logits_from_hidden(h, true);
+      return output ? logits_from_hidden(h, true) : h;
     });
     cache.advance(t);
-    return logits;
+    return out;
   } catch (...) {
     cache.discard_pending();
     throw;
@@ -323,11 +327,11 @@ Tensor Transformer::forward_cached(const Tensor& tokens, KVCache& cache) {
 
 KVCache Transformer::make_kv_cache(int64_t batch, int64_t max_seq,
                                    std::optional<DType> dtype) const {
-  check_whole("make_kv_cache");
-  const Tensor& w = tok_embeddings->weight;
+  // A stage without the embeddings has blocks (a range is never empty).
+  const Tensor& w = tok_embeddings ? tok_embeddings->weight : blocks.front()->attention_norm->weight;
   return KVCache(args_, batch,
                  TensorOptions{}.with_dtype(dtype.value_or(w.dtype())).with_device(w.device()),
-                 max_seq);
+                 max_seq, range_);
 }
 
 void Transformer::set_activation_checkpointing(ActivationCheckpointing ac) {

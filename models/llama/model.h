@@ -146,15 +146,6 @@ struct ActivationCheckpointing {
 // anything else throws naming the valid forms.
 ActivationCheckpointing parse_activation_checkpointing(const std::string& spec);
 
-// A pipeline stage's share of the model (parallel/pipeline): the blocks [begin, end), with the
-// embeddings when begin == 0 and the final norm and output when end == n_layers. The stage's
-// modules keep the whole model's FQNs (layers.<global index>) and initial values; the others are
-// never built. end = -1: n_layers. The default is the whole model.
-struct LayerRange {
-  int64_t begin = 0;
-  int64_t end = -1;
-};
-
 // Shared by the decoders in models/: `range` with end -1 resolved, checked against n_layers (a
 // non-empty part; not a partial one with tied embeddings); `model` names the model in errors.
 LayerRange resolve_layer_range(LayerRange range, int64_t n_layers, bool tied_embeddings,
@@ -203,11 +194,14 @@ class Transformer : public nn::Module {
   // [cache.length(), cache.length() + T) -> logits [B, T, V] (as operator()); appends the tokens'
   // keys and values to `cache` and advances it by T. The prefill passes the whole prompt, then one
   // token per step. Errors (cache of another shape, cache.length() + T > cache.max_seq()) leave
-  // the cache unchanged.
-  Tensor forward_cached(const Tensor& tokens, KVCache& cache);
-  // An empty cache for `batch` sequences of up to max_seq tokens (0: args().max_seq_len), on the
-  // parameters' device, in `dtype` (default: the parameters' dtype; under FSDP mixed precision
-  // the compute dtype differs from the stored shards').
+  // the cache unchanged. On a pipeline stage, as stage_forward: tokens (the first stage) or the
+  // previous stage's hidden states [B, T, dim] -> hidden states, or (the last stage) the logits
+  // in f32; the cache holds the stage's layers alone (make_kv_cache).
+  Tensor forward_cached(const Tensor& input, KVCache& cache);
+  // An empty cache for this model's (or stage's) layers, for `batch` sequences of up to max_seq
+  // tokens (0: args().max_seq_len), on the parameters' device, in `dtype` (default: the
+  // parameters' dtype; under FSDP mixed precision the compute dtype differs from the stored
+  // shards').
   KVCache make_kv_cache(int64_t batch, int64_t max_seq = 0,
                         std::optional<runtime::DType> dtype = std::nullopt) const;
 

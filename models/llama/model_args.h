@@ -23,6 +23,15 @@
 
 namespace mt::models::llama {
 
+// A pipeline stage's share of the model (parallel/pipeline): the blocks [begin, end), with the
+// embeddings when begin == 0 and the final norm and output when end == n_layers. The stage's
+// modules keep the whole model's FQNs (layers.<global index>) and initial values; the others are
+// never built. end = -1: n_layers. The default is the whole model.
+struct LayerRange {
+  int64_t begin = 0;
+  int64_t end = -1;
+};
+
 struct ModelArgs {
   int64_t dim = 4096;
   int64_t n_layers = 32;

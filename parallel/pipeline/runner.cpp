@@ -242,6 +242,46 @@ Tensor PipelineRunner::forward_only(
   return state.loss_sum;
 }
 
+Tensor PipelineRunner::forward_through_stages(
+    const Tensor& input, const std::vector<int64_t>& hidden_shape,
+    const std::function<Tensor(int64_t, runtime::nn::Module&, const Tensor&)>& forward) {
+  runtime::NoGradGuard no_grad;
+  const int64_t last = schedule_.num_stages() - 1;
+  const int rank = group_->rank();
+  std::vector<Work> sends;
+  Tensor x;  // the output of the stage before, when this rank ran it
+  Tensor result;
+  for (int64_t s = 0; s <= last; ++s) {
+    if (!holds_stage(s)) {
+      x = Tensor();
+      continue;
+    }
+    if (s == 0) {
+      x = input;
+    } else if (!x.defined()) {  // the previous stage ran on another rank
+      x = Tensor::empty(hidden_shape, hidden_options_);
+      group_->irecv(x, int(stage_rank(s - 1, schedule_.pp)), tag(s, 0, false),
+                    "pipeline.recv_activation")
+          .wait();
+    }
+    x = forward(s, module_of(s), x);
+    MT_CHECK(s == last || x.shape() == hidden_shape, "PipelineRunner: stage ", s, " returned ",
+             x.shape(), " where its successor expects ", hidden_shape);
+    if (s == last) {
+      result = x;
+      break;
+    }
+    const int64_t peer = stage_rank(s + 1, schedule_.pp);
+    if (peer != rank) {
+      x = x.to(hidden_options_.dtype).contiguous();
+      sends.push_back(group_->isend(x, int(peer), tag(s + 1, 0, false), "pipeline.send_activation"));
+      x = Tensor();
+    }
+  }
+  for (const Work& w : sends) w.wait();
+  return result;
+}
+
 void PipelineRunner::run_actions(const std::vector<Action>& actions,
                                  const std::vector<Tensor>& inputs, Inflight& state) {
   if (!actions.empty()) post_receive(actions.front(), state);

@@ -97,6 +97,18 @@ class PipelineRunner {
   Tensor forward_only(const std::vector<Tensor>& inputs,
                       const std::function<Tensor(const Tensor& output, int64_t microbatch)>& loss);
 
+  // Inference on one input outside the schedule (decoding: a prompt, then one token at a time):
+  // the stages run in order, stage 0 on `input`, each on its predecessor's output (the stages
+  // between exchange tensors of shape `hidden_shape` in the hidden dtype: the caller's shape for
+  // this input, e.g. [1, T, dim]), each through `forward(stage index, module, input)` (the
+  // caller's per-stage state, such as KV caches, keyed by the index), without autograd. Every
+  // rank of the pp group calls it with the same shape. Returns the last stage's output where it
+  // runs, else an undefined tensor.
+  Tensor forward_through_stages(
+      const Tensor& input, const std::vector<int64_t>& hidden_shape,
+      const std::function<Tensor(int64_t stage, runtime::nn::Module& module, const Tensor& input)>&
+          forward);
+
   const PipelineSchedule& schedule() const { return schedule_; }
   const std::vector<LocalStage>& stages() const { return stages_; }
   bool holds_stage(int64_t stage) const;

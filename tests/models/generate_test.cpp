@@ -1,6 +1,7 @@
 // models/llama generation: the KV-cached forward against the full forward, greedy decoding against
 // a naive re-run without cache, sampling (top-k, temperature, reproducibility, distribution),
-// stopping rules, the cross-rank token agreement hook and argument errors.
+// stopping rules, the cross-rank token agreement hook and argument errors; pipeline stages, each
+// with the cache of its own layers, decode as the whole model.
 #include "models/llama/generate.h"
 
 #include <gtest/gtest.h>
@@ -50,8 +51,9 @@ std::vector<int64_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
 // spread: weights redrawn normal(0, 0.5) (norms kept at 1). At torchtitan's init (std 0.02)
 // attention barely moves the logits and greedy decoding would not notice a wrong position offset;
 // spread weights make every token matter (and f32 rounding larger, hence f64 where it is on).
-std::shared_ptr<Transformer> tiny_model(DType dtype, uint64_t seed = 7, bool spread = true) {
-  auto m = std::make_shared<Transformer>(tiny_args(), seed);
+std::shared_ptr<Transformer> tiny_model(DType dtype, uint64_t seed = 7, bool spread = true,
+                                        LayerRange range = {}) {
+  auto m = std::make_shared<Transformer>(tiny_args(), seed, TensorOptions{}, range);
   m->to(dtype);
   for (const auto& [name, p] : m->named_parameters()) {
     if (!spread) break;
@@ -331,6 +333,79 @@ TEST(Generate, BadArgumentsAreErrors) {
   EXPECT_THROW(generate(*m, {}, {}), mt::Error);
   EXPECT_THROW(generate(*m, {1, 50}, {}), mt::Error);
   EXPECT_THROW(generate(*m, prompt, {.eos_id = 50}), mt::Error);
+}
+
+// The stages of a pipeline (tiny_args' 2 layers, one per stage: models built from the same seed
+// hold the whole model's values by FQN) decode through generate's DecodeStep overload, each
+// stage with a cache of its own layer, to the whole model's logits bitwise (the same ops in the
+// same order) and its tokens, greedy and sampled.
+TEST(Generate, PipelineStagesDecodeAsTheWholeModel) {
+  auto whole = tiny_model(DType::F32, 21);
+  auto first = tiny_model(DType::F32, 21, true, {0, 1});
+  auto last = tiny_model(DType::F32, 21, true, {1, 2});
+  KVCache first_cache = first->make_kv_cache(1), last_cache = last->make_kv_cache(1);
+  EXPECT_EQ(first_cache.first_layer(), 0);
+  EXPECT_EQ(first_cache.n_layers(), 1);
+  EXPECT_EQ(last_cache.first_layer(), 1);
+  EXPECT_EQ(last_cache.n_layers(), 1);
+  EXPECT_THROW(last_cache.keys(0), mt::Error);  // not its layer
+
+  const std::vector<int64_t> prompt = random_ids(5, 50, 6);
+  const Tensor tokens = runtime::from_vector<int64_t>(prompt, {1, 5}, kI64);
+  KVCache whole_cache = whole->make_kv_cache(1);
+  const Tensor want = whole->forward_cached(tokens, whole_cache);
+  const Tensor hidden = first->forward_cached(tokens, first_cache);
+  EXPECT_EQ(hidden.shape(), (Shape{1, 5, 16}));
+  const Tensor got = last->forward_cached(hidden, last_cache);
+  EXPECT_TRUE(all_close(got, want, 0, 0));
+  // A stage's cache does not fit the other stage (errors name the layers), nor a token input
+  // the stage without embeddings.
+  try {
+    first->forward_cached(tokens, last_cache);
+    FAIL() << "expected an error";
+  } catch (const mt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cache of layers [1, 2)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(last->forward_cached(tokens, last_cache), mt::Error);
+  EXPECT_EQ(last_cache.length(), 5);
+  // The whole-model generate needs the whole model.
+  EXPECT_THROW(generate(*first, prompt, {}), mt::Error);
+
+  for (const GenerateOptions& options :
+       {GenerateOptions{.max_new_tokens = 8}, GenerateOptions{.max_new_tokens = 8,
+                                                              .temperature = 1.0, .seed = 4}}) {
+    KVCache c0 = first->make_kv_cache(1), c1 = last->make_kv_cache(1);
+    const DecodeStep step = [&](const Tensor& t) {
+      const Tensor logits = last->forward_cached(first->forward_cached(t, c0), c1);
+      return logits.select(0, 0).select(0, logits.size(1) - 1);
+    };
+    const GenerateResult staged = generate(tiny_args(), runtime::Device{}, step, prompt, options);
+    EXPECT_EQ(staged.tokens, generate(*whole, prompt, options).tokens);
+    EXPECT_EQ(staged.tokens.size(), 8u);
+    EXPECT_EQ(c1.length(), 5 + 7);  // the last token is not fed back
+  }
+}
+
+// A rank without the last stage has no logits: its token comes from agree_on_token (called with
+// -1), and without one that is an error.
+TEST(Generate, RankWithoutLogitsTakesTheAgreedToken) {
+  const DecodeStep no_logits = [](const Tensor&) { return Tensor(); };
+  const std::vector<int64_t> agreed{3, 9, 4};
+  std::vector<int64_t> asked;
+  GenerateOptions options{.max_new_tokens = 3};
+  options.agree_on_token = [&](int64_t t) {
+    asked.push_back(t);
+    return agreed[asked.size() - 1];
+  };
+  const GenerateResult r = generate(tiny_args(), runtime::Device{}, no_logits, {1, 2}, options);
+  EXPECT_EQ(r.tokens, agreed);
+  EXPECT_EQ(asked, (std::vector<int64_t>{-1, -1, -1}));
+  try {
+    generate(tiny_args(), runtime::Device{}, no_logits, {1, 2}, {.max_new_tokens = 3});
+    FAIL() << "expected an error";
+  } catch (const mt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no agree_on_token"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -214,6 +214,55 @@ TEST(TrainerPipelineMpi, PipelineTimesTensorParallelMatchesOneProcess) {
   }
 }
 
+// The end-of-run text sample decodes through the stages (each stage's own KV cache, the last
+// stage's token broadcast to every rank): the untrained model samples the text of one process
+// exactly (the stages run the whole model's ops in its order), at temperature 0.8 and greedy,
+// with pp = every rank (interleaved: 2 stages per rank, the last stage's output sent around to
+// rank 0's second stage) and on 4 ranks pp 2 x FSDP 2; after training, train() samples the
+// text one process samples, and so does greedy decoding.
+TEST(TrainerPipelineMpi, TextSampleMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t w = world()->size();
+  const auto samples = [&](const config::JobConfig& cfg, std::shared_ptr<ProcessGroup> group) {
+    const Trainer t(cfg, testing::quiet_trainer_options(eight_layers, std::move(group)));
+    return std::vector<std::string>{t.generate_sample("", 12, 0.8),
+                                    t.generate_sample("ROMEO:", 12, 0.0)};
+  };
+  std::shared_ptr<ProcessGroup> self = world()->split(world()->rank(), 0);
+  const auto one = samples(job(corpus, shared_dir("sample_one") / std::to_string(world()->rank()),
+                               8),
+                           self);
+  ASSERT_GT(one[0].size(), 8u);
+  struct Variant {
+    std::string name;
+    int64_t local_batch;
+    std::vector<std::string> args;
+  };
+  std::vector<Variant> variants = {
+      {"pp every rank, Interleaved1F1B", 8, pp_args(w, "Interleaved1F1B", 2)}};
+  if (w == 4) variants.push_back({"pp 2 x FSDP 2", 4, pp_args(2, "1F1B", 1)});
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(v.name);
+    EXPECT_EQ(samples(job(corpus, shared_dir("sample_pp"), v.local_batch, v.args), world()), one);
+  }
+
+  // Trained (the runs' weights equal to rounding): the same text (an untrained model's greedy
+  // text is a token or two before EOS; a trained one's is longer).
+  TrainerOptions options = testing::quiet_trainer_options(eight_layers, self);
+  options.sample_tokens = 16;
+  Trainer one_trainer(job(corpus, shared_dir("sample_one") / std::to_string(world()->rank()), 8),
+                      options);
+  const TrainResult trained_one = one_trainer.train();
+  options.world = world();
+  Trainer pp_trainer(job(corpus, shared_dir("sample_pp"), 8, pp_args(w, "1F1B", 2)), options);
+  const TrainResult trained_pp = pp_trainer.train();
+  ASSERT_GT(trained_one.sample.size(), 8u);
+  EXPECT_EQ(trained_pp.sample, trained_one.sample);
+  const std::string greedy = one_trainer.generate_sample("ROMEO:", 16, 0.0);
+  ASSERT_GT(greedy.size(), 8u);
+  EXPECT_EQ(pp_trainer.generate_sample("ROMEO:", 16, 0.0), greedy);
+}
+
 // Saved at step 5 of a run, resumed on `ranks` ranks with `resumed` settings: steps 6..10 as the
 // uninterrupted run's.
 void expect_resumes(const fs::path& corpus, const fs::path& dump, const TrainResult& straight,
