@@ -18,8 +18,6 @@ const char* float8_recipe_name(Float8Recipe recipe) {
 
 namespace {
 
-constexpr int64_t kGemmMultiple = 16;  // FP8 GEMMs' rule for every dimension
-
 TensorOptions codes_options(Device device) {
   return TensorOptions{}.with_dtype(DType::Bool).with_device(device);
 }
@@ -159,9 +157,9 @@ namespace {
 // at conversion, and again by the GEMM kernel: not a dispatch of its own in every call, which
 // the profiler would record).
 std::optional<std::string> features_unsupported(int64_t in_features, int64_t out_features) {
-  if (in_features % kGemmMultiple != 0 || out_features % kGemmMultiple != 0) {
+  if (in_features % kFloat8GemmMultiple != 0 || out_features % kFloat8GemmMultiple != 0) {
     return "in " + std::to_string(in_features) + " x out " + std::to_string(out_features) +
-           " is not a multiple of " + std::to_string(kGemmMultiple);
+           " is not a multiple of " + std::to_string(kFloat8GemmMultiple);
   }
   return std::nullopt;
 }
@@ -271,12 +269,12 @@ Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
     MT_FAIL("float8_linear: cannot run x ", x.shape(), " @ weight ", weight.shape(), "^T in FP8: ",
             *why);
   }
-  if (tokens % kGemmMultiple != 0) {
+  if (tokens % kFloat8GemmMultiple != 0) {
     // Zero rows up to the next multiple (a generation step, an odd batch): they change neither
     // the scales nor the other rows (and tensorwise still does not read a weight FSDP gathered as
     // codes).
     Tensor padded = cat({x.reshape({tokens, in}),
-                         zeros({kGemmMultiple - tokens % kGemmMultiple, in}, x.options())},
+                         zeros({kFloat8GemmMultiple - tokens % kFloat8GemmMultiple, in}, x.options())},
                         0);
     Shape out_shape = x.shape();
     out_shape.back() = out;

@@ -30,6 +30,10 @@
 
 namespace mt::runtime {
 
+// FP8 GEMMs' rule: every dimension a multiple of this (float8_linear pads a token count that is
+// not; in and out features must be).
+inline constexpr int64_t kFloat8GemmMultiple = 16;
+
 // A tensor cast to FP8: its codes (Bool-dtype bytes, see kernels/float8.h), the codes of its
 // transpose, and the f32 inverse scale that turns codes back into values: [1] (tensorwise) or one
 // per row of `codes` (rowwise).

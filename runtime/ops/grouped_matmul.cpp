@@ -19,20 +19,6 @@ std::string counts_text(const std::vector<int64_t>& counts) {
   return s + "]";
 }
 
-// counts: one non-negative entry per group, summing to `rows`.
-void check_counts(const char* op, const std::vector<int64_t>& counts, int64_t groups,
-                  int64_t rows) {
-  MT_CHECK(int64_t(counts.size()) == groups, op, ": expected ", groups,
-           " group counts (one per matrix of w), got ", counts.size(), " ", counts_text(counts));
-  int64_t total = 0;
-  for (size_t g = 0; g < counts.size(); ++g) {
-    MT_CHECK(counts[g] >= 0, op, ": group ", g, " has a negative row count ", counts[g]);
-    total += counts[g];
-  }
-  MT_CHECK(total == rows, op, ": the group counts ", counts_text(counts), " sum to ", total,
-           " but the input has ", rows, " rows");
-}
-
 void check_operands(const char* op, const Tensor& a, const Tensor& b) {
   MT_CHECK(a.defined() && b.defined(), op, ": operands must be defined tensors");
   MT_CHECK(a.is_floating_point() && a.dtype() == b.dtype(), op,
@@ -43,6 +29,19 @@ void check_operands(const char* op, const Tensor& a, const Tensor& b) {
 }
 
 }  // namespace
+
+void check_group_counts(const char* op, const std::vector<int64_t>& counts, int64_t groups,
+                        int64_t rows) {
+  MT_CHECK(int64_t(counts.size()) == groups, op, ": expected ", groups,
+           " group counts (one per matrix of w), got ", counts.size(), " ", counts_text(counts));
+  int64_t total = 0;
+  for (size_t g = 0; g < counts.size(); ++g) {
+    MT_CHECK(counts[g] >= 0, op, ": group ", g, " has a negative row count ", counts[g]);
+    total += counts[g];
+  }
+  MT_CHECK(total == rows, op, ": the group counts ", counts_text(counts), " sum to ", total,
+           " but the input has ", rows, " rows");
+}
 
 Tensor grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& counts,
                   bool transpose_w) {
@@ -55,7 +54,7 @@ Tensor grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& 
   const int64_t m = transpose_w ? w.size(1) : w.size(2);
   MT_CHECK(w_k == k, "grouped_mm: x ", x.shape(), " has ", k, " columns but w ", w.shape(),
            transpose_w ? " (layout [G, M, K]) has K = " : " (layout [G, K, M]) has K = ", w_k);
-  check_counts("grouped_mm", counts, w.size(0), x.size(0));
+  check_group_counts("grouped_mm", counts, w.size(0), x.size(0));
 
   const Tensor xc = x.detach().contiguous();
   const Tensor wc = w.detach().contiguous();
@@ -104,7 +103,7 @@ Tensor grouped_mm_tn(const Tensor& a, const Tensor& b, const std::vector<int64_t
            "grouped_mm_tn: expected a [N, P] and b [N, Q] with the same rows, got ", a.shape(),
            " and ", b.shape());
   int64_t groups = int64_t(counts.size());
-  check_counts("grouped_mm_tn", counts, groups, a.size(0));
+  check_group_counts("grouped_mm_tn", counts, groups, a.size(0));
   Tensor out = empty({groups, a.size(1), b.size(1)}, a.options());
   grouped_mm_tn_kernel(a.device(), a.detach().contiguous(), b.detach().contiguous(), counts, out);
   return out;

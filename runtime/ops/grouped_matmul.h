@@ -29,6 +29,10 @@ Tensor grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& 
 // As above with counts as a 1-D integer tensor on the CPU.
 Tensor grouped_mm(const Tensor& x, const Tensor& w, const Tensor& counts, bool transpose_w = true);
 
+// Throws naming `op` unless counts has `groups` non-negative entries summing to `rows`.
+void check_group_counts(const char* op, const std::vector<int64_t>& counts, int64_t groups,
+                        int64_t rows);
+
 // The per-group products a_g^T @ b_g of row-grouped a [N, P] and b [N, Q]: out [G, P, Q] (zeros
 // for an empty group). The weight gradient of grouped_mm; not differentiable itself.
 Tensor grouped_mm_tn(const Tensor& a, const Tensor& b, const std::vector<int64_t>& counts);

@@ -263,8 +263,9 @@ TEST(Float8Rowwise, EachRowScaledByItsAmaxRoundedDownToAPowerOfTwo) {
           ASSERT_EQ(codes[r * 40 + c], float_to_float8(xv[size_t(r * 40 + c)] * scale,
                                                        Float8Format::E4M3))
               << r << ", " << c;
-        if (amax > 0)
+        if (amax > 0) {
           EXPECT_GE(amax * scale, pow2 ? 224.0f : 447.9f) << "row " << r;  // top binade
+        }
       }
       const Tensor back = float8_dequantize(q.codes, Float8Format::E4M3, q.scale_inv);
       EXPECT_TRUE(all_close(back, x.to(DType::F32), 1e-7, 0.0625));

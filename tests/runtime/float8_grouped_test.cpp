@@ -1,0 +1,160 @@
+// float8_grouped_mm (runtime/ops/float8_grouped.h) on the CPU reference: the forward and both
+// gradients are the per-expert products of operands cast rowwise along each GEMM's contracted
+// dimension (the weight gradient's scaled over each expert's own tokens), an expert's results do
+// not depend on the other experts' tokens, groups of any size are padded as on a GPU, the result
+// tracks the f32 grouped_mm, and bad operands are errors naming what is wrong.
+#include "runtime/ops/float8_grouped.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/factory.h"
+#include "runtime/ops/float8.h"
+#include "runtime/ops/grouped_matmul.h"
+#include "runtime/ops/join.h"
+#include "runtime/ops/matmul.h"
+#include "runtime/ops/reduce.h"
+#include "tests/testing/errors.h"
+#include "tests/testing/tensor_testing.h"
+
+namespace mt::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::all_close;
+using testing::error_of;
+using testing::randn_as;
+
+// t [rows, cols] cast per row (e4m3, power-of-two scales) and dequantized: the values an FP8 GEMM
+// multiplies.
+Tensor dq(const Tensor& t) {
+  const Float8Tensor q = to_float8_rowwise(t.contiguous(), Float8Format::E4M3, true);
+  return float8_dequantize(q.codes, Float8Format::E4M3, q.scale_inv);
+}
+
+// a [n, c] @ b [p, c]^T in f32.
+Tensor product_t(const Tensor& a, const Tensor& b) { return matmul(a, b.transpose(0, 1)); }
+
+struct GroupedRun {
+  Tensor y, dx, dw;
+};
+
+// y = float8_grouped_mm(x, w, counts), backpropagated from sum(y * r).
+GroupedRun run(const Tensor& x, const Tensor& w, const std::vector<int64_t>& counts, const Tensor& r) {
+  const Tensor xl = x.detach().set_requires_grad(true);
+  const Tensor wl = w.detach().set_requires_grad(true);
+  const Tensor y = float8_grouped_mm(xl, wl, counts);
+  sum(mul(y, r)).backward();
+  return {y.detach(), xl.grad(), wl.grad()};
+}
+
+const std::vector<int64_t> kCounts{16, 0, 32};  // 3 experts, one without tokens
+
+TEST(Float8GroupedMm, ForwardAndGradientsArePerExpertRowwiseScaledProducts) {
+  const Tensor x = randn_as({48, 32}, DType::F32, 1, "x");
+  const Tensor w = randn_as({3, 48, 32}, DType::F32, 2, "w");
+  const Tensor r = randn_as({48, 48}, DType::F32, 3, "r");
+  const GroupedRun got = run(x, w, kCounts, r);
+  ASSERT_EQ(got.y.shape(), (Shape{48, 48}));
+  ASSERT_EQ(got.dx.shape(), (Shape{48, 32}));
+  ASSERT_EQ(got.dw.shape(), (Shape{3, 48, 32}));
+  int64_t offset = 0;
+  for (int64_t e = 0; e < 3; ++e) {
+    SCOPED_TRACE(e);
+    const int64_t n = kCounts[size_t(e)];
+    const Tensor we = w.select(0, e);
+    if (n == 0) {  // an expert without tokens: a zero weight gradient
+      EXPECT_EQ(sum(abs(got.dw.select(0, e))).item<double>(), 0.0);
+      continue;
+    }
+    const Tensor xe = x.narrow(0, offset, n), ge = r.narrow(0, offset, n);
+    // y_e = x_e (by token) @ W_e (by output feature)^T
+    EXPECT_TRUE(all_close(got.y.narrow(0, offset, n), product_t(dq(xe), dq(we)), 1e-5, 1e-5));
+    // dx_e = dy_e (by token) @ W_e, W_e scaled by input feature over the outputs
+    EXPECT_TRUE(all_close(got.dx.narrow(0, offset, n),
+                          product_t(dq(ge), dq(we.transpose(0, 1))), 1e-5, 1e-5));
+    // dW_e = dy_e^T @ x_e, both scaled per feature over this expert's tokens alone
+    EXPECT_TRUE(all_close(got.dw.select(0, e),
+                          product_t(dq(ge.transpose(0, 1)), dq(xe.transpose(0, 1))), 1e-4, 1e-5));
+    offset += n;
+  }
+}
+
+// Another expert's tokens set none of an expert's scales: scaling expert 2's tokens by 1000
+// leaves expert 0's outputs, input gradients and weight gradient bitwise unchanged (so with
+// expert parallelism an expert computes what it would in one process).
+TEST(Float8GroupedMm, AnExpertsResultsDoNotDependOnOtherExpertsTokens) {
+  const Tensor x = randn_as({48, 32}, DType::F32, 4, "x");
+  const Tensor w = randn_as({3, 48, 32}, DType::F32, 5, "w");
+  const Tensor r = randn_as({48, 48}, DType::F32, 6, "r");
+  const Tensor loud = cat({x.narrow(0, 0, 16), mul(x.narrow(0, 16, 32), 1000.0)}, 0);
+  const Tensor loud_r = cat({r.narrow(0, 0, 16), mul(r.narrow(0, 16, 32), 1000.0)}, 0);
+  const GroupedRun a = run(x, w, kCounts, r), b = run(loud, w, kCounts, loud_r);
+  EXPECT_TRUE(all_close(a.y.narrow(0, 0, 16), b.y.narrow(0, 0, 16), 0, 0));
+  EXPECT_TRUE(all_close(a.dx.narrow(0, 0, 16), b.dx.narrow(0, 0, 16), 0, 0));
+  EXPECT_TRUE(all_close(a.dw.select(0, 0), b.dw.select(0, 0), 0, 0));
+  EXPECT_FALSE(all_close(a.dw.select(0, 2), b.dw.select(0, 2), 1e-3, 0));
+}
+
+// Groups whose token count is not a multiple of 16 (as FP8 GEMMs need) are padded with zero
+// rows: bitwise the results of the call on the padded rows, and gradients for x's own rows.
+TEST(Float8GroupedMm, GroupsOfAnySizeArePaddedWithZeroRows) {
+  const std::vector<int64_t> counts{3, 0, 20, 9};
+  const std::vector<int64_t> padded_counts{16, 0, 32, 16};
+  const Tensor x = randn_as({32, 16}, DType::F32, 7, "x");
+  const Tensor w = randn_as({4, 32, 16}, DType::F32, 8, "w");
+  const Tensor r = randn_as({32, 32}, DType::F32, 9, "r");
+  const auto pad = [&](const Tensor& t) {
+    const int64_t cols = t.size(1);
+    return cat({t.narrow(0, 0, 3), zeros({13, cols}), t.narrow(0, 3, 20), zeros({12, cols}),
+                t.narrow(0, 23, 9), zeros({7, cols})},
+               0);
+  };
+  const GroupedRun got = run(x, w, counts, r);
+  const GroupedRun want = run(pad(x), w, padded_counts, pad(r));
+  ASSERT_EQ(got.y.shape(), (Shape{32, 32}));
+  EXPECT_TRUE(all_close(pad(got.y), want.y, 0, 0));
+  EXPECT_TRUE(all_close(pad(got.dx), want.dx, 0, 0));
+  EXPECT_TRUE(all_close(got.dw, want.dw, 0, 0));
+  // No tokens at all: an empty result and zero weight gradients.
+  const GroupedRun none = run(zeros({0, 16}), w, {0, 0, 0, 0}, zeros({0, 32}));
+  EXPECT_EQ(none.y.shape(), (Shape{0, 32}));
+  EXPECT_EQ(sum(abs(none.dw)).item<double>(), 0.0);
+}
+
+// Close to the f32 grouped_mm (e4m3 keeps 3 mantissa bits), in f32 and bf16.
+TEST(Float8GroupedMm, TracksTheHighPrecisionGroupedMm) {
+  for (const DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor x = randn_as({48, 32}, dt, 10, "x");
+    const Tensor w = randn_as({3, 48, 32}, dt, 11, "w");
+    const Tensor y8 = float8_grouped_mm(x, w, kCounts);
+    EXPECT_EQ(y8.dtype(), dt);
+    const Tensor y = grouped_mm(x.to(DType::F32), w.to(DType::F32), kCounts);
+    const double err = std::sqrt(sum(square(sub(y8.to(DType::F32), y))).item<double>());
+    EXPECT_LT(err / std::sqrt(sum(square(y)).item<double>()), 0.06);
+  }
+}
+
+TEST(Float8GroupedMm, BadOperandsAreErrors) {
+  const Tensor x = randn_as({16, 24}, DType::F32, 1, "x");
+  EXPECT_THAT(error_of([&] { float8_grouped_mm(x, randn_as({2, 16, 24}, DType::F32, 2), {16, 0}); }),
+              HasSubstr("K = 24 and M = 16 must be multiples of 16"));
+  const Tensor x16 = randn_as({16, 16}, DType::F32, 3, "x");
+  const Tensor w = randn_as({2, 16, 16}, DType::F32, 4, "w");
+  EXPECT_THAT(error_of([&] { float8_grouped_mm(x16, w, {10, 0}); }), HasSubstr("sum to 10"));
+  EXPECT_THAT(error_of([&] { float8_grouped_mm(x16, w, {16}); }), HasSubstr("expected 2 group"));
+  EXPECT_THAT(error_of([&] { float8_grouped_mm(x16.to(DType::F64), w, {16, 0}); }),
+              HasSubstr("f32 or bf16"));
+  EXPECT_THAT(error_of([&] { float8_grouped_mm(x16, w.select(0, 0), {16}); }),
+              HasSubstr("w [G, M, K]"));
+  EXPECT_FALSE(float8_grouped_mm_unsupported(Device::cpu(), 32, 48).has_value());
+  EXPECT_TRUE(float8_grouped_mm_unsupported(Device::cpu(), 24, 48).has_value());
+}
+
+}  // namespace
+}  // namespace mt::runtime
