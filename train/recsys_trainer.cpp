@@ -148,6 +148,10 @@ void check_recsys_config(const config::JobConfig& c) {
            "(llama3, deepseek_v3), not model.name = \"dlrm\", which trains in float32; set "
            "quantize.linear.float8.enable = false (it is true, ",
            c.where("quantize.linear.float8.enable"), ")");
+  MT_CHECK(c.float8_grouped_mm.fqns.empty(),
+           "train: model.name = \"dlrm\" has no MoE experts for float8 grouped GEMMs; set "
+           "quantize.grouped_mm.float8.fqns = [] (",
+           c.where("quantize.grouped_mm.float8.fqns"), ")");
 }
 
 }  // namespace

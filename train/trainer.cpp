@@ -338,7 +338,7 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
     }
     // Float8 linears before parallelism, as torchtitan converts: FSDP gathers their weights
     // whole, so each GEMM scales the same tensors as on one rank.
-    if (config_.float8.enable) float8_text_ = apply_float8_training(*model_, config_, device_);
+    if (float8_enabled(config_)) float8_text_ = apply_float8_training(*model_, config_, device_);
     if (shards) {
       setup_parallelism();
       parallel::init_sharded_parameters(*model_, bo.seed);
@@ -495,7 +495,7 @@ void Trainer::build_pipeline(const PipelinePlan& plan, const models::BuildOption
     local.push_back({s, stage_modules_.back()});
   }
   // Float8 linears before parallelism, as without a pipeline (each rank converts its stages).
-  if (config_.float8.enable) {
+  if (float8_enabled(config_)) {
     std::vector<runtime::nn::Module*> stages;
     for (const auto& stage : stage_modules_) stages.push_back(stage.get());
     float8_text_ = apply_float8_training(stages, config_, device_) + " (this rank's stages)";
@@ -943,7 +943,7 @@ TrainResult Trainer::train() {
         << "; " << (dp_mesh_ ? "FSDP over " + dp_mesh_->describe() : std::string("no FSDP"))
         << "; parameters computed in "
         << tc.mixed_precision_param
-        << (config_.float8.enable ? " (the float8 linears' GEMMs in FP8)" : "")
+        << (float8_enabled(config_) ? " (the float8 layers' GEMMs in FP8)" : "")
         << ", gradients reduced in " << tc.mixed_precision_reduce
         << ", float32 master weights; reshard after forward: " << (dp_mesh_ ? reshard_text_ : std::string("n/a")) << "\n";
   }

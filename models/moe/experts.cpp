@@ -2,8 +2,11 @@
 
 #include <utility>
 
+#include "runtime/core/device_runtime.h"
 #include "runtime/core/error.h"
+#include "runtime/kernels/float8.h"
 #include "runtime/ops/factory.h"
+#include "runtime/ops/float8_grouped.h"
 #include "runtime/ops/grouped_matmul.h"
 #include "runtime/ops/swiglu.h"
 
@@ -53,9 +56,10 @@ Tensor GroupedExperts::run_local(const Tensor& x, const std::vector<int64_t>& co
       int64_t(counts.size()) == w1.size(0), "GroupedExperts: ", counts.size(),
       " expert counts for weights holding ", w1.size(0), " experts",
       dispatcher ? " (the dispatcher returned counts for another number of local experts)" : "");
-  const Tensor h =
-      runtime::swiglu(runtime::grouped_mm(x, w1, counts), runtime::grouped_mm(x, w3, counts));
-  return runtime::grouped_mm(h, w2, counts);
+  const auto mm = [this, &counts](const Tensor& a, const Tensor& w) {
+    return float8 ? runtime::float8_grouped_mm(a, w, counts) : runtime::grouped_mm(a, w, counts);
+  };
+  return mm(runtime::swiglu(mm(x, w1), mm(x, w3)), w2);
 }
 
 Tensor GroupedExperts::operator()(const Tensor& x, const std::vector<int64_t>& counts) {
@@ -70,6 +74,32 @@ Tensor GroupedExperts::operator()(const Tensor& x, const std::vector<int64_t>& c
     auto [local_x, local_counts] = dispatcher->dispatch(in[0], counts);
     return dispatcher->combine(run_local(local_x, local_counts));
   });
+}
+
+runtime::nn::Float8Conversion convert_experts_to_float8(nn::Module& root, runtime::Device device,
+                                                        const std::vector<std::string>& fqns) {
+  if (auto why = runtime::float8_gemm_unsupported_kernel(device)) {
+    MT_FAIL("float8 grouped GEMMs: ", runtime::device_description(device),
+            " cannot run FP8 GEMMs: ", *why);
+  }
+  runtime::nn::Float8Conversion result;
+  for (auto& [fqn, module] : root.named_modules()) {
+    auto* experts = dynamic_cast<GroupedExperts*>(module);
+    if (experts == nullptr) continue;
+    bool selected = false;
+    for (const std::string& f : fqns) selected |= !f.empty() && fqn.find(f) != fqn.npos;
+    if (!selected) continue;
+    const std::string name = fqn.empty() ? "(root)" : fqn;
+    // The GEMMs contract over dim (w1, w3) and hidden_dim (w2), producing the other.
+    if (auto why = runtime::float8_grouped_mm_unsupported(device, experts->dim(),
+                                                          experts->hidden_dim())) {
+      result.skipped.emplace_back(name, *why);
+      continue;
+    }
+    experts->float8 = true;
+    result.converted.push_back(name);
+  }
+  return result;
 }
 
 }  // namespace mt::models::moe

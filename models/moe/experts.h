@@ -13,13 +13,18 @@
 // forward runs dispatch -> the grouped matmuls over this module's (local) experts -> combine, and
 // the weights then hold only the local experts' rows [E_local, ...]; when null, every expert is
 // local and counts must have one entry per weight row.
+//
+// Float8 ([quantize.grouped_mm.float8]): convert_experts_to_float8 marks GroupedExperts to run
+// their grouped GEMMs with runtime::float8_grouped_mm (torchao's rowwise recipe).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "models/moe/token_dispatcher.h"
+#include "runtime/nn/float8_conversion.h"
 #include "runtime/nn/module.h"
 
 namespace mt::models::moe {
@@ -50,10 +55,19 @@ class GroupedExperts : public nn::Module {
   // The global index of the first expert the weights hold (0 unless sliced for EP); used by
   // reset_parameters to draw the right block of the full tensor.
   int64_t expert_begin = 0;
+  // The three grouped GEMMs run in FP8 (set by convert_experts_to_float8).
+  bool float8 = false;
 
  private:
   int64_t dim_, hidden_dim_, num_experts_;
   double out_init_std_;
 };
+
+// Marks the GroupedExperts of `root` whose FQN contains one of `fqns` (non-empty strings) to run
+// in FP8 on `device`, except those whose dim or hidden dim FP8 GEMMs cannot take
+// (runtime::float8_grouped_mm_unsupported), listed with the reason. A device without FP8 GEMMs
+// is an error naming it. Idempotent.
+runtime::nn::Float8Conversion convert_experts_to_float8(nn::Module& root, runtime::Device device,
+                                                        const std::vector<std::string>& fqns);
 
 }  // namespace mt::models::moe

@@ -791,6 +791,31 @@ TEST_F(ConfigTest, Float8SectionOnTheCommandLine) {
                                      "[\"output\"])"));
 }
 
+// [quantize.grouped_mm.float8] sits beside [quantize.linear.float8] in the same [quantize] table;
+// on the CPU it needs its own emulate, and tensor parallelism is refused, each naming the keys.
+TEST_F(ConfigTest, Float8GroupedMmSection) {
+  const fs::path file = write("g.toml",
+                              "[training]\ndevice = \"cpu\"\n\n"
+                              "[quantize.linear.float8]\nenable = false\n\n"
+                              "[quantize.grouped_mm.float8]\nfqns = [\"experts\"]\nemulate = true\n");
+  const JobConfig c = load_config(file);
+  EXPECT_EQ(c.float8_grouped_mm.fqns, StringList{"experts"});
+  EXPECT_TRUE(c.float8_grouped_mm.emulate);
+  EXPECT_FALSE(c.float8.enable);
+  EXPECT_EQ(c.where("quantize.grouped_mm.float8.fqns"), at("g.toml", 8));
+  EXPECT_TRUE(load_args({}).float8_grouped_mm.fqns.empty());  // off by default
+  EXPECT_THAT(error_of([&] {
+                load_args({"--quantize.grouped_mm.float8.fqns=experts", "--training.device=cpu"});
+              }),
+              HasSubstr("set quantize.grouped_mm.float8.emulate = true"));
+  EXPECT_THAT(error_of([&] {
+                load_args({"--quantize.grouped_mm.float8.fqns=experts",
+                           "--parallelism.tensor_parallel_degree=2"});
+              }),
+              HasSubstr("float8 grouped GEMMs with tensor parallelism are not built yet"));
+  EXPECT_THAT(help_text(), HasSubstr("\n[quantize.grouped_mm.float8]  Float8 grouped GEMMs"));
+}
+
 TEST_F(ConfigTest, UnknownNamesInDottedSectionsSuggestTheNearest) {
   const struct {
     std::string toml, message;
@@ -806,7 +831,8 @@ TEST_F(ConfigTest, UnknownNamesInDottedSectionsSuggestTheNearest) {
        "'quantize.linear.float8.enable'?"},
       {"[quantize]\nenable = true\n",
        "unknown key 'quantize.enable' at LINE2; [quantize] holds only the sections "
-       "[quantize.linear.float8]: did you mean 'quantize.linear.float8.enable'?"},
+       "[quantize.linear.float8], [quantize.grouped_mm.float8]: did you mean "
+       "'quantize.linear.float8.enable'?"},
       {"[quantize.linear]\nzzzzzzzz = 1\n",
        "unknown key 'quantize.linear.zzzzzzzz' at LINE2; [quantize.linear] holds only the "
        "sections [quantize.linear.float8]"},
@@ -814,8 +840,8 @@ TEST_F(ConfigTest, UnknownNamesInDottedSectionsSuggestTheNearest) {
        "quantize.linear: expected a table (holding the sections [quantize.linear.float8]), got "
        "integer 1 at LINE2"},
       {"\nquantize = 1\n",
-       "quantize: expected a table (holding the sections [quantize.linear.float8]), got integer "
-       "1 at LINE2"},
+       "quantize: expected a table (holding the sections [quantize.linear.float8], "
+       "[quantize.grouped_mm.float8]), got integer 1 at LINE2"},
       {"[quantize.linear]\nfloat8 = 1\n",
        "quantize.linear.float8: expected a table (a [quantize.linear.float8] section), got "
        "integer 1 at LINE2"},

@@ -110,6 +110,24 @@ TEST(MoeTrainerMpi, ExpertParallelMatchesOneProcess) {
   }
 }
 
+// Float8 grouped GEMMs (emulated) scale each token by its own row and each expert by its own
+// tokens, which expert parallelism brings together on the expert's rank: EP trains as one process
+// with the same float8 experts.
+TEST(MoeTrainerMpi, Float8GroupedGemmsWithExpertParallelMatchOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t w = world()->size();
+  const std::vector<std::string> float8 = {"--quantize.grouped_mm.float8.fqns=experts",
+                                           "--quantize.grouped_mm.float8.emulate=true"};
+  std::shared_ptr<ProcessGroup> self = world()->split(world()->rank(), 0);
+  const TrainResult want =
+      run(job(corpus, shared_dir("f8_reference") / std::to_string(world()->rank()), 8, float8),
+          self);
+  EXPECT_NE(want.losses, reference(corpus).losses) << "float8 experts gave the f32 losses";
+  std::vector<std::string> extra = float8;
+  extra.push_back("--parallelism.expert_parallel_degree=" + std::to_string(w));
+  expect_same_run(run(job(corpus, shared_dir("f8_ep"), 8 / w, extra), world()), want);
+}
+
 // Tensor parallelism: tp 2 on 2 ranks (the MoE layers run on each tp rank's sequence shard), and
 // on 4 ranks TP 2 x EP 2 (dp_shard 2 = ep 2 x efsdp 1; expert mesh (dp_replicate, ep, efsdp, tp)),
 // with sequence parallelism and without it (the MoE layers' input chunked, output gathered).

@@ -395,7 +395,7 @@ TEST(Trainer, Float8EmulatedOnTheCpuTracksHighPrecision) {
                           "(filtered)"),
             std::string::npos)
       << bf16_log;
-  EXPECT_NE(bf16_log.find("parameters computed in bfloat16 (the float8 linears' GEMMs in FP8)"),
+  EXPECT_NE(bf16_log.find("parameters computed in bfloat16 (the float8 layers' GEMMs in FP8)"),
             std::string::npos)
       << bf16_log;
   ASSERT_EQ(bf16.losses.size(), 3u);
@@ -425,18 +425,41 @@ TEST(Trainer, Float8OnTheCpuWithoutEmulateNamesTheDevice) {
   EXPECT_NO_THROW(check_float8_device(off, runtime::Device::cpu()));
 }
 
+// [quantize.grouped_mm.float8] names its own keys: its emulate on a CPU, and fqns that match no
+// routed experts (llama has none) before any training.
+TEST(Trainer, Float8GroupedMmErrorsNameTheirKeys) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const config::JobConfig job = config::load_config(
+      fs::path(), {"--training.device=auto", "--quantize.grouped_mm.float8.fqns=experts"});
+  const std::string device_msg = error_of([&] { check_float8_device(job, runtime::Device::cpu()); });
+  EXPECT_NE(device_msg.find("set quantize.grouped_mm.float8.emulate = true"), std::string::npos)
+      << device_msg;
+  std::string log;
+  const std::string msg = error_of([&] {
+    run_logged(tiny_config(corpus, temp_dir("grouped_llama"),
+                           {"--quantize.grouped_mm.float8.fqns=experts",
+                            "--quantize.grouped_mm.float8.emulate=true", "--training.steps=1"}),
+               log);
+  });
+  EXPECT_NE(msg.find("quantize.grouped_mm.float8.fqns = [\"experts\"] (command-line flag "
+                     "--quantize.grouped_mm.float8.fqns=experts) matches no MoE routed experts of "
+                     "model.name = \"llama3\""),
+            std::string::npos)
+      << msg;
+}
+
 // How the log line names what stayed in high precision: grouped by reason, a few names each.
 TEST(Trainer, Float8ConversionTextGroupsTheSkippedLinears) {
   runtime::nn::Float8Conversion c;
   c.converted = {"layers.0.attention.wq"};
-  EXPECT_EQ(float8_conversion_text(c, "tensorwise", "bfloat16"), "float8: 1 linear (tensorwise)");
+  EXPECT_EQ(float8_conversion_text(c, "tensorwise", "bfloat16"), "1 linear (tensorwise)");
   c.skipped = {{"output", "filtered"},
                {"layers.0.moe.router.gate", "in 64 x out 8 is not a multiple of 16"},
                {"layers.1.moe.router.gate", "in 64 x out 8 is not a multiple of 16"},
                {"layers.2.moe.router.gate", "in 64 x out 8 is not a multiple of 16"},
                {"layers.3.moe.router.gate", "in 64 x out 8 is not a multiple of 16"}};
   EXPECT_EQ(float8_conversion_text(c, "tensorwise", "bfloat16"),
-            "float8: 1 linear (tensorwise), 5 left in bfloat16: output (filtered); "
+            "1 linear (tensorwise), 5 left in bfloat16: output (filtered); "
             "layers.0.moe.router.gate, layers.1.moe.router.gate, layers.2.moe.router.gate and 1 "
             "more (in 64 x out 8 is not a multiple of 16)");
 }

@@ -33,6 +33,7 @@ struct JobConfig {
   CheckpointConfig checkpoint;
   ActivationCheckpointConfig activation_checkpoint;
   Float8LinearConfig float8;  // [quantize.linear.float8]
+  Float8GroupedMMConfig float8_grouped_mm;  // [quantize.grouped_mm.float8]
   MetricsConfig metrics;
   ProfilingConfig profiling;
   ValidationConfig validation;

@@ -76,6 +76,7 @@ std::vector<SectionSpec> build_schema() {
   using C = CheckpointConfig;
   using A = ActivationCheckpointConfig;
   using Q = Float8LinearConfig;
+  using QG = Float8GroupedMMConfig;
   using X = MetricsConfig;
   using F = ProfilingConfig;
   using V = ValidationConfig;
@@ -276,6 +277,22 @@ std::vector<SectionSpec> build_schema() {
            &Q::precompute_float8_dynamic_scale_for_fsdp,
            "With the float8 all-gather: every float8 weight's amax in one all-reduce at the start "
            "of each step, instead of one per FSDP group at each all-gather (same values)"},
+      }));
+  s.push_back(section<QG>(
+      "quantize.grouped_mm.float8", &JobConfig::float8_grouped_mm,
+      "Float8 grouped GEMMs of MoE routed experts (torchao's float8 rowwise MoE training): the "
+      "experts' forward and both backward grouped GEMMs in FP8, every operand e4m3 with "
+      "power-of-two scales per row along each GEMM's contracted dimension (the weight "
+      "gradient's over each expert's own tokens); weights and gradients stay in their dtypes.",
+      {
+          {"fqns", &QG::fqns,
+           "MoE modules whose fully qualified name contains one of these run their routed "
+           "experts' grouped GEMMs in FP8, e.g. [\"experts\"] (all of them); empty: none. The "
+           "experts' dim and hidden dim must be multiples of 16; needs a GPU with FP8 tensor "
+           "cores (compute capability 8.9+)"},
+          {"emulate", &QG::emulate,
+           "Allow it on the CPU, which runs the exact CPU reference (emulated FP8 codes, f32 "
+           "GEMMs on their values): for tests and debugging. No effect on a GPU"},
       }));
   s.push_back(section<X>(
       "metrics", &JobConfig::metrics, "Logging of training metrics.",

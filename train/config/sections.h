@@ -115,6 +115,13 @@ struct Float8LinearConfig {  // [quantize.linear.float8]: float8 training of lin
   bool operator==(const Float8LinearConfig&) const = default;
 };
 
+// [quantize.grouped_mm.float8]: float8 grouped GEMMs of MoE routed experts (torchtitan's key).
+struct Float8GroupedMMConfig {
+  StringList fqns = {};  // MoE modules whose FQN contains one of these; empty: off
+  bool emulate = false;  // allow it on the CPU (the exact CPU reference)
+  bool operator==(const Float8GroupedMMConfig&) const = default;
+};
+
 struct MetricsConfig {  // [metrics]
   int64_t log_freq = 10;
   bool save_jsonl = true;

@@ -38,6 +38,24 @@ void require(bool ok, const JobConfig& config, std::string_view rule, const Keys
   MT_FAIL("invalid config: ", rule, "; got ", shown);
 }
 
+// [quantize.grouped_mm.float8]. training.device = "auto" is checked once resolved, by the
+// trainer.
+void validate_float8_grouped_mm(const JobConfig& config) {
+  const Float8GroupedMMConfig& f = config.float8_grouped_mm;
+  if (f.fqns.empty()) return;
+  require(config.training.device != "cpu" || f.emulate, config,
+          "float8 grouped GEMMs on the CPU: the CPU has no FP8 GEMMs (they need a GPU with FP8 "
+          "tensor cores); set quantize.grouped_mm.float8.emulate = true to run the exact CPU "
+          "reference (for tests and debugging)",
+          "quantize.grouped_mm.float8.fqns", "training.device", "quantize.grouped_mm.float8.emulate");
+  // Under tp an expert weight sharded along its contracted dimension would scale each shard's
+  // rows by its own amax, not the whole row's.
+  require(config.parallelism.tensor_parallel_degree == 1, config,
+          "float8 grouped GEMMs with tensor parallelism are not built yet; set "
+          "parallelism.tensor_parallel_degree = 1 or quantize.grouped_mm.float8.fqns = []",
+          "quantize.grouped_mm.float8.fqns", "parallelism.tensor_parallel_degree");
+}
+
 // [quantize.linear.float8]. training.device = "auto" is checked once resolved, by the trainer.
 void validate_float8(const JobConfig& config) {
   const Float8LinearConfig& f = config.float8;
@@ -121,6 +139,7 @@ void validate(const JobConfig& config) {
           "validation.freq must be > 0 when validation.enable = true", "validation.freq",
           "validation.enable");
   validate_float8(config);
+  validate_float8_grouped_mm(config);
 }
 
 WorldLayout validate_for_world(const JobConfig& config, int64_t world_size) {
