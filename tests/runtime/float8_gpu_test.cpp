@@ -2,7 +2,8 @@
 // bit, the hardware conversion against the reference's on every f32 neighbourhood of every code,
 // the scaled FP8 GEMM (every operand-format pair, f32 and bf16 outputs, fast accumulation on and
 // off) within f32 accumulation, and float8_linear's output and gradients; the same for the rowwise
-// recipe (per-row scales rounded to powers of two, per-row GEMM scales). Skips without a GPU.
+// recipe (per-row scales rounded to powers of two, per-row GEMM scales), and float8_grouped_mm.
+// Skips without a GPU.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "runtime/ops/float8.h"
+#include "runtime/ops/float8_grouped.h"
 #include "tests/testing/gpu_compare.h"
 
 namespace mt::runtime::gpu_test {
@@ -206,6 +208,28 @@ TEST_F(Float8Gpu, RowwiseGemmAndLinearMatchTheCpu) {
     for (int d = 0; d < 2; ++d) {
       const std::vector<Tensor> in = to_device({x, w}, d == 0 ? Device::cpu() : Device::cuda(), true);
       const Tensor y = float8_linear(in[0], in[1], Tensor(), Float8Recipe::Rowwise);
+      sum(mul(y, d == 0 ? r : on_cuda(r))).backward();
+      outs[d] = {y, in[0].grad(), in[1].grad()};
+    }
+    for (size_t i = 0; i < 3; ++i) {
+      const double tol = dtype == DType::BF16 ? 8e-3 : gemm_tolerance(DType::F32, i == 0);
+      EXPECT_LT(relative_error(outs[1][i], outs[0][i].to(DType::F64)), tol)
+          << dtype_name(dtype) << " output " << i << " (y, dx, dW)";
+    }
+  }
+}
+
+// The float8 grouped GEMM (MoE experts): the forward and both gradients against the CPU
+// reference, with groups of uneven sizes (padded to multiples of 16) and an empty one.
+TEST_F(Float8Gpu, GroupedMmAndItsGradientsMatchTheCpu) {
+  const std::vector<int64_t> counts{37, 0, 64, 27};
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const Tensor x = rnd({128, 256}, dtype, 21), w = rnd({4, 512, 256}, dtype, 22);
+    const Tensor r = rnd({128, 512}, dtype, 23);
+    std::vector<Tensor> outs[2];
+    for (int d = 0; d < 2; ++d) {
+      const std::vector<Tensor> in = to_device({x, w}, d == 0 ? Device::cpu() : Device::cuda(), true);
+      const Tensor y = float8_grouped_mm(in[0], in[1], counts);
       sum(mul(y, d == 0 ? r : on_cuda(r))).backward();
       outs[d] = {y, in[0].grad(), in[1].grad()};
     }
