@@ -34,6 +34,8 @@ class Linear : public Module {
   // nn::convert_linears_to_float8 (runtime/nn/float8_conversion.h), which checks the layer can.
   bool float8 = false;
   Float8Recipe float8_recipe = Float8Recipe::Tensorwise;  // how its operands are scaled
+  // Set by tensor parallelism when the layer is split: the casts' amaxes over the tp ranks.
+  Float8AmaxReduce float8_amax_reduce = nullptr;
 
  private:
   int64_t in_features_, out_features_;

@@ -73,7 +73,8 @@ void unregister_float8_weight_codes(const Tensor& weight) {
   w.by_storage.erase(weight.storage()->id());
 }
 
-Float8Tensor to_float8(const Tensor& x, Float8Format format, bool rows, bool transposed) {
+Float8Tensor to_float8(const Tensor& x, Float8Format format, bool rows, bool transposed,
+                       const Float8AmaxReduce& reduce) {
   MT_CHECK(x.dim() == 2, "to_float8: expected a 2-D tensor, got shape ", x.shape());
   MT_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::BF16,
            "to_float8: expected f32 or bf16, got ", dtype_name(x.dtype()));
@@ -82,6 +83,7 @@ Float8Tensor to_float8(const Tensor& x, Float8Format format, bool rows, bool tra
   const Tensor amax = Tensor::empty({1}, f32_options(device));
   Tensor amax_out = amax;
   float8_amax_kernel(device, xc, amax_out);
+  if (reduce) reduce(amax_out);
   Float8Tensor r;
   r.format = format;
   if (rows) r.codes = Tensor::empty(x.shape(), codes_options(device));
@@ -216,14 +218,18 @@ Tensor float8_linear_rowwise(const Tensor& x, const Tensor& x2, const Tensor& we
 
 // The tensorwise recipe's y = x2 [tokens, in] @ weight^T, recorded for autograd (see the header).
 Tensor float8_linear_tensorwise(const Tensor& x, const Tensor& x2, const Tensor& weight,
-                                int64_t tokens, int64_t out, bool need_dx, bool need_dw) {
-  const Float8Tensor xq = to_float8(x2, Float8Format::E4M3, true, need_dw);
+                                int64_t tokens, int64_t out, bool need_dx, bool need_dw,
+                                const Float8AmaxReduce& reduce) {
+  const Float8Tensor xq = to_float8(x2, Float8Format::E4M3, true, need_dw, reduce);
   Float8Tensor wq;
   if (auto gathered = registered_weight_codes(weight)) {  // FSDP gathered the weight in FP8
+    MT_CHECK(!reduce, "float8_linear: FSDP gathered the weight as codes of its own scale, but "
+             "the layer reduces its amaxes (tensor parallelism): the float8 all-gather is not "
+             "built for tensor-parallel layers");
     wq = std::move(*gathered);
     if (need_dx) wq.codes_t = float8_transpose(wq.codes);
   } else {
-    wq = to_float8(weight.detach(), Float8Format::E4M3, true, need_dx);
+    wq = to_float8(weight.detach(), Float8Format::E4M3, true, need_dx, reduce);
   }
   const Tensor y = float8_mm(xq.codes, xq.format, xq.scale_inv, wq.codes, wq.format,
                              wq.scale_inv, x.dtype(), /*fast_accum=*/true);
@@ -232,10 +238,11 @@ Tensor float8_linear_tensorwise(const Tensor& x, const Tensor& x2, const Tensor&
     autograd::record(
         "float8_linear", {x, weight}, {y},
         [x_t = xq.codes_t, x_scale_inv = xq.scale_inv, w_t = wq.codes_t,
-         w_scale_inv = wq.scale_inv, x_shape = x.shape(), dtype = x.dtype(), tokens,
-         out](const autograd::BackwardArgs& args) -> std::vector<Tensor> {
+         w_scale_inv = wq.scale_inv, x_shape = x.shape(), dtype = x.dtype(), tokens, out,
+         reduce](const autograd::BackwardArgs& args) -> std::vector<Tensor> {
           const Tensor g = args.grad(0).reshape({tokens, out}).contiguous();
-          const Float8Tensor gq = to_float8(g, Float8Format::E5M2, args.needs(0), args.needs(1));
+          const Float8Tensor gq =
+              to_float8(g, Float8Format::E5M2, args.needs(0), args.needs(1), reduce);
           Tensor dx, dw;
           if (args.needs(0)) {
             dx = float8_mm(gq.codes, gq.format, gq.scale_inv, w_t, Float8Format::E4M3, w_scale_inv,
@@ -255,7 +262,7 @@ Tensor float8_linear_tensorwise(const Tensor& x, const Tensor& x2, const Tensor&
 }  // namespace
 
 Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                     Float8Recipe recipe) {
+                     Float8Recipe recipe, const Float8AmaxReduce& reduce_amax) {
   MT_CHECK(weight.dim() == 2, "float8_linear: expected a 2-D weight [out, in], got shape ",
            weight.shape());
   MT_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "float8_linear: input ", x.shape(),
@@ -278,14 +285,19 @@ Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         0);
     Shape out_shape = x.shape();
     out_shape.back() = out;
-    return float8_linear(padded, weight, bias, recipe).narrow(0, 0, tokens).reshape(out_shape);
+    return float8_linear(padded, weight, bias, recipe, reduce_amax)
+        .narrow(0, 0, tokens)
+        .reshape(out_shape);
   }
   const bool need_dx = autograd::any_requires_grad({x});
   const bool need_dw = autograd::any_requires_grad({weight});
   const Tensor x2 = x.detach().reshape({tokens, in});
+  MT_CHECK(recipe == Float8Recipe::Tensorwise || !reduce_amax, "float8_linear: the rowwise "
+           "recipe with reduced amaxes (tensor parallelism) is not built; use tensorwise");
   Tensor y = recipe == Float8Recipe::Rowwise
                  ? float8_linear_rowwise(x, x2, weight, tokens, out, need_dx, need_dw)
-                 : float8_linear_tensorwise(x, x2, weight, tokens, out, need_dx, need_dw);
+                 : float8_linear_tensorwise(x, x2, weight, tokens, out, need_dx, need_dw,
+                                            reduce_amax);
   if (bias.defined()) {
     MT_CHECK(bias.dim() == 1 && bias.size(0) == out, "float8_linear: expected a bias of shape [",
              out, "], got ", bias.shape());

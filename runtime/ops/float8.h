@@ -44,9 +44,11 @@ struct Float8Tensor {
   Float8Format format = Float8Format::E4M3;
 };
 
-// Casts a 2-D f32/bf16 tensor with one dynamic scale (its amax); `rows` / `transposed` say which
-// layouts to write. Not differentiable (the op below owns the gradients).
-Float8Tensor to_float8(const Tensor& x, Float8Format format, bool rows, bool transposed);
+// Casts a 2-D f32/bf16 tensor with one dynamic scale (its amax, made the whole tensor's by
+// `reduce` when given); `rows` / `transposed` say which layouts to write. Not differentiable (the
+// op below owns the gradients).
+Float8Tensor to_float8(const Tensor& x, Float8Format format, bool rows, bool transposed,
+                       const Float8AmaxReduce& reduce = nullptr);
 
 // Casts a 2-D f32/bf16 tensor with one dynamic scale per row (its amax; rounded down to a power
 // of two when power_of_2): codes [rows, cols] and scale_inv [rows]. Not differentiable.
@@ -74,9 +76,12 @@ std::optional<std::string> float8_linear_unsupported(Device device, int64_t in_f
 // x [..., in] @ weight [out, in]^T (+ bias [out]) with FP8 GEMMs; differentiable in all three.
 // Tensorwise: when `weight` has codes registered below, they are used instead of casting it (its
 // values are then not read at all). Rowwise casts the weight itself (registered codes are an
-// error: FSDP's float8 all-gather is tensorwise only).
+// error: FSDP's float8 all-gather is tensorwise only). reduce_amax (tensorwise only; tensor
+// parallelism): every cast's amax (x, weight, and the output gradient in backward) goes through
+// it, so that pieces of a split weight or activation get the whole tensor's scale.
 Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
-                     Float8Recipe recipe = Float8Recipe::Tensorwise);
+                     Float8Recipe recipe = Float8Recipe::Tensorwise,
+                     const Float8AmaxReduce& reduce_amax = nullptr);
 
 // FSDP's float8 all-gather gathers a weight already cast (e4m3 codes of the whole [out, in]
 // weight and their scale) and registers them for the unsharded weight tensor, whose own values

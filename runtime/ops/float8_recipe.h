@@ -1,8 +1,18 @@
 // The float8 training recipes (torchao's names), apart from the op (runtime/ops/float8.h) so that
-// nn::Linear can name one: how float8_linear scales its operands.
+// nn::Linear can name one: how float8_linear scales its operands; and the amax reduction a layer
+// split by tensor parallelism casts with.
 #pragma once
 
+#include <functional>
+
 namespace mt::runtime {
+
+class Tensor;
+
+// Makes a local amax (an f32 [1] tensor, in place) the whole tensor's: e.g. an all-reduce (max)
+// over the tensor-parallel ranks that each hold a piece of it, so each piece is scaled as the
+// whole tensor. Every rank of that group calls it for the same casts in the same order.
+using Float8AmaxReduce = std::function<void(Tensor& amax)>;
 
 enum class Float8Recipe {
   Tensorwise,  // one dynamic scale per tensor; gradients in e5m2

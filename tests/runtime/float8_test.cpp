@@ -333,6 +333,41 @@ TEST(Float8Linear, RowwiseForwardAndGradientsAreTheAxiswiseScaledProducts) {
   EXPECT_LT(rel_err(Float8Recipe::Rowwise), rel_err(Float8Recipe::Tensorwise));
 }
 
+// Tensor parallelism's amax reduction: pieces of a tensor cast with the amax made the whole
+// tensor's (here by a reduce that returns the max over both pieces, as an all-reduce would) get
+// the whole tensor's scale and codes; a rowwise layer with a reduction is an error.
+TEST(Float8Linear, PiecesCastWithTheReducedAmaxGetTheWholeTensorsCodes) {
+  const Tensor x = randn_as({16, 64}, DType::F32, 31, "x");
+  const Float8Tensor whole = to_float8(x, Float8Format::E4M3, true, false);
+  const Tensor left = x.narrow(1, 0, 32).contiguous(), right = x.narrow(1, 32, 32).contiguous();
+  const float global = std::max(max(abs(left)).item<float>(), max(abs(right)).item<float>());
+  int calls = 0;
+  const Float8AmaxReduce reduce = [&](Tensor& amax) {
+    ++calls;
+    amax.fill_(global);
+  };
+  const Float8Tensor lq = to_float8(left, Float8Format::E4M3, true, false, reduce);
+  const Float8Tensor rq = to_float8(right, Float8Format::E4M3, true, false, reduce);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(lq.scale_inv.item<float>(), whole.scale_inv.item<float>());
+  EXPECT_EQ(rq.scale_inv.item<float>(), whole.scale_inv.item<float>());
+  const Tensor joined = cat({float8_dequantize(lq.codes, Float8Format::E4M3, lq.scale_inv),
+                            float8_dequantize(rq.codes, Float8Format::E4M3, rq.scale_inv)},
+                           1);
+  EXPECT_TRUE(all_close(joined, float8_dequantize(whole.codes, Float8Format::E4M3,
+                                                  whole.scale_inv),
+                        0, 0));
+  // The layer reduces every cast: x and W forward, the output gradient in backward.
+  const Tensor xl = randn_as({16, 32}, DType::F32, 32, "xl").set_requires_grad(true);
+  const Tensor w = randn_as({16, 32}, DType::F32, 33, "w").set_requires_grad(true);
+  calls = 0;
+  const Float8AmaxReduce count = [&](Tensor&) { ++calls; };
+  sum(float8_linear(xl, w, Tensor(), Float8Recipe::Tensorwise, count)).backward();
+  EXPECT_EQ(calls, 3);
+  EXPECT_THAT(error_of([&] { float8_linear(xl, w, Tensor(), Float8Recipe::Rowwise, count); }),
+              HasSubstr("rowwise recipe with reduced amaxes (tensor parallelism) is not built"));
+}
+
 // A token count that is not a multiple of 16 is padded with zero rows: the same rows as the
 // padded call (zeros change neither the amax nor the other rows), and gradients for x alone.
 TEST(Float8Linear, TokensNotAMultipleOf16ArePaddedWithZeroRows) {

@@ -916,12 +916,22 @@ TEST_F(ConfigTest, Float8OnTheCpuNeedsEmulate) {
   // "auto" is known only at run time: the trainer checks it once resolved.
   EXPECT_NO_THROW(load_config(file, {"--training.device=auto"}));
   EXPECT_NO_THROW(load_config(file, {"--training.device=cuda"}));
-  // Tensor parallelism with float8 is not built yet.
-  EXPECT_THAT(
-      error_of([&] {
-        load_config(file, {"--training.device=cuda", "--parallelism.tensor_parallel_degree=2"});
-      }),
-      HasSubstr("float8 training with tensor parallelism is not built yet"));
+  // Tensor parallelism with float8: the tensorwise recipe, without FSDP's float8 all-gather.
+  EXPECT_NO_THROW(
+      load_config(file, {"--training.device=cuda", "--parallelism.tensor_parallel_degree=2"}));
+  EXPECT_THAT(error_of([&] {
+                load_config(file, {"--training.device=cuda",
+                                   "--parallelism.tensor_parallel_degree=2",
+                                   "--quantize.linear.float8.recipe_name=rowwise"});
+              }),
+              HasSubstr("float8 training with tensor parallelism is built for recipe_name = "
+                        "\"tensorwise\" only"));
+  EXPECT_THAT(error_of([&] {
+                load_config(file, {"--training.device=cuda",
+                                   "--parallelism.tensor_parallel_degree=2",
+                                   "--quantize.linear.float8.enable_fsdp_float8_all_gather=true"});
+              }),
+              HasSubstr("enable_fsdp_float8_all_gather is not built with tensor parallelism"));
 }
 
 TEST_F(ConfigTest, Float8SectionRoundTripsThroughPrintConfig) {
