@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "runtime/ops/float8.h"
@@ -122,6 +123,29 @@ double gemm_tolerance(DType out, bool fast_accum) {
   return fast_accum ? 2e-3 : 3e-4;
 }
 
+// op(inputs) on the CPU and on CUDA, backpropagated from sum(y * r): y and every input's
+// gradient within the GEMMs' tolerance of the CPU's (y's GEMM accumulates fast, as torchao's
+// forward; the gradients' do not), in the inputs' dtype.
+void expect_op_and_gradients_match_cpu(
+    const std::vector<Tensor>& inputs, const Tensor& r,
+    const std::function<Tensor(const std::vector<Tensor>&)>& op) {
+  const DType dtype = inputs.front().dtype();
+  std::vector<Tensor> outs[2];
+  for (int d = 0; d < 2; ++d) {
+    const std::vector<Tensor> in = to_device(inputs, d == 0 ? Device::cpu() : Device::cuda(), true);
+    const Tensor y = op(in);
+    sum(mul(y, d == 0 ? r : on_cuda(r))).backward();
+    outs[d] = {y};
+    for (const Tensor& t : in) outs[d].push_back(t.grad());
+  }
+  for (size_t i = 0; i < outs[0].size(); ++i) {
+    const double tol = dtype == DType::BF16 ? 8e-3 : gemm_tolerance(DType::F32, i == 0);
+    EXPECT_EQ(outs[1][i].dtype(), dtype);
+    EXPECT_LT(testing::relative_error(outs[1][i], outs[0][i].to(DType::F64)), tol)
+        << dtype_name(dtype) << " output " << i << " (y, then the inputs' gradients)";
+  }
+}
+
 TEST_F(Float8Gpu, GemmMatchesTheCpuReference) {
   struct Case {
     int64_t m, n, k;
@@ -154,21 +178,9 @@ TEST_F(Float8Gpu, LinearAndItsGradientsMatchTheCpu) {
   for (DType dtype : {DType::F32, DType::BF16}) {
     const Tensor x = rnd({4, 64, 256}, dtype, 11), w = rnd({512, 256}, dtype, 12);
     const Tensor b = rnd({512}, dtype, 13), r = rnd({4, 64, 512}, dtype, 14);
-    std::vector<Tensor> outs[2];
-    for (int d = 0; d < 2; ++d) {
-      const std::vector<Tensor> in =
-          to_device({x, w, b}, d == 0 ? Device::cpu() : Device::cuda(), true);
-      const Tensor y = float8_linear(in[0], in[1], in[2]);
-      sum(mul(y, d == 0 ? r : on_cuda(r))).backward();
-      outs[d] = {y, in[0].grad(), in[1].grad(), in[2].grad()};
-    }
-    for (size_t i = 0; i < 4; ++i) {
-      // y's GEMM accumulates fast (as torchao's forward), the gradients' do not.
-      const double tol = dtype == DType::BF16 ? 8e-3 : gemm_tolerance(DType::F32, i == 0);
-      EXPECT_EQ(outs[1][i].dtype(), dtype);
-      EXPECT_LT(relative_error(outs[1][i], outs[0][i].to(DType::F64)), tol)
-          << dtype_name(dtype) << " output " << i << " (y, dx, dW, db)";
-    }
+    expect_op_and_gradients_match_cpu({x, w, b}, r, [](const std::vector<Tensor>& in) {
+      return float8_linear(in[0], in[1], in[2]);
+    });
   }
 }
 
@@ -204,18 +216,9 @@ TEST_F(Float8Gpu, RowwiseGemmAndLinearMatchTheCpu) {
   for (DType dtype : {DType::F32, DType::BF16}) {
     const Tensor x = rnd({4, 64, 256}, dtype, 11), w = rnd({512, 256}, dtype, 12);
     const Tensor r = rnd({4, 64, 512}, dtype, 14);
-    std::vector<Tensor> outs[2];
-    for (int d = 0; d < 2; ++d) {
-      const std::vector<Tensor> in = to_device({x, w}, d == 0 ? Device::cpu() : Device::cuda(), true);
-      const Tensor y = float8_linear(in[0], in[1], Tensor(), Float8Recipe::Rowwise);
-      sum(mul(y, d == 0 ? r : on_cuda(r))).backward();
-      outs[d] = {y, in[0].grad(), in[1].grad()};
-    }
-    for (size_t i = 0; i < 3; ++i) {
-      const double tol = dtype == DType::BF16 ? 8e-3 : gemm_tolerance(DType::F32, i == 0);
-      EXPECT_LT(relative_error(outs[1][i], outs[0][i].to(DType::F64)), tol)
-          << dtype_name(dtype) << " output " << i << " (y, dx, dW)";
-    }
+    expect_op_and_gradients_match_cpu({x, w}, r, [](const std::vector<Tensor>& in) {
+      return float8_linear(in[0], in[1], Tensor(), Float8Recipe::Rowwise);
+    });
   }
 }
 
@@ -226,18 +229,9 @@ TEST_F(Float8Gpu, GroupedMmAndItsGradientsMatchTheCpu) {
   for (DType dtype : {DType::F32, DType::BF16}) {
     const Tensor x = rnd({128, 256}, dtype, 21), w = rnd({4, 512, 256}, dtype, 22);
     const Tensor r = rnd({128, 512}, dtype, 23);
-    std::vector<Tensor> outs[2];
-    for (int d = 0; d < 2; ++d) {
-      const std::vector<Tensor> in = to_device({x, w}, d == 0 ? Device::cpu() : Device::cuda(), true);
-      const Tensor y = float8_grouped_mm(in[0], in[1], counts);
-      sum(mul(y, d == 0 ? r : on_cuda(r))).backward();
-      outs[d] = {y, in[0].grad(), in[1].grad()};
-    }
-    for (size_t i = 0; i < 3; ++i) {
-      const double tol = dtype == DType::BF16 ? 8e-3 : gemm_tolerance(DType::F32, i == 0);
-      EXPECT_LT(relative_error(outs[1][i], outs[0][i].to(DType::F64)), tol)
-          << dtype_name(dtype) << " output " << i << " (y, dx, dW)";
-    }
+    expect_op_and_gradients_match_cpu({x, w}, r, [&](const std::vector<Tensor>& in) {
+      return float8_grouped_mm(in[0], in[1], counts);
+    });
   }
 }
 
