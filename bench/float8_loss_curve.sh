@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Float8 numerics, end to end: the debug model (configs/debug_model.toml: Llama 3 debugmodel on
-# tinyshakespeare, GPT-2 tokenizer, AdamW, seed 0, deterministic kernels) trained STEPS steps three
-# ways from the same seed and data order, then one table of their losses and how far the float8
-# curve is from the others (issue 32: within 1% of bf16's over 300 steps):
+# Float8 numerics, end to end: a debug model (CONFIG, default configs/debug_model.toml: Llama 3
+# debugmodel on tinyshakespeare, GPT-2 tokenizer, AdamW, seed 0, deterministic kernels) trained
+# STEPS steps three ways from the same seed and data order, then one table of their losses and
+# how far the float8 curve is from the others (issue 32: within 1% of bf16's over 300 steps):
 #   f32     training.mixed_precision_param = "float32" (the config's own)
 #   bf16    training.mixed_precision_param = "bfloat16" (bf16 compute, f32 master weights)
 #   float8  --quantize.linear.float8.enable=true (tensorwise, filter_fqns ["output"]) with
@@ -15,6 +15,9 @@
 #   VARIANTS=float8 bash bench/float8_loss_curve.sh       # only float8 again; the table reads
 #                                                         #   the f32 and bf16 runs left before
 #   DEVICE=cuda TRAIN=.device/bin/train DATA=.device/data bash bench/float8_loss_curve.sh  # GPU
+#   CONFIG=configs/moe_debug.toml F8_EXTRA="--quantize.grouped_mm.float8.fqns=experts \
+#     --quantize.grouped_mm.float8.emulate=true" bash bench/float8_loss_curve.sh  # MoE, float8
+#                                                         #   experts and linears
 #
 # Each run logs every step (--metrics.log_freq=1, validation off); its loss curve is
 # OUT_DIR/<variant>/metrics.jsonl (one JSON line per logged step: "step", "loss", ...), its output
@@ -24,7 +27,8 @@
 # largest per-step difference from bf16 is over TOL.
 #
 # Environment (defaults): STEPS (300), VARIANTS ("f32 bf16 float8": the runs to make; the table
-# uses every variant whose metrics.jsonl has STEPS steps), TRAIN (build/train/train), DEVICE (cpu),
+# uses every variant whose metrics.jsonl has STEPS steps), CONFIG (configs/debug_model.toml),
+# F8_EXTRA (more flags for the float8 run), TRAIN (build/train/train), DEVICE (cpu),
 # DATA (../shared/data: tinyshakespeare.txt, gpt2/tokenizer.json), OUT_DIR
 # (out/float8_loss_curve; a variant's folder is removed before it runs), F8_PARAM (bfloat16),
 # WINDOW (100), TOL (0.01), STRICT (0), RUN_TIMEOUT (3600 s per run), TRAIN_ARGS (more flags for
@@ -34,11 +38,11 @@ cd "$(dirname "$0")/.." || exit 2
 STEPS=${STEPS:-300} VARIANTS=${VARIANTS:-f32 bf16 float8} TRAIN=${TRAIN:-build/train/train}
 DEVICE=${DEVICE:-cpu} DATA=${DATA:-../shared/data} OUT_DIR=${OUT_DIR:-out/float8_loss_curve}
 F8_PARAM=${F8_PARAM:-bfloat16} WINDOW=${WINDOW:-100} TOL=${TOL:-0.01} STRICT=${STRICT:-0}
-PYTHON=${PYTHON:-python3}
+PYTHON=${PYTHON:-python3} CONFIG=${CONFIG:-configs/debug_model.toml}
 
 [ -x "$TRAIN" ] || { echo "float8_loss_curve: no executable $TRAIN (build it first)" >&2; exit 2; }
 mkdir -p "$OUT_DIR" || exit 2
-common=(--config configs/debug_model.toml --training.steps="$STEPS" --training.device="$DEVICE"
+common=(--config "$CONFIG" --training.steps="$STEPS" --training.device="$DEVICE"
         --training.dataset_path="$DATA/tinyshakespeare.txt"
         --model.tokenizer_path="$DATA/gpt2/tokenizer.json" --metrics.log_freq=1
         --metrics.save_jsonl=true --metrics.plot=false --validation.enable=false)
@@ -47,13 +51,14 @@ variant_args() {
     f32) echo --training.mixed_precision_param=float32 ;;
     bf16) echo --training.mixed_precision_param=bfloat16 ;;
     float8)
-      echo --training.mixed_precision_param="$F8_PARAM" --quantize.linear.float8.enable=true
+      echo --training.mixed_precision_param="$F8_PARAM" --quantize.linear.float8.enable=true \
+        "${F8_EXTRA:-}"
       if [ "$DEVICE" = cpu ]; then echo --quantize.linear.float8.emulate=true; fi ;;
     *) return 1 ;;
   esac
 }
 
-echo "$(date -u +%Y-%m-%dT%H:%MZ)  debug model, $STEPS steps on $DEVICE; runs: $VARIANTS"
+echo "$(date -u +%Y-%m-%dT%H:%MZ)  $CONFIG, $STEPS steps on $DEVICE; runs: $VARIANTS"
 failed=0
 for v in $VARIANTS; do
   args=$(variant_args "$v") || { echo "float8_loss_curve: unknown variant '$v'" >&2; exit 2; }
