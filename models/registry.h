@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "models/llama/kv_cache.h"
 #include "runtime/core/tensor.h"
 #include "runtime/nn/module.h"
 #include "runtime/ops/loss.h"
@@ -95,6 +96,14 @@ struct ModelSpec {
       build_stage;
   std::function<StageOutput(runtime::nn::Module& stage, const Tensor& input)> stage_forward;
   std::function<std::vector<int64_t>(int64_t batch, int64_t seq)> hidden_shape;
+  // Optional (the end-of-run text sample: llama3, deepseek_v3): incremental decoding of the model
+  // or a pipeline stage. make_kv_cache: an empty KV cache of its layers for one sequence, in
+  // `dtype` (the compute dtype); forward_cached: its output (hidden states, or f32 logits
+  // [1, T, V] where it holds the output) for the next tokens (or the previous stage's hidden
+  // states) at the cache's position, appending to the cache.
+  std::function<llama::KVCache(runtime::nn::Module& model, runtime::DType dtype)> make_kv_cache;
+  std::function<Tensor(runtime::nn::Module& model, const Tensor& input, llama::KVCache& cache)>
+      forward_cached;
   // Optional: after each optimizer step (MoE load balancing). all_reduce_sum sums a tensor over
   // the data-parallel ranks. Returns metrics to log (name -> value). A metric that is a mean
   // over layers also reports each layer as <name>_layer<i>: under pipeline parallelism the hook

@@ -1,10 +1,12 @@
 // ModelSpec's pipeline hooks (num_layers, build_stage, stage_forward, hidden_shape: registry.h)
-// for a decoder whose Transformer takes a llama::LayerRange and has stage_forward, as llama's and
-// the MoE model's do. Shared by their specs.
+// and decoding hooks (make_kv_cache, forward_cached) for a decoder whose Transformer takes a
+// llama::LayerRange and has stage_forward and forward_cached, as llama's and the MoE model's do.
+// Shared by their specs.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -13,6 +15,15 @@
 #include "runtime/core/error.h"
 
 namespace mt::models {
+
+// The model (or stage) as Model; `name` (the spec's) in the error when it is not one.
+template <class Model>
+Model& as_model(runtime::nn::Module& module, const std::string& name) {
+  auto* model = dynamic_cast<Model*>(&module);
+  MT_CHECK(model != nullptr, name, " spec: expected the model or a pipeline stage of it, got a ",
+           "module of type ", module.type_name());
+  return *model;
+}
 
 template <class Model, class Args>
 void add_pipeline_stages(ModelSpec& spec, std::function<const Args&()> args) {
@@ -27,10 +38,7 @@ void add_pipeline_stages(ModelSpec& spec, std::function<const Args&()> args) {
     return stage;
   };
   spec.stage_forward = [name = spec.name](runtime::nn::Module& stage, const Tensor& input) {
-    auto* model = dynamic_cast<Model*>(&stage);
-    MT_CHECK(model != nullptr, name, " spec: expected a pipeline stage of the model, got a ",
-             "module of type ", stage.type_name());
-    auto out = model->stage_forward(input);
+    auto out = as_model<Model>(stage, name).stage_forward(input);
     if constexpr (std::is_same_v<decltype(out), Tensor>)
       return ModelSpec::StageOutput{out, Tensor()};
     else
@@ -38,6 +46,17 @@ void add_pipeline_stages(ModelSpec& spec, std::function<const Args&()> args) {
   };
   spec.hidden_shape = [args](int64_t batch, int64_t seq) {
     return std::vector<int64_t>{batch, seq, args().dim};
+  };
+}
+
+template <class Model>
+void add_cached_decoding(ModelSpec& spec) {
+  spec.make_kv_cache = [name = spec.name](runtime::nn::Module& model, runtime::DType dtype) {
+    return as_model<Model>(model, name).make_kv_cache(1, 0, dtype);
+  };
+  spec.forward_cached = [name = spec.name](runtime::nn::Module& model, const Tensor& input,
+                                           llama::KVCache& cache) {
+    return as_model<Model>(model, name).forward_cached(input, cache);
   };
 }
 

@@ -33,6 +33,12 @@ std::optional<int64_t> vocab_size_of(const models::ModelSpec& spec) {
   return vocab;
 }
 
+std::optional<int64_t> max_seq_len_of(const models::ModelSpec& spec) {
+  std::optional<int64_t> max_seq_len;
+  with_lm_args(spec, [&](auto& args) { max_seq_len = args.max_seq_len; });
+  return max_seq_len;
+}
+
 std::optional<SavedArchitecture> saved_architecture(const checkpoint::Values& values,
                                                     const fs::path& dir) {
   for (const char* key : {kArchitectureValue, "hf_config"}) {

@@ -50,8 +50,10 @@ models::ModelSpec model_spec_for(
     const std::optional<SavedArchitecture>& saved = std::nullopt,
     const std::function<void(std::any& model_args)>& edit_args = nullptr);
 
-// The vocab size of a language model's spec (llama3, deepseek_v3); nullopt for other models.
+// The vocab size and the longest sequence (max_seq_len) of a language model's spec (llama3,
+// deepseek_v3); nullopt for other models.
 std::optional<int64_t> vocab_size_of(const models::ModelSpec& spec);
+std::optional<int64_t> max_seq_len_of(const models::ModelSpec& spec);
 
 // `spec` (built from a flavor) checked against a saved architecture, then rebuilt from it: an
 // mt::Error lists every field in which they differ, naming `config_what` (e.g. "model.flavor =

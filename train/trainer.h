@@ -64,7 +64,6 @@ namespace mt::models {
 struct ModelSpec;
 struct BuildOptions;
 namespace llama {
-class Transformer;
 struct GenerateOptions;
 struct GenerateResult;
 }  // namespace llama
@@ -130,8 +129,9 @@ class Trainer {
 
   // Samples up to max_new_tokens after `prompt` ("" = start a new document), temperature 0.8 and
   // top-k 40 drawn from training.seed (greedy with temperature 0).
-  // With a pipeline the tokens go through the stages (PipelineRunner::forward_through_stages),
-  // and the last stage's rank chooses each. train/trainer_sample.cpp.
+  // llama3 and deepseek_v3; with a pipeline the tokens go through the stages
+  // (PipelineRunner::forward_through_stages), and the last stage's rank chooses each.
+  // train/trainer_sample.cpp.
   std::string generate_sample(const std::string& prompt, int64_t max_new_tokens,
                               double temperature = 0.8) const;
 
@@ -164,12 +164,12 @@ class Trainer {
   // stage.
   runtime::Tensor pipeline_eval_loss(const runtime::Tensor& inputs,
                                      const runtime::Tensor& labels) const;
-  // The llama model generate_sample decodes with (with a pipeline: this rank's first stage),
-  // null for other models.
-  models::llama::Transformer* sampling_model() const;
-  // generate_sample's decoding through the pipeline's stages, each with its KV cache.
-  models::llama::GenerateResult generate_through_pipeline(
-      const std::vector<int64_t>& prompt, const models::llama::GenerateOptions& options) const;
+  // Whether the model decodes text (its spec's forward_cached: llama3, deepseek_v3).
+  bool can_sample() const;
+  // generate_sample's decoding: on the model, or through the pipeline's stages, with a KV cache
+  // of each module's layers.
+  models::llama::GenerateResult decode(const std::vector<int64_t>& prompt,
+                                       const models::llama::GenerateOptions& options) const;
   // One step's loss and gradient norm where the step left them (trainer.cpp).
   struct StepValues;
   // The model's after_optimizer_step hook (MoE load balancing) on its layers, pipeline stages

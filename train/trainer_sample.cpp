@@ -1,16 +1,17 @@
-// The text sample at the end of a run (Trainer::generate_sample): llama's incremental decoding,
-// on the whole model or through a pipeline's stages.
+// The text sample at the end of a run (Trainer::generate_sample): incremental decoding with the
+// model spec's KV-cached forward (llama3, deepseek_v3), on the model or through a pipeline's
+// stages.
 #include <map>
 
 #include "data/tokenizer/bpe_tokenizer.h"
 #include "models/llama/generate.h"
 #include "models/llama/kv_cache.h"
-#include "models/llama/model.h"
 #include "models/registry.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/pipeline/runner.h"
 #include "runtime/core/error.h"
 #include "runtime/ops/factory.h"
+#include "train/model_spec.h"
 #include "train/trainer.h"
 
 namespace mt::train {
@@ -18,38 +19,42 @@ namespace mt::train {
 using runtime::Tensor;
 namespace llama = models::llama;
 
-llama::Transformer* Trainer::sampling_model() const {
-  if (!pipeline_) return dynamic_cast<llama::Transformer*>(model_.get());
-  return dynamic_cast<llama::Transformer*>(pipeline_->stages().front().module.get());
+bool Trainer::can_sample() const {
+  return spec_->forward_cached != nullptr && spec_->make_kv_cache != nullptr;
 }
 
-llama::GenerateResult Trainer::generate_through_pipeline(
-    const std::vector<int64_t>& prompt, const llama::GenerateOptions& options) const {
-  const llama::ModelArgs& args = sampling_model()->args();
-  std::map<int64_t, llama::KVCache> caches;  // by stage index
-  for (const auto& stage : pipeline_->stages()) {
-    const auto& model = dynamic_cast<const llama::Transformer&>(*stage.module);
-    caches.emplace(stage.index, model.make_kv_cache(1, 0, options.compute_dtype));
+llama::GenerateResult Trainer::decode(const std::vector<int64_t>& prompt,
+                                      const llama::GenerateOptions& options) const {
+  // The modules this rank decodes with, by stage index: the model, or its pipeline stages.
+  std::map<int64_t, runtime::nn::Module*> modules;
+  if (pipeline_) {
+    for (const auto& stage : pipeline_->stages()) modules[stage.index] = stage.module.get();
+  } else {
+    modules[0] = model_.get();
   }
-  const auto forward = [&caches](int64_t stage, runtime::nn::Module& module, const Tensor& x) {
-    return dynamic_cast<llama::Transformer&>(module).forward_cached(x, caches.at(stage));
+  std::map<int64_t, llama::KVCache> caches;
+  for (const auto& [index, module] : modules)
+    caches.emplace(index, spec_->make_kv_cache(*module, param_compute_dtype()));
+  const auto forward = [&](int64_t index, runtime::nn::Module& module, const Tensor& x) {
+    return spec_->forward_cached(module, x, caches.at(index));
   };
   const llama::DecodeStep step = [&](const Tensor& tokens) {
-    const Tensor logits = pipeline_->forward_through_stages(
-        tokens, spec_->hidden_shape(1, tokens.size(1)), forward);  // [1, T, V] on the last stage
+    const Tensor logits =  // [1, T, V] where this rank holds the output
+        pipeline_ ? pipeline_->forward_through_stages(
+                        tokens, spec_->hidden_shape(1, tokens.size(1)), forward)
+                  : forward(0, *model_, tokens);
     return logits.defined() ? logits.select(0, 0).select(0, logits.size(1) - 1) : logits;
   };
-  return llama::generate(args, device_, step, prompt, options);
+  const llama::DecodeLimits limits{*vocab_size_of(*spec_), *max_seq_len_of(*spec_)};
+  return llama::generate(limits, device_, step, prompt, options);
 }
 
 std::string Trainer::generate_sample(const std::string& prompt, int64_t max_new_tokens,
                                      double temperature) const {
   MT_CHECK(tp_ == 1, "train: sampling text after training is not supported with tensor "
            "parallelism yet (the logits are split over the tp ranks)");
-  llama::Transformer* model = sampling_model();
-  MT_CHECK(model != nullptr, "train: sampling is implemented for llama3 models only, not ",
+  MT_CHECK(can_sample(), "train: sampling is implemented for llama3 and deepseek_v3 models, not ",
            config_.model.name);
-  const llama::ModelArgs& args = model->args();
   std::vector<int64_t> ids;
   if (prompt.empty()) {
     const auto start = tokenizer_->bos_id() ? tokenizer_->bos_id() : tokenizer_->eos_id();
@@ -58,14 +63,13 @@ std::string Trainer::generate_sample(const std::string& prompt, int64_t max_new_
   } else {
     for (int32_t t : tokenizer_->encode_ordinary(prompt)) ids.push_back(t);
   }
-  if (int64_t(ids.size()) > args.max_seq_len - 1)
-    ids.erase(ids.begin(), ids.end() - (args.max_seq_len - 1));
+  const int64_t max_seq_len = *max_seq_len_of(*spec_);
+  if (int64_t(ids.size()) > max_seq_len - 1) ids.erase(ids.begin(), ids.end() - (max_seq_len - 1));
   llama::GenerateOptions go;
   go.max_new_tokens = max_new_tokens;
   go.temperature = temperature;
   go.top_k = temperature > 0 ? 40 : 0;
   go.seed = uint64_t(config_.training.seed);
-  if (dp_mesh_ || pipeline_) go.compute_dtype = param_compute_dtype();
   if (tokenizer_->eos_id()) go.eos_id = *tokenizer_->eos_id();
   if (world_size() > 1) {
     // Every rank runs its (sharded) forward; one rank's token is everyone's, so logits that
@@ -82,8 +86,7 @@ std::string Trainer::generate_sample(const std::string& prompt, int64_t max_new_
       return t.item<int64_t>();
     };
   }
-  const llama::GenerateResult r =
-      pipeline_ ? generate_through_pipeline(ids, go) : llama::generate(*model, ids, go);
+  const llama::GenerateResult r = decode(ids, go);
   std::vector<int32_t> out;
   for (int64_t t : r.tokens)
     if (!go.eos_id || t != *go.eos_id) out.push_back(int32_t(t));

@@ -79,28 +79,29 @@ GenerateResult generate(Transformer& model, const std::vector<int64_t>& prompt,
     const Tensor logits = model.forward_cached(tokens, cache);  // [1, T, V]
     return logits.select(0, 0).select(0, logits.size(1) - 1);
   };
-  return generate(model.args(), model.tok_embeddings->weight.device(), step, prompt, options);
+  return generate({model.args().vocab_size, model.args().max_seq_len},
+                  model.tok_embeddings->weight.device(), step, prompt, options);
 }
 
-GenerateResult generate(const ModelArgs& args, runtime::Device device, const DecodeStep& step,
+GenerateResult generate(const DecodeLimits& limits, runtime::Device device, const DecodeStep& step,
                         const std::vector<int64_t>& prompt, const GenerateOptions& options) {
   validate(options);
   MT_CHECK(!prompt.empty(), "generate: expected a prompt of at least one token");
-  MT_CHECK(int64_t(prompt.size()) <= args.max_seq_len, "generate: prompt of ", prompt.size(),
-           " tokens is longer than the model's max_seq_len = ", args.max_seq_len);
+  MT_CHECK(int64_t(prompt.size()) <= limits.max_seq_len, "generate: prompt of ", prompt.size(),
+           " tokens is longer than the model's max_seq_len = ", limits.max_seq_len);
   for (size_t i = 0; i < prompt.size(); ++i) {
-    MT_CHECK(prompt[i] >= 0 && prompt[i] < args.vocab_size, "generate: prompt token ", prompt[i],
-             " at position ", i, " outside the vocabulary [0, ", args.vocab_size, ")");
+    MT_CHECK(prompt[i] >= 0 && prompt[i] < limits.vocab_size, "generate: prompt token ", prompt[i],
+             " at position ", i, " outside the vocabulary [0, ", limits.vocab_size, ")");
   }
   if (options.eos_id) {
-    MT_CHECK(*options.eos_id >= 0 && *options.eos_id < args.vocab_size, "generate: eos_id ",
-             *options.eos_id, " outside the vocabulary [0, ", args.vocab_size, ")");
+    MT_CHECK(*options.eos_id >= 0 && *options.eos_id < limits.vocab_size, "generate: eos_id ",
+             *options.eos_id, " outside the vocabulary [0, ", limits.vocab_size, ")");
   }
 
   runtime::NoGradGuard no_grad;
   const auto token_options = runtime::TensorOptions{}.with_dtype(DType::I64).with_device(device);
   const runtime::RandomKey key(options.seed, "generate");
-  const int64_t room = args.max_seq_len - int64_t(prompt.size());
+  const int64_t room = limits.max_seq_len - int64_t(prompt.size());
   GenerateResult result;
   result.stop_reason =
       room < options.max_new_tokens ? StopReason::MaxSeqLen : StopReason::MaxNewTokens;
@@ -118,8 +119,8 @@ GenerateResult generate(const ModelArgs& args, runtime::Device device, const Dec
                                   : -1;
     if (options.agree_on_token) {
       next = options.agree_on_token(next);
-      MT_CHECK(next >= 0 && next < args.vocab_size, "generate: agree_on_token returned ", next,
-               ", outside the vocabulary [0, ", args.vocab_size, ")");
+      MT_CHECK(next >= 0 && next < limits.vocab_size, "generate: agree_on_token returned ", next,
+               ", outside the vocabulary [0, ", limits.vocab_size, ")");
     }
     result.tokens.push_back(next);
     if (options.eos_id && next == *options.eos_id) {

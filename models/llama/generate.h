@@ -66,9 +66,15 @@ GenerateResult generate(Transformer& model, const std::vector<int64_t>& prompt,
 // options.agree_on_token must bring the token from a rank that does; it is called with -1).
 using DecodeStep = std::function<Tensor(const Tensor& tokens)>;
 
-// generate() above with the model behind `step` (its arguments `args`, its tokens on `device`):
-// the same checks, loop, sampling and stop rules.
-GenerateResult generate(const ModelArgs& args, runtime::Device device, const DecodeStep& step,
+// The model's vocabulary and the longest sequence it takes (prompt + generated tokens).
+struct DecodeLimits {
+  int64_t vocab_size = 0;
+  int64_t max_seq_len = 0;
+};
+
+// generate() above with any decoder behind `step` (llama's, the MoE model's, a pipeline's
+// stages), its tokens on `device`: the same checks, loop, sampling and stop rules.
+GenerateResult generate(const DecodeLimits& limits, runtime::Device device, const DecodeStep& step,
                         const std::vector<int64_t>& prompt, const GenerateOptions& options);
 
 }  // namespace mt::models::llama

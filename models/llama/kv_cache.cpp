@@ -95,4 +95,20 @@ const Tensor& KVCache::values(int64_t layer) const {
   return v_[slot(layer)];
 }
 
+void check_cache_fits(const KVCache& cache, const LayerRange& range, const ModelArgs& args,
+                      int64_t batch, int64_t t, const char* model) {
+  MT_CHECK(cache.first_layer() == range.begin &&
+               cache.first_layer() + cache.n_layers() == range.end &&
+               cache.n_kv_heads() == args.kv_heads() && cache.head_dim() == args.head_dim() &&
+               cache.batch() == batch,
+           model, "::forward_cached: cache of layers [", cache.first_layer(), ", ",
+           cache.first_layer() + cache.n_layers(), "), batch ", cache.batch(), ", ",
+           cache.n_kv_heads(), " kv heads of dim ", cache.head_dim(), " does not fit this model (",
+           "layers [", range.begin, ", ", range.end, "), ", args.kv_heads(), " kv heads of dim ",
+           args.head_dim(), ") and an input of batch ", batch);
+  MT_CHECK(cache.length() + t <= cache.max_seq(), model, "::forward_cached: ", cache.length(),
+           " cached + ", t, " new tokens exceed the cache's max_seq ", cache.max_seq(),
+           " (model max_seq_len = ", args.max_seq_len, ")");
+}
+
 }  // namespace mt::models::llama

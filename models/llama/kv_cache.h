@@ -66,4 +66,25 @@ class KVCache {
   size_t slot(int64_t layer) const { return size_t(layer - first_layer_); }
 };
 
+// Checks that `cache` fits a cached forward of the layers `range` of a model with `args`' kv heads
+// and head dim over `batch` sequences of `t` new tokens (the layers, heads, batch, and room for t
+// more); `model` names the caller in errors.
+void check_cache_fits(const KVCache& cache, const LayerRange& range, const ModelArgs& args,
+                      int64_t batch, int64_t t, const char* model);
+
+// A cached forward of t tokens: runs `forward` (whose layers append their keys and values), then
+// commits them (advance); when it throws, the appends are forgotten and the cache stays as it was.
+template <class Forward>
+runtime::Tensor forward_and_advance(KVCache& cache, int64_t t, Forward&& forward) {
+  cache.discard_pending();
+  try {
+    runtime::Tensor out = forward();
+    cache.advance(t);
+    return out;
+  } catch (...) {
+    cache.discard_pending();
+    throw;
+  }
+}
+
 }  // namespace mt::models::llama

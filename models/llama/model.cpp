@@ -295,34 +295,15 @@ Tensor Transformer::forward_cached(const Tensor& input, KVCache& cache) {
   check_stage_input(input, tok_embeddings != nullptr, args_.dim, args_.max_seq_len, range_,
                     "llama Transformer::forward_cached");
   const int64_t t = input.size(1);
-  const int64_t batch = input.size(0);
-  MT_CHECK(cache.first_layer() == range_.begin &&
-               cache.first_layer() + cache.n_layers() == range_.end &&
-               cache.n_kv_heads() == args_.kv_heads() && cache.head_dim() == args_.head_dim() &&
-               cache.batch() == batch,
-           "llama Transformer::forward_cached: cache of layers [", cache.first_layer(), ", ",
-           cache.first_layer() + cache.n_layers(), "), batch ", cache.batch(), ", ",
-           cache.n_kv_heads(), " kv heads of dim ", cache.head_dim(), " does not fit this model (",
-           "layers [", range_.begin, ", ", range_.end, "), ", args_.kv_heads(),
-           " kv heads of dim ", args_.head_dim(), ") and an input of shape ", input.shape());
-  MT_CHECK(cache.length() + t <= cache.max_seq(),
-           "llama Transformer::forward_cached: ", cache.length(), " cached + ", t,
-           " new tokens exceed the cache's max_seq ", cache.max_seq(),
-           " (model max_seq_len = ", args_.max_seq_len, ")");
+  check_cache_fits(cache, range_, args_, input.size(0), t, "llama Transformer");
   runtime::NoGradGuard no_grad;
-  cache.discard_pending();
-  try {
-    Tensor out = call({input}, [this, &cache](const std::vector<Tensor>& in) {
+  return forward_and_advance(cache, t, [&] {
+    return call({input}, [this, &cache](const std::vector<Tensor>& in) {
       Tensor h = tok_embeddings ? (*tok_embeddings)(in[0]) : in[0];
       for (const auto& block : blocks) h = (*block)(h, rope_cos, rope_sin, &cache);
       return output ? logits_from_hidden(h, true) : h;
     });
-    cache.advance(t);
-    return out;
-  } catch (...) {
-    cache.discard_pending();
-    throw;
-  }
+  });
 }
 
 KVCache Transformer::make_kv_cache(int64_t batch, int64_t max_seq,

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "runtime/core/error.h"
+#include "runtime/core/grad_mode.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/rope.h"
 
@@ -48,10 +49,11 @@ TransformerBlock::TransformerBlock(int64_t layer_id_, const ModelArgs& args, Ten
       register_module("ffn_norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, options));
 }
 
-std::vector<Tensor> TransformerBlock::forward(const Tensor& x, const Tensor& cos,
-                                              const Tensor& sin) {
-  return call_multi({x, cos, sin}, [this](const std::vector<Tensor>& in) {
-    const Tensor h = runtime::add(in[0], (*attention)((*attention_norm)(in[0]), in[1], in[2]));
+std::vector<Tensor> TransformerBlock::forward(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                                              llama::KVCache* cache) {
+  return call_multi({x, cos, sin}, [this, cache](const std::vector<Tensor>& in) {
+    const Tensor h = runtime::add(
+        in[0], (*attention)((*attention_norm)(in[0]), in[1], in[2], cache, layer_id));
     if (!moe) return std::vector<Tensor>{runtime::add(h, (*feed_forward)((*ffn_norm)(h)))};
     std::vector<Tensor> out = moe->forward((*ffn_norm)(h));
     out[0] = runtime::add(h, out[0]);
@@ -101,14 +103,37 @@ Transformer::Output Transformer::stage_forward(const Tensor& input) {
   return forward_part(input, false);
 }
 
-Transformer::Output Transformer::forward_part(const Tensor& input, bool f32_logits) {
+Tensor Transformer::forward_cached(const Tensor& input, llama::KVCache& cache) {
+  llama::check_stage_input(input, tok_embeddings != nullptr, args_.dim, args_.max_seq_len, range_,
+                           "moe Transformer::forward_cached");
+  const int64_t t = input.size(1);
+  llama::check_cache_fits(cache, range_, attention_args(args_), input.size(0), t,
+                          "moe Transformer");
+  runtime::NoGradGuard no_grad;
+  return llama::forward_and_advance(cache, t,
+                                    [&] { return forward_part(input, true, &cache).logits; });
+}
+
+llama::KVCache Transformer::make_kv_cache(int64_t batch, int64_t max_seq,
+                                          std::optional<DType> dtype) const {
+  // A stage without the embeddings has blocks (a range is never empty).
+  const Tensor& w = tok_embeddings ? tok_embeddings->weight : blocks.front()->attention_norm->weight;
+  return llama::KVCache(
+      attention_args(args_), batch,
+      TensorOptions{}.with_dtype(dtype.value_or(w.dtype())).with_device(w.device()), max_seq,
+      range_);
+}
+
+Transformer::Output Transformer::forward_part(const Tensor& input, bool f32_logits,
+                                              llama::KVCache* cache) {
   llama::check_stage_input(input, tok_embeddings != nullptr, args_.dim, args_.max_seq_len, range_,
                            "moe Transformer");
-  std::vector<Tensor> out = call_multi({input}, [this, f32_logits](const std::vector<Tensor>& in) {
+  std::vector<Tensor> out = call_multi({input}, [this, f32_logits,
+                                                 cache](const std::vector<Tensor>& in) {
     Tensor h = tok_embeddings ? (*tok_embeddings)(in[0]) : in[0];
     Tensor aux;
     for (const auto& block : blocks) {
-      std::vector<Tensor> o = block->forward(h, rope_cos, rope_sin);
+      std::vector<Tensor> o = block->forward(h, rope_cos, rope_sin, cache);
       h = o[0];
       if (o.size() > 1) aux = aux.defined() ? runtime::add(aux, o[1]) : o[1];
     }

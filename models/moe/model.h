@@ -22,14 +22,17 @@
 //   norms ones, expert_bias zeros
 //
 // Logits come back in the parameters' dtype, except 16-bit parameters, whose logits are f32.
+// Decoding (forward_cached) uses llama's KVCache, as the attention is llama's.
 // Activation checkpointing ("full") checkpoints every block; MoE token counts are still taken once
 // per forward (see moe.h).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "models/llama/kv_cache.h"
 #include "models/llama/model.h"
 #include "models/moe/model_args.h"
 #include "models/moe/moe.h"
@@ -43,7 +46,9 @@ class TransformerBlock : public nn::Module {
  public:
   TransformerBlock(int64_t layer_id, const ModelArgs& args, TensorOptions options);
   // x [B, T, dim] -> {out} or, for a MoE block with an auxiliary loss, {out, aux_loss (0-dim)}.
-  std::vector<Tensor> forward(const Tensor& x, const Tensor& cos, const Tensor& sin);
+  // With a cache (decoding): attention at the cache's position, appending this layer's keys.
+  std::vector<Tensor> forward(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                              llama::KVCache* cache = nullptr);
   Tensor operator()(const Tensor& x, const Tensor& cos, const Tensor& sin) {
     return forward(x, cos, sin)[0];
   }
@@ -77,6 +82,13 @@ class Transformer : public nn::Module {
   // stage's hidden states -> hidden states, or logits in the compute dtype on the last stage;
   // with the auxiliary loss of the stage's MoE layers (undefined when off).
   Output stage_forward(const Tensor& input);
+  // Incremental decoding, as llama's Transformer::forward_cached (the whole model or a pipeline
+  // stage): tokens or hidden states at positions [cache.length(), + T) -> hidden states or f32
+  // logits, appending each block's keys and values; no autograd, no auxiliary loss.
+  Tensor forward_cached(const Tensor& input, llama::KVCache& cache);
+  // An empty cache of this model's (or stage's) layers on the parameters' device, as llama's.
+  llama::KVCache make_kv_cache(int64_t batch, int64_t max_seq = 0,
+                               std::optional<runtime::DType> dtype = std::nullopt) const;
   const llama::LayerRange& layer_range() const { return range_; }
   bool is_whole() const { return range_.begin == 0 && range_.end == args_.n_layers; }
 
@@ -97,8 +109,9 @@ class Transformer : public nn::Module {
   Tensor rope_cos, rope_sin;  // non-persistent buffers
 
  private:
-  // The forward of the blocks held (tokens or hidden states in; logits or hidden states out).
-  Output forward_part(const Tensor& input, bool f32_logits);
+  // The forward of the blocks held (tokens or hidden states in; logits or hidden states out),
+  // with `cache` when decoding.
+  Output forward_part(const Tensor& input, bool f32_logits, llama::KVCache* cache = nullptr);
 
   ModelArgs args_;
   llama::LayerRange range_;

@@ -71,6 +71,7 @@ ModelSpec make_model_spec(const std::string& flavor) {
   };
   spec.parallelize = &parallelize;
   add_pipeline_stages<Transformer, ModelArgs>(spec, args);
+  add_cached_decoding<Transformer>(spec);
   spec.check_tensor_parallel = [args](int64_t tp) { check_tensor_parallel(args(), tp); };
   spec.after_optimizer_step = [](runtime::nn::Module& model,
                                  const std::function<void(Tensor&)>& all_reduce_sum) {

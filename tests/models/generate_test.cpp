@@ -40,6 +40,7 @@ ModelArgs tiny_args() {
 }
 
 const TensorOptions kI64 = TensorOptions{}.with_dtype(DType::I64);
+const DecodeLimits kTinyLimits{50, 16};  // tiny_args' vocab_size and max_seq_len
 
 std::vector<int64_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
   std::vector<int64_t> v(static_cast<size_t>(n));
@@ -379,7 +380,7 @@ TEST(Generate, PipelineStagesDecodeAsTheWholeModel) {
       const Tensor logits = last->forward_cached(first->forward_cached(t, c0), c1);
       return logits.select(0, 0).select(0, logits.size(1) - 1);
     };
-    const GenerateResult staged = generate(tiny_args(), runtime::Device{}, step, prompt, options);
+    const GenerateResult staged = generate(kTinyLimits, runtime::Device{}, step, prompt, options);
     EXPECT_EQ(staged.tokens, generate(*whole, prompt, options).tokens);
     EXPECT_EQ(staged.tokens.size(), 8u);
     EXPECT_EQ(c1.length(), 5 + 7);  // the last token is not fed back
@@ -397,11 +398,11 @@ TEST(Generate, RankWithoutLogitsTakesTheAgreedToken) {
     asked.push_back(t);
     return agreed[asked.size() - 1];
   };
-  const GenerateResult r = generate(tiny_args(), runtime::Device{}, no_logits, {1, 2}, options);
+  const GenerateResult r = generate(kTinyLimits, runtime::Device{}, no_logits, {1, 2}, options);
   EXPECT_EQ(r.tokens, agreed);
   EXPECT_EQ(asked, (std::vector<int64_t>{-1, -1, -1}));
   try {
-    generate(tiny_args(), runtime::Device{}, no_logits, {1, 2}, {.max_new_tokens = 3});
+    generate(kTinyLimits, runtime::Device{}, no_logits, {1, 2}, {.max_new_tokens = 3});
     FAIL() << "expected an error";
   } catch (const mt::Error& e) {
     EXPECT_NE(std::string(e.what()).find("no agree_on_token"), std::string::npos) << e.what();

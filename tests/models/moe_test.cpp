@@ -3,8 +3,9 @@
 // against a per-token reference (dropless, shared experts), f64 gradchecks of the layer (with and
 // without the auxiliary loss) and of a whole tiny model, dense first layers and FQNs, activation
 // checkpointing (same loss, gradients and token counts), load balancing (bias update, imbalance
-// falling with it on and not with it off), the debug model learning, flavor sizes vs the
-// published ones, the registry, and argument errors.
+// falling with it on and not with it off), the debug model learning, KV-cached decoding (the
+// whole model and pipeline stages) against the full forward, flavor sizes vs the published ones,
+// the registry, and argument errors.
 #include "models/moe/moe.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "models/llama/kv_cache.h"
 #include "models/moe/experts.h"
 #include "models/moe/load_balancing.h"
 #include "models/moe/model.h"
@@ -501,6 +503,37 @@ TEST(MoeModel, GradcheckWholeTinyModelF64) {
       },
       inputs);
   EXPECT_TRUE(result.ok) << result.message;
+}
+
+// Decoding with llama's KV cache: a prompt of 5 then one token at a time gives the full forward's
+// logits at every position (f64), on the whole model and through two pipeline stages (each with a
+// cache of its own layers); the registry's decoding hooks run the same; a stage's cache does not
+// fit the other stage.
+TEST(MoeModel, CachedDecodingEqualsTheFullForward) {
+  ModelArgs args = tiny_args();
+  Transformer whole(args, 31, kF64);
+  Transformer first(args, 31, kF64, llama::LayerRange{0, 1});
+  Transformer last(args, 31, kF64, llama::LayerRange{1, 2});
+  const Tensor tokens = random_tokens(1, 12, 37, 32);
+  const Tensor full = whole(tokens);
+  const ModelSpec spec = get_model_spec("deepseek_v3", "moe_debug");
+  llama::KVCache cache = whole.make_kv_cache(1), c0 = first.make_kv_cache(1);
+  llama::KVCache c1 = spec.make_kv_cache(last, DType::F64);
+  EXPECT_EQ(c1.first_layer(), 1);
+  EXPECT_EQ(c1.n_layers(), 1);
+  for (int64_t p = 0; p < 12;) {
+    const int64_t n = p == 0 ? 5 : 1;
+    const Tensor chunk = tokens.narrow(1, p, n);
+    const Tensor want = full.narrow(1, p, n);
+    EXPECT_TRUE(all_close(whole.forward_cached(chunk, cache), want, 1e-12, 0)) << "at " << p;
+    const Tensor staged = spec.forward_cached(last, first.forward_cached(chunk, c0), c1);
+    EXPECT_TRUE(all_close(staged, want, 1e-12, 0)) << "at " << p;
+    p += n;
+  }
+  EXPECT_EQ(cache.length(), 12);
+  EXPECT_EQ(c1.length(), 12);
+  EXPECT_THROW(first.forward_cached(tokens.narrow(1, 0, 1), c1), mt::Error);
+  EXPECT_EQ(c1.length(), 12);
 }
 
 TEST(MoeModel, ActivationCheckpointingSameLossGradsAndCounts) {

@@ -110,6 +110,34 @@ TEST(MoeTrainerMpi, ExpertParallelMatchesOneProcess) {
   }
 }
 
+// The end-of-run text sample decodes the MoE model with a KV cache; with expert parallelism every
+// rank decodes in lock-step (the tokens' experts on their ranks) and rank 0's token is everyone's:
+// one process's text, sampled and greedy, untrained and after training.
+TEST(MoeTrainerMpi, TextSampleWithExpertParallelMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t w = world()->size();
+  const auto shrink = [](std::any& args) { testing::shrink_moe(args); };
+  const auto samples = [&](const Trainer& t) {
+    return std::vector<std::string>{t.generate_sample("", 12, 0.8),
+                                    t.generate_sample("ROMEO:", 12, 0.0)};
+  };
+  std::shared_ptr<ProcessGroup> self = world()->split(world()->rank(), 0);
+  const std::vector<std::string> ep = {"--parallelism.expert_parallel_degree=" + std::to_string(w)};
+  Trainer one(job(corpus, shared_dir("sample_one") / std::to_string(world()->rank()), 8),
+              testing::quiet_trainer_options(shrink, self));
+  Trainer sharded(job(corpus, shared_dir("sample_ep"), 8 / w, ep),
+                  testing::quiet_trainer_options(shrink, world()));
+  const std::vector<std::string> before = samples(one);
+  ASSERT_GT(before[0].size(), 8u);
+  EXPECT_EQ(samples(sharded), before);
+  one.train();
+  sharded.train();
+  const std::vector<std::string> after = samples(one);
+  ASSERT_GT(after[1].size(), 8u);
+  EXPECT_NE(after, before);
+  EXPECT_EQ(samples(sharded), after);
+}
+
 // Float8 grouped GEMMs (emulated) scale each token by its own row and each expert by its own
 // tokens, which expert parallelism brings together on the expert's rank: EP trains as one process
 // with the same float8 experts.
