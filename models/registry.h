@@ -98,10 +98,13 @@ struct ModelSpec {
   std::function<std::vector<int64_t>(int64_t batch, int64_t seq)> hidden_shape;
   // Optional (the end-of-run text sample: llama3, deepseek_v3): incremental decoding of the model
   // or a pipeline stage. make_kv_cache: an empty KV cache of its layers for one sequence, in
-  // `dtype` (the compute dtype); forward_cached: its output (hidden states, or f32 logits
-  // [1, T, V] where it holds the output) for the next tokens (or the previous stage's hidden
-  // states) at the cache's position, appending to the cache.
-  std::function<llama::KVCache(runtime::nn::Module& model, runtime::DType dtype)> make_kv_cache;
+  // `dtype` (the compute dtype), holding kv_heads / kv_head_shards heads (a tensor-parallel
+  // rank's); forward_cached: its output (hidden states, or f32 logits [1, T, V] where it holds the
+  // output) for the next tokens (or the previous stage's hidden states) at the cache's position,
+  // appending to the cache.
+  std::function<llama::KVCache(runtime::nn::Module& model, runtime::DType dtype,
+                               int64_t kv_head_shards)>
+      make_kv_cache;
   std::function<Tensor(runtime::nn::Module& model, const Tensor& input, llama::KVCache& cache)>
       forward_cached;
   // Optional: after each optimizer step (MoE load balancing). all_reduce_sum sums a tensor over

@@ -51,8 +51,9 @@ void add_pipeline_stages(ModelSpec& spec, std::function<const Args&()> args) {
 
 template <class Model>
 void add_cached_decoding(ModelSpec& spec) {
-  spec.make_kv_cache = [name = spec.name](runtime::nn::Module& model, runtime::DType dtype) {
-    return as_model<Model>(model, name).make_kv_cache(1, 0, dtype);
+  spec.make_kv_cache = [name = spec.name](runtime::nn::Module& model, runtime::DType dtype,
+                                          int64_t kv_head_shards) {
+    return as_model<Model>(model, name).make_kv_cache(1, 0, dtype, kv_head_shards);
   };
   spec.forward_cached = [name = spec.name](runtime::nn::Module& model, const Tensor& input,
                                            llama::KVCache& cache) {

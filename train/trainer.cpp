@@ -1043,11 +1043,8 @@ TrainResult Trainer::train() {
   out << "\n" << std::flush;
 
   // Sampling is the model's incremental decoding (models/llama/generate.h); models without it
-  // skip it. Not yet under tensor parallelism: decoding would need the vocab-split logits
-  // gathered.
-  if (tp_ > 1 && options_.sample_tokens > 0 && can_sample())
-    out << "sample: skipped (not supported with tensor parallelism yet)\n";
-  if (tp_ == 1 && !result.stopped_by_signal && options_.sample_tokens > 0 && can_sample()) {
+  // skip it.
+  if (!result.stopped_by_signal && options_.sample_tokens > 0 && can_sample()) {
     result.sample = generate_sample(options_.sample_prompt, options_.sample_tokens);
     out << "sample (temperature 0.8, top-k 40):\n"
         << options_.sample_prompt << result.sample << "\n"

@@ -129,8 +129,8 @@ class Trainer {
 
   // Samples up to max_new_tokens after `prompt` ("" = start a new document), temperature 0.8 and
   // top-k 40 drawn from training.seed (greedy with temperature 0).
-  // llama3 and deepseek_v3; with a pipeline the tokens go through the stages
-  // (PipelineRunner::forward_through_stages), and the last stage's rank chooses each.
+  // llama3 and deepseek_v3, under every parallelism; with a pipeline the tokens go through the
+  // stages (PipelineRunner::forward_through_stages), and the last stage's rank chooses each.
   // train/trainer_sample.cpp.
   std::string generate_sample(const std::string& prompt, int64_t max_new_tokens,
                               double temperature = 0.8) const;

@@ -1,6 +1,7 @@
 // The text sample at the end of a run (Trainer::generate_sample): incremental decoding with the
 // model spec's KV-cached forward (llama3, deepseek_v3), on the model or through a pipeline's
-// stages.
+// stages, under FSDP, EP and TP (split heads, sequence-parallel padding, vocab-split logits
+// gathered).
 #include <map>
 
 #include "data/tokenizer/bpe_tokenizer.h"
@@ -8,9 +9,12 @@
 #include "models/llama/kv_cache.h"
 #include "models/registry.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/mesh/device_mesh.h"
+#include "parallel/mesh/dtensor.h"
 #include "parallel/pipeline/runner.h"
 #include "runtime/core/error.h"
 #include "runtime/ops/factory.h"
+#include "runtime/ops/join.h"
 #include "train/model_spec.h"
 #include "train/trainer.h"
 
@@ -32,27 +36,42 @@ llama::GenerateResult Trainer::decode(const std::vector<int64_t>& prompt,
   } else {
     modules[0] = model_.get();
   }
+  // Under tensor parallelism each rank holds kv_heads / tp heads of each layer; with sequence
+  // parallelism a forward's tokens are split over tp, so each step runs on tokens padded to a
+  // multiple of tp (at the end: causal attention keeps them from the real positions, and the
+  // caches forget them after the step).
   std::map<int64_t, llama::KVCache> caches;
   for (const auto& [index, module] : modules)
-    caches.emplace(index, spec_->make_kv_cache(*module, param_compute_dtype()));
+    caches.emplace(index, spec_->make_kv_cache(*module, param_compute_dtype(), tp_));
+  const int64_t multiple = tp_ > 1 && config_.parallelism.enable_sequence_parallel ? tp_ : 1;
+  const bool vocab_split = tp_ > 1 && !config_.parallelism.disable_loss_parallel;
   const auto forward = [&](int64_t index, runtime::nn::Module& module, const Tensor& x) {
     return spec_->forward_cached(module, x, caches.at(index));
   };
   const llama::DecodeStep step = [&](const Tensor& tokens) {
-    const Tensor logits =  // [1, T, V] where this rank holds the output
+    const int64_t t = tokens.size(1), padded = (t + multiple - 1) / multiple * multiple;
+    const int64_t position = caches.begin()->second.length();
+    const Tensor input =
+        padded == t ? tokens
+                    : runtime::cat({tokens, runtime::zeros({1, padded - t}, tokens.options())}, 1);
+    const Tensor logits =  // [1, padded, V or this rank's vocab columns] with the output
         pipeline_ ? pipeline_->forward_through_stages(
-                        tokens, spec_->hidden_shape(1, tokens.size(1)), forward)
-                  : forward(0, *model_, tokens);
-    return logits.defined() ? logits.select(0, 0).select(0, logits.size(1) - 1) : logits;
+                        input, spec_->hidden_shape(1, padded / multiple), forward)
+                  : forward(0, *model_, input);
+    for (auto& [index, cache] : caches) cache.truncate(position + t);
+    if (!logits.defined()) return logits;
+    const Tensor last = logits.select(0, 0).select(0, t - 1);
+    if (!vocab_split) return last;
+    return parallel::gather_shards(tp_mesh_->group(0), last.contiguous(), 0,
+                                   *vocab_size_of(*spec_), "sample.logits");
   };
-  const llama::DecodeLimits limits{*vocab_size_of(*spec_), *max_seq_len_of(*spec_)};
+  // Room for the padding of the last step.
+  const llama::DecodeLimits limits{*vocab_size_of(*spec_), *max_seq_len_of(*spec_) - (multiple - 1)};
   return llama::generate(limits, device_, step, prompt, options);
 }
 
 std::string Trainer::generate_sample(const std::string& prompt, int64_t max_new_tokens,
                                      double temperature) const {
-  MT_CHECK(tp_ == 1, "train: sampling text after training is not supported with tensor "
-           "parallelism yet (the logits are split over the tp ranks)");
   MT_CHECK(can_sample(), "train: sampling is implemented for llama3 and deepseek_v3 models, not ",
            config_.model.name);
   std::vector<int64_t> ids;
@@ -63,8 +82,10 @@ std::string Trainer::generate_sample(const std::string& prompt, int64_t max_new_
   } else {
     for (int32_t t : tokenizer_->encode_ordinary(prompt)) ids.push_back(t);
   }
-  const int64_t max_seq_len = *max_seq_len_of(*spec_);
-  if (int64_t(ids.size()) > max_seq_len - 1) ids.erase(ids.begin(), ids.end() - (max_seq_len - 1));
+  // Room for one new token (and the padding sequence parallelism adds: decode()).
+  const int64_t room = *max_seq_len_of(*spec_) - 1 -
+                       (tp_ > 1 && config_.parallelism.enable_sequence_parallel ? tp_ - 1 : 0);
+  if (int64_t(ids.size()) > room) ids.erase(ids.begin(), ids.end() - room);
   llama::GenerateOptions go;
   go.max_new_tokens = max_new_tokens;
   go.temperature = temperature;

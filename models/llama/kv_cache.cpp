@@ -10,13 +10,16 @@ using runtime::Shape;
 using runtime::Tensor;
 
 KVCache::KVCache(const ModelArgs& args, int64_t batch, runtime::TensorOptions options,
-                 int64_t max_seq, LayerRange layers)
+                 int64_t max_seq, LayerRange layers, int64_t kv_head_shards)
     : batch_(batch),
-      n_kv_heads_(args.kv_heads()),
+      n_kv_heads_(kv_head_shards >= 1 ? args.kv_heads() / kv_head_shards : 0),
       head_dim_(args.head_dim()),
       max_seq_(max_seq == 0 ? args.max_seq_len : max_seq),
       first_layer_(layers.begin) {
   args.validate();
+  MT_CHECK(kv_head_shards >= 1 && args.kv_heads() % kv_head_shards == 0,
+           "llama KVCache: the model's ", args.kv_heads(), " kv heads do not split into ",
+           kv_head_shards, " equal shares");
   if (layers.end < 0) layers.end = args.n_layers;
   MT_CHECK(0 <= layers.begin && layers.begin < layers.end && layers.end <= args.n_layers,
            "llama KVCache: layers [", layers.begin, ", ", layers.end,
@@ -78,7 +81,20 @@ void KVCache::advance(int64_t t) {
   discard_pending();
 }
 
+int64_t KVCache::commit() {
+  const int64_t t = pending_.empty() ? 0 : pending_.front();
+  advance(t);  // checks every layer appended t >= 1
+  return t;
+}
+
 void KVCache::discard_pending() { pending_.assign(pending_.size(), 0); }
+
+void KVCache::truncate(int64_t length) {
+  MT_CHECK(length >= 0 && length <= length_, "llama KVCache::truncate: expected a length in [0, ",
+           length_, "], got ", length);
+  length_ = length;
+  discard_pending();
+}
 
 void KVCache::reset() {
   length_ = 0;
@@ -99,7 +115,7 @@ void check_cache_fits(const KVCache& cache, const LayerRange& range, const Model
                       int64_t batch, int64_t t, const char* model) {
   MT_CHECK(cache.first_layer() == range.begin &&
                cache.first_layer() + cache.n_layers() == range.end &&
-               cache.n_kv_heads() == args.kv_heads() && cache.head_dim() == args.head_dim() &&
+               args.kv_heads() % cache.n_kv_heads() == 0 && cache.head_dim() == args.head_dim() &&
                cache.batch() == batch,
            model, "::forward_cached: cache of layers [", cache.first_layer(), ", ",
            cache.first_layer() + cache.n_layers(), "), batch ", cache.batch(), ", ",

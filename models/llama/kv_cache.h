@@ -22,9 +22,10 @@ class KVCache {
  public:
   // Zeroed buffers for `batch` sequences of up to `max_seq` tokens (0: args.max_seq_len, which is
   // also the upper bound), in options' dtype and device (the dtype of the model's keys: its
-  // parameters' dtype), for the layers [layers.begin, layers.end) (default: all).
+  // parameters' dtype), for the layers [layers.begin, layers.end) (default: all), of
+  // args.kv_heads() / kv_head_shards heads (a tensor-parallel rank holds a share of them).
   KVCache(const ModelArgs& args, int64_t batch, runtime::TensorOptions options,
-          int64_t max_seq = 0, LayerRange layers = {});
+          int64_t max_seq = 0, LayerRange layers = {}, int64_t kv_head_shards = 1);
   KVCache(KVCache&&) = default;
   KVCache& operator=(KVCache&&) = default;
   KVCache(const KVCache&) = delete;
@@ -46,10 +47,17 @@ class KVCache {
                                                      const runtime::Tensor& v);
   // Commits T tokens: every layer must have appended exactly T since the last advance.
   void advance(int64_t t);
+  // Commits what the layers appended since the last advance (the same count for each, >= 1) and
+  // returns it: a forward's new tokens however its input was split (under sequence parallelism a
+  // pipeline stage receives a share of them and its attention gathers the rest).
+  int64_t commit();
   // Forgets appends not yet committed (after a failed forward): the cache stays as it was.
   void discard_pending();
   // Empties the cache (keeps the buffers).
   void reset();
+  // Forgets the tokens from position `length` on (<= length()), e.g. padding a forward ran with:
+  // the next forward writes over them.
+  void truncate(int64_t length);
 
   // The full buffers of `layer` [batch, n_kv_heads, max_seq, head_dim].
   const runtime::Tensor& keys(int64_t layer) const;
@@ -67,19 +75,19 @@ class KVCache {
 };
 
 // Checks that `cache` fits a cached forward of the layers `range` of a model with `args`' kv heads
-// and head dim over `batch` sequences of `t` new tokens (the layers, heads, batch, and room for t
-// more); `model` names the caller in errors.
+// (or a share of them) and head dim over `batch` sequences of at least `t` new tokens (the
+// layers, heads, batch, and room for t more); `model` names the caller in errors.
 void check_cache_fits(const KVCache& cache, const LayerRange& range, const ModelArgs& args,
                       int64_t batch, int64_t t, const char* model);
 
-// A cached forward of t tokens: runs `forward` (whose layers append their keys and values), then
-// commits them (advance); when it throws, the appends are forgotten and the cache stays as it was.
+// A cached forward: runs `forward` (whose layers append their keys and values), then commits
+// them; when it throws, the appends are forgotten and the cache stays as it was.
 template <class Forward>
-runtime::Tensor forward_and_advance(KVCache& cache, int64_t t, Forward&& forward) {
+runtime::Tensor forward_and_commit(KVCache& cache, Forward&& forward) {
   cache.discard_pending();
   try {
     runtime::Tensor out = forward();
-    cache.advance(t);
+    cache.commit();
     return out;
   } catch (...) {
     cache.discard_pending();

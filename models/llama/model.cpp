@@ -294,10 +294,9 @@ Tensor Transformer::stage_forward(const Tensor& input) { return forward(input, f
 Tensor Transformer::forward_cached(const Tensor& input, KVCache& cache) {
   check_stage_input(input, tok_embeddings != nullptr, args_.dim, args_.max_seq_len, range_,
                     "llama Transformer::forward_cached");
-  const int64_t t = input.size(1);
-  check_cache_fits(cache, range_, args_, input.size(0), t, "llama Transformer");
+  check_cache_fits(cache, range_, args_, input.size(0), input.size(1), "llama Transformer");
   runtime::NoGradGuard no_grad;
-  return forward_and_advance(cache, t, [&] {
+  return forward_and_commit(cache, [&] {
     return call({input}, [this, &cache](const std::vector<Tensor>& in) {
       Tensor h = tok_embeddings ? (*tok_embeddings)(in[0]) : in[0];
       for (const auto& block : blocks) h = (*block)(h, rope_cos, rope_sin, &cache);
@@ -306,13 +305,13 @@ Tensor Transformer::forward_cached(const Tensor& input, KVCache& cache) {
   });
 }
 
-KVCache Transformer::make_kv_cache(int64_t batch, int64_t max_seq,
-                                   std::optional<DType> dtype) const {
+KVCache Transformer::make_kv_cache(int64_t batch, int64_t max_seq, std::optional<DType> dtype,
+                                   int64_t kv_head_shards) const {
   // A stage without the embeddings has blocks (a range is never empty).
   const Tensor& w = tok_embeddings ? tok_embeddings->weight : blocks.front()->attention_norm->weight;
   return KVCache(args_, batch,
                  TensorOptions{}.with_dtype(dtype.value_or(w.dtype())).with_device(w.device()),
-                 max_seq, range_);
+                 max_seq, range_, kv_head_shards);
 }
 
 void Transformer::set_activation_checkpointing(ActivationCheckpointing ac) {

@@ -201,9 +201,10 @@ class Transformer : public nn::Module {
   // An empty cache for this model's (or stage's) layers, for `batch` sequences of up to max_seq
   // tokens (0: args().max_seq_len), on the parameters' device, in `dtype` (default: the
   // parameters' dtype; under FSDP mixed precision the compute dtype differs from the stored
-  // shards').
+  // shards'), of kv_heads / kv_head_shards heads (tensor parallelism splits the heads).
   KVCache make_kv_cache(int64_t batch, int64_t max_seq = 0,
-                        std::optional<runtime::DType> dtype = std::nullopt) const;
+                        std::optional<runtime::DType> dtype = std::nullopt,
+                        int64_t kv_head_shards = 1) const;
 
   // The TransformerBlocks `ac` names run under activation checkpointing; the others do not.
   void set_activation_checkpointing(ActivationCheckpointing ac);

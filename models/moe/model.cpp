@@ -106,22 +106,21 @@ Transformer::Output Transformer::stage_forward(const Tensor& input) {
 Tensor Transformer::forward_cached(const Tensor& input, llama::KVCache& cache) {
   llama::check_stage_input(input, tok_embeddings != nullptr, args_.dim, args_.max_seq_len, range_,
                            "moe Transformer::forward_cached");
-  const int64_t t = input.size(1);
-  llama::check_cache_fits(cache, range_, attention_args(args_), input.size(0), t,
+  llama::check_cache_fits(cache, range_, attention_args(args_), input.size(0), input.size(1),
                           "moe Transformer");
   runtime::NoGradGuard no_grad;
-  return llama::forward_and_advance(cache, t,
-                                    [&] { return forward_part(input, true, &cache).logits; });
+  return llama::forward_and_commit(cache, [&] { return forward_part(input, true, &cache).logits; });
 }
 
 llama::KVCache Transformer::make_kv_cache(int64_t batch, int64_t max_seq,
-                                          std::optional<DType> dtype) const {
+                                          std::optional<DType> dtype,
+                                          int64_t kv_head_shards) const {
   // A stage without the embeddings has blocks (a range is never empty).
   const Tensor& w = tok_embeddings ? tok_embeddings->weight : blocks.front()->attention_norm->weight;
   return llama::KVCache(
       attention_args(args_), batch,
       TensorOptions{}.with_dtype(dtype.value_or(w.dtype())).with_device(w.device()), max_seq,
-      range_);
+      range_, kv_head_shards);
 }
 
 Transformer::Output Transformer::forward_part(const Tensor& input, bool f32_logits,

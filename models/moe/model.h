@@ -88,7 +88,8 @@ class Transformer : public nn::Module {
   Tensor forward_cached(const Tensor& input, llama::KVCache& cache);
   // An empty cache of this model's (or stage's) layers on the parameters' device, as llama's.
   llama::KVCache make_kv_cache(int64_t batch, int64_t max_seq = 0,
-                               std::optional<runtime::DType> dtype = std::nullopt) const;
+                               std::optional<runtime::DType> dtype = std::nullopt,
+                               int64_t kv_head_shards = 1) const;
   const llama::LayerRange& layer_range() const { return range_; }
   bool is_whole() const { return range_.begin == 0 && range_.end == args_.n_layers; }
 

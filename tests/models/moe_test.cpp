@@ -518,7 +518,7 @@ TEST(MoeModel, CachedDecodingEqualsTheFullForward) {
   const Tensor full = whole(tokens);
   const ModelSpec spec = get_model_spec("deepseek_v3", "moe_debug");
   llama::KVCache cache = whole.make_kv_cache(1), c0 = first.make_kv_cache(1);
-  llama::KVCache c1 = spec.make_kv_cache(last, DType::F64);
+  llama::KVCache c1 = spec.make_kv_cache(last, DType::F64, 1);
   EXPECT_EQ(c1.first_layer(), 1);
   EXPECT_EQ(c1.n_layers(), 1);
   for (int64_t p = 0; p < 12;) {

@@ -397,6 +397,33 @@ TEST(TrainerMpi, TensorParallelFloat8MatchesOneProcess) {
   }
 }
 
+// The end-of-run text sample under tp 2 (on each pair of ranks): each rank caches its share of
+// the kv heads, sequence parallelism pads each step's tokens to a multiple of tp (the caches
+// forget the padding), and vocab-split logits are gathered: one process's text, sampled and
+// greedy, with sequence parallelism, without it and without loss parallel.
+TEST(TrainerMpi, TensorParallelTextSampleMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t r = world()->rank();
+  std::shared_ptr<ProcessGroup> self = world()->split(int(r), 0);
+  std::shared_ptr<ProcessGroup> pair = world()->split(int(r / 2), int(r));
+  const auto samples = [&](const config::JobConfig& cfg, std::shared_ptr<ProcessGroup> group) {
+    const Trainer t(cfg, testing::quiet_trainer_options(testing::shrink_llama, std::move(group)));
+    return std::vector<std::string>{t.generate_sample("", 12, 0.8),
+                                    t.generate_sample("ROMEO:", 12, 0.0),
+                                    t.generate_sample("To be, or not", 5, 0.8)};
+  };
+  const std::vector<std::string> one =
+      samples(job(corpus, shared_dir("tp_sample_one") / std::to_string(r), 8), self);
+  ASSERT_GT(one[0].size(), 8u);
+  for (const std::vector<std::string>& more :
+       {std::vector<std::string>{}, {"--parallelism.enable_sequence_parallel=false"},
+        {"--parallelism.disable_loss_parallel=true"}}) {
+    SCOPED_TRACE(more.empty() ? "sequence parallel" : more[0]);
+    const fs::path dump = shared_dir("tp_sample") / std::to_string(r / 2);
+    EXPECT_EQ(samples(job(corpus, dump, 8, tp_args(2, more)), pair), one);
+  }
+}
+
 // bf16 compute (f32 master weights and reductions): TP 2 tracks one process in bf16 to its
 // rounding (the split GEMMs round their partial sums to bf16 before the reduction).
 TEST(TrainerMpi, TensorParallelInBf16TracksOneProcess) {

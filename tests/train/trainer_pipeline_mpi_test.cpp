@@ -218,8 +218,8 @@ TEST(TrainerPipelineMpi, PipelineTimesTensorParallelMatchesOneProcess) {
 // stage's token broadcast to every rank): the untrained model samples the text of one process
 // exactly (the stages run the whole model's ops in its order), at temperature 0.8 and greedy,
 // with pp = every rank (interleaved: 2 stages per rank, the last stage's output sent around to
-// rank 0's second stage) and on 4 ranks pp 2 x FSDP 2; after training, train() samples the
-// text one process samples, and so does greedy decoding.
+// rank 0's second stage) and on 4 ranks pp 2 x FSDP 2 and pp 2 x TP 2; after training, train()
+// samples the text one process samples, and so does greedy decoding.
 TEST(TrainerPipelineMpi, TextSampleMatchesOneProcess) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const int64_t w = world()->size();
@@ -240,7 +240,12 @@ TEST(TrainerPipelineMpi, TextSampleMatchesOneProcess) {
   };
   std::vector<Variant> variants = {
       {"pp every rank, Interleaved1F1B", 8, pp_args(w, "Interleaved1F1B", 2)}};
-  if (w == 4) variants.push_back({"pp 2 x FSDP 2", 4, pp_args(2, "1F1B", 1)});
+  if (w == 4) {
+    variants.push_back({"pp 2 x FSDP 2", 4, pp_args(2, "1F1B", 1)});
+    // Sequence-parallel stages pass [1, padded T / tp, dim] between them.
+    variants.push_back(
+        {"pp 2 x TP 2", 8, pp_args(2, "1F1B", 2, {"--parallelism.tensor_parallel_degree=2"})});
+  }
   for (const Variant& v : variants) {
     SCOPED_TRACE(v.name);
     EXPECT_EQ(samples(job(corpus, shared_dir("sample_pp"), v.local_batch, v.args), world()), one);
