@@ -428,7 +428,7 @@ TEST(TrainerPipelineMpi, MoeAuxiliaryLossMatchesOneProcess) {
 // Float8 linears (emulated on the CPU) in the stages: each micro-batch's GEMMs scale its own
 // activations, as one process's gradient-accumulation micro-batches of the same size do, so pp =
 // every rank matches one process that accumulates 4 micro-batches of 2 sequences (tensorwise and
-// rowwise recipes).
+// rowwise recipes; and the MoE model with float8 experts).
 TEST(TrainerPipelineMpi, Float8MatchesOneProcessWithTheSameMicroBatches) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const int64_t w = world()->size();
@@ -447,6 +447,22 @@ TEST(TrainerPipelineMpi, Float8MatchesOneProcessWithTheSameMicroBatches) {
         run(job(corpus, shared_dir("f8_" + recipe), 8, pp_args(w, "1F1B", 2, f8)), world()),
         want);
   }
+  // The MoE model with float8 routed experts (rowwise grouped GEMMs) and linears: each stage
+  // converts its own experts, each micro-batch's experts scale over its own tokens.
+  SCOPED_TRACE("MoE, float8 experts");
+  const std::vector<std::string> moe_f8 = {"--model.name=deepseek_v3", "--model.flavor=moe_debug",
+                                           "--quantize.linear.float8.enable=true",
+                                           "--quantize.linear.float8.emulate=true",
+                                           "--quantize.grouped_mm.float8.fqns=experts",
+                                           "--quantize.grouped_mm.float8.emulate=true",
+                                           "--validation.enable=false"};
+  const TrainResult want =
+      run(job(corpus, shared_dir("f8_moe_ref") / std::to_string(world()->rank()), 2, moe_f8),
+          self, eight_moe_layers);
+  testing::expect_same_run(
+      run(job(corpus, shared_dir("f8_moe"), 8, pp_args(w, "1F1B", 2, moe_f8)), world(),
+          eight_moe_layers),
+      want);
 }
 
 TEST(TrainerPipelineMpi, SettingsThatCannotRunAreErrorsOnEveryRank) {
