@@ -1,9 +1,11 @@
-// mt_generate: samples text from a Llama model with a KV cache (models/llama/generate.h).
+// mt_generate: samples text from a Llama (or DeepSeek-V3-style MoE) model with a KV cache
+// (models/decode.h).
 //
 //   mt_generate --tokenizer TOKENIZER_JSON_OR_DIR --prompt "Once upon a time"
 //               [--checkpoint STEP_DIR] [--max-new-tokens 64] [--temperature 0 (greedy)]
-//               [--top-k 0 (all)] [--seed 0] [--flavor F] [--max-seq-len N] [--init-seed 0]
-//               [--no-bos] [--json] [--logits-out FILE.safetensors]
+//               [--top-k 0 (all)] [--seed 0] [--model llama3|deepseek_v3] [--flavor F]
+//               [--max-seq-len N] [--init-seed 0] [--no-bos] [--json]
+//               [--logits-out FILE.safetensors]
 //
 // The prompt is encoded with the tokenizer (BOS prepended when the tokenizer has one, unless
 // --no-bos). stdout gets the prompt followed by the generated text (a final EOS token is not
@@ -19,8 +21,12 @@
 // before the architecture was kept need --flavor (debugmodel by default; vocab = the
 // tokenizer's), whose shapes are compared with the checkpoint's before anything is allocated.
 // Without --checkpoint the model is a fresh --flavor (from --init-seed) and stderr says so.
+// --model deepseek_v3 (a MoE training run's checkpoint, which keeps no architecture) takes its
+// --flavor (moe_debug by default) with the tokenizer's vocab, its shapes compared with the
+// checkpoint's the same way.
 // The KV cache and RoPE tables cover --max-seq-len positions (default: prompt + new tokens, at
 // most the model's max_position_embeddings).
+#include "models/decode.h"
 #include "models/llama/generate.h"
 
 #include <algorithm>
@@ -63,7 +69,8 @@ namespace ckpt = mt::checkpoint;
 struct Args {
   std::string tokenizer;
   std::optional<std::string> prompt;
-  std::optional<std::string> flavor;  // unset: the checkpoint's architecture (else debugmodel)
+  std::string model = "llama3";       // or deepseek_v3
+  std::optional<std::string> flavor;  // unset: the checkpoint's architecture (else the default)
   std::optional<int64_t> max_seq_len;
   uint64_t init_seed = 0;
   std::string checkpoint;
@@ -77,7 +84,8 @@ void usage(std::ostream& os) {
   os << "usage: mt_generate --tokenizer TOKENIZER_JSON_OR_DIR --prompt TEXT\n"
         "         [--checkpoint STEP_DIR (trained weights and architecture; else a fresh model)]\n"
         "         [--max-new-tokens N (64)] [--temperature T (0: greedy)] [--top-k K (0: all)]\n"
-        "         [--seed S (0)] [--flavor F (the checkpoint's architecture, else debugmodel)]\n"
+        "         [--seed S (0)] [--model llama3|deepseek_v3 (llama3)]\n"
+        "         [--flavor F (the checkpoint's architecture, else debugmodel / moe_debug)]\n"
         "         [--max-seq-len N (prompt + new tokens)] [--init-seed S (0)] [--no-bos]\n"
         "         [--json (ids and text as one JSON object)] [--logits-out FILE.safetensors]\n";
 }
@@ -108,6 +116,10 @@ Args parse_args(int argc, char** argv) {
       const int64_t s = flags.int_value();
       MT_CHECK(s >= 0, "mt_generate: --init-seed expects a non-negative integer, got ", s);
       a.init_seed = uint64_t(s);
+    } else if (arg == "--model") {
+      a.model = flags.value();
+      MT_CHECK(a.model == "llama3" || a.model == "deepseek_v3",
+               "mt_generate: --model expects llama3 or deepseek_v3, got '", a.model, "'");
     } else if (arg == "--flavor") {
       a.flavor = flags.value();
     } else if (arg == "--max-seq-len") {
@@ -170,12 +182,15 @@ mt::models::ModelSpec model_spec(const Args& a, const mt::data::BpeTokenizer& to
     index = ckpt::read_index(dir / ckpt::kIndexFileName);
     saved = mt::train::saved_architecture(index->values, dir);
   }
+  MT_CHECK(!saved || a.model == "llama3", "mt_generate: ", dir.string(),
+           " saved a llama3 architecture, not a ", a.model, " one (--model)");
   mt::models::ModelSpec spec;
   if (saved && !a.flavor) {
     spec = mt::models::model_spec_from_architecture("llama3", saved->text, saved->where);
   } else {
-    spec = mt::models::get_model_spec("llama3", a.flavor.value_or("debugmodel"));
-    std::any_cast<llama::ModelArgs&>(*spec.args).vocab_size = tokenizer.vocab_size();
+    spec = mt::models::get_model_spec(
+        a.model, a.flavor.value_or(a.model == "llama3" ? "debugmodel" : "moe_debug"));
+    mt::train::with_lm_args(spec, [&](auto& args) { args.vocab_size = tokenizer.vocab_size(); });
     if (saved) {
       spec = mt::train::adopt_saved_architecture(
           spec, *saved,
@@ -183,11 +198,15 @@ mt::models::ModelSpec model_spec(const Args& a, const mt::data::BpeTokenizer& to
               std::to_string(tokenizer.vocab_size()) + ")");
     }
   }
-  auto& margs = std::any_cast<llama::ModelArgs&>(*spec.args);
-  MT_CHECK(tokenizer.vocab_size() <= margs.vocab_size, "mt_generate: the tokenizer ", a.tokenizer,
-           " has ", tokenizer.vocab_size(), " tokens, more than the model's vocab_size ",
-           margs.vocab_size);
-  margs.max_seq_len = a.max_seq_len.value_or(std::min(tokens_needed, margs.max_position_embeddings));
+  mt::train::with_lm_args(spec, [&](auto& args) {
+    MT_CHECK(tokenizer.vocab_size() <= args.vocab_size, "mt_generate: the tokenizer ",
+             a.tokenizer, " has ", tokenizer.vocab_size(),
+             " tokens, more than the model's vocab_size ", args.vocab_size);
+    int64_t longest = tokens_needed;
+    if constexpr (requires { args.max_position_embeddings; })
+      longest = std::min(longest, args.max_position_embeddings);
+    args.max_seq_len = a.max_seq_len.value_or(longest);
+  });
   if (index && !saved) check_shapes(spec, *index, dir);
   return spec;
 }
@@ -207,13 +226,13 @@ void load_weights(mt::runtime::nn::Module& model, const fs::path& dir) {
   std::cerr << "mt_generate: loaded the weights of " << dir.string() << "\n";
 }
 
-void write_prompt_logits(llama::Transformer& model, const std::vector<int64_t>& prompt,
-                         const std::string& path) {
+void write_prompt_logits(const mt::models::ModelSpec& spec, mt::runtime::nn::Module& model,
+                         const std::vector<int64_t>& prompt, const std::string& path) {
   mt::runtime::NoGradGuard no_grad;
   const int64_t n = int64_t(prompt.size());
   const mt::runtime::Tensor tokens =
       mt::runtime::from_vector<int64_t>(prompt, {1, n}, {mt::runtime::DType::I64});
-  const mt::runtime::Tensor logits = model(tokens).to(mt::runtime::DType::F32);
+  const mt::runtime::Tensor logits = spec.forward(model, tokens).to(mt::runtime::DType::F32);
   ckpt::write_safetensors(path, {{"logits", logits.reshape({n, logits.size(2)}).contiguous()}});
   std::cerr << "mt_generate: wrote the prompt's logits to " << path << "\n";
 }
@@ -231,26 +250,25 @@ int run(const Args& a) {
                                                   a.checkpoint, "mt_generate --checkpoint");
   mt::models::ModelSpec spec =
       model_spec(a, tokenizer, dir, int64_t(prompt.size()) + a.gen.max_new_tokens);
-  const auto& margs = std::any_cast<const llama::ModelArgs&>(*spec.args);
-  MT_CHECK(int64_t(prompt.size()) <= margs.max_seq_len, "mt_generate: the prompt is ",
-           prompt.size(), " tokens, longer than max_seq_len = ", margs.max_seq_len,
-           " (--max-seq-len; the model's max_position_embeddings is ",
-           margs.max_position_embeddings, ")");
+  const llama::DecodeLimits limits{*mt::train::vocab_size_of(spec),
+                                   *mt::train::max_seq_len_of(spec)};
+  MT_CHECK(int64_t(prompt.size()) <= limits.max_seq_len, "mt_generate: the prompt is ",
+           prompt.size(), " tokens, longer than max_seq_len = ", limits.max_seq_len,
+           " (--max-seq-len; at most the model's max_position_embeddings)");
   auto module = spec.build({.seed = a.init_seed});
   if (dir.empty()) {
-    std::cerr << "mt_generate: WARNING: no --checkpoint: sampling from a freshly initialised llama3 "
-              << spec.flavor << " (init seed " << a.init_seed << "), the output is noise\n";
+    std::cerr << "mt_generate: WARNING: no --checkpoint: sampling from a freshly initialised "
+              << a.model << " " << spec.flavor << " (init seed " << a.init_seed
+              << "), the output is noise\n";
   } else {
     load_weights(*module, dir);
   }
-  auto* model = dynamic_cast<llama::Transformer*>(module.get());
-  MT_CHECK(model != nullptr, "mt_generate: the llama3 spec did not build a llama Transformer");
-  if (!a.logits_out.empty()) write_prompt_logits(*model, prompt, a.logits_out);
+  if (!a.logits_out.empty()) write_prompt_logits(spec, *module, prompt, a.logits_out);
 
   llama::GenerateOptions gen = a.gen;
   if (const auto eos = tokenizer.eos_id()) gen.eos_id = *eos;
   const auto start = std::chrono::steady_clock::now();
-  const llama::GenerateResult r = llama::generate(*model, prompt, gen);
+  const llama::GenerateResult r = mt::models::generate(spec, *module, limits, prompt, gen);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 

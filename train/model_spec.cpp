@@ -12,21 +12,6 @@ namespace mt::train {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// `fn` on the spec's args where they are a language model's (vocab_size, max_seq_len). The args
-// are shared (ModelSpec::args), so a const spec's are edited too.
-template <class Fn>
-void with_lm_args(const models::ModelSpec& spec, Fn&& fn) {
-  if (auto* llama = std::any_cast<models::llama::ModelArgs>(spec.args.get())) {
-    fn(*llama);
-  } else if (auto* moe = std::any_cast<models::moe::ModelArgs>(spec.args.get())) {
-    fn(*moe);
-  }
-}
-
-}  // namespace
-
 std::optional<int64_t> vocab_size_of(const models::ModelSpec& spec) {
   std::optional<int64_t> vocab;
   with_lm_args(spec, [&](auto& args) { vocab = args.vocab_size; });

@@ -20,6 +20,8 @@
 #include <string>
 
 #include "checkpoint/state.h"
+#include "models/llama/model_args.h"
+#include "models/moe/model_args.h"
 #include "models/registry.h"
 #include "train/config/job_config.h"
 
@@ -49,6 +51,18 @@ models::ModelSpec model_spec_for(
     const config::JobConfig& job, std::optional<int64_t> vocab_size,
     const std::optional<SavedArchitecture>& saved = std::nullopt,
     const std::function<void(std::any& model_args)>& edit_args = nullptr);
+
+// `fn` on the spec's args where they are a language model's (llama3, deepseek_v3: vocab_size,
+// max_seq_len); nothing for other models. The args are shared (ModelSpec::args), so a const
+// spec's are edited too.
+template <class Fn>
+void with_lm_args(const models::ModelSpec& spec, Fn&& fn) {
+  if (auto* llama = std::any_cast<models::llama::ModelArgs>(spec.args.get())) {
+    fn(*llama);
+  } else if (auto* moe = std::any_cast<models::moe::ModelArgs>(spec.args.get())) {
+    fn(*moe);
+  }
+}
 
 // The vocab size and the longest sequence (max_seq_len) of a language model's spec (llama3,
 // deepseek_v3); nullopt for other models.

@@ -2,7 +2,8 @@
 // checkpoint's saved architecture (a shape no flavor has, tied, with a padded vocab), --json
 // gives the ids of the same greedy decoding run in process and --logits-out the prompt's logits;
 // a --flavor that is not the checkpoint's model is an error listing the differing fields, and for
-// checkpoints without a saved architecture the shapes are compared before a model is allocated.
+// checkpoints without a saved architecture the shapes are compared before a model is allocated;
+// --model deepseek_v3 decodes a MoE checkpoint as the model does in process.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -16,7 +17,10 @@
 #include "checkpoint/safetensors.h"
 #include "data/tokenizer/bpe_tokenizer.h"
 #include "models/llama/generate.h"
+#include "models/decode.h"
 #include "models/llama/model.h"
+#include "models/moe/model_args.h"
+#include "models/registry.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/factory.h"
@@ -138,6 +142,60 @@ TEST_F(GenerateTool, ShapesOfACheckpointWithoutArchitectureAreComparedBeforeBuil
             std::string::npos)
       << r.output;
   EXPECT_LT(r.seconds, 30.0) << "the 8B model was built before the shapes were compared";
+}
+
+// --model deepseek_v3: a MoE checkpoint (saved without an architecture) with --flavor
+// moe_debug and the tokenizer's vocab; the ids of the same greedy and sampled decoding run in
+// process with the MoE model's KV-cached forward, and its prompt logits.
+TEST_F(GenerateTool, MoeCheckpointDecodesAsTheModelInProcess) {
+  const models::ModelSpec spec = models::get_model_spec("deepseek_v3", "moe_debug");
+  std::any_cast<models::moe::ModelArgs&>(*spec.args).vocab_size = 50257;
+  std::any_cast<models::moe::ModelArgs&>(*spec.args).max_seq_len = 64;
+  const auto model = spec.build({.seed = 9});
+  checkpoint::CheckpointState state;
+  for (const auto& [fqn, p] : model->named_parameters())
+    state.tensors.push_back(checkpoint::whole("model." + fqn, p.detach()));
+  state.values["step"] = int64_t(0);
+  auto world = parallel::MpiProcessGroup::world();
+  checkpoint::save_checkpoint(scratch_ / "moe" / "step-0", state, *world);
+
+  const auto tokenizer = data::BpeTokenizer::from_file(tokenizer_);
+  const std::vector<int32_t> encoded = tokenizer.encode("ROMEO: what light", true);
+  const std::vector<int64_t> prompt(encoded.begin(), encoded.end());
+  for (const double temperature : {0.0, 1.0}) {
+    SCOPED_TRACE(temperature);
+    const fs::path json_file = scratch_ / "moe.json", logits_file = scratch_ / "moe.safetensors";
+    const testing::CommandResult r = testing::run_command(
+        "{ " + std::string(MT_GENERATE_BIN) + " --tokenizer '" + tokenizer_.string() +
+        "' --checkpoint '" + (scratch_ / "moe").string() +
+        "' --model deepseek_v3 --prompt 'ROMEO: what light' --max-new-tokens 12 --max-seq-len 64 "
+        "--seed 3 --top-k 20 --temperature " + std::to_string(temperature) + " --json --logits-out '" +
+        logits_file.string() + "' > '" + json_file.string() + "'; }");
+    ASSERT_EQ(r.status, 0) << r.output;
+    std::ifstream json_in(json_file);
+    const nlohmann::json j = nlohmann::json::parse(json_in);
+    EXPECT_EQ(j.at("prompt_ids").get<std::vector<int64_t>>(), prompt);
+    llama::GenerateOptions options{.max_new_tokens = 12, .temperature = temperature,
+                                   .top_k = 20, .seed = 3};
+    options.eos_id = 50256;
+    const llama::GenerateResult want = models::generate(spec, *model, {50257, 64}, prompt, options);
+    EXPECT_EQ(j.at("generated_ids").get<std::vector<int64_t>>(), want.tokens);
+    EXPECT_EQ(want.tokens.size(), 12u);
+    runtime::NoGradGuard no_grad;
+    const Tensor tokens =
+        runtime::from_vector<int64_t>(prompt, {1, int64_t(prompt.size())}, {runtime::DType::I64});
+    const Tensor expected =
+        spec.forward(*model, tokens).reshape({int64_t(prompt.size()), int64_t(50257)});
+    EXPECT_TRUE(testing::all_close(checkpoint::read_safetensors(logits_file).at("logits"),
+                                   expected, 1e-6, 1e-6));
+  }
+  // A flavor whose shapes are not the checkpoint's is refused before it is built.
+  const testing::CommandResult bad = testing::run_command(
+      std::string(MT_GENERATE_BIN) + " --tokenizer '" + tokenizer_.string() + "' --checkpoint '" +
+      (scratch_ / "moe").string() + "' --model deepseek_v3 --flavor 16B --prompt hello");
+  EXPECT_EQ(bad.status, 1) << bad.output;
+  EXPECT_NE(bad.output.find("--flavor 16B is not the model saved in"), std::string::npos)
+      << bad.output;
 }
 
 }  // namespace
