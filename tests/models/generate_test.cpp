@@ -157,6 +157,23 @@ TEST(KVCache, ErrorsLeaveTheCacheUnchanged) {
   EXPECT_THROW(cache.append(1, runtime::zeros({1, 2, 1, 3}), kv), mt::Error);
 }
 
+// truncate() forgets tokens a forward ran with (the padding of a sequence-parallel step): the
+// next forward writes over them and its logits are the full forward's on the real tokens.
+TEST(KVCache, TruncatedTokensAreWrittenOverByTheNextForward) {
+  auto m = tiny_model(DType::F64);
+  const Tensor tokens = runtime::from_vector<int64_t>(random_ids(9, 50, 11), {1, 9}, kI64);
+  const Tensor full = (*m)(tokens);
+  KVCache cache = m->make_kv_cache(1);
+  const Tensor junk = runtime::from_vector<int64_t>({3, 1, 4}, {1, 3}, kI64);
+  m->forward_cached(runtime::cat({tokens.narrow(1, 0, 5), junk}, 1), cache);
+  EXPECT_EQ(cache.length(), 8);
+  cache.truncate(5);
+  EXPECT_EQ(cache.length(), 5);
+  EXPECT_TRUE(all_close(m->forward_cached(tokens.narrow(1, 5, 4), cache), full.narrow(1, 5, 4),
+                        1e-12, 0));
+  EXPECT_THROW(cache.truncate(10), mt::Error);  // beyond what it holds
+}
+
 // Argmax of the last row of the full forward, recomputed on the whole sequence each step.
 std::vector<int64_t> naive_greedy(Transformer& m, std::vector<int64_t> seq, int64_t n) {
   runtime::NoGradGuard no_grad;
