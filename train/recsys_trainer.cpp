@@ -18,6 +18,7 @@
 #include "parallel/comm/object_collectives.h"
 #include "parallel/embedding/row_stream.h"
 #include "parallel/embedding/sharded_managed_collision.h"
+#include "parallel/embedding/shared_log.h"
 #include "parallel/mesh/device_mesh.h"
 #include "runtime/core/allocator.h"
 #include "runtime/core/device_runtime.h"
@@ -264,8 +265,11 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
   setup_managed_collision();
   if (!config_.embedding.stream_to.empty()) {
     // Every rank streams the rows it owns; ranks other than 0 warn on stderr (their outages are
-    // their own).
-    std::ostream* warnings = options_.quiet ? nullptr : rank() == 0 ? &log() : &std::cerr;
+    // their own). Rank 0's warnings reach log() through stream_log_: the stream's thread must not
+    // write the stream the training thread writes.
+    if (!options_.quiet && rank() == 0) stream_log_ = std::make_unique<parallel::SharedLog>();
+    std::ostream* warnings =
+        options_.quiet ? nullptr : rank() == 0 ? stream_log_.get() : &std::cerr;
     stream_ = std::make_unique<parallel::RowStreamClient>(
         parallel::parse_stream_address(config_.embedding.stream_to),
         config_.embedding.stream_queue_mb << 20, config_.embedding.stream_state, warnings);
@@ -344,8 +348,15 @@ runtime::sparse::KeyedJaggedTensor RecsysTrainer::map_ids(
   return std::move(r.features);
 }
 
+void RecsysTrainer::forward_stream_log(std::ostream& out) const {
+  if (!stream_log_) return;
+  const std::string text = stream_log_->take();
+  if (!text.empty()) out << text << std::flush;
+}
+
 void RecsysTrainer::finish_stream(std::ostream& out) const {
   const bool flushed = stream_->flush(std::chrono::seconds(30));
+  forward_stream_log(out);
   const parallel::RowStreamStats st = stream_->stats();
   out << "embedding stream to " << config_.embedding.stream_to << " (rank " << rank()
       << "): " << st.rows_sent << " rows in " << st.frames_sent << " updates acknowledged";
@@ -502,6 +513,7 @@ TrainResult RecsysTrainer::train() {
     run.profile_begin(step, device_);
     unread.push_back(train_step(step));
     run.profile_end(step);
+    forward_stream_log(out);
     const bool log_line = step == 1 || step % config_.metrics.log_freq == 0 || step == tc.steps;
     // The wait for the device, at a logged step: the window's time is the steps' wall time.
     if (log_line) read_steps(unread, result);

@@ -66,6 +66,7 @@ namespace mt::parallel {
 class ShardedEmbeddingBagCollection;
 class ShardedManagedCollisionCollection;
 class RowStreamClient;
+class SharedLog;
 }  // namespace mt::parallel
 namespace mt::runtime::sparse {
 class KeyedJaggedTensor;
@@ -139,6 +140,12 @@ class RecsysTrainer {
   std::optional<data::recsys::RecsysBatch> lookahead_;
   std::map<std::string, int64_t> state_before_lookahead_;
   runtime::sparse::KvStats kv_logged_;  // at the last log line
+  // Moves what the stream's connection thread logged (stream_log_) into `out`, on this thread.
+  void forward_stream_log(std::ostream& out) const;
+  // Rank 0's stream warnings, written by the stream's thread, forwarded to log() by the training
+  // thread (which alone writes log()). Declared before stream_, which logs into it until it is
+  // destroyed.
+  std::unique_ptr<parallel::SharedLog> stream_log_;
   std::unique_ptr<parallel::RowStreamClient> stream_;  // [embedding] stream_to
   mutable std::ostream null_log_{nullptr};
 };

@@ -159,7 +159,9 @@ StreamAddress parse_stream_address(const std::string& text);
 struct RowStreamOptions {
   int64_t queue_limit_bytes = int64_t(64) << 20;  // [embedding] stream_queue_mb
   bool send_state = false;                        // [embedding] stream_state
-  std::ostream* log = nullptr;                    // warnings; null = silent
+  // Warnings, written from the connection thread too: a stream no other thread writes unlocked
+  // (a SharedLog, parallel/embedding/shared_log.h); null = silent.
+  std::ostream* log = nullptr;
   double connect_timeout_s = 2.0;
   double initial_backoff_s = 0.05;  // retry delay after a failed connect, doubling ...
   double max_backoff_s = 2.0;       // ... up to this

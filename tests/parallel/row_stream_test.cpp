@@ -5,6 +5,7 @@
 // connection; the replica's store persists and refuses a foreign folder; address parsing; the
 // mt_embedding_server tool.
 #include "parallel/embedding/row_stream.h"
+#include "parallel/embedding/shared_log.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -41,38 +42,7 @@ using testing::error_of;
 using Clock = std::chrono::steady_clock;
 
 // An ostream that the client's thread and the test may use at once.
-class SyncLog : public std::ostream {
- public:
-  SyncLog() : std::ostream(&buf_) {}
-  std::string text() const {
-    std::lock_guard<std::mutex> lock(buf_.mu);
-    return buf_.text;
-  }
-  int count(const std::string& what) const {
-    const std::string t = text();
-    int n = 0;
-    for (size_t p = t.find(what); p != std::string::npos; p = t.find(what, p + 1)) ++n;
-    return n;
-  }
-
- private:
-  struct Buf : std::streambuf {
-    mutable std::mutex mu;
-    std::string text;
-    int_type overflow(int_type c) override {
-      if (c != traits_type::eof()) {
-        std::lock_guard<std::mutex> lock(mu);
-        text.push_back(char(c));
-      }
-      return c;
-    }
-    std::streamsize xsputn(const char* s, std::streamsize n) override {
-      std::lock_guard<std::mutex> lock(mu);
-      text.append(s, size_t(n));
-      return n;
-    }
-  } buf_;
-};
+using SyncLog = SharedLog;
 
 bool wait_until(const std::function<bool()>& done, double seconds = 10) {
   const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);

@@ -120,6 +120,12 @@ TEST(RecsysStreamDown, TrainerWarnsAndTrainsOn) {
   EXPECT_NE(log.str().find("127.0.0.1:" + std::to_string(port)), std::string::npos) << log.str();
   EXPECT_NE(log.str().find("the replica missed "), std::string::npos) << log.str();
   EXPECT_NE(log.str().find("of steps 1..12"), std::string::npos) << log.str();
+  // The stream's own warning, logged by its connection thread, reaches the trainer's log (which
+  // only the training thread writes).
+  EXPECT_NE(log.str().find("WARNING: the replica at 127.0.0.1:" + std::to_string(port) +
+                           " is unreachable"),
+            std::string::npos)
+      << log.str();
 }
 
 TEST(RecsysStreamErrors, BadAddressIsAnError) {
