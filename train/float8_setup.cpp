@@ -67,6 +67,19 @@ void check_float8_device(const config::JobConfig& job, runtime::Device device) {
 
 namespace {
 
+// `convert` (a conversion of one module) over every module, their results joined.
+template <class Convert>
+runtime::nn::Float8Conversion convert_each(const std::vector<runtime::nn::Module*>& modules,
+                                           Convert&& convert) {
+  runtime::nn::Float8Conversion all;
+  for (runtime::nn::Module* m : modules) {
+    runtime::nn::Float8Conversion c = convert(*m);
+    all.converted.insert(all.converted.end(), c.converted.begin(), c.converted.end());
+    all.skipped.insert(all.skipped.end(), c.skipped.begin(), c.skipped.end());
+  }
+  return all;
+}
+
 std::string apply(const std::vector<runtime::nn::Module*>& modules, const config::JobConfig& job,
                   runtime::Device device, bool whole_model) {
   MT_CHECK(float8_enabled(job), "apply_float8_training: no float8 section is enabled");
@@ -76,23 +89,17 @@ std::string apply(const std::vector<runtime::nn::Module*>& modules, const config
     const runtime::Float8Recipe recipe = job.float8.recipe_name == "rowwise"
                                              ? runtime::Float8Recipe::Rowwise
                                              : runtime::Float8Recipe::Tensorwise;  // validated
-    runtime::nn::Float8Conversion all;
-    for (runtime::nn::Module* m : modules) {
-      runtime::nn::Float8Conversion c =
-          runtime::nn::convert_linears_to_float8(*m, device, job.float8.filter_fqns, recipe);
-      all.converted.insert(all.converted.end(), c.converted.begin(), c.converted.end());
-      all.skipped.insert(all.skipped.end(), c.skipped.begin(), c.skipped.end());
-    }
-    text = float8_conversion_text(all, job.float8.recipe_name, job.training.mixed_precision_param);
+    const runtime::nn::Float8Conversion linears = convert_each(modules, [&](runtime::nn::Module& m) {
+      return runtime::nn::convert_linears_to_float8(m, device, job.float8.filter_fqns, recipe);
+    });
+    text = float8_conversion_text(linears, job.float8.recipe_name,
+                                  job.training.mixed_precision_param);
   }
   const auto& fqns = job.float8_grouped_mm.fqns;
   if (fqns.empty()) return "float8: " + text;
-  runtime::nn::Float8Conversion experts;
-  for (runtime::nn::Module* m : modules) {
-    runtime::nn::Float8Conversion c = models::moe::convert_experts_to_float8(*m, device, fqns);
-    experts.converted.insert(experts.converted.end(), c.converted.begin(), c.converted.end());
-    experts.skipped.insert(experts.skipped.end(), c.skipped.begin(), c.skipped.end());
-  }
+  const runtime::nn::Float8Conversion experts = convert_each(modules, [&](runtime::nn::Module& m) {
+    return models::moe::convert_experts_to_float8(m, device, fqns);
+  });
   if (whole_model && experts.converted.empty() && experts.skipped.empty()) {
     std::string listed;
     for (const std::string& f : fqns) listed += (listed.empty() ? "\"" : ", \"") + f + "\"";
