@@ -1,11 +1,13 @@
 // ModelSpec's pipeline hooks (num_layers, build_stage, stage_forward, hidden_shape: registry.h)
-// and decoding hooks (make_kv_cache, forward_cached) for a decoder whose Transformer takes a
+// decoding hooks (make_kv_cache, forward_cached) and the context-parallel hook (shard_sequence)
+// for a decoder whose Transformer takes a
 // llama::LayerRange and has stage_forward and forward_cached, as llama's and the MoE model's do.
 // Shared by their specs.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -58,6 +60,14 @@ void add_cached_decoding(ModelSpec& spec) {
   spec.forward_cached = [name = spec.name](runtime::nn::Module& model, const Tensor& input,
                                            llama::KVCache& cache) {
     return as_model<Model>(model, name).forward_cached(input, cache);
+  };
+}
+
+template <class Model>
+void add_sequence_sharding(ModelSpec& spec) {
+  spec.shard_sequence = [name = spec.name](runtime::nn::Module& model,
+                                           const std::optional<SequenceShard>& shard) {
+    as_model<Model>(model, name).set_sequence_shard(shard);
   };
 }
 

@@ -31,6 +31,7 @@
 #include "parallel/comm/mpi_process_group.h"
 #include "parallel/comm/nccl_process_group.h"
 #include "parallel/comm/object_collectives.h"
+#include "parallel/context/context_parallel.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/mesh/device_mesh.h"
 #include "parallel/tensor/dtensor_ops.h"
@@ -259,19 +260,22 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   global_batch_size_ = layout.global_batch_size;
   tp_ = layout.tp;
   pp_ = layout.pp;
+  cp_ = layout.cp;
   // The data-parallel ranks on the host: world ranks with the same pp and tp coordinates on the
-  // mesh (pp, dp, tp) (pp outermost, tp innermost).
-  if (pp_ > 1) {
-    const auto host = parallel::DeviceMesh::create(world_, {pp_, layout.dp, tp_}, {"pp", "dp", "tp"});
-    dp_world_ = host->group_ptr(1);
-    // Losses live on the last stage, once per tp group; load-balancing counts are summed over
-    // the ranks of a stage (dp and tp: tp ranks route different tokens).
-    loss_world_ = host->flatten({"pp", "dp"}, "pp_dp")->group_ptr(0);
-    stage_world_ = host->flatten({"dp", "tp"}, "stage")->group_ptr(0);
+  // mesh (pp, dp, cp, tp) (pp outermost, tp innermost). cp ranks hold different tokens of the
+  // same sequences: their token counts and losses add up as the dp ranks' do.
+  if (pp_ > 1 || cp_ > 1 || tp_ > 1) {
+    const auto host = parallel::DeviceMesh::create(world_, {pp_, layout.dp, cp_, tp_},
+                                                   {"pp", "dp", "cp", "tp"});
+    dp_world_ = cp_ > 1 ? host->flatten({"dp", "cp"}, "dp_cp")->group_ptr(0) : host->group_ptr(1);
+    if (pp_ > 1) {
+      // Losses live on the last stage, once per tp group; load-balancing counts are summed over
+      // the ranks of a stage (dp, cp and tp: those ranks route different tokens).
+      loss_world_ = host->flatten({"pp", "dp", "cp"}, "pp_dp")->group_ptr(0);
+      stage_world_ = host->flatten({"dp", "cp", "tp"}, "stage")->group_ptr(0);
+    }
   } else {
-    dp_world_ = tp_ == 1 ? world_
-                         : parallel::DeviceMesh::create(world_, {layout.dp, tp_}, {"dp", "tp"})
-                               ->group_ptr(0);
+    dp_world_ = world_;
   }
   const RankPlacement placement =
       place_ranks(*world_, tc.device, config_.where("training.device"));
@@ -303,8 +307,9 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   lo.local_batch_size = tc.local_batch_size;
   lo.val_fraction = config_.validation.enable ? kValFraction : 0.0;
   lo.seed = uint64_t(tc.seed);
-  // The ranks of one tp group (tp innermost) and of one pipeline read the same batches.
-  lo.rank = (rank() / tp_) % layout.dp;
+  // The ranks of one tp group (tp innermost), of one cp group (next) and of one pipeline read
+  // the same batches.
+  lo.rank = (rank() / (tp_ * cp_)) % layout.dp;
   lo.world_size = layout.dp;
   loader_ = std::make_unique<data::Loader>(token_file_, lo);
   MT_CHECK(loader_->num_train_windows() > 0, "train: the token file ", token_file_.string(),
@@ -326,6 +331,11 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
     MT_CHECK(spec_->check_tensor_parallel != nullptr, "train: model ", spec_->name,
              " has no tensor-parallel plan; set parallelism.tensor_parallel_degree = 1");
     spec_->check_tensor_parallel(tp_);
+  }
+  if (cp_ > 1) {
+    MT_CHECK(spec_->shard_sequence != nullptr, "train: model ", spec_->name,
+             " cannot run on sequence shards; set parallelism.context_parallel_degree = 1");
+    if (spec_->check_context_parallel) spec_->check_context_parallel();
   }
   const bool shards = shards_parameters();
   if (pp_ > 1) {
@@ -401,30 +411,40 @@ void Trainer::setup_parallelism() {
           ? world_
           : std::shared_ptr<parallel::ProcessGroup>(parallel::make_nccl_process_group(world_));
   const config::WorldLayout layout = config::validate_for_world(config_, world_size());
-  if (layout.pp > 1) {  // (pp, dp_replicate, dp_shard, tp), torchtitan's order
-    const auto mesh = parallel::DeviceMesh::create(
-        device_world_, {layout.pp, layout.dp_replicate, layout.dp_shard, layout.tp},
-        {"pp", "dp_replicate", "dp_shard", "tp"});
-    dp_mesh_ = layout.dp_replicate > 1 ? mesh->submesh({"dp_replicate", "dp_shard"})
-                                       : mesh->submesh({"dp_shard"});
+  // FSDP shards over dp_shard and cp together (torchtitan's dp_shard_cp): cp ranks hold the same
+  // parameters, and their gradients (of different tokens) add up as the dp ranks' do. On the
+  // row-major mesh cp follows dp_shard, so one dim of their product holds the same ranks.
+  const int64_t shard = layout.dp_shard * layout.cp;
+  const std::string shard_dim = layout.cp > 1 ? "dp_shard_cp" : "dp_shard";
+  if (layout.pp > 1) {  // (pp, dp_replicate, dp_shard, cp, tp), torchtitan's order
+    const auto mesh =
+        parallel::DeviceMesh::create(device_world_, {layout.pp, layout.dp_replicate, shard, layout.tp},
+                                     {"pp", "dp_replicate", shard_dim, "tp"});
+    dp_mesh_ = layout.dp_replicate > 1 ? mesh->submesh({"dp_replicate", shard_dim})
+                                       : mesh->submesh({shard_dim});
     if (layout.tp > 1) {
-      world_mesh_ = mesh->submesh({"dp_replicate", "dp_shard", "tp"});  // one stage's ranks
+      world_mesh_ = mesh->submesh({"dp_replicate", shard_dim, "tp"});  // one stage's ranks
       tp_mesh_ = mesh->submesh({"tp"});
     }
     pp_group_ = mesh->group_ptr(0);
   } else if (layout.tp > 1) {
-    world_mesh_ = parallel::DeviceMesh::create(device_world_,
-                                               {layout.dp_replicate, layout.dp_shard, layout.tp},
-                                               {"dp_replicate", "dp_shard", "tp"});
-    dp_mesh_ = layout.dp_replicate > 1 ? world_mesh_->submesh({"dp_replicate", "dp_shard"})
-                                       : world_mesh_->submesh({"dp_shard"});
+    world_mesh_ = parallel::DeviceMesh::create(
+        device_world_, {layout.dp_replicate, shard, layout.tp}, {"dp_replicate", shard_dim, "tp"});
+    dp_mesh_ = layout.dp_replicate > 1 ? world_mesh_->submesh({"dp_replicate", shard_dim})
+                                       : world_mesh_->submesh({shard_dim});
     tp_mesh_ = world_mesh_->submesh({"tp"});
   } else {
-    dp_mesh_ =
-        layout.dp_replicate > 1
-            ? parallel::DeviceMesh::create(device_world_, {layout.dp_replicate, layout.dp_shard},
-                                           {"dp_replicate", "dp_shard"})
-            : parallel::DeviceMesh::create(device_world_, {layout.dp_shard}, {"dp_shard"});
+    dp_mesh_ = layout.dp_replicate > 1
+                   ? parallel::DeviceMesh::create(device_world_, {layout.dp_replicate, shard},
+                                                  {"dp_replicate", shard_dim})
+                   : parallel::DeviceMesh::create(device_world_, {shard}, {shard_dim});
+  }
+  if (layout.cp > 1) {
+    const auto mesh = parallel::DeviceMesh::create(
+        device_world_, {layout.pp, layout.dp_replicate, layout.dp_shard, layout.cp, layout.tp},
+        {"pp", "dp_replicate", "dp_shard", "cp", "tp"});
+    context_parallel_ = std::make_unique<parallel::ContextParallel>(mesh->submesh({"cp"}));
+    sequence_positions_ = context_parallel_->positions(config_.training.seq_len, device_);
   }
   MT_CHECK(spec_->parallelize != nullptr, "train: model ", spec_->name,
            " cannot be parallelized (no parallelize hook)");
@@ -435,8 +455,8 @@ void Trainer::setup_parallelism() {
   ctx.tp_mesh = tp_mesh_;
   ctx.sequence_parallel = p.enable_sequence_parallel;
   ctx.loss_parallel = !p.disable_loss_parallel;
-  if (layout.ep > 1) {  // ep borrows ranks from dp_shard: efsdp = dp_shard / ep (validated)
-    std::vector<int64_t> shape = {layout.dp_replicate, layout.ep, layout.dp_shard / layout.ep};
+  if (layout.ep > 1) {  // ep borrows ranks from dp_shard x cp: efsdp = that / ep (validated)
+    std::vector<int64_t> shape = {layout.dp_replicate, layout.ep, shard / layout.ep};
     std::vector<std::string> names = {"dp_replicate", "ep", "efsdp"};
     if (layout.tp > 1) {  // tp innermost, as on the world mesh
       shape.push_back(layout.tp);
@@ -539,11 +559,12 @@ void Trainer::build_pipeline(const PipelinePlan& plan, const models::BuildOption
                           .with_device(device_);
   // Between stages the residual stream is local: with sequence parallelism each tp rank sends
   // its sequence shard to the same tp rank of the next stage.
+  // With context parallelism the stages pass this rank's share of each sequence.
   const bool sequence_shards = tp_ > 1 && config_.parallelism.enable_sequence_parallel;
   pipeline_ = std::make_unique<pipe::PipelineRunner>(
       plan.schedule, pp_group_, std::move(local), std::move(functions),
       spec_->hidden_shape(config_.parallelism.pipeline_parallel_microbatch_size,
-                          config_.training.seq_len / (sequence_shards ? tp_ : 1)),
+                          config_.training.seq_len / cp_ / (sequence_shards ? tp_ : 1)),
       hidden);
 }
 
@@ -705,7 +726,7 @@ Trainer::StepValues Trainer::train_step() {
   batches.reserve(size_t(grad_accum_));
   int64_t local_valid = 0;
   for (int64_t i = 0; i < grad_accum_; ++i) {
-    batches.push_back(loader_->next());
+    batches.push_back(shard_sequences(loader_->next()));
     for (int64_t t : batches.back().labels.to_vector<int64_t>()) local_valid += t != -100;
     batches.back().inputs = batch_to_device(batches.back().inputs, device_);
     batches.back().labels = batch_to_device(batches.back().labels, device_);
@@ -714,16 +735,19 @@ Trainer::StepValues Trainer::train_step() {
   values.valid = sum_over_dp(double(local_valid), "train.valid_tokens");
   MT_CHECK(values.valid > 0, "train: a step's batches hold no valid label");
   optimizer_->zero_grad();
-  for (const data::Batch& b : batches) {
-    Tensor sum;
-    if (pipeline_) {
-      sum = pipeline_batch_loss(b.inputs, b.labels, values.valid);
-    } else {
-      sum = batch_loss(b.inputs, b.labels, runtime::Reduction::Sum);
-      (sum * (1.0 / values.valid)).backward();
+  {
+    const SequenceShardScope sharded(*this);  // backward too: recomputed blocks attend alike
+    for (const data::Batch& b : batches) {
+      Tensor sum;
+      if (pipeline_) {
+        sum = pipeline_batch_loss(b.inputs, b.labels, values.valid);
+      } else {
+        sum = batch_loss(b.inputs, b.labels, runtime::Reduction::Sum);
+        (sum * (1.0 / values.valid)).backward();
+      }
+      values.loss_sum =
+          values.loss_sum.defined() ? runtime::add(values.loss_sum, sum.detach()) : sum.detach();
     }
-    values.loss_sum =
-        values.loss_sum.defined() ? runtime::add(values.loss_sum, sum.detach()) : sum.detach();
   }
   // On the CPU the norm is read at once (and gradients under max_norm are not touched); on a GPU
   // it stays on the device, so the host queues the whole step without waiting for it, and the
@@ -854,10 +878,11 @@ std::optional<double> Trainer::validation_loss(int64_t max_batches) const {
   if (available == 0) return std::nullopt;
   const int64_t n = max_batches < 0 ? available : std::min(available, max_batches);
   runtime::NoGradGuard no_grad;
+  const SequenceShardScope sharded(*this);
   double sum = 0.0;
   int64_t count = 0;
   for (int64_t k = 0; k < n; ++k) {
-    const data::Batch b = loader_->val_batch(k);
+    const data::Batch b = shard_sequences(loader_->val_batch(k));
     const Tensor inputs = batch_to_device(b.inputs, device_);
     const Tensor labels = batch_to_device(b.labels, device_);
     const Tensor loss = pipeline_ ? pipeline_eval_loss(inputs, labels)
@@ -905,7 +930,7 @@ TrainResult Trainer::train() {
       << " validation windows of " << tc.seq_len << "\n"
       << "steps: " << tc.steps << " x " << grad_accum_ << " micro-batch(es) of "
       << tc.local_batch_size << " x " << tc.seq_len << " tokens per rank ("
-      << tokens_per_step * (world_size() / (tp_ * pp_)) << " tokens/step on " << world_size() << " rank"
+      << tokens_per_step * (world_size() / ranks_per_batch()) << " tokens/step on " << world_size() << " rank"
       << (world_size() > 1 ? "s" : "") << ", global batch " << global_batch_size_
       << "); " << config_.optimizer.name << " lr " << config_.optimizer.lr << "; seed "
       << tc.seed << "; " << cpu_threads_text() << "\n"
@@ -927,7 +952,7 @@ TrainResult Trainer::train() {
         << ": dp_replicate " << layout.dp_replicate << " x dp_shard " << layout.dp_shard
         << ", ep " << layout.ep
         << (layout.ep > 1 ? " (experts over " + expert_mesh_->describe() + ")" : "")
-        << ", tp " << layout.tp << ", pp " << layout.pp
+        << ", cp " << layout.cp << ", tp " << layout.tp << ", pp " << layout.pp
         << (layout.pp > 1 ? " (" + config_.parallelism.pipeline_parallel_schedule + ", " +
                                 std::to_string(layout.microbatches) + " micro-batches of " +
                                 std::to_string(config_.parallelism
@@ -1007,7 +1032,7 @@ TrainResult Trainer::train() {
     ++window_steps;
     eta.record(dt);
     result.steps_done = step;
-    tokens_seen += tokens_per_step * (world_size() / (tp_ * pp_));
+    tokens_seen += tokens_per_step * (world_size() / ranks_per_batch());
 
     if (log_line) {
       StepMetrics m;
@@ -1015,9 +1040,9 @@ TrainResult Trainer::train() {
       m.loss = result.losses.back();
       m.grad_norm = result.grad_norms.back();
       m.lr = lr;
-      // A tp group (and a pipeline) shares its batch: each of its devices counts its share
-      // (torchtitan's rule).
-      m.tokens_per_sec = double(window_steps * tokens_per_step) / double(tp_ * pp_) /
+      // A tp group, a cp group and a pipeline share their batch: each of their devices counts
+      // its share (torchtitan's rule).
+      m.tokens_per_sec = double(window_steps * tokens_per_step) / double(ranks_per_batch()) /
                          std::max(window_seconds, 1e-9);
       m.ranks = world_size();
       m.mfu = mfu(flops_per_token, m.tokens_per_sec, peak);

@@ -59,6 +59,7 @@
 namespace mt::data {
 class BpeTokenizer;
 class Loader;
+struct Batch;
 }  // namespace mt::data
 namespace mt::models {
 struct ModelSpec;
@@ -78,6 +79,7 @@ class LRScheduler;
 namespace mt::parallel {
 class ProcessGroup;
 class DeviceMesh;
+class ContextParallel;
 namespace pipeline {
 class PipelineRunner;
 }
@@ -190,8 +192,29 @@ class Trainer {
   // Sum of `value` over every rank (the value itself on one rank).
   double sum_over_ranks(double value, const char* name) const;
   // Sum over the data-parallel ranks: the ranks of one tensor-parallel group hold the same
-  // batches and losses, which count once.
+  // batches and losses, which count once (the ranks of a cp group hold different tokens: each
+  // counts).
   double sum_over_dp(double value, const char* name) const;
+  // Context parallelism (cp > 1): this rank's share of each sequence of a batch (inputs and
+  // labels); the batch itself otherwise.
+  data::Batch shard_sequences(data::Batch batch) const;
+  // While one lives, the model (each pipeline stage) computes on this rank's sequence shards
+  // (cp > 1; nothing otherwise): the training step's forward and backward, and validation.
+  // Decoding (the text sample) runs outside, on whole sequences.
+  class SequenceShardScope {
+   public:
+    explicit SequenceShardScope(const Trainer& trainer);
+    ~SequenceShardScope();
+    SequenceShardScope(const SequenceShardScope&) = delete;
+    SequenceShardScope& operator=(const SequenceShardScope&) = delete;
+
+   private:
+    const Trainer& trainer_;
+  };
+  // The modules the model runs as: the pipeline's stages on this rank, or the model.
+  std::vector<runtime::nn::Module*> model_parts() const;
+  // The ranks that share one batch (tp x cp x pp): tokens/s per rank divide by it.
+  int64_t ranks_per_batch() const { return tp_ * cp_ * pp_; }
   // Sum of the step losses: over the data-parallel ranks, and over the pipeline stages (only the
   // last stage's ranks hold losses; the others add zero).
   double sum_losses(double value, const char* name) const;
@@ -222,6 +245,11 @@ class Trainer {
   std::shared_ptr<parallel::DeviceMesh> world_mesh_, tp_mesh_;
   std::shared_ptr<parallel::ProcessGroup> dp_world_;
   int64_t tp_ = 1;
+  // Context parallelism (parallelism.context_parallel_degree > 1): the cp ranks' attention and
+  // sequence split, and this rank's positions of a training sequence (null / undefined: off).
+  int64_t cp_ = 1;
+  std::unique_ptr<parallel::ContextParallel> context_parallel_;
+  runtime::Tensor sequence_positions_;
   // Pipeline parallelism (pp > 1): the pp ranks of this rank's pipeline (over the device's
   // backend), this rank's stage modules (model_ is their merged view, for the optimizer and
   // checkpoints), the schedule's runner, and the current batch's labels per micro-batch.

@@ -9,6 +9,7 @@
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/attention.h"
 #include "runtime/ops/elementwise.h"
+#include "runtime/ops/index.h"
 #include "runtime/ops/join.h"
 #include "runtime/ops/matmul.h"
 #include "runtime/ops/rope.h"
@@ -80,8 +81,10 @@ Tensor Attention::operator()(const Tensor& x, const Tensor& cos, const Tensor& s
     // Cached: the queries at [pos, pos + t) see keys [0, pos + t); the causal mask is aligned
     // bottom-right, so query i sees keys j <= pos + i.
     if (cache != nullptr) std::tie(keys, values) = cache->append(layer, keys, values);
-    Tensor out = runtime::scaled_dot_product_attention(xq.transpose(1, 2), keys, values,
-                                                       /*causal=*/true);
+    Tensor out = core_attention && cache == nullptr
+                     ? core_attention(xq.transpose(1, 2), keys, values)
+                     : runtime::scaled_dot_product_attention(xq.transpose(1, 2), keys, values,
+                                                             /*causal=*/true);
     return (*wo)(out.transpose(1, 2).reshape({b, t, -1}));
   });
 }
@@ -219,6 +222,19 @@ Transformer::Transformer(const ModelArgs& args, uint64_t seed, TensorOptions opt
   init_weights(seed);
 }
 
+std::pair<Tensor, Tensor> rope_rows(const Tensor& cos, const Tensor& sin, const Tensor& positions,
+                                    int64_t tokens, const char* model) {
+  if (!positions.defined()) return {cos, sin};
+  MT_CHECK(positions.dim() == 1 && positions.size(0) == tokens, model, ": its sequence shard ",
+           "holds the positions of ", positions.numel(), " tokens, but the input has ", tokens);
+  return {runtime::index_select(cos, 0, positions), runtime::index_select(sin, 0, positions)};
+}
+
+void check_not_sharded(const Tensor& positions, const char* model) {
+  MT_CHECK(!positions.defined(), model, ": decoding runs on whole sequences; clear the sequence "
+           "shard (set_sequence_shard(std::nullopt)) first");
+}
+
 void check_token_batch(const Tensor& tokens, int64_t max_seq_len, const char* model) {
   MT_CHECK(tokens.defined() && tokens.dim() == 2 &&
                (tokens.dtype() == DType::I64 || tokens.dtype() == DType::I32),
@@ -273,8 +289,10 @@ Tensor Transformer::forward(const Tensor& input, bool f32_logits) {
   check_stage_input(input, tok_embeddings != nullptr, args_.dim, args_.max_seq_len, range_,
                     "llama Transformer");
   return call({input}, [this, f32_logits](const std::vector<Tensor>& in) {
+    const auto [cos, sin] =
+        rope_rows(rope_cos, rope_sin, positions_, in[0].size(1), "llama Transformer");
     Tensor h = tok_embeddings ? (*tok_embeddings)(in[0]) : in[0];
-    for (const auto& block : blocks) h = (*block)(h, rope_cos, rope_sin);
+    for (const auto& block : blocks) h = (*block)(h, cos, sin);
     return output ? logits_from_hidden(h, f32_logits) : h;
   });
 }
@@ -295,6 +313,7 @@ Tensor Transformer::forward_cached(const Tensor& input, KVCache& cache) {
   check_stage_input(input, tok_embeddings != nullptr, args_.dim, args_.max_seq_len, range_,
                     "llama Transformer::forward_cached");
   check_cache_fits(cache, range_, args_, input.size(0), input.size(1), "llama Transformer");
+  check_not_sharded(positions_, "llama Transformer");
   runtime::NoGradGuard no_grad;
   return forward_and_commit(cache, [&] {
     return call({input}, [this, &cache](const std::vector<Tensor>& in) {
@@ -316,6 +335,10 @@ KVCache Transformer::make_kv_cache(int64_t batch, int64_t max_seq, std::optional
 
 void Transformer::set_activation_checkpointing(ActivationCheckpointing ac) {
   for (const auto& block : blocks) ac.apply(*block, block->layer_id);
+}
+
+void Transformer::set_sequence_shard(const std::optional<SequenceShard>& shard) {
+  set_blocks_sequence_shard(blocks, shard, positions_);
 }
 
 }  // namespace mt::models::llama

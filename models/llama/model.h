@@ -41,6 +41,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,6 +49,7 @@
 
 #include "models/llama/kv_cache.h"
 #include "models/llama/model_args.h"
+#include "models/sequence_shard.h"
 #include "runtime/nn/embedding.h"
 #include "runtime/nn/linear.h"
 #include "runtime/nn/module.h"
@@ -97,6 +99,10 @@ class Attention : public nn::Module {
                     int64_t layer = 0);
 
   std::shared_ptr<InitLinear> wq, wk, wv, wo;
+  // When set (context parallelism: SequenceShard::attention), the causal attention of this
+  // layer's queries, keys and values in place of scaled_dot_product_attention over x's tokens
+  // alone. Decoding (with a cache) never uses it.
+  std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v)> core_attention;
 
  private:
   // The q, k and v projections of h [B, T, dim], each [B, T, heads * head_dim].
@@ -125,6 +131,21 @@ class TransformerBlock : public nn::Module {
   std::shared_ptr<nn::RMSNorm> attention_norm, ffn_norm;
   int64_t layer_id;
 };
+
+// Context parallelism, shared by the decoders in models/: sets (or, with nullopt, clears) each
+// block's Attention::core_attention and `positions` (the RoPE positions of the module's tokens).
+template <class Block>
+void set_blocks_sequence_shard(const std::vector<std::shared_ptr<Block>>& blocks,
+                               const std::optional<SequenceShard>& shard, Tensor& positions) {
+  positions = shard ? shard->positions : Tensor();
+  for (const auto& block : blocks) block->attention->core_attention = shard ? shard->attention : nullptr;
+}
+// The RoPE tables a forward over `tokens` tokens reads: their rows at `positions` (a sequence
+// shard's; its length must be `tokens`), or the whole tables when positions is undefined.
+std::pair<Tensor, Tensor> rope_rows(const Tensor& cos, const Tensor& sin, const Tensor& positions,
+                                    int64_t tokens, const char* model);
+// Decoding needs whole sequences: throws when `positions` (a sequence shard's) is set.
+void check_not_sharded(const Tensor& positions, const char* model);
 
 // Checks a decoder's input: tokens [B, T] of i64 or i32 with 1 <= T <= max_seq_len; `model`
 // names the model in the message ("llama Transformer"). Shared by the decoders in models/.
@@ -209,6 +230,10 @@ class Transformer : public nn::Module {
   // The TransformerBlocks `ac` names run under activation checkpointing; the others do not.
   void set_activation_checkpointing(ActivationCheckpointing ac);
 
+  // Context parallelism: the forwards (training and stage_forward, not decoding) run on a rank's
+  // share of each sequence as `shard` says, until set_sequence_shard(nullopt).
+  void set_sequence_shard(const std::optional<SequenceShard>& shard);
+
   const ModelArgs& args() const { return args_; }
 
   // Null where a pipeline stage does not hold them (see LayerRange).
@@ -227,6 +252,7 @@ class Transformer : public nn::Module {
 
   ModelArgs args_;
   LayerRange range_;
+  Tensor positions_;  // set_sequence_shard's; undefined: the tokens are at 0, 1, ...
 };
 
 }  // namespace mt::models::llama

@@ -53,6 +53,7 @@ ModelSpec spec_of(ModelArgs model_args, const std::string& flavor) {
   spec.parallelize = parallelize;
   add_pipeline_stages<Transformer, ModelArgs>(spec, args);
   add_cached_decoding<Transformer>(spec);
+  add_sequence_sharding<Transformer>(spec);
   spec.check_tensor_parallel = [args](int64_t tp) { check_tensor_parallel(args(), tp); };
   spec.num_params = [args]() { return count_parameters(args()).total; };
   spec.flops_per_token = [args](int64_t seq_len) { return flops_per_token(args(), seq_len); };

@@ -108,6 +108,7 @@ Tensor Transformer::forward_cached(const Tensor& input, llama::KVCache& cache) {
                            "moe Transformer::forward_cached");
   llama::check_cache_fits(cache, range_, attention_args(args_), input.size(0), input.size(1),
                           "moe Transformer");
+  llama::check_not_sharded(positions_, "moe Transformer");
   runtime::NoGradGuard no_grad;
   return llama::forward_and_commit(cache, [&] { return forward_part(input, true, &cache).logits; });
 }
@@ -129,10 +130,12 @@ Transformer::Output Transformer::forward_part(const Tensor& input, bool f32_logi
                            "moe Transformer");
   std::vector<Tensor> out = call_multi({input}, [this, f32_logits,
                                                  cache](const std::vector<Tensor>& in) {
+    const auto [cos, sin] =
+        llama::rope_rows(rope_cos, rope_sin, positions_, in[0].size(1), "moe Transformer");
     Tensor h = tok_embeddings ? (*tok_embeddings)(in[0]) : in[0];
     Tensor aux;
     for (const auto& block : blocks) {
-      std::vector<Tensor> o = block->forward(h, rope_cos, rope_sin, cache);
+      std::vector<Tensor> o = block->forward(h, cos, sin, cache);
       h = o[0];
       if (o.size() > 1) aux = aux.defined() ? runtime::add(aux, o[1]) : o[1];
     }
@@ -147,6 +150,10 @@ Transformer::Output Transformer::forward_part(const Tensor& input, bool f32_logi
 
 void Transformer::set_activation_checkpointing(llama::ActivationCheckpointing ac) {
   for (const auto& block : blocks) ac.apply(*block, block->layer_id);
+}
+
+void Transformer::set_sequence_shard(const std::optional<SequenceShard>& shard) {
+  llama::set_blocks_sequence_shard(blocks, shard, positions_);
 }
 
 std::vector<std::shared_ptr<MoE>> Transformer::moe_layers() const {

@@ -95,6 +95,8 @@ class Transformer : public nn::Module {
 
   // The TransformerBlocks `ac` names run under activation checkpointing; the others do not.
   void set_activation_checkpointing(llama::ActivationCheckpointing ac);
+  // Context parallelism, as llama's Transformer::set_sequence_shard.
+  void set_sequence_shard(const std::optional<SequenceShard>& shard);
 
   // The MoE layers, in block order.
   std::vector<std::shared_ptr<MoE>> moe_layers() const;
@@ -116,6 +118,7 @@ class Transformer : public nn::Module {
 
   ModelArgs args_;
   llama::LayerRange range_;
+  Tensor positions_;  // set_sequence_shard's; undefined: the tokens are at 0, 1, ...
 };
 
 }  // namespace mt::models::moe

@@ -176,6 +176,12 @@ std::vector<SectionSpec> build_schema() {
           {"expert_parallel_degree", &P::expert_parallel_degree,
            "Ranks that split the routed experts of MoE layers (taken from the shard ranks)",
            positive()},
+          {"context_parallel_degree", &P::context_parallel_degree,
+           "Ranks that split each sequence (context parallelism, between dp_shard and tp on the "
+           "mesh): each holds 1/cp of every sequence's tokens and activations, attention "
+           "all-gathers the keys and values; they read the same batches and FSDP shards over "
+           "them too. training.seq_len must be a multiple of 2 x cp",
+           positive()},
           {"tensor_parallel_degree", &P::tensor_parallel_degree,
            "Ranks that split each layer's matrices (tensor parallelism, the innermost mesh dim: "
            "keep it within a node); they read the same batches",

@@ -157,31 +157,44 @@ WorldLayout validate_for_world(const JobConfig& config, int64_t world_size) {
   WorldLayout out;
   out.tp = p.tensor_parallel_degree;
   out.pp = p.pipeline_parallel_degree;
+  out.cp = p.context_parallel_degree;
   out.dp_replicate = p.data_parallel_replicate_degree;
-  require(world_size % (out.pp * out.dp_replicate * out.tp) == 0, config,
-          "pipeline_parallel_degree x data_parallel_replicate_degree x tensor_parallel_degree "
-          "must divide " + world,
+  const int64_t others = out.pp * out.dp_replicate * out.cp * out.tp;
+  require(world_size % others == 0, config,
+          "pipeline_parallel_degree x data_parallel_replicate_degree x context_parallel_degree x "
+          "tensor_parallel_degree must divide " + world,
           "parallelism.pipeline_parallel_degree", "parallelism.data_parallel_replicate_degree",
-          "parallelism.tensor_parallel_degree");
-  out.dp_shard = p.data_parallel_shard_degree == -1
-                     ? world_size / (out.pp * out.dp_replicate * out.tp)
-                     : p.data_parallel_shard_degree;
-  require(out.pp * out.dp_replicate * out.dp_shard * out.tp == world_size, config,
+          "parallelism.context_parallel_degree", "parallelism.tensor_parallel_degree");
+  out.dp_shard = p.data_parallel_shard_degree == -1 ? world_size / others
+                                                    : p.data_parallel_shard_degree;
+  require(others * out.dp_shard == world_size, config,
           "pipeline_parallel_degree x data_parallel_replicate_degree x data_parallel_shard_degree "
-          "x tensor_parallel_degree must equal " + world,
+          "x context_parallel_degree x tensor_parallel_degree must equal " + world,
           "parallelism.pipeline_parallel_degree", "parallelism.data_parallel_replicate_degree",
-          "parallelism.data_parallel_shard_degree", "parallelism.tensor_parallel_degree");
+          "parallelism.data_parallel_shard_degree", "parallelism.context_parallel_degree",
+          "parallelism.tensor_parallel_degree");
   validate_pipeline(config, out);
-  require(out.tp == 1 || config.training.seq_len % out.tp == 0, config,
-          "training.seq_len must be a multiple of tensor_parallel_degree (tensor parallelism "
-          "splits each sequence over the tp ranks)",
-          "training.seq_len", "parallelism.tensor_parallel_degree");
+  require(out.cp == 1 || config.training.seq_len % (2 * out.cp) == 0, config,
+          "training.seq_len must be a multiple of 2 x context_parallel_degree (context "
+          "parallelism cuts each sequence into 2 x cp equal chunks, two per rank, so that each "
+          "rank gets the same share of causal attention)",
+          "training.seq_len", "parallelism.context_parallel_degree");
+  require(out.tp == 1 || (config.training.seq_len / out.cp) % out.tp == 0, config,
+          "training.seq_len / context_parallel_degree must be a multiple of "
+          "tensor_parallel_degree (tensor parallelism splits each rank's sequence over the tp "
+          "ranks)",
+          "training.seq_len", "parallelism.context_parallel_degree",
+          "parallelism.tensor_parallel_degree");
   out.dp = out.dp_replicate * out.dp_shard;
   out.ep = p.expert_parallel_degree;
-  require(out.dp_shard % out.ep == 0, config,
-          "parallelism.expert_parallel_degree must divide the data-parallel shard degree (" +
-              std::to_string(out.dp_shard) + " on " + world + ")",
-          "parallelism.expert_parallel_degree", "parallelism.data_parallel_shard_degree");
+  // Experts borrow their ranks from dp_shard x cp (torchtitan's layout): cp ranks route
+  // different tokens, as dp_shard ranks do.
+  require((out.dp_shard * out.cp) % out.ep == 0, config,
+          "parallelism.expert_parallel_degree must divide data_parallel_shard_degree x "
+          "context_parallel_degree (" +
+              std::to_string(out.dp_shard * out.cp) + " on " + world + ")",
+          "parallelism.expert_parallel_degree", "parallelism.data_parallel_shard_degree",
+          "parallelism.context_parallel_degree");
 
   const TrainingConfig& t = config.training;
   int64_t per_step = 0;

@@ -20,10 +20,11 @@ struct WorldLayout {
   int64_t dp_replicate = 1;       // parallelism.data_parallel_replicate_degree
   int64_t dp_shard = 1;           // parallelism.data_parallel_shard_degree, -1 resolved
   int64_t dp = 1;                 // dp_replicate x dp_shard: ranks that see different data
-                                  // (world = dp x tp)
+                                  // (world = pp x dp x cp x tp)
+  int64_t cp = 1;                 // parallelism.context_parallel_degree
   int64_t ep = 1;                 // parallelism.expert_parallel_degree
   int64_t tp = 1;                 // parallelism.tensor_parallel_degree
-  int64_t pp = 1;                 // parallelism.pipeline_parallel_degree (world = pp x dp x tp)
+  int64_t pp = 1;                 // parallelism.pipeline_parallel_degree
   int64_t microbatches = 1;       // pipeline micro-batches per local batch (pp > 1)
   int64_t global_batch_size = 0;  // training.global_batch_size, -1 resolved
   int64_t grad_accum_steps = 1;   // micro-steps per optimizer step

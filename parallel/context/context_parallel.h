@@ -1,0 +1,65 @@
+// Context parallelism (torchtitan's cp, Megatron's context parallel): the ranks of a cp group split
+// every sequence between them, so activations per rank shrink by cp and long sequences fit.
+// Everything but attention works on a rank's tokens alone; attention gathers the keys and values.
+//
+// Load balancing (torchtitan's default for causal attention): a sequence of S tokens is cut into
+// 2 cp chunks of S / (2 cp); rank r holds chunks r and 2 cp - 1 - r, in that order. Under the
+// causal mask a late chunk attends over many keys and an early one over few, so each rank gets
+// one of each and the same work.
+//
+//   ContextParallel cp(cp_mesh);                        // a 1-D mesh over the cp ranks
+//   Tensor local = cp.shard(tokens);                    // [B, S] -> [B, S / cp]
+//   positions = cp.positions(S);                        // their places in the sequence (RoPE)
+//   out = cp.attention(q, k, v);                        // causal, over the whole sequence
+//
+// Attention ("allgather", torchtitan's rotate method of that name): each rank all-gathers the
+// keys and values of the whole sequence (backward: their gradients reduce-scattered back), and
+// each of its two query chunks attends over the keys before it: chunk c of size n sees keys
+// [0, (c + 1) n), with the causal mask aligned bottom-right (runtime/ops/attention.h), i.e. the
+// same keys as in the whole sequence. Memory: one layer's whole-sequence keys and values at a
+// time (as they are k/v heads only, 1/4 of the activations for grouped-query Llama 3).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "parallel/mesh/device_mesh.h"
+#include "runtime/core/tensor.h"
+
+namespace mt::parallel {
+
+// The global positions of rank `rank`'s tokens when `seq_len` tokens are split over `cp` ranks
+// (load balanced, as above). seq_len must be a multiple of 2 cp (throws naming the numbers).
+std::vector<int64_t> load_balanced_positions(int64_t seq_len, int64_t cp, int64_t rank);
+
+class ContextParallel {
+ public:
+  // `mesh`: 1-D, its ranks one sequence's (every rank of it holds the same batch).
+  explicit ContextParallel(std::shared_ptr<DeviceMesh> mesh);
+
+  int64_t degree() const { return mesh_->size(); }
+  int64_t rank() const { return mesh_->coordinate(0); }
+
+  // This rank's tokens of `batch` [B, S, ...] (along dim 1; S a multiple of 2 cp): [B, S / cp,
+  // ...], contiguous, not differentiable (data).
+  runtime::Tensor shard(const runtime::Tensor& batch) const;
+  // load_balanced_positions(seq_len, degree(), rank()) as an i64 tensor on `device`.
+  runtime::Tensor positions(int64_t seq_len, runtime::Device device) const;
+
+  // Causal attention of this rank's queries over the whole sequence. q [B, Hq, T, D], k and v
+  // [B, Hkv, T, D] with T = S / cp this rank's tokens (as shard() ordered them), laid out as
+  // runtime::scaled_dot_product_attention takes them; -> [B, Hq, T, Dv]. Differentiable w.r.t.
+  // q, k and v; collective over the mesh (every rank calls it, with the same shapes).
+  runtime::Tensor attention(const runtime::Tensor& q, const runtime::Tensor& k,
+                            const runtime::Tensor& v) const;
+
+ private:
+  // [B, T, H, D] of this rank -> the whole sequence's [B, S, H, D] in sequence order
+  // (differentiable: its gradient is reduce-scattered back).
+  runtime::Tensor gather_sequence(const runtime::Tensor& local, const char* what) const;
+
+  std::shared_ptr<DeviceMesh> mesh_;
+};
+
+}  // namespace mt::parallel

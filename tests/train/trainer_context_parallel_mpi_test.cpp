@@ -1,0 +1,221 @@
+// Context parallelism in the Trainer on real ranks (mpirun -np 2 and -np 4): each rank of a cp
+// group trains on its share of every sequence (load-balanced chunks, attention over the gathered
+// keys and values), and the runs give the losses, gradient norms and validation losses of one
+// process: cp = every rank (also with activation checkpointing and gradient accumulation), and on
+// 4 ranks cp 2 x FSDP 2, HSDP 2 x cp 2, cp 2 x TP 2 (sequence parallel), pp 2 x cp 2, and the MoE
+// with cp alone and cp 2 x EP 2. Checkpoints saved under cp resume without it and the other way
+// round; layouts that cannot run are errors on every rank before any work.
+#include <gtest/gtest.h>
+
+#include <any>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "models/moe/model_args.h"
+#include "parallel/comm/mpi_process_group.h"
+#include "runtime/core/error.h"
+#include "tests/testing/mpi_fixtures.h"
+#include "tests/testing/shared_data.h"
+#include "tests/testing/trainer_fixtures.h"
+#include "train/config/load.h"
+#include "train/trainer.h"
+
+namespace mt::train {
+namespace {
+
+namespace fs = std::filesystem;
+using parallel::ProcessGroup;
+
+std::shared_ptr<ProcessGroup> world() {
+  static std::shared_ptr<ProcessGroup> pg(parallel::MpiProcessGroup::world());
+  return pg;
+}
+
+fs::path shared_dir(const std::string& name) {
+  return testing::shared_dir(*world(), "mt_context_parallel_mpi", name);
+}
+
+// 8 sequences of 32 tokens per step over the data-parallel ranks, 10 steps, validated at 5, 10.
+config::JobConfig job(const fs::path& corpus, const fs::path& dump, int64_t local_batch,
+                      std::vector<std::string> extra = {}) {
+  static const fs::path tokenizer =
+      testing::shared_small_tokenizer(*world(), "mt_context_parallel_mpi", corpus);
+  std::vector<std::string> args = testing::short_run_flags(corpus, tokenizer, dump, local_batch);
+  args.insert(args.end(), extra.begin(), extra.end());
+  return config::load_config(fs::path(), args);
+}
+
+TrainResult run(const config::JobConfig& cfg, std::shared_ptr<ProcessGroup> group,
+                std::function<void(std::any&)> edit = testing::shrink_llama) {
+  return Trainer(cfg, testing::quiet_trainer_options(std::move(edit), std::move(group))).train();
+}
+
+// One process (this rank alone) with `extra` flags.
+TrainResult one_process(const fs::path& corpus, const std::string& name,
+                        std::vector<std::string> extra = {},
+                        std::function<void(std::any&)> edit = testing::shrink_llama) {
+  std::shared_ptr<ProcessGroup> self = world()->split(world()->rank(), 0);
+  return run(job(corpus, shared_dir(name) / std::to_string(world()->rank()), 8, std::move(extra)),
+             self, std::move(edit));
+}
+
+const TrainResult& reference(const fs::path& corpus) {
+  static const TrainResult r = one_process(corpus, "reference");
+  return r;
+}
+
+std::vector<std::string> cp_args(int64_t cp, std::vector<std::string> more = {}) {
+  more.insert(more.begin(), "--parallelism.context_parallel_degree=" + std::to_string(cp));
+  return more;
+}
+
+const std::vector<std::string> kMoe = {"--model.name=deepseek_v3", "--model.flavor=moe_debug"};
+
+TEST(TrainerContextParallelMpi, EveryRankOneSequenceShardMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t cp = world()->size();  // dp 1: each rank reads all 8 sequences, 32 / cp tokens
+  testing::expect_same_run(run(job(corpus, shared_dir("cp"), 8, cp_args(cp)), world()),
+                           reference(corpus));
+  // Recomputed blocks gather the keys and values again in backward, and gradients of
+  // micro-batches accumulate. (Validation batches are 4 sequences: 4 of them read the
+  // reference's 2 of 8.)
+  SCOPED_TRACE("activation checkpointing, 2 micro-batches");
+  testing::expect_same_run(
+      run(job(corpus, shared_dir("cp_ac_accum"), 4,
+              cp_args(cp, {"--activation_checkpoint.mode=full", "--validation.steps=4",
+                           "--training.global_batch_size=8"})),
+          world()),
+      reference(corpus));
+}
+
+// cp 2 composed with the other dimensions on 4 ranks (pp, dp_replicate, dp_shard, cp, tp).
+TEST(TrainerContextParallelMpi, ComposesWithFsdpHsdpTensorAndPipelineParallelism) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  if (world()->size() != 4) GTEST_SKIP() << "the 2 x 2 layouts need 4 ranks";
+  const std::vector<std::tuple<std::string, int64_t, std::vector<std::string>>> layouts = {
+      {"cp 2 x FSDP 2", 4, cp_args(2)},
+      {"HSDP 2 x cp 2", 4,
+       cp_args(2, {"--parallelism.data_parallel_replicate_degree=2",
+                   "--parallelism.data_parallel_shard_degree=1"})},
+      {"cp 2 x TP 2 (sequence parallel)", 8,
+       cp_args(2, {"--parallelism.tensor_parallel_degree=2"})},
+      {"cp 2 x TP 2 (no sequence parallel)", 8,
+       cp_args(2, {"--parallelism.tensor_parallel_degree=2",
+                   "--parallelism.enable_sequence_parallel=false"})},
+      {"pp 2 x cp 2", 8,
+       cp_args(2, {"--parallelism.pipeline_parallel_degree=2",
+                   "--parallelism.pipeline_parallel_microbatch_size=2"})},
+  };
+  for (const auto& [name, local_batch, args] : layouts) {
+    SCOPED_TRACE(name);
+    testing::expect_same_run(run(job(corpus, shared_dir(name), local_batch, args), world()),
+                             reference(corpus));
+  }
+}
+
+// The MoE: each rank routes its share of the tokens, the load-balancing counts add up over the
+// cp ranks; with EP the experts borrow their ranks from dp_shard x cp.
+TEST(TrainerContextParallelMpi, MoeMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const TrainResult want = one_process(corpus, "moe_ref", kMoe, testing::shrink_moe);
+  std::vector<std::pair<std::string, TrainResult>> runs;
+  runs.emplace_back("cp 2", run(job(corpus, shared_dir("moe_cp"), 8 * 2 / world()->size(),
+                                    cp_args(2, kMoe)),
+                                world(), testing::shrink_moe));
+  if (world()->size() == 4) {
+    runs.emplace_back("cp 2 x EP 2",
+                      run(job(corpus, shared_dir("moe_cp_ep"), 4,
+                              cp_args(2, {kMoe[0], kMoe[1],
+                                          "--parallelism.expert_parallel_degree=2"})),
+                          world(), testing::shrink_moe));
+  }
+  for (const auto& [name, got] : runs) {
+    SCOPED_TRACE(name);
+    testing::expect_same_run(got, want);
+    for (size_t i = 0; i < want.losses.size(); ++i) {
+      ASSERT_TRUE(want.model_metrics[i].count("moe_load_imbalance")) << "step " << i + 1;
+      EXPECT_NEAR(got.model_metrics[i].at("moe_load_imbalance"),
+                  want.model_metrics[i].at("moe_load_imbalance"), 1e-9)
+          << "step " << i + 1;
+    }
+  }
+}
+
+// A run resumed at step 5 on `ranks` ranks with `resumed` flags continues the straight one.
+void expect_resumes(const fs::path& corpus, const fs::path& dump, const TrainResult& straight,
+                    int ranks, int64_t local_batch, const std::vector<std::string>& resumed) {
+  SCOPED_TRACE(::testing::Message() << "resumed on " << ranks << " ranks");
+  const bool member = world()->rank() < ranks;
+  std::shared_ptr<ProcessGroup> sub = world()->split(member ? 0 : 1, world()->rank());
+  if (member) {
+    std::vector<std::string> args = {"--checkpoint.enable=true", "--checkpoint.interval=5",
+                                     "--checkpoint.load_step=5"};
+    args.insert(args.end(), resumed.begin(), resumed.end());
+    const TrainResult r = run(job(corpus, dump, local_batch, args), sub);
+    ASSERT_EQ(r.first_step, 6);
+    ASSERT_EQ(r.losses.size(), 5u);
+    for (size_t i = 0; i < 5; ++i) {
+      EXPECT_NEAR(r.losses[i], straight.losses[5 + i], 2e-5 * straight.losses[5 + i])
+          << "step " << 6 + i;
+      EXPECT_NEAR(r.grad_norms[i], straight.grad_norms[5 + i], 2e-5 * straight.grad_norms[5 + i])
+          << "step " << 6 + i;
+    }
+  }
+  world()->barrier("context_parallel.resume.end");
+}
+
+// Checkpoints hold whole tensors: a cp run's resumes on one rank, and an FSDP run's with cp = the
+// world (on 4 ranks: cp 2 x FSDP 2 -> FSDP 2 on 2 ranks, and -> cp 4).
+TEST(TrainerContextParallelMpi, CheckpointsReshardAcrossContextParallelDegrees) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t w = world()->size();
+  const std::vector<std::string> ckpt = {"--checkpoint.enable=true", "--checkpoint.interval=5"};
+  {
+    const fs::path dump = shared_dir("cp_ckpt");
+    const TrainResult straight = run(job(corpus, dump, 8 * 2 / w, cp_args(2, ckpt)), world());
+    expect_resumes(corpus, dump, straight, 1, 8, {});
+    if (w == 4) {
+      expect_resumes(corpus, dump, straight, 2, 4, {});
+      expect_resumes(corpus, dump, straight, 4, 8, cp_args(4));
+    }
+  }
+  {
+    const fs::path dump = shared_dir("fsdp_ckpt");
+    const TrainResult straight = run(job(corpus, dump, 8 / w, ckpt), world());
+    expect_resumes(corpus, dump, straight, int(w), 8, cp_args(w));
+  }
+}
+
+TEST(TrainerContextParallelMpi, LayoutsThatCannotRunAreErrorsOnEveryRank) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const auto expect_error = [&](const std::string& name, const std::vector<std::string>& args,
+                                std::function<void(std::any&)> edit,
+                                const std::vector<std::string>& needles) {
+    SCOPED_TRACE(name);
+    try {
+      run(job(corpus, shared_dir(name), 1, args), world(), std::move(edit));
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      for (const std::string& n : needles)
+        EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+    }
+  };
+  // Degrees that do not fit the world.
+  expect_error("bad_world", cp_args(3), testing::shrink_llama,
+               {"context_parallel_degree", "world size"});
+  // 32 tokens cannot be cut into 2 x 32 chunks (cp 32 on a world of 2 or 4 fails first).
+  expect_error("bad_seq", cp_args(2, {"--training.seq_len=30"}), testing::shrink_llama,
+               {"multiple of 2 x context_parallel_degree", "training.seq_len = 30"});
+  // The MoE's sequence-wise auxiliary loss needs whole sequences.
+  const auto with_aux_loss = [](std::any& a) {
+    testing::shrink_moe(a);
+    std::any_cast<models::moe::ModelArgs&>(a).aux_loss_alpha = 0.01;
+  };
+  expect_error("bad_moe", cp_args(2, kMoe), with_aux_loss, {"auxiliary loss", "aux_loss_alpha"});
+}
+
+}  // namespace
+}  // namespace mt::train
