@@ -137,11 +137,13 @@ void check_recsys_config(const config::JobConfig& c) {
   MT_CHECK(c.parallelism.expert_parallel_degree == 1 &&
                c.parallelism.data_parallel_replicate_degree == 1 &&
                c.parallelism.tensor_parallel_degree == 1 &&
-               c.parallelism.pipeline_parallel_degree == 1,
+               c.parallelism.pipeline_parallel_degree == 1 &&
+               c.parallelism.context_parallel_degree == 1,
            "train: model.name = \"dlrm\" shards its tables over every rank and FSDP-shards the "
-           "dense layers over all of them (it has no tensor-parallel plan or pipeline stages); "
-           "parallelism.expert_parallel_degree, data_parallel_replicate_degree, "
-           "tensor_parallel_degree and pipeline_parallel_degree must be 1");
+           "dense layers over all of them (it has no tensor-parallel plan, pipeline stages or "
+           "sequences); parallelism.expert_parallel_degree, data_parallel_replicate_degree, "
+           "tensor_parallel_degree, pipeline_parallel_degree and context_parallel_degree must "
+           "be 1");
   // DLRM's MLPs are narrow (Criteo's 13 dense features in, one logit out) and its time goes to
   // the tables: FP8 GEMMs would buy little there, so float8 is for the transformer models only.
   MT_CHECK(!c.float8.enable,

@@ -616,13 +616,14 @@ TEST_F(ConfigTest, ValidateForWorld) {
 
   c = load_args({"--parallelism.data_parallel_replicate_degree=3"});
   EXPECT_THAT(error_of([&] { validate_for_world(c, 4); }),
-              HasSubstr("data_parallel_replicate_degree x tensor_parallel_degree must divide "
-                        "the world size 4"));
+              HasSubstr("data_parallel_replicate_degree x context_parallel_degree x "
+                        "tensor_parallel_degree must divide the world size 4"));
   c = load_args({"--parallelism.data_parallel_replicate_degree=2",
                  "--parallelism.data_parallel_shard_degree=3"});
   EXPECT_THAT(error_of([&] { validate_for_world(c, 4); }),
               HasSubstr("data_parallel_replicate_degree x data_parallel_shard_degree x "
-                        "tensor_parallel_degree must equal the world size 4"));
+                        "context_parallel_degree x tensor_parallel_degree must equal the world "
+                        "size 4"));
   // Tensor parallelism takes its ranks first; dp_shard = -1 gets the rest.
   const WorldLayout tp = validate_for_world(load_args({"--parallelism.tensor_parallel_degree=2"}), 4);
   EXPECT_EQ(tp.tp, 2);
@@ -636,10 +637,45 @@ TEST_F(ConfigTest, ValidateForWorld) {
               HasSubstr("tensor_parallel_degree = 3 (command-line flag"));
   c = load_args({"--parallelism.expert_parallel_degree=3"});
   EXPECT_THAT(error_of([&] { validate_for_world(c, 4); }),
-              HasSubstr("parallelism.expert_parallel_degree must divide the data-parallel shard "
-                        "degree (4 on the world size 4)"));
+              HasSubstr("parallelism.expert_parallel_degree must divide "
+                        "data_parallel_shard_degree x context_parallel_degree (4 on the world "
+                        "size 4)"));
   EXPECT_EQ(validate_for_world(load_args({"--parallelism.expert_parallel_degree=2"}), 4).ep, 2);
   EXPECT_THROW(validate_for_world(JobConfig{}, 0), mt::Error);
+}
+
+// [parallelism] context_parallel_degree: cp ranks share their batches (not data-parallel), split
+// each sequence into 2 cp chunks, and lend their ranks to expert parallelism.
+TEST_F(ConfigTest, ContextParallelDegree) {
+  const WorldLayout cp = validate_for_world(
+      load_args({"--parallelism.context_parallel_degree=2", "--training.local_batch_size=4",
+                 "--training.seq_len=64"}),
+      8);
+  EXPECT_EQ(cp.cp, 2);
+  EXPECT_EQ(cp.dp_shard, 4);
+  EXPECT_EQ(cp.dp, 4);
+  EXPECT_EQ(cp.global_batch_size, 16);  // the data-parallel ranks' batches only
+  EXPECT_EQ(validate_for_world(load_args({"--parallelism.context_parallel_degree=2",
+                                          "--parallelism.expert_parallel_degree=4",
+                                          "--training.seq_len=64"}),
+                               4)
+                .ep,
+            4);  // ep over dp_shard 2 x cp 2
+  auto c = load_args({"--parallelism.context_parallel_degree=3", "--training.seq_len=66"});
+  EXPECT_THAT(error_of([&] { validate_for_world(c, 4); }),
+              HasSubstr("context_parallel_degree x tensor_parallel_degree must divide the world "
+                        "size 4"));
+  c = load_args({"--parallelism.context_parallel_degree=4", "--training.seq_len=36"});
+  std::string msg = error_of([&] { validate_for_world(c, 4); });
+  EXPECT_THAT(msg, HasSubstr("training.seq_len must be a multiple of 2 x context_parallel_degree"));
+  EXPECT_THAT(msg, HasSubstr("training.seq_len = 36 (command-line flag"));
+  c = load_args({"--parallelism.context_parallel_degree=2",
+                 "--parallelism.tensor_parallel_degree=4", "--training.seq_len=36"});
+  EXPECT_THAT(error_of([&] { validate_for_world(c, 8); }),
+              HasSubstr("training.seq_len / context_parallel_degree must be a multiple of "
+                        "tensor_parallel_degree"));
+  EXPECT_THAT(error_of([&] { load_args({"--parallelism.context_parallel_degree=0"}); }),
+              HasSubstr("parallelism.context_parallel_degree: must be > 0, got 0"));
 }
 
 // [parallelism] pipeline_parallel_*: pp is the outermost degree; micro-batches split the local
@@ -658,7 +694,8 @@ TEST_F(ConfigTest, PipelineDegreesAndMicroBatches) {
   auto c = load_args({"--parallelism.pipeline_parallel_degree=3"});
   EXPECT_THAT(error_of([&] { validate_for_world(c, 4); }),
               HasSubstr("pipeline_parallel_degree x data_parallel_replicate_degree x "
-                        "tensor_parallel_degree must divide the world size 4"));
+                        "context_parallel_degree x tensor_parallel_degree must divide the world "
+                        "size 4"));
   c = load_args({"--parallelism.pipeline_parallel_degree=2", "--training.local_batch_size=8",
                  "--parallelism.pipeline_parallel_microbatch_size=3"});
   EXPECT_THAT(error_of([&] { validate_for_world(c, 2); }),

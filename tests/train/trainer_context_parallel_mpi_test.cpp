@@ -3,7 +3,7 @@
 // keys and values), and the runs give the losses, gradient norms and validation losses of one
 // process: cp = every rank (also with activation checkpointing and gradient accumulation), and on
 // 4 ranks cp 2 x FSDP 2, HSDP 2 x cp 2, cp 2 x TP 2 (sequence parallel), pp 2 x cp 2, and the MoE
-// with cp alone and cp 2 x EP 2. Checkpoints saved under cp resume without it and the other way
+// with cp alone and cp 2 x EP 2. The text sample is one process's. Checkpoints saved under cp resume without it and the other way
 // round; layouts that cannot run are errors on every rank before any work.
 #include <gtest/gtest.h>
 
@@ -142,6 +142,28 @@ TEST(TrainerContextParallelMpi, MoeMatchesOneProcess) {
           << "step " << i + 1;
     }
   }
+}
+
+// The end-of-run text sample decodes whole sequences on every rank (outside the sequence
+// shards the training steps run on): one process's text, before and after training with cp =
+// every rank.
+TEST(TrainerContextParallelMpi, TextSampleMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const auto samples = [&](const config::JobConfig& cfg, std::shared_ptr<ProcessGroup> group) {
+    Trainer t(cfg, testing::quiet_trainer_options(testing::shrink_llama, std::move(group)));
+    std::vector<std::string> texts = {t.generate_sample("", 12, 0.8),
+                                      t.generate_sample("ROMEO:", 12, 0.0)};
+    t.train();
+    texts.push_back(t.generate_sample("ROMEO:", 12, 0.0));
+    texts.push_back(t.generate_sample("To be, or not", 8, 0.8));
+    return texts;
+  };
+  std::shared_ptr<ProcessGroup> self = world()->split(world()->rank(), 0);
+  const std::vector<std::string> one = samples(
+      job(corpus, shared_dir("sample_one") / std::to_string(world()->rank()), 8), self);
+  ASSERT_GT(one[0].size(), 8u);
+  EXPECT_EQ(samples(job(corpus, shared_dir("sample_cp"), 8, cp_args(world()->size())), world()),
+            one);
 }
 
 // A run resumed at step 5 on `ranks` ranks with `resumed` flags continues the straight one.
