@@ -218,14 +218,19 @@ namespace {
 void check_step_fits_in_memory(const config::JobConfig& job, int64_t vocab,
                                const runtime::Device& device) {
   if (!device.is_cpu()) return;
-  const double bytes = double(job.training.local_batch_size) * double(job.training.seq_len) *
-                       double(vocab) * 8.0;
+  // Context parallelism: each rank holds seq_len / cp tokens of every sequence.
+  const double bytes = double(job.training.local_batch_size) * double(job.training.seq_len) /
+                       double(job.parallelism.context_parallel_degree) * double(vocab) * 8.0;
   const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
   if (ram <= 0 || bytes <= ram) return;
   std::ostringstream os;
   os << std::setprecision(3) << "train: one step needs at least " << bytes / double(1 << 30)
      << " GiB (the logits and their gradient: training.local_batch_size "
-     << job.training.local_batch_size << " x training.seq_len " << job.training.seq_len << " x vocab " << vocab
+     << job.training.local_batch_size << " x training.seq_len " << job.training.seq_len
+     << (job.parallelism.context_parallel_degree > 1
+             ? " / context_parallel_degree " + std::to_string(job.parallelism.context_parallel_degree)
+             : std::string())
+     << " x vocab " << vocab
      << " x 8 bytes), more than this machine's " << ram / double(1 << 30)
      << " GiB of memory; lower training.local_batch_size (and raise global_batch_size for "
         "gradient accumulation) or training.seq_len";

@@ -16,8 +16,9 @@
 // keys and values of the whole sequence (backward: their gradients reduce-scattered back), and
 // each of its two query chunks attends over the keys before it: chunk c of size n sees keys
 // [0, (c + 1) n), with the causal mask aligned bottom-right (runtime/ops/attention.h), i.e. the
-// same keys as in the whole sequence. Memory: one layer's whole-sequence keys and values at a
-// time (as they are k/v heads only, 1/4 of the activations for grouped-query Llama 3).
+// same keys as in the whole sequence. Memory: each layer keeps its gathered keys and values for
+// its backward (the whole sequence's, but of the k/v heads only: with grouped-query attention a
+// fraction of the queries' size).
 #pragma once
 
 #include <cstdint>
