@@ -3,12 +3,18 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "parallel/comm/mpi_process_group.h"
 #include "runtime/ops/factory.h"
 #include "tests/testing/trainer_fixtures.h"
 
 namespace mt::testing {
 
 namespace fs = std::filesystem;
+
+std::shared_ptr<parallel::ProcessGroup> mpi_world() {
+  static std::shared_ptr<parallel::ProcessGroup> world(parallel::MpiProcessGroup::world());
+  return world;
+}
 
 fs::path shared_dir(parallel::ProcessGroup& world, const std::string& prefix,
                     const std::string& name) {
@@ -39,6 +45,29 @@ void guarded(int64_t rank, const std::function<void()>& f) {
   } catch (const std::exception& e) {
     ADD_FAILURE() << "rank " << rank << ": " << e.what();
   }
+}
+
+void expect_resumes_on(
+    parallel::ProcessGroup& world, int ranks, const train::TrainResult& straight,
+    int64_t saved_step,
+    const std::function<train::TrainResult(std::shared_ptr<parallel::ProcessGroup>)>& resume) {
+  SCOPED_TRACE(::testing::Message() << "resumed on " << ranks << " ranks");
+  const bool member = world.rank() < ranks;
+  std::shared_ptr<parallel::ProcessGroup> sub =
+      world.split(member ? 0 : 1, int(world.rank()));
+  if (member) {
+    const train::TrainResult r = resume(sub);
+    const size_t steps = straight.losses.size() - size_t(saved_step);
+    ASSERT_EQ(r.first_step, saved_step + 1);
+    ASSERT_EQ(r.losses.size(), steps);
+    for (size_t i = 0; i < steps; ++i) {
+      const size_t s = size_t(saved_step) + i;
+      EXPECT_NEAR(r.losses[i], straight.losses[s], 2e-5 * straight.losses[s]) << "step " << s + 1;
+      EXPECT_NEAR(r.grad_norms[i], straight.grad_norms[s], 2e-5 * straight.grad_norms[s])
+          << "step " << s + 1;
+    }
+  }
+  world.barrier("expect_resumes_on.end");
 }
 
 }  // namespace mt::testing

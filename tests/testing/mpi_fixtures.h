@@ -5,11 +5,16 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "parallel/comm/process_group.h"
+#include "train/train_result.h"
 
 namespace mt::testing {
+
+// The launch's ranks (MpiProcessGroup::world()), made once per process.
+std::shared_ptr<parallel::ProcessGroup> mpi_world();
 
 // A temporary folder every rank of `world` shares (named after rank 0's pid, `prefix` and
 // `name`), made empty by rank 0 before anyone uses it (collective).
@@ -26,5 +31,14 @@ std::filesystem::path shared_small_tokenizer(parallel::ProcessGroup& world,
 // reaches the collective that follows (a sub-group's error must not leave the other ranks
 // waiting).
 void guarded(int64_t rank, const std::function<void()>& f);
+
+// Runs `resume` (a run that loads the checkpoint `straight` saved at step `saved_step`) on a
+// sub-group of the first `ranks` ranks of `world` (the others only wait), and expects it to
+// continue `straight`: its steps saved_step + 1, ... with the same losses and gradient norms to
+// 2e-5 (the float reduction order of another layout). Collective over `world`.
+void expect_resumes_on(
+    parallel::ProcessGroup& world, int ranks, const train::TrainResult& straight,
+    int64_t saved_step,
+    const std::function<train::TrainResult(std::shared_ptr<parallel::ProcessGroup>)>& resume);
 
 }  // namespace mt::testing

@@ -42,6 +42,18 @@ void expect_same_run(const train::TrainResult& got, const train::TrainResult& wa
   EXPECT_LT(want.losses.back(), want.losses.front() - 0.5);  // it trains
 }
 
+void expect_same_moe_run(const train::TrainResult& got, const train::TrainResult& want) {
+  expect_same_run(got, want);
+  if (::testing::Test::HasFatalFailure()) return;  // another number of steps
+  ASSERT_EQ(got.model_metrics.size(), want.model_metrics.size());
+  for (size_t i = 0; i < want.losses.size(); ++i) {
+    ASSERT_TRUE(want.model_metrics[i].count("moe_load_imbalance")) << "step " << i + 1;
+    EXPECT_NEAR(got.model_metrics[i].at("moe_load_imbalance"),
+                want.model_metrics[i].at("moe_load_imbalance"), 1e-9)
+        << "step " << i + 1;
+  }
+}
+
 std::vector<std::string> short_run_flags(const std::filesystem::path& corpus,
                                          const std::filesystem::path& tokenizer,
                                          const std::filesystem::path& dump, int64_t local_batch) {

@@ -27,6 +27,9 @@ train::TrainerOptions quiet_trainer_options(std::function<void(std::any&)> edit,
 // 2e-5 relative (float reduction order), validation losses to 2e-5, and the reference trains
 // (its last loss at least 0.5 below its first).
 void expect_same_run(const train::TrainResult& got, const train::TrainResult& want);
+// expect_same_run for MoE runs, whose load imbalance (max / mean tokens per expert, a metric of
+// every step) must also match to 1e-9.
+void expect_same_moe_run(const train::TrainResult& got, const train::TrainResult& want);
 
 std::vector<std::string> short_run_flags(const std::filesystem::path& corpus,
                                          const std::filesystem::path& tokenizer,

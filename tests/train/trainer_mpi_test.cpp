@@ -34,10 +34,7 @@ namespace {
 namespace fs = std::filesystem;
 using parallel::ProcessGroup;
 
-std::shared_ptr<ProcessGroup> world() {
-  static std::shared_ptr<ProcessGroup> pg(parallel::MpiProcessGroup::world());
-  return pg;
-}
+constexpr auto world = &testing::mpi_world;
 
 fs::path shared_dir(const std::string& name) {
   return testing::shared_dir(*world(), "mt_trainer_mpi", name);

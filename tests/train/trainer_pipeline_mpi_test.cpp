@@ -30,10 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 using parallel::ProcessGroup;
 
-std::shared_ptr<ProcessGroup> world() {
-  static std::shared_ptr<ProcessGroup> pg(parallel::MpiProcessGroup::world());
-  return pg;
-}
+constexpr auto world = &testing::mpi_world;
 
 fs::path shared_dir(const std::string& name) {
   return testing::shared_dir(*world(), "mt_pipeline_mpi", name);
@@ -273,24 +270,12 @@ TEST(TrainerPipelineMpi, TextSampleMatchesOneProcess) {
 void expect_resumes(const fs::path& corpus, const fs::path& dump, const TrainResult& straight,
                     int ranks, int64_t local_batch, const std::vector<std::string>& resumed,
                     std::function<void(std::any&)> edit = eight_layers) {
-  SCOPED_TRACE(::testing::Message() << "resumed on " << ranks << " ranks");
-  const bool member = world()->rank() < ranks;
-  std::shared_ptr<ProcessGroup> sub = world()->split(member ? 0 : 1, world()->rank());
-  if (member) {
+  testing::expect_resumes_on(*world(), ranks, straight, 5, [&](std::shared_ptr<ProcessGroup> sub) {
     std::vector<std::string> args = {"--checkpoint.enable=true", "--checkpoint.interval=5",
                                      "--checkpoint.load_step=5"};
     args.insert(args.end(), resumed.begin(), resumed.end());
-    const TrainResult r = run(job(corpus, dump, local_batch, args), sub, edit);
-    ASSERT_EQ(r.first_step, 6);
-    ASSERT_EQ(r.losses.size(), 5u);
-    for (size_t i = 0; i < 5; ++i) {
-      EXPECT_NEAR(r.losses[i], straight.losses[5 + i], 2e-5 * straight.losses[5 + i])
-          << "step " << 6 + i;
-      EXPECT_NEAR(r.grad_norms[i], straight.grad_norms[5 + i], 2e-5 * straight.grad_norms[5 + i])
-          << "step " << 6 + i;
-    }
-  }
-  world()->barrier("pipeline.resume.end");
+    return run(job(corpus, dump, local_batch, args), sub, edit);
+  });
 }
 
 // A checkpoint holds whole tensors in global coordinates: saved with pp = every rank, it resumes
@@ -368,13 +353,7 @@ TEST(TrainerPipelineMpi, MoeMatchesOneProcess) {
   }
   for (const auto& [name, got] : runs) {
     SCOPED_TRACE(name);
-    testing::expect_same_run(got, want);
-    for (size_t i = 0; i < want.losses.size(); ++i) {
-      ASSERT_TRUE(want.model_metrics[i].count("moe_load_imbalance")) << "step " << i + 1;
-      EXPECT_NEAR(got.model_metrics[i].at("moe_load_imbalance"),
-                  want.model_metrics[i].at("moe_load_imbalance"), 1e-9)
-          << "step " << i + 1;
-    }
+    testing::expect_same_moe_run(got, want);
   }
 }
 
