@@ -11,7 +11,8 @@ namespace mt::models {
 
 struct ParallelContext {
   // The data-parallel mesh FSDP shards over: 1-D (dp_shard) or 2-D (dp_replicate, dp_shard) for
-  // HSDP. Null: no data parallelism (the model stays as built).
+  // HSDP; under context parallelism the shard dim is dp_shard_cp (dp_shard x cp: the cp ranks'
+  // gradients add up too). Null: no data parallelism (the model stays as built).
   std::shared_ptr<parallel::DeviceMesh> dp_mesh;
   // Expert parallelism (parallelism.expert_parallel_degree > 1): the expert mesh
   // (dp_replicate, ep, efsdp) over the same ranks, efsdp = dp_shard / ep (torchtitan's layout,

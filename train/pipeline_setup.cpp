@@ -62,7 +62,8 @@ std::string describe_pipeline_schedule(const config::JobConfig& job) {
   const auto& p = job.parallelism;
   MT_CHECK(p.pipeline_parallel_degree > 1, "train --print-pipeline-schedule: "
            "parallelism.pipeline_parallel_degree is 1: there is no pipeline");
-  const int64_t other = p.data_parallel_replicate_degree * p.tensor_parallel_degree *
+  const int64_t other = p.data_parallel_replicate_degree * p.context_parallel_degree *
+                        p.tensor_parallel_degree *
                         (p.data_parallel_shard_degree > 0 ? p.data_parallel_shard_degree : 1);
   const config::WorldLayout layout =
       config::validate_for_world(job, p.pipeline_parallel_degree * other);

@@ -934,7 +934,11 @@ TrainResult Trainer::train() {
       << loader_->num_train_windows() << " training + " << loader_->num_val_windows()
       << " validation windows of " << tc.seq_len << "\n"
       << "steps: " << tc.steps << " x " << grad_accum_ << " micro-batch(es) of "
-      << tc.local_batch_size << " x " << tc.seq_len << " tokens per rank ("
+      << tc.local_batch_size << " x " << tc.seq_len / cp_ << " tokens per rank"
+      << (cp_ > 1 ? " (1/" + std::to_string(cp_) + " of " + std::to_string(tc.seq_len) +
+                        "-token sequences)"
+                  : std::string())
+      << " ("
       << tokens_per_step * (world_size() / ranks_per_batch()) << " tokens/step on " << world_size() << " rank"
       << (world_size() > 1 ? "s" : "") << ", global batch " << global_batch_size_
       << "); " << config_.optimizer.name << " lr " << config_.optimizer.lr << "; seed "

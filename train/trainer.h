@@ -21,6 +21,8 @@
 //               more than one rank the model is FSDP-sharded over it (models' parallelize hook;
 //               training.mixed_precision_* is FSDP's policy, so one rank trains in float32).
 //               Each rank reads its own part of the global batch (data::Loader rank/world).
+//               Tensor, context and pipeline parallelism group ranks that share batches
+//               (docs/tensor_parallel.md, docs/context_parallel.md, docs/pipeline.md).
 // One optimizer step = grad_accum micro-batches (global_batch_size / (local_batch_size x dp));
 // the loss is the SUM of token cross-entropies of all micro-batches on all ranks divided by their
 // global count of valid tokens (so accumulation and N ranks give the same gradient as one large
@@ -241,7 +243,9 @@ class Trainer {
   // (dp_replicate, ep, efsdp) when parallelism.expert_parallel_degree > 1, else null.
   std::shared_ptr<parallel::DeviceMesh> expert_mesh_;
   // With parallelism.tensor_parallel_degree > 1: the mesh (dp_replicate, dp_shard, tp), its tp
-  // sub-mesh (null otherwise), and the data-parallel ranks on the host (world_ without tp).
+  // sub-mesh (null otherwise; dp_shard is dp_shard_cp, dp_shard x cp, under context
+  // parallelism), and on the host the ranks whose losses and token counts add up (world_ without
+  // tp and pp: dp and cp).
   std::shared_ptr<parallel::DeviceMesh> world_mesh_, tp_mesh_;
   std::shared_ptr<parallel::ProcessGroup> dp_world_;
   int64_t tp_ = 1;

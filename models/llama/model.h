@@ -38,6 +38,11 @@
 // a KVCache (models/llama/kv_cache.h) and attending over the cached [0, p + T) with the causal mask
 // aligned bottom-right; its logits equal the full-sequence forward's at those positions (to
 // rounding). models/llama/generate.h samples text with it.
+//
+// Context parallelism: set_sequence_shard(SequenceShard) makes the forwards run on a rank's share
+// of each sequence (models/sequence_shard.h): RoPE at the tokens' own positions, and each
+// Attention's core_attention in place of the local causal attention (the model issues no
+// collective itself; parallel/context's attention does).
 #pragma once
 
 #include <cstdint>
