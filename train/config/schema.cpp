@@ -182,6 +182,11 @@ std::vector<SectionSpec> build_schema() {
            "all-gathers the keys and values; they read the same batches and FSDP shards over "
            "them too. training.seq_len must be a multiple of 2 x cp",
            positive()},
+          {"context_parallel_rotate_method", &P::context_parallel_rotate_method,
+           "How each rank's attention sees the other cp ranks' keys and values (torchtitan's "
+           "names): allgather = each layer all-gathers them; alltoall (passing them around a "
+           "ring) is not built yet",
+           one_of({"allgather", "alltoall"})},
           {"tensor_parallel_degree", &P::tensor_parallel_degree,
            "Ranks that split each layer's matrices (tensor parallelism, the innermost mesh dim: "
            "keep it within a node); they read the same batches",
