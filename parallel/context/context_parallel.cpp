@@ -34,7 +34,8 @@ std::vector<int64_t> load_balanced_positions(int64_t seq_len, int64_t cp, int64_
   return positions;
 }
 
-ContextParallel::ContextParallel(std::shared_ptr<DeviceMesh> mesh) : mesh_(std::move(mesh)) {
+ContextParallel::ContextParallel(std::shared_ptr<DeviceMesh> mesh, ContextParallelRotate rotate)
+    : mesh_(std::move(mesh)), rotate_(rotate) {
   MT_CHECK(mesh_ != nullptr && mesh_->ndim() == 1, "ContextParallel: expected a 1-D mesh, got ",
            mesh_ ? mesh_->describe() : std::string("none"));
 }
@@ -83,6 +84,12 @@ Tensor ContextParallel::attention(const Tensor& q, const Tensor& k, const Tensor
            "context parallel attention: expected q [B, Hq, T, D], k and v [B, Hkv, T, D] with "
            "the same even T (this rank's two chunks), got ",
            q.shape(), ", ", k.shape(), ", ", v.shape());
+  return rotate_ == ContextParallelRotate::Ring ? ring_attention(q, k, v)
+                                                : allgather_attention(q, k, v);
+}
+
+Tensor ContextParallel::allgather_attention(const Tensor& q, const Tensor& k,
+                                            const Tensor& v) const {
   const int64_t cp = degree(), chunk = q.size(2) / 2;
   // [B, H, T, D] views of [B, T, H, D] activations: gathered along T in that layout.
   const Tensor keys = gather_sequence(k.transpose(1, 2), "keys").transpose(1, 2);

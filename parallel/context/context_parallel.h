@@ -12,13 +12,21 @@
 //   positions = cp.positions(S);                        // their places in the sequence (RoPE)
 //   out = cp.attention(q, k, v);                        // causal, over the whole sequence
 //
-// Attention ("allgather", torchtitan's rotate method of that name): each rank all-gathers the
+// Attention, by one of torchtitan's rotate methods (ContextParallelRotate):
+// "allgather" (the default): each rank all-gathers the
 // keys and values of the whole sequence (backward: their gradients reduce-scattered back), and
 // each of its two query chunks attends over the keys before it: chunk c of size n sees keys
 // [0, (c + 1) n), with the causal mask aligned bottom-right (runtime/ops/attention.h), i.e. the
 // same keys as in the whole sequence. Memory: each layer keeps its gathered keys and values for
 // its backward (the whole sequence's, but of the k/v heads only: with grouped-query attention a
 // fraction of the queries' size).
+// "alltoall" (the ring): the ranks pass their key/value chunks around the ring (isend/irecv to
+// the next rank, posted before each step's compute so the transfer overlaps it); each rank merges
+// the blocks its queries see (runtime's attention_block_forward, merged by logsumexp). Backward
+// passes the chunks around again with their key/value gradients, which arrive back at their
+// owner after a full turn. Nothing of another rank's is kept for backward: memory per rank stays
+// 1/cp of the sequence's. Host process groups only for now (NCCL would need grouped
+// point-to-point calls to pair the ring's crossing messages).
 #pragma once
 
 #include <cstdint>
@@ -34,10 +42,13 @@ namespace mt::parallel {
 // (load balanced, as above). seq_len must be a multiple of 2 cp (throws naming the numbers).
 std::vector<int64_t> load_balanced_positions(int64_t seq_len, int64_t cp, int64_t rank);
 
+enum class ContextParallelRotate { AllGather, Ring };
+
 class ContextParallel {
  public:
   // `mesh`: 1-D, its ranks one sequence's (every rank of it holds the same batch).
-  explicit ContextParallel(std::shared_ptr<DeviceMesh> mesh);
+  explicit ContextParallel(std::shared_ptr<DeviceMesh> mesh,
+                           ContextParallelRotate rotate = ContextParallelRotate::AllGather);
 
   int64_t degree() const { return mesh_->size(); }
   int64_t rank() const { return mesh_->coordinate(0); }
@@ -59,8 +70,13 @@ class ContextParallel {
   // [B, T, H, D] of this rank -> the whole sequence's [B, S, H, D] in sequence order
   // (differentiable: its gradient is reduce-scattered back).
   runtime::Tensor gather_sequence(const runtime::Tensor& local, const char* what) const;
+  runtime::Tensor allgather_attention(const runtime::Tensor& q, const runtime::Tensor& k,
+                                      const runtime::Tensor& v) const;
+  runtime::Tensor ring_attention(const runtime::Tensor& q, const runtime::Tensor& k,
+                                 const runtime::Tensor& v) const;  // ring_attention.cpp
 
   std::shared_ptr<DeviceMesh> mesh_;
+  ContextParallelRotate rotate_;
 };
 
 }  // namespace mt::parallel

@@ -5,6 +5,7 @@
 #include "runtime/autograd/function.h"
 #include "runtime/autograd/selective_checkpoint.h"
 #include "runtime/kernels/attention.h"
+#include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
 
 namespace mt::runtime {
@@ -37,13 +38,64 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v) {
            v.device());
 }
 
+double scale_for(const Tensor& q, std::optional<double> scale) {
+  const double sc = scale.value_or(1.0 / std::sqrt(double(q.shape()[3])));
+  MT_CHECK(std::isfinite(sc), kOp, ": expected a finite scale, got ", sc);
+  return sc;
+}
+
+// The blocks' compute dtype: f64 for f64, else f32.
+DType block_dtype(const Tensor& q) { return q.dtype() == DType::F64 ? DType::F64 : DType::F32; }
+
 }  // namespace
+
+AttentionBlock attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       bool causal, std::optional<double> scale) {
+  check_inputs(q, k, v);
+  const double sc = scale_for(q, scale);
+  const DType work = block_dtype(q);
+  const Shape& qs = q.shape();
+  AttentionBlock block{empty({qs[0], qs[1], qs[2], v.shape()[3]}, q.options().with_dtype(work)),
+                       empty({qs[0], qs[1], qs[2]}, q.options().with_dtype(work))};
+  attention_forward_kernel(q.device(), q.detach().to(work).contiguous(),
+                           k.detach().to(work).contiguous(), v.detach().to(work).contiguous(),
+                           causal, sc, block.out, block.lse);
+  return block;
+}
+
+void merge_attention_blocks(AttentionBlock& into, const AttentionBlock& block) {
+  MT_CHECK(into.out.shape() == block.out.shape() && into.lse.shape() == block.lse.shape(),
+           "merge_attention_blocks: blocks of other queries: out ", into.out.shape(), " and ",
+           block.out.shape());
+  // lse = m + log(exp(a - m) + exp(b - m)), m = max(a, b): finite for rows that see a key.
+  const Tensor m = maximum(into.lse, block.lse);
+  const Tensor wa = exp(sub(into.lse, m)), wb = exp(sub(block.lse, m));
+  const Tensor total = add(wa, wb);
+  into.out = div(add(mul(into.out, wa.unsqueeze(-1)), mul(block.out, wb.unsqueeze(-1))),
+                 total.unsqueeze(-1));
+  into.lse = add(m, log(total));
+}
+
+std::vector<Tensor> attention_block_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                             const Tensor& v, const AttentionBlock& whole,
+                                             bool causal, std::optional<double> scale) {
+  check_inputs(q, k, v);
+  const double sc = scale_for(q, scale);
+  const DType work = block_dtype(q);
+  const Tensor qw = q.detach().to(work).contiguous(), kw = k.detach().to(work).contiguous(),
+               vw = v.detach().to(work).contiguous();
+  Tensor dq = empty(qw.shape(), qw.options()), dk = empty(kw.shape(), kw.options()),
+         dv = empty(vw.shape(), vw.options());
+  attention_backward_kernel(q.device(), dout.detach().to(work).contiguous(), qw, kw, vw,
+                            whole.out.to(work).contiguous(), whole.lse.to(work).contiguous(),
+                            causal, sc, dq, dk, dv);
+  return {dq, dk, dv};
+}
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                                     std::optional<double> scale) {
   check_inputs(q, k, v);
-  const double sc = scale.value_or(1.0 / std::sqrt(double(q.shape()[3])));
-  MT_CHECK(std::isfinite(sc), kOp, ": expected a finite scale, got ", sc);
+  const double sc = scale_for(q, scale);
   const DType dtype = q.dtype();
   // The kernels' operand dtype (16-bit kept where the device's kernels take it) and lse's.
   const DType stats = dtype == DType::F64 ? DType::F64 : DType::F32;

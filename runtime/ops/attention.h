@@ -19,6 +19,7 @@
 #pragma once
 
 #include <optional>
+#include <vector>
 
 #include "runtime/core/tensor.h"
 
@@ -28,5 +29,26 @@ namespace mt::runtime {
 // heads that share each kv head. Results do not depend on the thread count.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool causal = true, std::optional<double> scale = std::nullopt);
+
+// Attention split over blocks of keys, for code that holds the keys in pieces (context
+// parallelism's ring, parallel/context): the same kernels, without autograd, in f32 (f64 for f64
+// inputs; 16-bit inputs are widened). Shapes and masks as above; scale as above when not given.
+// A block's forward: its out [B, Hq, T, Dv] and the logsumexp lse [B, Hq, T] of each row's
+// scaled scores over the block's keys. Blocks merge exactly: with lse = logaddexp(lse1, lse2),
+// out = exp(lse1 - lse) out1 + exp(lse2 - lse) out2 (merge_attention_blocks).
+struct AttentionBlock {
+  Tensor out, lse;
+};
+AttentionBlock attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       bool causal, std::optional<double> scale = std::nullopt);
+// `into` merged with `block` (both over the same queries, different keys), in place of `into`.
+void merge_attention_blocks(AttentionBlock& into, const AttentionBlock& block);
+// A block's gradients given the WHOLE attention's out and lse (merged over every block) and the
+// gradient dout of out: {dq, dk, dv}, in f32 (f64); dq summed over the blocks is q's gradient,
+// dk and dv are the block's keys' and values'.
+std::vector<Tensor> attention_block_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                             const Tensor& v, const AttentionBlock& whole,
+                                             bool causal,
+                                             std::optional<double> scale = std::nullopt);
 
 }  // namespace mt::runtime

@@ -1,7 +1,8 @@
 // Context parallelism's pieces (parallel/context) on real ranks (mpirun -np 2 and 4): the load-
-// balanced split of a sequence, and causal attention over a sequence split across the cp ranks
-// against the same attention on the whole sequence in one process (f64: forward and the q, k and
-// v gradients to 1e-12), on the world as one cp group and on 4 ranks as two cp groups of 2.
+// balanced split of a sequence, and causal attention over a sequence split across the cp ranks,
+// by the all-gather and by the ring, against the same attention on the whole sequence in one
+// process (f64: forward and the q, k and v gradients to 1e-12), on the world as one cp group and
+// on 4 ranks as two cp groups of 2.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -72,8 +73,9 @@ Tensor leaf_of(const Tensor& t) {
 
 // Causal attention over a sequence split across `mesh` (1-D) equals one process's, forward and
 // backward: each rank's output and gradients are its shard of the whole ones.
-void expect_attention_matches_one_process(const std::shared_ptr<DeviceMesh>& mesh) {
-  const ContextParallel cp(mesh);
+void expect_attention_matches_one_process(const std::shared_ptr<DeviceMesh>& mesh,
+                                          ContextParallelRotate rotate) {
+  const ContextParallel cp(mesh, rotate);
   const int64_t b = 2, s = 8 * cp.degree(), hq = 4, hkv = 2, d = 8;
   const Qkv full = random_qkv(b, s, hq, hkv, d, 7);
   const Tensor w = mt::testing::randn64({b, s, hq, d}, 7, false, "w");  // loss weights
@@ -94,19 +96,29 @@ void expect_attention_matches_one_process(const std::shared_ptr<DeviceMesh>& mes
   EXPECT_TRUE(all_close(v.grad(), cp.shard(full.v.grad()), kTol, kTol));
 }
 
-TEST(ContextParallelAttention, TheWorldAsOneGroupMatchesOneProcess) {
-  expect_attention_matches_one_process(
-      DeviceMesh::create(world(), {world()->size()}, {"cp"}));
+// Both rotate methods: the all-gather and the ring.
+class ContextParallelAttention : public ::testing::TestWithParam<ContextParallelRotate> {};
+
+TEST_P(ContextParallelAttention, TheWorldAsOneGroupMatchesOneProcess) {
+  expect_attention_matches_one_process(DeviceMesh::create(world(), {world()->size()}, {"cp"}),
+                                       GetParam());
 }
 
-TEST(ContextParallelAttention, InnerGroupsOfAMeshMatchOneProcess) {
+TEST_P(ContextParallelAttention, InnerGroupsOfAMeshMatchOneProcess) {
   ASSERT_EQ(world()->size() % 2, 0) << "runs on 2 and 4 ranks";
   // (dp, cp): each pair of neighbours splits its own sequences.
   const auto mesh = DeviceMesh::create(world(), {world()->size() / 2, 2}, {"dp", "cp"});
-  expect_attention_matches_one_process(mesh->submesh({"cp"}));
+  expect_attention_matches_one_process(mesh->submesh({"cp"}), GetParam());
 }
 
-TEST(ContextParallelAttention, RejectsWhatItCannotSplit) {
+INSTANTIATE_TEST_SUITE_P(Rotate, ContextParallelAttention,
+                         ::testing::Values(ContextParallelRotate::AllGather,
+                                           ContextParallelRotate::Ring),
+                         [](const auto& info) {
+                           return info.param == ContextParallelRotate::Ring ? "Ring" : "AllGather";
+                         });
+
+TEST(ContextParallelErrors, RejectsWhatItCannotSplit) {
   const ContextParallel cp(DeviceMesh::create(world(), {world()->size()}, {"cp"}));
   const Tensor odd = mt::testing::randn64({1, 3, 2, 4}, 1, false);
   EXPECT_NE(error_of([&] { cp.attention(odd.transpose(1, 2), odd.transpose(1, 2),

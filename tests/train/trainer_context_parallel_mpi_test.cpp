@@ -1,7 +1,8 @@
 // Context parallelism in the Trainer on real ranks (mpirun -np 2 and -np 4): each rank of a cp
 // group trains on its share of every sequence (load-balanced chunks, attention over the gathered
 // keys and values), and the runs give the losses, gradient norms and validation losses of one
-// process: cp = every rank (also with activation checkpointing and gradient accumulation), and on
+// process: cp = every rank (also with activation checkpointing and gradient accumulation, and
+// with the ring instead of the all-gather), and on
 // 4 ranks cp 2 x FSDP 2, HSDP 2 x cp 2, cp 2 x TP 2 (sequence parallel), pp 2 x cp 2, and the MoE
 // with cp alone and cp 2 x EP 2. The text sample is one process's. Checkpoints saved under cp resume without it and the other way
 // round; layouts that cannot run are errors on every rank before any work.
@@ -86,6 +87,29 @@ TEST(TrainerContextParallelMpi, EveryRankOneSequenceShardMatchesOneProcess) {
                            "--training.global_batch_size=8"})),
           world()),
       reference(corpus));
+}
+
+// The ring ("alltoall"): the key/value chunks and their gradients pass around the cp ranks; the
+// same run, also with recomputed blocks (the ring runs again in backward) and on 4 ranks beside
+// FSDP.
+TEST(TrainerContextParallelMpi, RingMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const std::string ring = "--parallelism.context_parallel_rotate_method=alltoall";
+  const int64_t cp = world()->size();
+  testing::expect_same_run(run(job(corpus, shared_dir("ring"), 8, cp_args(cp, {ring})), world()),
+                           reference(corpus));
+  SCOPED_TRACE("activation checkpointing");
+  testing::expect_same_run(
+      run(job(corpus, shared_dir("ring_ac"), 8,
+              cp_args(cp, {ring, "--activation_checkpoint.mode=full"})),
+          world()),
+      reference(corpus));
+  if (world()->size() == 4) {
+    SCOPED_TRACE("cp 2 x FSDP 2");
+    testing::expect_same_run(run(job(corpus, shared_dir("ring_fsdp"), 4, cp_args(2, {ring})),
+                                 world()),
+                             reference(corpus));
+  }
 }
 
 // cp 2 composed with the other dimensions on 4 ranks (pp, dp_replicate, dp_shard, cp, tp).

@@ -184,8 +184,9 @@ std::vector<SectionSpec> build_schema() {
            positive()},
           {"context_parallel_rotate_method", &P::context_parallel_rotate_method,
            "How each rank's attention sees the other cp ranks' keys and values (torchtitan's "
-           "names): allgather = each layer all-gathers them; alltoall (passing them around a "
-           "ring) is not built yet",
+           "names): allgather = each layer all-gathers them (the whole sequence's kept for "
+           "backward); alltoall = they pass around a ring of the cp ranks, overlapped with "
+           "compute, and nothing of another rank's is kept (CPU only for now)",
            one_of({"allgather", "alltoall"})},
           {"tensor_parallel_degree", &P::tensor_parallel_degree,
            "Ranks that split each layer's matrices (tensor parallelism, the innermost mesh dim: "

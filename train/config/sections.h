@@ -72,7 +72,7 @@ struct ParallelismConfig {  // [parallelism]
   int64_t data_parallel_shard_degree = -1;  // -1: every rank not used by other dimensions
   int64_t expert_parallel_degree = 1;
   int64_t context_parallel_degree = 1;  // ranks that split each sequence (parallel/context)
-  std::string context_parallel_rotate_method = "allgather";  // allgather | alltoall (not built)
+  std::string context_parallel_rotate_method = "allgather";  // allgather | alltoall (the ring)
   int64_t tensor_parallel_degree = 1;
   bool enable_sequence_parallel = true;  // with tp: norms and residuals on sequence shards
   bool disable_loss_parallel = false;    // with tp: gather the logits before the loss

@@ -174,10 +174,6 @@ WorldLayout validate_for_world(const JobConfig& config, int64_t world_size) {
           "parallelism.data_parallel_shard_degree", "parallelism.context_parallel_degree",
           "parallelism.tensor_parallel_degree");
   validate_pipeline(config, out);
-  require(out.cp == 1 || p.context_parallel_rotate_method == "allgather", config,
-          "parallelism.context_parallel_rotate_method = \"alltoall\" (keys and values passed "
-          "around a ring) is not built yet; use \"allgather\"",
-          "parallelism.context_parallel_rotate_method", "parallelism.context_parallel_degree");
   require(out.cp == 1 || config.training.seq_len % (2 * out.cp) == 0, config,
           "training.seq_len must be a multiple of 2 x context_parallel_degree (context "
           "parallelism cuts each sequence into 2 x cp equal chunks, two per rank, so that each "
