@@ -223,10 +223,14 @@ Transformer::Transformer(const ModelArgs& args, uint64_t seed, TensorOptions opt
 }
 
 std::pair<Tensor, Tensor> rope_rows(const Tensor& cos, const Tensor& sin, const Tensor& positions,
-                                    int64_t tokens, const char* model) {
+                                    const Tensor& input, const char* model) {
   if (!positions.defined()) return {cos, sin};
-  MT_CHECK(positions.dim() == 1 && positions.size(0) == tokens, model, ": its sequence shard ",
-           "holds the positions of ", positions.numel(), " tokens, but the input has ", tokens);
+  // Tokens are the shard's whole share; hidden states (a later pipeline stage's input) may be
+  // split further by sequence parallelism, and are gathered back before attention.
+  const bool tokens = input.dim() == 2;
+  MT_CHECK(positions.dim() == 1 && (!tokens || positions.size(0) == input.size(1)), model,
+           ": its sequence shard holds the positions of ", positions.numel(),
+           " tokens, but the input has ", input.size(1));
   return {runtime::index_select(cos, 0, positions), runtime::index_select(sin, 0, positions)};
 }
 
@@ -290,7 +294,7 @@ Tensor Transformer::forward(const Tensor& input, bool f32_logits) {
                     "llama Transformer");
   return call({input}, [this, f32_logits](const std::vector<Tensor>& in) {
     const auto [cos, sin] =
-        rope_rows(rope_cos, rope_sin, positions_, in[0].size(1), "llama Transformer");
+        rope_rows(rope_cos, rope_sin, positions_, in[0], "llama Transformer");
     Tensor h = tok_embeddings ? (*tok_embeddings)(in[0]) : in[0];
     for (const auto& block : blocks) h = (*block)(h, cos, sin);
     return output ? logits_from_hidden(h, f32_logits) : h;

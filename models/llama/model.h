@@ -145,10 +145,11 @@ void set_blocks_sequence_shard(const std::vector<std::shared_ptr<Block>>& blocks
   positions = shard ? shard->positions : Tensor();
   for (const auto& block : blocks) block->attention->core_attention = shard ? shard->attention : nullptr;
 }
-// The RoPE tables a forward over `tokens` tokens reads: their rows at `positions` (a sequence
-// shard's; its length must be `tokens`), or the whole tables when positions is undefined.
+// The RoPE tables a forward over `input` (tokens [B, T], or a later pipeline stage's hidden
+// states) reads: their rows at `positions` (a sequence shard's: one per token), or the whole
+// tables when positions is undefined.
 std::pair<Tensor, Tensor> rope_rows(const Tensor& cos, const Tensor& sin, const Tensor& positions,
-                                    int64_t tokens, const char* model);
+                                    const Tensor& input, const char* model);
 // Decoding needs whole sequences: throws when `positions` (a sequence shard's) is set.
 void check_not_sharded(const Tensor& positions, const char* model);
 

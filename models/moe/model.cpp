@@ -131,7 +131,7 @@ Transformer::Output Transformer::forward_part(const Tensor& input, bool f32_logi
   std::vector<Tensor> out = call_multi({input}, [this, f32_logits,
                                                  cache](const std::vector<Tensor>& in) {
     const auto [cos, sin] =
-        llama::rope_rows(rope_cos, rope_sin, positions_, in[0].size(1), "moe Transformer");
+        llama::rope_rows(rope_cos, rope_sin, positions_, in[0], "moe Transformer");
     Tensor h = tok_embeddings ? (*tok_embeddings)(in[0]) : in[0];
     Tensor aux;
     for (const auto& block : blocks) {

@@ -1,6 +1,7 @@
 // Context parallelism (torchtitan's cp, Megatron's context parallel): the ranks of a cp group split
 // every sequence between them, so activations per rank shrink by cp and long sequences fit.
-// Everything but attention works on a rank's tokens alone; attention gathers the keys and values.
+// Everything but attention works on a rank's tokens alone; attention sees the other ranks' keys
+// and values.
 //
 // Load balancing (torchtitan's default for causal attention): a sequence of S tokens is cut into
 // 2 cp chunks of S / (2 cp); rank r holds chunks r and 2 cp - 1 - r, in that order. Under the
@@ -9,13 +10,13 @@
 //
 //   ContextParallel cp(cp_mesh);                        // a 1-D mesh over the cp ranks
 //   Tensor local = cp.shard(tokens);                    // [B, S] -> [B, S / cp]
-//   positions = cp.positions(S);                        // their places in the sequence (RoPE)
+//   Tensor positions = cp.positions(S, device);         // their places in the sequence (RoPE)
 //   out = cp.attention(q, k, v);                        // causal, over the whole sequence
 //
 // Attention, by one of torchtitan's rotate methods (ContextParallelRotate):
-// "allgather" (the default): each rank all-gathers the
-// keys and values of the whole sequence (backward: their gradients reduce-scattered back), and
-// each of its two query chunks attends over the keys before it: chunk c of size n sees keys
+// "allgather" (the default): each rank all-gathers the keys and values of the whole sequence
+// (backward: their gradients reduce-scattered back), and each of its two query chunks attends
+// over the keys before it: chunk c of size n sees keys
 // [0, (c + 1) n), with the causal mask aligned bottom-right (runtime/ops/attention.h), i.e. the
 // same keys as in the whole sequence. Memory: each layer keeps its gathered keys and values for
 // its backward (the whole sequence's, but of the k/v heads only: with grouped-query attention a
@@ -42,7 +43,7 @@ namespace mt::parallel {
 // (load balanced, as above). seq_len must be a multiple of 2 cp (throws naming the numbers).
 std::vector<int64_t> load_balanced_positions(int64_t seq_len, int64_t cp, int64_t rank);
 
-enum class ContextParallelRotate { AllGather, Ring };
+enum class ContextParallelRotate { AllGather, Ring };  // "allgather", "alltoall"
 
 class ContextParallel {
  public:

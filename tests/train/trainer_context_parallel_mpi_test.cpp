@@ -2,7 +2,7 @@
 // group trains on its share of every sequence (load-balanced chunks, attention over the gathered
 // keys and values), and the runs give the losses, gradient norms and validation losses of one
 // process: cp = every rank (also with activation checkpointing and gradient accumulation, and
-// with the ring instead of the all-gather), and on
+// with the ring instead of the all-gather; in bf16 to its rounding), and on
 // 4 ranks cp 2 x FSDP 2, HSDP 2 x cp 2, cp 2 x TP 2 (sequence parallel), pp 2 x cp 2, and the MoE
 // with cp alone and cp 2 x EP 2. The text sample is one process's. Checkpoints saved under cp resume without it and the other way
 // round; layouts that cannot run are errors on every rank before any work.
@@ -109,6 +109,28 @@ TEST(TrainerContextParallelMpi, RingMatchesOneProcess) {
     testing::expect_same_run(run(job(corpus, shared_dir("ring_fsdp"), 4, cp_args(2, {ring})),
                                  world()),
                              reference(corpus));
+  }
+}
+
+// bf16 compute (f32 master weights and reductions), both methods: cp = every rank tracks one
+// process in bf16 to its rounding (the blocks of the ring are merged in f32, the all-gather's
+// attention runs on a rank's queries alone).
+TEST(TrainerContextParallelMpi, InBf16TracksOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const std::vector<std::string> bf16 = {"--training.mixed_precision_param=bfloat16",
+                                         "--training.steps=5", "--validation.enable=false"};
+  const TrainResult one = one_process(corpus, "bf16_one", bf16);
+  for (const std::string method : {"allgather", "alltoall"}) {
+    SCOPED_TRACE(method);
+    const TrainResult cp = run(
+        job(corpus, shared_dir("bf16_" + method), 8,
+            cp_args(world()->size(),
+                    {bf16[0], bf16[1], bf16[2],
+                     "--parallelism.context_parallel_rotate_method=" + method})),
+        world());
+    ASSERT_EQ(cp.losses.size(), one.losses.size());
+    for (size_t i = 0; i < one.losses.size(); ++i)
+      EXPECT_NEAR(cp.losses[i], one.losses[i], 1e-2 * one.losses[i]) << "step " << i + 1;
   }
 }
 
