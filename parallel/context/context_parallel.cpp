@@ -23,13 +23,17 @@ void check_split(int64_t seq_len, int64_t cp, const char* what) {
 
 }  // namespace
 
+std::array<int64_t, 2> load_balanced_chunks(int64_t rank, int64_t cp) {
+  return {rank, 2 * cp - 1 - rank};
+}
+
 std::vector<int64_t> load_balanced_positions(int64_t seq_len, int64_t cp, int64_t rank) {
   check_split(seq_len, cp, "context parallel");
   MT_CHECK(rank >= 0 && rank < cp, "context parallel: rank ", rank, " is not in [0, ", cp, ")");
   const int64_t chunk = seq_len / (2 * cp);
   std::vector<int64_t> positions;
   positions.reserve(size_t(2 * chunk));
-  for (const int64_t c : {rank, 2 * cp - 1 - rank})
+  for (const int64_t c : load_balanced_chunks(rank, cp))
     for (int64_t i = 0; i < chunk; ++i) positions.push_back(c * chunk + i);
   return positions;
 }
@@ -46,8 +50,8 @@ Tensor ContextParallel::shard(const Tensor& batch) const {
   const int64_t cp = degree(), seq = batch.size(1);
   check_split(seq, cp, "context parallel");
   const int64_t chunk = seq / (2 * cp);
-  return runtime::cat({batch.narrow(1, rank() * chunk, chunk),
-                       batch.narrow(1, (2 * cp - 1 - rank()) * chunk, chunk)},
+  const auto [first, second] = load_balanced_chunks(rank(), cp);
+  return runtime::cat({batch.narrow(1, first * chunk, chunk), batch.narrow(1, second * chunk, chunk)},
                       1)
       .detach();
 }
@@ -96,7 +100,7 @@ Tensor ContextParallel::allgather_attention(const Tensor& q, const Tensor& k,
   const Tensor values = gather_sequence(v.transpose(1, 2), "values").transpose(1, 2);
   std::vector<Tensor> outs;
   int64_t first = 0;
-  for (const int64_t c : {rank(), 2 * cp - 1 - rank()}) {
+  for (const int64_t c : load_balanced_chunks(rank(), cp)) {
     const int64_t seen = (c + 1) * chunk;  // keys [0, seen); bottom-right causal mask
     outs.push_back(runtime::scaled_dot_product_attention(
         q.narrow(2, first, chunk), keys.narrow(2, 0, seen), values.narrow(2, 0, seen),

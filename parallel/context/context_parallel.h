@@ -30,6 +30,7 @@
 // point-to-point calls to pair the ring's crossing messages).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -39,6 +40,8 @@
 
 namespace mt::parallel {
 
+// The global chunks (of 2 cp) that rank `rank` holds, in its order: rank and 2 cp - 1 - rank.
+std::array<int64_t, 2> load_balanced_chunks(int64_t rank, int64_t cp);
 // The global positions of rank `rank`'s tokens when `seq_len` tokens are split over `cp` ranks
 // (load balanced, as above). seq_len must be a multiple of 2 cp (throws naming the numbers).
 std::vector<int64_t> load_balanced_positions(int64_t seq_len, int64_t cp, int64_t rank);

@@ -51,14 +51,11 @@ class Ring {
   std::vector<Work> works_;
 };
 
-// The global chunk indices of rank `holder`'s two chunks.
-std::array<int64_t, 2> chunks_of(int64_t holder, int64_t cp) { return {holder, 2 * cp - 1 - holder}; }
-
 // Calls fn(query chunk, key chunk, causal) for each pair of this rank's query chunks and the key
 // chunks of `holder` that the queries see.
 template <class Fn>
 void for_each_visible_block(int64_t rank, int64_t holder, int64_t cp, Fn&& fn) {
-  const auto queries = chunks_of(rank, cp), keys = chunks_of(holder, cp);
+  const auto queries = load_balanced_chunks(rank, cp), keys = load_balanced_chunks(holder, cp);
   for (int64_t qi = 0; qi < 2; ++qi)
     for (int64_t ki = 0; ki < 2; ++ki)
       if (keys[size_t(ki)] <= queries[size_t(qi)])
@@ -131,9 +128,8 @@ Tensor ContextParallel::ring_attention(const Tensor& q, const Tensor& k, const T
                     *whole[size_t(qi)], causal);
                 dq[size_t(qi)] = dq[size_t(qi)].defined() ? runtime::add(dq[size_t(qi)], g[0])
                                                           : g[0];
-                Tensor dk = chunk(dk_held, ki), dv = chunk(dv_held, ki);
-                dk.copy_(runtime::add(dk, g[1]));
-                dv.copy_(runtime::add(dv, g[2]));
+                runtime::add_(chunk(dk_held, ki), g[1]);
+                runtime::add_(chunk(dv_held, ki), g[2]);
               });
           ring.wait();  // the next chunks arrived, and the held ones' sends are done
           const Tensor dk_next = ring.pass(dk_held, kKeyGrads, "context_parallel.ring_key_grads");

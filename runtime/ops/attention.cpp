@@ -44,8 +44,8 @@ double scale_for(const Tensor& q, std::optional<double> scale) {
   return sc;
 }
 
-// The blocks' compute dtype: f64 for f64, else f32.
-DType block_dtype(const Tensor& q) { return q.dtype() == DType::F64 ? DType::F64 : DType::F32; }
+// The dtype of lse, and of the blocks' compute: f64 for f64, else f32.
+DType stats_dtype(const Tensor& q) { return q.dtype() == DType::F64 ? DType::F64 : DType::F32; }
 
 }  // namespace
 
@@ -53,7 +53,7 @@ AttentionBlock attention_block_forward(const Tensor& q, const Tensor& k, const T
                                        bool causal, std::optional<double> scale) {
   check_inputs(q, k, v);
   const double sc = scale_for(q, scale);
-  const DType work = block_dtype(q);
+  const DType work = stats_dtype(q);
   const Shape& qs = q.shape();
   AttentionBlock block{empty({qs[0], qs[1], qs[2], v.shape()[3]}, q.options().with_dtype(work)),
                        empty({qs[0], qs[1], qs[2]}, q.options().with_dtype(work))};
@@ -81,7 +81,7 @@ std::vector<Tensor> attention_block_backward(const Tensor& dout, const Tensor& q
                                              bool causal, std::optional<double> scale) {
   check_inputs(q, k, v);
   const double sc = scale_for(q, scale);
-  const DType work = block_dtype(q);
+  const DType work = stats_dtype(q);
   const Tensor qw = q.detach().to(work).contiguous(), kw = k.detach().to(work).contiguous(),
                vw = v.detach().to(work).contiguous();
   Tensor dq = empty(qw.shape(), qw.options()), dk = empty(kw.shape(), kw.options()),
@@ -98,7 +98,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const double sc = scale_for(q, scale);
   const DType dtype = q.dtype();
   // The kernels' operand dtype (16-bit kept where the device's kernels take it) and lse's.
-  const DType stats = dtype == DType::F64 ? DType::F64 : DType::F32;
+  const DType stats = stats_dtype(q);
   const bool native = (dtype == DType::BF16 || dtype == DType::F16) &&
                       attention_takes_16bit_kernel.has(q.device().type) &&
                       attention_takes_16bit_kernel(q.device(), dtype);

@@ -179,19 +179,14 @@ WorldLayout validate_for_world(const JobConfig& config, int64_t world_size) {
           "parallelism cuts each sequence into 2 x cp equal chunks, two per rank, so that each "
           "rank gets the same share of causal attention)",
           "training.seq_len", "parallelism.context_parallel_degree");
-  if (out.cp == 1) {
-    require(out.tp == 1 || config.training.seq_len % out.tp == 0, config,
-            "training.seq_len must be a multiple of tensor_parallel_degree (tensor parallelism "
-            "splits each sequence over the tp ranks)",
-            "training.seq_len", "parallelism.tensor_parallel_degree");
-  } else {
-    require(out.tp == 1 || (config.training.seq_len / out.cp) % out.tp == 0, config,
-            "training.seq_len / context_parallel_degree must be a multiple of "
-            "tensor_parallel_degree (tensor parallelism splits each rank's share of a sequence "
-            "over the tp ranks)",
-            "training.seq_len", "parallelism.context_parallel_degree",
-            "parallelism.tensor_parallel_degree");
-  }
+  // Tensor parallelism splits each rank's share of a sequence (all of it without cp) over tp.
+  const bool whole = out.cp == 1;
+  require(out.tp == 1 || (config.training.seq_len / out.cp) % out.tp == 0, config,
+          std::string(whole ? "training.seq_len" : "training.seq_len / context_parallel_degree") +
+              " must be a multiple of tensor_parallel_degree (tensor parallelism splits " +
+              (whole ? "each sequence" : "each rank's share of a sequence") + " over the tp ranks)",
+          "training.seq_len", "parallelism.context_parallel_degree",
+          "parallelism.tensor_parallel_degree");
   out.dp = out.dp_replicate * out.dp_shard;
   out.ep = p.expert_parallel_degree;
   // Experts borrow their ranks from dp_shard x cp (torchtitan's layout): cp ranks route
