@@ -39,9 +39,11 @@ CollectiveKind CommRecord::kind() const {
   if (collective == "reduce_scatter_into") return CollectiveKind::ReduceScatter;
   if (collective == "all_to_all_single") return CollectiveKind::AllToAll;
   if (collective == "broadcast") return CollectiveKind::Broadcast;
-  if (collective == "send" || collective == "recv") return CollectiveKind::SendRecv;
+  if (collective == "send" || collective == "recv" || posted()) return CollectiveKind::SendRecv;
   MT_FAIL("CommRecord: '", collective, "' has no bandwidth kind");
 }
+
+bool CommRecord::posted() const { return collective == "isend" || collective == "irecv"; }
 
 bool CommRecord::uneven() const {
   if (collective != "all_to_all_single" || send_bytes.empty()) return false;
@@ -52,12 +54,12 @@ bool CommRecord::uneven() const {
 }
 
 double CommRecord::algbw() const {
-  if (!has_kind() || size_bytes == 0 || end_us <= start_us) return 0;
+  if (!has_kind() || posted() || size_bytes == 0 || end_us <= start_us) return 0;
   return algbw_bytes_per_second(size_bytes, seconds());
 }
 
 double CommRecord::busbw() const {
-  if (!has_kind() || uneven() || size_bytes == 0 || end_us <= start_us) return 0;
+  if (!has_kind() || posted() || uneven() || size_bytes == 0 || end_us <= start_us) return 0;
   return busbw_bytes_per_second(kind(), group_size, size_bytes, seconds());
 }
 
@@ -99,6 +101,7 @@ std::string comm_record_json(const CommRecord& r, int64_t step, int rank) {
                       {"issued_us", r.issued_us},
                       {"start_us", r.start_us},
                       {"end_us", r.end_us},
+                      {"waited_us", r.waited_us},
                       {"algbw", r.algbw()},
                       {"busbw", r.busbw()}};
   if (r.collective == "all_to_all_single") {
@@ -127,8 +130,8 @@ CommTraceLine parse_comm_trace_line(const std::string& line, const std::string& 
     MT_CHECK(j.is_object() && j.contains("schema"), where,
              ": not a communication trace record (no schema)");
     const int schema = j.at("schema").get<int>();
-    MT_CHECK(schema == kCommTraceSchema, where, ": schema ", schema, ", this build reads ",
-             kCommTraceSchema);
+    MT_CHECK(schema >= 1 && schema <= kCommTraceSchema, where, ": schema ", schema,
+             ", this build reads 1 to ", kCommTraceSchema);
     const std::string type = j.at("type").get<std::string>();
     if (type == "step") {
       out.is_step = true;
@@ -170,6 +173,7 @@ CommTraceLine parse_comm_trace_line(const std::string& line, const std::string& 
     j.at("issued_us").get_to(r.issued_us);
     j.at("start_us").get_to(r.start_us);
     j.at("end_us").get_to(r.end_us);
+    if (schema >= 2) j.at("waited_us").get_to(r.waited_us);
   } catch (const nlohmann::json::exception& e) {
     MT_FAIL(where, ": not a communication trace record (", e.what(), ")");
   }

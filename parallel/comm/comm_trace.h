@@ -5,6 +5,12 @@
 // from which algbw and busbw follow by nccl-tests' definitions (bandwidth.h). An uneven
 // all_to_all keeps its per-peer bytes instead of a busbw (the even formula is wrong there).
 //
+// Posted point-to-point messages (isend / irecv: pipeline activations, the context-parallel ring)
+// run beside the caller: their record spans posting to completion (seen by Work::wait() or
+// Work::is_completed()), which includes the compute they overlapped and the wait for the peer to
+// post, so it carries no bandwidth; `waited_us` marks when the caller first waited, which is
+// where a replay waits too.
+//
 // Exposed communication: the time the thread that started the trace spent blocked in
 // collectives (a synchronous call from entry to return; an async one in Work::wait()). Async calls
 // that finish while that thread computes cost nothing there. On a GPU (NCCL) a call only queues
@@ -23,13 +29,15 @@
 
 namespace mt::parallel {
 
-inline constexpr int kCommTraceSchema = 1;
+// 2: posted isend / irecv records and their waited_us; schema 1 records still read.
+inline constexpr int kCommTraceSchema = 2;
 
 struct CommRecord {
   int64_t issue = 0;         // the call's place among this process's calls (issue order)
   int64_t seq = 0;           // the call's number on its group (1 = the first)
   std::string collective;    // "all_reduce", "all_gather_into", "reduce_scatter_into",
-                             // "all_to_all_single", "broadcast", "barrier", "send", "recv"
+                             // "all_to_all_single", "broadcast", "barrier", "send", "recv",
+                             // "isend", "irecv" (posted)
   std::string name;          // the caller's name ("fsdp.all_gather")
   std::string serves;        // what it served (ScopedCommPurpose), or ""
   std::string group;         // the group's name ("mpi:world/split(0,1)")
@@ -38,8 +46,8 @@ struct CommRecord {
   int group_rank = 0, group_size = 1;
   std::string dtype;      // of the payload ("f32", "bf16", ...; "" for a barrier)
   std::string reduce_op;  // "sum", "avg", "max", "min", or "" when it does not reduce
-  int peer = -1;          // broadcast: the root; send: dst; recv: src
-  int tag = -1;           // send/recv
+  int peer = -1;          // broadcast: the root; send, isend: dst; recv, irecv: src
+  int tag = -1;           // send, recv, isend, irecv
   std::vector<int64_t> in_shape, out_shape;     // the caller's tensors ({} where none)
   uint64_t in_storage = 0, out_storage = 0;     // their storage ids (0 where none)
   int64_t bytes_in = 0, bytes_out = 0;          // this rank's input and output bytes
@@ -48,13 +56,16 @@ struct CommRecord {
   bool async = false;
   double issued_us = 0;             // when the caller issued it (wall clock, us since the epoch)
   double start_us = 0, end_us = 0;  // when it ran (the same clock; later than issued when queued)
+  double waited_us = 0;             // isend/irecv: when the caller first waited (0: never did)
 
   double seconds() const { return (end_us - start_us) / 1e6; }
   bool has_kind() const;        // not a barrier
   CollectiveKind kind() const;  // throws for a barrier
+  bool posted() const;          // an isend or irecv
   bool uneven() const;          // an all_to_all whose blocks differ between peers
-  double algbw() const;         // bytes/s; 0 for a barrier or a zero-length call
-  double busbw() const;         // bytes/s; 0 where it has no meaning (uneven all_to_all, barrier)
+  double algbw() const;         // bytes/s; 0 for a barrier, a posted message or a zero-length call
+  double busbw() const;         // bytes/s; 0 where it has no meaning (uneven all_to_all, barrier,
+                                // posted message)
   // All_to_all: this rank's bytes to and from the other members (its own block excluded).
   AllToAllTraffic traffic() const;
 };

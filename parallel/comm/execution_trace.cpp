@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -97,12 +98,26 @@ ExecutionTrace make_execution_trace(const runtime::ProfileReport& ops,
     n.issued_us = r.issued_us - origin;
     n.dur_us = r.end_us - r.start_us;
     n.collective = r;
-    trace.nodes.push_back(std::move(n));
+    trace.nodes.push_back(n);
+    if (r.posted() && r.waited_us > 0) {  // and where the step waited for it (after the post,
+      TraceNode& wait = trace.nodes.emplace_back(std::move(n));  // also at the same microsecond)
+      wait.type = TraceNode::Type::Wait;
+      wait.name = "wait";
+      wait.thread = "main";
+      wait.issued_us = std::max(r.waited_us, r.issued_us) - origin;
+      wait.dur_us = r.end_us - r.waited_us;
+    }
   }
   std::stable_sort(
       trace.nodes.begin(), trace.nodes.end(),
       [](const TraceNode& a, const TraceNode& b) { return a.issued_us < b.issued_us; });
-  for (size_t i = 0; i < trace.nodes.size(); ++i) trace.nodes[i].id = int64_t(i) + 1;
+  std::map<int64_t, int64_t> posted_node;  // a posted message's issue number -> its node id
+  for (size_t i = 0; i < trace.nodes.size(); ++i) {
+    TraceNode& n = trace.nodes[i];
+    n.id = int64_t(i) + 1;
+    if (n.type == TraceNode::Type::Collective) posted_node[n.collective.issue] = n.id;
+    if (n.type == TraceNode::Type::Wait) n.waits_for = posted_node.at(n.collective.issue);
+  }
   return trace;
 }
 
@@ -112,6 +127,8 @@ void write_execution_trace(const ExecutionTrace& trace, const std::string& path)
     nlohmann::json j;
     if (n.type == TraceNode::Type::Collective) {
       j = nlohmann::json::parse(comm_record_json(n.collective, trace.step, trace.rank));
+    } else if (n.type == TraceNode::Type::Wait) {
+      j = {{"type", "wait"}, {"name", n.name}, {"waits_for", n.waits_for}};
     } else {
       j = {{"type", "op"},
            {"name", n.name},
@@ -147,7 +164,7 @@ ExecutionTrace read_execution_trace(const std::string& path) {
     MT_CHECK(doc.is_object() && doc.value("format", "") == "minititan execution trace", path,
              ": not a minititan execution trace");
     const int schema = doc.at("schema").get<int>();
-    MT_CHECK(schema == 1 || schema == kExecutionTraceSchema, path, ": execution trace schema ",
+    MT_CHECK(schema >= 1 && schema <= kExecutionTraceSchema, path, ": execution trace schema ",
              schema, ", this build reads 1 to ", kExecutionTraceSchema);
     trace.schema = schema;
     doc.at("rank").get_to(trace.rank);
@@ -161,6 +178,10 @@ ExecutionTrace read_execution_trace(const std::string& path) {
         n.type = TraceNode::Type::Collective;
         n.collective = parse_comm_trace_line(j.dump(), where).collective.record;
         n.name = n.collective.collective;
+      } else if (type == "wait") {
+        n.type = TraceNode::Type::Wait;
+        j.at("name").get_to(n.name);
+        j.at("waits_for").get_to(n.waits_for);
       } else {
         MT_CHECK(type == "op", where, ": unknown node type '", type, "'");
         j.at("name").get_to(n.name);

@@ -18,22 +18,26 @@ namespace mt::parallel {
 
 // 2: op nodes carry "args" (every kernel argument's code, runtime/core/profiler.h), which a
 // compute replay needs; schema 1 traces (without them) still replay their collectives.
-inline constexpr int kExecutionTraceSchema = 2;
+// 3: posted isend / irecv nodes, and "wait" nodes where the caller first waited for one.
+inline constexpr int kExecutionTraceSchema = 3;
 
 struct TraceNode {
-  enum class Type { Op, Collective };
+  // Wait: where the step first waited for a posted isend / irecv (the node `waits_for`).
+  enum class Type { Op, Collective, Wait };
   Type type = Type::Op;
   int64_t id = 0;        // place in issue order (1 = first)
   std::string name;      // the kernel's name, or the collective ("all_gather_into")
   std::string thread;    // "main", or "comm <group>" for an async collective
   std::string device;    // "cpu", "cuda:0"
   double issued_us = 0;  // since the trace began
-  double dur_us = 0;     // host time of the kernel call, or the collective's run time
+  double dur_us = 0;     // host time of the kernel call, the collective's run time (posted:
+                         // from posting to completion), or the wait's blocked time
   // Ops: the kernel's tensor arguments. Outputs are those taken by non-const reference; a kernel
   // that writes into a `const Tensor& out` it is given lists that among its inputs.
   std::vector<runtime::TensorMeta> inputs, outputs;
   std::vector<std::string> args;  // ops: every argument (kernel_arg_code)
-  CommRecord collective;          // collectives
+  CommRecord collective;          // collectives (and, in memory only, a wait's message)
+  int64_t waits_for = 0;          // waits: the id of the isend / irecv node
 };
 
 struct ExecutionTrace {

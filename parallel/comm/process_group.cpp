@@ -6,6 +6,7 @@
 #include <chrono>
 #include <numeric>
 #include <optional>
+#include <utility>
 
 #include "runtime/core/error.h"
 #include "runtime/core/profiler.h"
@@ -293,8 +294,10 @@ Work ProcessGroup::isend(const Tensor& tensor, int dst, int tag, const std::stri
   Tensor t = tensor.detach();
   std::optional<Work> posted = post_send(t, dst, tag);
   if (!posted) return send(t, dst, tag, name, /*async_op=*/true);
-  count_posted(name, "isend", int64_t(t.nbytes()));
-  return *posted;
+  CommRecord call = describe_call(name, int64_t(t.nbytes()), &t, nullptr);
+  call.peer = dst;
+  call.tag = tag;
+  return track_posted("isend", std::move(call), *std::move(posted));
 }
 
 Work ProcessGroup::irecv(const Tensor& tensor, int src, int tag, const std::string& name) {
@@ -306,19 +309,60 @@ Work ProcessGroup::irecv(const Tensor& tensor, int src, int tag, const std::stri
   Tensor t = tensor.detach();
   std::optional<Work> posted = post_recv(t, src, tag);
   if (!posted) return recv(t, src, tag, name, /*async_op=*/true);
-  count_posted(name, "irecv", int64_t(t.nbytes()));
-  return *posted;
+  CommRecord call = describe_call(name, int64_t(t.nbytes()), nullptr, &t);
+  call.peer = src;
+  call.tag = tag;
+  return track_posted("irecv", std::move(call), *std::move(posted));
 }
 
 std::optional<Work> ProcessGroup::post_send(const Tensor&, int, int) { return std::nullopt; }
 std::optional<Work> ProcessGroup::post_recv(const Tensor&, int, int) { return std::nullopt; }
 
-void ProcessGroup::count_posted(const std::string& name, const char* collective, int64_t bytes) {
-  std::lock_guard lock(stats_mutex_);
-  CommStats& s = stats_[name];
-  s.collective = collective;
-  s.calls += 1;
-  s.bytes += bytes;
+Work ProcessGroup::track_posted(const char* collective, CommRecord call, Work posted) {
+  {
+    std::lock_guard lock(stats_mutex_);
+    CommStats& s = stats_[call.name];
+    s.collective = collective;
+    s.calls += 1;
+    s.bytes += call.size_bytes;
+  }
+  if (!CommTrace::active()) return posted;
+  // The record, shared by the Work's copies: finished (and added to the trace) by whichever
+  // sees the message complete first, wait() or is_completed().
+  struct Tracked {
+    std::mutex mutex;
+    CommRecord record;
+    bool finished = false;
+    void waiting() {
+      std::lock_guard lock(mutex);
+      if (!finished && record.waited_us == 0) record.waited_us = wall_clock_us();
+    }
+    void finish() {
+      std::lock_guard lock(mutex);
+      if (std::exchange(finished, true)) return;
+      record.end_us = wall_clock_us();
+      CommTrace::add(record);
+    }
+  };
+  auto tracked = std::make_shared<Tracked>();
+  CommRecord& r = tracked->record;
+  r = std::move(call);
+  r.issue = CommTrace::next_issue();
+  r.collective = collective;
+  r.serves = ScopedCommPurpose::current();
+  r.async = true;
+  r.issued_us = r.start_us = wall_clock_us();
+  return Work(
+      [posted, tracked] {
+        tracked->waiting();
+        posted.wait();
+        tracked->finish();
+      },
+      [posted, tracked] {
+        const bool done = posted.is_completed();
+        if (done) tracked->finish();
+        return done;
+      });
 }
 
 std::map<std::string, CommStats> ProcessGroup::stats() const {

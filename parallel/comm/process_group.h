@@ -4,7 +4,8 @@
 // - Every call carries a `name` (for profiling); the group records calls and payload bytes per
 //   name in stats(). Payload bytes: the in-place tensor (all_reduce, broadcast, send, recv), the
 //   gathered `out` (all_gather_into), the full `in` (reduce_scatter_into, all_to_all_single).
-//   While CommTrace is on, every call is also recorded in full (comm_trace.h).
+//   While CommTrace is on, every call is also recorded in full (comm_trace.h); a posted isend or
+//   irecv once its Work is seen complete (a Work never waited on or tested leaves no record).
 // - Every call returns a Work. Synchronous by default (the Work is already complete). With
 //   async_op = true the call runs on the group's communication thread (one per group, started on
 //   first use; calls run in issue order, sync calls issued after an async one queue behind it) and
@@ -194,8 +195,10 @@ class ProcessGroup {
   CommRecord describe_call(const std::string& name, int64_t size_bytes, const Tensor* in,
                            const Tensor* out) const;
   void comm_loop();
-  // Counts a posted isend/irecv in stats() (its time is not known: it runs beside the caller).
-  void count_posted(const std::string& name, const char* collective, int64_t bytes);
+  // Counts a posted isend/irecv in stats() (its time is not known: it runs beside the caller)
+  // and, while CommTrace is on, returns `posted` wrapped so that its completion adds `call`'s
+  // record (comm_trace.h: posted messages).
+  Work track_posted(const char* collective, CommRecord call, Work posted);
 
   mutable std::mutex stats_mutex_;  // guards stats_ and last_
   std::map<std::string, CommStats> stats_;

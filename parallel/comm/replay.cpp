@@ -240,11 +240,23 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
            "kernels' shapes would no longer fit together)");
   std::vector<const TraceNode*> nodes;
   std::vector<std::vector<Use>> uses;
+  std::map<int64_t, const TraceNode*> posted_nodes;  // by id
   for (const TraceNode& node : mine->nodes) {
     const bool collective = node.type == TraceNode::Type::Collective;
-    if (!collective && !o.compute) continue;
+    if (node.type == TraceNode::Type::Op && !o.compute) continue;
+    if (node.type == TraceNode::Type::Wait) {
+      const auto posted = posted_nodes.find(node.waits_for);
+      MT_CHECK(posted != posted_nodes.end(), "replay: trace node ", node.id, " of rank ",
+               mine->rank, " waits for node ", node.waits_for,
+               ", which is not an isend or irecv before it");
+      posted_nodes.erase(posted);
+    } else if (collective && node.collective.posted()) {
+      posted_nodes[node.id] = &node;
+    }
     nodes.push_back(&node);
-    uses.push_back(collective ? uses_of(node.collective, o.scale_bytes) : uses_of_op(node));
+    uses.push_back(collective          ? uses_of(node.collective, o.scale_bytes)
+                   : node.type == TraceNode::Type::Op ? uses_of_op(node)
+                                                      : std::vector<Use>{});
   }
 
   ReplayResult result;
@@ -257,8 +269,30 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
     uint64_t digest = 1469598103934665603ull;
     std::vector<ReplayedCall> timed;
     std::vector<ReplayedOp> ops;
+    // Posted isend / irecv by node id, until their wait node (or the end): the Work, when it was
+    // posted, its place in `timed` and what it receives into.
+    struct Pending {
+      Work work;
+      std::chrono::steady_clock::time_point posted;
+      size_t call = 0;
+      Tensor received;
+    };
+    std::map<int64_t, Pending> pending;
+    auto complete = [&](std::map<int64_t, Pending>::iterator it) {
+      it->second.work.wait();
+      timed[it->second.call].replayed_us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
+                                                    it->second.posted)
+              .count();
+      if (it->second.received.defined()) digest = mix(digest, sum_of(it->second.received));
+      pending.erase(it);
+    };
     world.barrier("replay_start");  // not "replay.": those are the traced calls
     for (size_t i = 0; i < nodes.size(); ++i) {
+      if (nodes[i]->type == TraceNode::Type::Wait) {
+        complete(pending.find(nodes[i]->waits_for));
+        continue;
+      }
       if (nodes[i]->type == TraceNode::Type::Op) {
         const auto t0 = std::chrono::steady_clock::now();
         ReplayedOp op{nodes[i]->id, nodes[i]->name, nodes[i]->dur_us, 0,
@@ -281,9 +315,27 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
       if (!out.defined()) out = in;
       if (!in.defined()) in = out;
       // Each call starts together on its group: its time is its own, not the skew the last call
-      // (or this rank's digest of it) left behind.
-      if (r.collective != "send" && r.collective != "recv") g.barrier("replay_sync");
+      // (or this rank's digest of it) left behind. Point-to-point calls: none.
+      const bool point_to_point = r.collective == "send" || r.collective == "recv" || r.posted();
+      if (!point_to_point) g.barrier("replay_sync");
+      ReplayedCall c;
+      c.node_id = nodes[i]->id;
+      c.collective = r.collective;
+      c.name = r.name;
+      c.members = r.members;
+      c.size_bytes =
+          r.in_shape.empty() && r.out_shape.empty() ? r.size_bytes : r.size_bytes * o.scale_bytes;
+      c.recorded_us = r.end_us - r.start_us;
       const auto t0 = std::chrono::steady_clock::now();
+      if (r.posted()) {  // timed from posting to completion, at its wait node (or the end)
+        const bool send = r.collective == "isend";
+        Work work = send ? g.isend(in, r.peer, r.tag, "replay." + r.name)
+                         : g.irecv(out, r.peer, r.tag, "replay." + r.name);
+        pending[c.node_id] = {std::move(work), t0, timed.size(), send ? Tensor() : out};
+        timed.push_back(std::move(c));
+        buffers.release_after(i);  // the posted Work keeps its buffer until it completes
+        continue;
+      }
       if (r.collective == "all_reduce") {
         g.all_reduce(in, reduce_op_from(r.reduce_op, where), "replay." + r.name);
       } else if (r.collective == "all_gather_into") {
@@ -310,18 +362,11 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
       const double us =
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       if (r.collective != "send" && r.collective != "barrier") digest = mix(digest, sum_of(out));
-      ReplayedCall c;
-      c.node_id = nodes[i]->id;
-      c.collective = r.collective;
-      c.name = r.name;
-      c.members = r.members;
-      c.size_bytes =
-          r.in_shape.empty() && r.out_shape.empty() ? r.size_bytes : r.size_bytes * o.scale_bytes;
-      c.recorded_us = r.end_us - r.start_us;
       c.replayed_us = us;
       timed.push_back(std::move(c));
       buffers.release_after(i);
     }
+    while (!pending.empty()) complete(pending.begin());  // posted, waited for after the step
     if (last) {
       result.calls = std::move(timed);
       result.ops = std::move(ops);

@@ -17,6 +17,9 @@
 //
 // Calls are issued synchronously in issue order (async ones too; overlap with compute is not
 // modelled), each after a barrier on its group (send/recv: none), so a call's time is its own.
+// Posted point-to-point messages (isend / irecv) are posted at their place and waited for at
+// their wait node, where the step first waited for them (or after the last node); their time
+// runs from posting to completion, as recorded.
 // Kernels run on the buffers' values (constants), not the step's: the replay measures time and
 // memory, and its digest shows two replays did the same, not what the step computed.
 #pragma once

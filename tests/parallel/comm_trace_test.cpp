@@ -1,14 +1,18 @@
 // CommTrace on one process (the local world): a record per collective with its tensors, bytes,
 // reduce op and peer; nccl-tests' busbw of each kind; an uneven all_to_all's per-peer bytes and
 // off-rank traffic; purposes nest; exposed time counts the tracing thread only; the JSON lines
-// round-trip and bad lines are errors naming the place.
+// round-trip and bad lines are errors naming the place; posted messages carry no bandwidth and
+// get a wait node in execution traces.
 #include "parallel/comm/comm_trace.h"
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "parallel/comm/comm_report.h"
+#include "parallel/comm/execution_trace.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/core/error.h"
 #include "runtime/ops/factory.h"
@@ -94,6 +98,15 @@ TEST(CommTrace, BusBandwidthFollowsNcclTests) {
   EXPECT_DOUBLE_EQ(timed("broadcast", 8, 1000000, 1e-3).busbw(), 1e9);
   EXPECT_DOUBLE_EQ(timed("send", 2, 1000000, 1e-3).busbw(), 1e9);
   EXPECT_EQ(timed("barrier", 4, 0, 1e-3).busbw(), 0);
+  // A posted message's time overlaps the caller's compute: no bandwidth, but a kind.
+  for (const char* posted : {"isend", "irecv"}) {
+    const CommRecord r = timed(posted, 2, 1000000, 1e-3);
+    EXPECT_TRUE(r.posted());
+    EXPECT_EQ(r.kind(), CollectiveKind::SendRecv);
+    EXPECT_EQ(r.algbw(), 0) << posted;
+    EXPECT_EQ(r.busbw(), 0) << posted;
+  }
+  EXPECT_FALSE(timed("send", 2, 1000000, 1e-3).posted());
 }
 
 TEST(CommTrace, UnevenAllToAllKeepsPerPeerBytesAndNoBusbw) {
@@ -159,6 +172,7 @@ TEST(CommTrace, JsonLinesRoundTripAndBadLinesAreErrors) {
   r.send_bytes = {16, 32};
   r.recv_bytes = {24, 16};
   r.async = true;
+  r.waited_us = 1.0005e6;
   const CommTraceLine l = parse_comm_trace_line(comm_record_json(r, 5, 3), "x");
   ASSERT_FALSE(l.is_step);
   EXPECT_EQ(l.collective.step, 5);
@@ -167,6 +181,14 @@ TEST(CommTrace, JsonLinesRoundTripAndBadLinesAreErrors) {
   EXPECT_EQ(comm_record_json(g, 5, 3), comm_record_json(r, 5, 3));
   EXPECT_EQ(g.members, r.members);
   EXPECT_EQ(g.send_bytes, r.send_bytes);
+  EXPECT_EQ(g.waited_us, r.waited_us);
+  // Schema 1 lines (written before posted messages were traced) have no waited_us.
+  nlohmann::json v1 = nlohmann::json::parse(comm_record_json(r, 5, 3));
+  v1["schema"] = 1;
+  v1.erase("waited_us");
+  const CommRecord old = parse_comm_trace_line(v1.dump(), "x").collective.record;
+  EXPECT_EQ(old.waited_us, 0);
+  EXPECT_EQ(old.recv_bytes, r.recv_bytes);
   const CommTraceLine s = parse_comm_trace_line(comm_step_json({4, 1, 0.5, 0.1}), "x");
   ASSERT_TRUE(s.is_step);
   EXPECT_EQ(s.step.step, 4);
@@ -206,6 +228,47 @@ TEST(CommTrace, SummaryAndChromeTracksPerGroup) {
   EXPECT_NE(events[0].find("\"tid\":10"), std::string::npos) << events[0];
   EXPECT_NE(events[2].find("\"tid\":11"), std::string::npos) << events[2];
   EXPECT_NE(events[4].find("\"tid\":10"), std::string::npos) << events[4];
+}
+
+// A posted message in an execution trace: its node where it was posted, and a wait node where
+// the step first waited for it (after the post even within the same microsecond); a message
+// never waited for (only tested) has no wait node; both survive the JSON file.
+TEST(ExecutionTrace, PostedMessagesHaveAWaitNodeAfterThem) {
+  runtime::ProfileReport ops;
+  ops.wall_start_us = 1e6;
+  CommRecord sent = timed("isend", 2, 64, 3e-4);
+  sent.issue = 4;
+  sent.issued_us = sent.start_us;
+  sent.waited_us = sent.start_us;  // waited at once
+  sent.members = {0, 1};
+  sent.peer = 1;
+  sent.tag = 9;
+  CommRecord received = sent;
+  received.collective = "irecv";
+  received.issue = 5;
+  received.waited_us = 0;  // seen complete by is_completed() only
+  CommRecord reduced = timed("all_reduce", 2, 8, 1e-4);
+  reduced.issue = 6;
+  reduced.issued_us = reduced.start_us + 10;
+  const ExecutionTrace t = make_execution_trace(ops, {sent, received, reduced}, 0, 2, 3);
+  ASSERT_EQ(t.nodes.size(), 4u);
+  EXPECT_EQ(t.nodes[0].name, "isend");
+  EXPECT_EQ(t.nodes[1].type, TraceNode::Type::Wait);
+  EXPECT_EQ(t.nodes[1].waits_for, t.nodes[0].id);
+  EXPECT_DOUBLE_EQ(t.nodes[1].dur_us, 300);  // blocked from the wait to the completion
+  EXPECT_EQ(t.nodes[2].name, "irecv");
+  EXPECT_EQ(t.nodes[3].name, "all_reduce");
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() / "mt_posted_execution_trace.json";
+  write_execution_trace(t, file.string());
+  const ExecutionTrace back = read_execution_trace(file.string());
+  std::filesystem::remove(file);
+  ASSERT_EQ(back.nodes.size(), 4u);
+  EXPECT_EQ(back.schema, kExecutionTraceSchema);
+  EXPECT_EQ(back.nodes[1].type, TraceNode::Type::Wait);
+  EXPECT_EQ(back.nodes[1].waits_for, 1);
+  EXPECT_EQ(back.nodes[2].collective.collective, "irecv");
+  EXPECT_EQ(back.nodes[2].collective.tag, 9);
 }
 
 }  // namespace

@@ -316,6 +316,68 @@ TEST(MpiProcessGroup, TracedCollectivesRecordTheirBytesPerPeer) {
   EXPECT_DOUBLE_EQ(ag.busbw(), ag.algbw() * double(W - 1) / double(W));
 }
 
+// Posted messages while tracing: each gets a record once it is seen complete, with its peer, tag
+// and bytes, its place in the issue order among the collectives, and when the caller first waited
+// for it (none when is_completed() saw it done first); stats() counts them as before.
+TEST(MpiProcessGroup, TracedPostedMessagesRecordWhenTheyWereWaitedFor) {
+  const int R = world().rank(), W = world().size();
+  const int next = (R + 1) % W, prev = (R + W - 1) % W;
+  world().reset_stats();
+  Tensor out = runtime::full({5, 2}, double(R), {DType::F32});
+  Tensor in = runtime::zeros({5, 2}, {DType::F32});
+  Tensor polled = runtime::zeros({3}, {DType::F64});
+  CommTrace::start();
+  Work sent = world().isend(out, next, 40, "ring.send");
+  Work received = world().irecv(in, prev, 40, "ring.recv");
+  world().barrier("between");
+  received.wait();
+  sent.wait();
+  Work polled_send = world().isend(runtime::ones({3}, {DType::F64}), next, 41, "polled.send");
+  Work polled_recv = world().irecv(polled, prev, 41, "polled.recv");
+  while (!polled_recv.is_completed() || !polled_send.is_completed()) {
+  }
+  polled_send.wait();  // after is_completed() saw it done: not a wait for the trace
+  const std::vector<CommRecord> records = CommTrace::take();
+  CommTrace::stop();
+  EXPECT_EQ(in.to_vector<double>(), std::vector<double>(10, double(prev)));
+  ASSERT_EQ(records.size(), 5u);
+  const CommRecord &s = records[0], &r = records[1], &b = records[2];
+  EXPECT_EQ(s.collective, "isend");
+  EXPECT_EQ(s.name, "ring.send");
+  EXPECT_EQ(s.peer, next);
+  EXPECT_EQ(s.tag, 40);
+  EXPECT_EQ(s.bytes_in, 40);
+  EXPECT_EQ(s.bytes_out, 0);
+  EXPECT_EQ(s.in_storage, out.storage()->id());
+  EXPECT_TRUE(s.async);
+  EXPECT_EQ(r.collective, "irecv");
+  EXPECT_EQ(r.peer, prev);
+  EXPECT_EQ(r.out_shape, std::vector<int64_t>({5, 2}));
+  EXPECT_EQ(r.out_storage, in.storage()->id());
+  EXPECT_EQ(b.collective, "barrier");
+  for (const CommRecord* p : {&s, &r}) {
+    EXPECT_EQ(p->size_bytes, 40);
+    EXPECT_EQ(p->dtype, "f32");
+    EXPECT_EQ(p->group_size, W);
+    EXPECT_EQ(p->busbw(), 0);
+    EXPECT_LE(p->start_us, b.start_us);  // posted before the barrier,
+    EXPECT_GE(p->waited_us, b.end_us);   // waited for after it,
+    EXPECT_GE(p->end_us, p->waited_us);  // and complete once waited for
+  }
+  EXPECT_LT(s.issue, r.issue);
+  EXPECT_LT(r.issue, b.issue);
+  for (const CommRecord& p : {records[3], records[4]}) {
+    EXPECT_EQ(p.tag, 41);
+    EXPECT_EQ(p.waited_us, 0) << p.collective;
+    EXPECT_GT(p.end_us, b.end_us);
+  }
+  EXPECT_EQ(polled.to_vector<double>(), std::vector<double>(3, 1.0));
+  const auto stats = world().stats();
+  EXPECT_EQ(stats.at("ring.send").collective, "isend");
+  EXPECT_EQ(stats.at("ring.send").calls, 1);
+  EXPECT_EQ(stats.at("ring.recv").bytes, 40);
+}
+
 TEST(MpiProcessGroup, RecvSizeMismatchThrows) {
   const int R = world().rank();
   if (R > 1) return;  // ranks 0 and 1 only; nothing collective below

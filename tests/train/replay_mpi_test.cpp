@@ -4,7 +4,8 @@
 // replaying it issues the same collectives (kind, group, dtype, shapes, sizes) in the same order,
 // as CommTrace sees them; lazy allocation peaks lower than pre-allocation with the same outputs;
 // --scale-bytes 2 doubles every size; with compute (mt_replay --all) every kernel is re-run by
-// name from its recorded arguments between the same collectives; bad traces are errors.
+// name from its recorded arguments between the same collectives; a pipelined step's posted
+// isend / irecv replay in their place and complete where the step waited; bad traces are errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,38 +37,47 @@ std::shared_ptr<parallel::ProcessGroup> world() {
   return pg;
 }
 
+// The traced runs: FSDP over every rank, and a 2-stage pipeline (1F1B, 2 micro-batches per dp
+// rank) whose activations and gradients move by posted isend / irecv.
+enum class Run { Fsdp, Pipeline };
+
 // Every rank's trace of step 2 of a traced run (trained once per process).
-const std::vector<ExecutionTrace>& traces(const fs::path& corpus) {
-  static const std::vector<ExecutionTrace> all = [&] {
-    const fs::path dump = testing::shared_dir(*world(), "mt_replay_mpi", "run");
-    const fs::path tokenizer = testing::shared_small_tokenizer(*world(), "mt_replay_mpi", corpus);
-    const config::JobConfig cfg = config::load_config(
-        fs::path(),
-        {"--job.dump_folder=" + dump.string(), "--model.tokenizer_path=" + tokenizer.string(),
-         "--training.dataset_path=" + corpus.string(),
-         "--training.local_batch_size=" + std::to_string(8 / world()->size()),
-         "--training.global_batch_size=8", "--training.seq_len=32", "--training.steps=2",
-         "--training.max_norm=0.5", "--training.mixed_precision_param=float32",
-         "--profiling.enable=true", "--profiling.profile_freq=2",
-         "--profiling.execution_trace=true"});
-    TrainerOptions options;
-    options.edit_model_args = testing::shrink_llama;
-    options.quiet = true;
-    options.handle_signals = false;
-    options.write_files = false;
-    options.world = world();
-    Trainer(cfg, options).train();
-    world()->barrier("traces written");
-    std::vector<ExecutionTrace> out;
-    for (int r = 0; r < world()->size(); ++r) {
-      out.push_back(
-          parallel::read_execution_trace((dump / "profile_traces" / "execution_trace" / "step_2" /
-                                          ("rank-" + std::to_string(r) + ".json"))
-                                             .string()));
-    }
-    return out;
-  }();
-  return all;
+const std::vector<ExecutionTrace>& traces(const fs::path& corpus, Run run = Run::Fsdp) {
+  static std::map<Run, std::vector<ExecutionTrace>> cache;
+  if (auto it = cache.find(run); it != cache.end()) return it->second;
+  const std::string name = run == Run::Fsdp ? "run" : "pipeline";
+  const fs::path dump = testing::shared_dir(*world(), "mt_replay_mpi", name);
+  const fs::path tokenizer = testing::shared_small_tokenizer(*world(), "mt_replay_mpi", corpus);
+  const int64_t dp = run == Run::Fsdp ? world()->size() : world()->size() / 2;
+  std::vector<std::string> args = {
+      "--job.dump_folder=" + dump.string(), "--model.tokenizer_path=" + tokenizer.string(),
+      "--training.dataset_path=" + corpus.string(),
+      "--training.local_batch_size=" + std::to_string(8 / dp), "--training.global_batch_size=8",
+      "--training.seq_len=32", "--training.steps=2", "--training.max_norm=0.5",
+      "--training.mixed_precision_param=float32", "--profiling.enable=true",
+      "--profiling.profile_freq=2", "--profiling.execution_trace=true"};
+  if (run == Run::Pipeline) {
+    args.insert(args.end(), {"--parallelism.pipeline_parallel_degree=2",
+                             "--parallelism.pipeline_parallel_schedule=1F1B",
+                             "--parallelism.pipeline_parallel_microbatch_size=" +
+                                 std::to_string(8 / dp / 2)});
+  }
+  TrainerOptions options;
+  options.edit_model_args = testing::shrink_llama;
+  options.quiet = true;
+  options.handle_signals = false;
+  options.write_files = false;
+  options.world = world();
+  Trainer(config::load_config(fs::path(), args), options).train();
+  world()->barrier("traces written");
+  std::vector<ExecutionTrace>& out = cache[run];
+  for (int r = 0; r < world()->size(); ++r) {
+    out.push_back(parallel::read_execution_trace(
+        (dump / "profile_traces" / "execution_trace" / "step_2" /
+         ("rank-" + std::to_string(r) + ".json"))
+            .string()));
+  }
+  return out;
 }
 
 std::vector<CommRecord> collectives_of(const ExecutionTrace& t) {
@@ -140,6 +150,8 @@ void expect_same_calls(const std::vector<CommRecord>& replayed,
     EXPECT_EQ(a.dtype, b.dtype) << i;
     EXPECT_EQ(a.reduce_op, b.reduce_op) << i;
     EXPECT_EQ(a.size_bytes, b.size_bytes * scale) << i << " " << b.name;
+    EXPECT_EQ(a.peer, b.peer) << i;
+    EXPECT_EQ(a.tag, b.tag) << i;
     if (scale == 1) {
       EXPECT_EQ(a.in_shape, b.in_shape) << i;
       EXPECT_EQ(a.out_shape, b.out_shape) << i;
@@ -149,13 +161,14 @@ void expect_same_calls(const std::vector<CommRecord>& replayed,
 
 parallel::ReplayResult replay(const fs::path& corpus,
                               parallel::ReplayOptions::Allocation allocation, int64_t scale,
-                              std::vector<CommRecord>* issued, bool compute = false) {
+                              std::vector<CommRecord>* issued, bool compute = false,
+                              Run run = Run::Fsdp) {
   parallel::ReplayOptions o;
   o.allocation = allocation;
   o.scale_bytes = scale;
   o.compute = compute;
   parallel::CommTrace::start();
-  const parallel::ReplayResult r = parallel::replay_step(*world(), traces(corpus), o);
+  const parallel::ReplayResult r = parallel::replay_step(*world(), traces(corpus, run), o);
   *issued = parallel::CommTrace::take();
   parallel::CommTrace::stop();
   // The replay's own barrier and group splits are not the traced calls.
@@ -227,6 +240,49 @@ TEST(Replay, AllReRunsEveryKernelBetweenTheSameCollectives) {
   EXPECT_THROW(parallel::replay_step(*world(), traces(corpus), scaled), mt::Error);
 }
 
+// The pipeline's posted messages: each isend / irecv node of the trace has one wait node after
+// it (the runner waits for every message within the step), and the replay, with and without
+// compute, posts the same messages (peer, tag, size) in the same order among the collectives,
+// each completing at its wait.
+TEST(Replay, PostsThePipelinesMessagesAndWaitsWhereTheStepWaited) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const ExecutionTrace& mine = traces(corpus, Run::Pipeline)[size_t(world()->rank())];
+  std::map<int64_t, int> waits;  // posted node id -> its wait nodes
+  int64_t sends = 0, receives = 0;
+  for (const TraceNode& n : mine.nodes) {
+    if (n.type == TraceNode::Type::Wait) {
+      ASSERT_TRUE(waits.count(n.waits_for)) << "wait node " << n.id;
+      EXPECT_LT(n.waits_for, n.id);
+      ++waits[n.waits_for];
+    } else if (n.type == TraceNode::Type::Collective && n.collective.posted()) {
+      waits[n.id] = 0;
+      (n.collective.collective == "isend" ? sends : receives) += 1;
+      EXPECT_EQ(n.collective.members.size(), 2u);  // the pp group
+      EXPECT_GT(n.collective.size_bytes, 0);
+    }
+  }
+  // 1F1B's stage sends each micro-batch's activations forward or gradients back: 2 per dp rank.
+  EXPECT_EQ(sends, 2);
+  EXPECT_EQ(receives, 2);
+  for (const auto& [id, count] : waits) EXPECT_EQ(count, 1) << "posted node " << id;
+
+  const std::vector<CommRecord> traced = collectives_of(mine);
+  for (const bool compute : {false, true}) {
+    SCOPED_TRACE(compute ? "--all" : "--comms");
+    std::vector<CommRecord> issued;
+    const parallel::ReplayResult r = replay(
+        corpus, parallel::ReplayOptions::Allocation::Lazy, 1, &issued, compute, Run::Pipeline);
+    expect_same_calls(issued, traced, 1);
+    ASSERT_EQ(r.calls.size(), traced.size());
+    for (const parallel::ReplayedCall& c : r.calls)
+      if (c.collective == "irecv" || c.collective == "isend")
+        EXPECT_GT(c.replayed_us, 0.0) << c.name;
+    if (compute) {
+      for (const parallel::ReplayedOp& op : r.ops) EXPECT_EQ(op.skipped, "") << op.name;
+    }
+  }
+}
+
 TEST(Replay, TracesThatDoNotFitAreErrors) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const std::vector<ExecutionTrace>& all = traces(corpus);
@@ -236,6 +292,11 @@ TEST(Replay, TracesThatDoNotFitAreErrors) {
   for (ExecutionTrace& t : no_members)
     for (TraceNode& n : t.nodes) n.collective.members.clear();
   EXPECT_THROW(parallel::replay_step(*world(), no_members, {}), mt::Error);
+  std::vector<ExecutionTrace> dangling_wait = traces(corpus, Run::Pipeline);
+  for (ExecutionTrace& t : dangling_wait)
+    for (TraceNode& n : t.nodes)
+      if (n.type == TraceNode::Type::Wait) n.waits_for = n.id + 1;  // not a message before it
+  EXPECT_THROW(parallel::replay_step(*world(), dangling_wait, {}), mt::Error);
   parallel::ReplayOptions zero;
   zero.scale_bytes = 0;
   EXPECT_THROW(parallel::replay_step(*world(), all, zero), mt::Error);
