@@ -29,26 +29,26 @@ void copy_pairs(const std::vector<Tensor>& srcs, const std::vector<Tensor>& dsts
 }
 }  // namespace
 
-FSDPParamGroup::FSDPParamGroup(std::string module_fqn,
+FSDPParamGroup::FSDPParamGroup(std::string module_type,
                                std::vector<std::unique_ptr<FSDPParam>> params,
                                std::shared_ptr<DeviceMesh> mesh, MixedPrecisionPolicy policy,
                                double gradient_divide_factor)
-    : module_fqn_(std::move(module_fqn)),
+    : module_type_(std::move(module_type)),
       params_(std::move(params)),
       mesh_(std::move(mesh)),
       shard_group_(&mesh_->group(mesh_->ndim() - 1)),
       gradient_divide_factor_(gradient_divide_factor) {
-  MT_CHECK(!params_.empty(), "FSDPParamGroup '", module_fqn_, "': no parameters");
+  MT_CHECK(!params_.empty(), "FSDPParamGroup '", module_type_, "': no parameters");
   MT_CHECK(mesh_->ndim() <= 2, "fully_shard: expected a 1-D (shard) or 2-D (replicate, shard) "
            "mesh, got ", mesh_->describe());
   if (mesh_->ndim() == 2 && mesh_->size(0) > 1) replicate_group_ = &mesh_->group(0);
   compute_dtype_ = params_.front()->compute_dtype();
   device_ = params_.front()->sharded().device();  // the shard group's (FSDPParam moved it)
   for (const auto& p : params_) {
-    MT_CHECK(p->sharded().device() == device_, "fully_shard on '", module_fqn_,
+    MT_CHECK(p->sharded().device() == device_, "fully_shard on '", module_type_,
              "': parameters of one group must be on one device, but '", p->fqn(), "' is on ",
              p->sharded().device(), " and '", params_.front()->fqn(), "' on ", device_);
-    MT_CHECK(p->compute_dtype() == compute_dtype_, "fully_shard on '", module_fqn_,
+    MT_CHECK(p->compute_dtype() == compute_dtype_, "fully_shard on '", module_type_,
              "': parameters of one group must compute in one dtype, but '", p->fqn(), "' is ",
              p->compute_dtype(), " and '", params_.front()->fqn(), "' is ", compute_dtype_,
              " (set MixedPrecisionPolicy::param_dtype)");
@@ -61,7 +61,7 @@ FSDPParamGroup::FSDPParamGroup(std::string module_fqn,
     numel += params_[i]->padded_shard_numel();
   }
   reduce_dtype_ = policy.reduce_dtype.value_or(compute_dtype_);
-  MT_CHECK(gradient_divide_factor_ > 0, "fully_shard on '", module_fqn_,
+  MT_CHECK(gradient_divide_factor_ > 0, "fully_shard on '", module_type_,
            "': gradient divide factor must be > 0, got ", gradient_divide_factor_);
 }
 

@@ -37,17 +37,20 @@ class FSDPParamGroup {
   enum class State { Sharded, Unsharding, Unsharded };
 
   // The mesh's last dimension shards; a first dimension (2-D meshes) replicates (HSDP).
-  FSDPParamGroup(std::string module_fqn, std::vector<std::unique_ptr<FSDPParam>> params,
+  FSDPParamGroup(std::string module_type, std::vector<std::unique_ptr<FSDPParam>> params,
                  std::shared_ptr<DeviceMesh> mesh, MixedPrecisionPolicy policy,
                  double gradient_divide_factor);
   ~FSDPParamGroup();  // unregisters float8 codes still registered
   FSDPParamGroup(const FSDPParamGroup&) = delete;
   FSDPParamGroup& operator=(const FSDPParamGroup&) = delete;
 
-  const std::string& module_fqn() const { return module_fqn_; }
-  // What this group's collectives serve, in traces: the module's type ("TransformerBlock"; its
-  // path is not known here), or "(root)" without one.
-  std::string comm_purpose() const { return module_fqn_.empty() ? "(root)" : module_fqn_; }
+  // The module's path from the outermost module fully_shard was applied to ("layers.3"), set
+  // by that call; until then (or for a module no sharded ancestor contains) its type name.
+  void set_module_path(std::string path) { module_path_ = std::move(path); }
+  // What this group's collectives serve, in traces: the path, else the module's type.
+  const std::string& comm_purpose() const {
+    return module_path_.empty() ? module_type_ : module_path_;
+  }
   const std::vector<std::unique_ptr<FSDPParam>>& params() const { return params_; }
   const std::shared_ptr<DeviceMesh>& mesh() const { return mesh_; }
   State state() const { return state_; }
@@ -81,7 +84,7 @@ class FSDPParamGroup {
   void set_float8_amaxes(Tensor amaxes) { float8_amaxes_ = std::move(amaxes); }
 
  private:
-  std::string module_fqn_;
+  std::string module_type_, module_path_;
   std::vector<std::unique_ptr<FSDPParam>> params_;
   std::vector<int64_t> offsets_;  // of each parameter's piece in a rank's [T] block
   int64_t shard_numel_ = 0;       // T

@@ -280,6 +280,12 @@ std::shared_ptr<FSDPModule> fully_shard(Module& module, std::shared_ptr<DeviceMe
     std::lock_guard lock(g_registry_mutex);
     g_registry.push_back(state);
   }
+  // The sharded descendants' paths from here (the root comes last, so its paths stay).
+  for (const auto& [path, m] : module.named_modules()) {
+    if (path.empty()) continue;
+    for (const auto& s : states)
+      if (&s->module() == m && s->group() != nullptr) s->group()->set_module_path(path);
+  }
   return std::shared_ptr<FSDPModule>(new FSDPModule(state));
 }
 

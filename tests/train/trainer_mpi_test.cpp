@@ -216,7 +216,8 @@ std::vector<std::string> tp_args(int64_t tp, std::vector<std::string> more = {})
 // [comm] trace: every rank's file lists each step's collectives. A 2-layer Llama under FSDP
 // (every block and the root a group; the last block keeps its parameters between forward and
 // backward) all-gathers 2 x layers groups, reduce-scatters layers + 1 and all-reduces the clip
-// norm once per step, on the dp_shard group of every rank, with nccl-tests' busbw.
+// norm once per step, on the dp_shard group of every rank, with nccl-tests' busbw; each record
+// says which module it served ("layers.1").
 TEST(TrainerMpi, CommTraceListsEachStepsCollectives) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const int w = world()->size();
@@ -229,6 +230,7 @@ TEST(TrainerMpi, CommTraceListsEachStepsCollectives) {
   ASSERT_TRUE(in.good());
   std::map<int64_t, std::map<std::string, int64_t>> per_step;  // step -> "name collective" -> n
   std::map<int64_t, int64_t> step_lines;
+  std::map<std::string, int64_t> gathers_serving;  // what the all-gathers served -> n
   std::string line;
   while (std::getline(in, line)) {
     const parallel::CommTraceLine l = parallel::parse_comm_trace_line(line, "trace");
@@ -246,7 +248,7 @@ TEST(TrainerMpi, CommTraceListsEachStepsCollectives) {
       EXPECT_EQ(r.mesh_dim, "dp_shard") << line;
       EXPECT_EQ(r.group_size, w);
       EXPECT_EQ(r.members.size(), size_t(w));
-      EXPECT_FALSE(r.serves.empty()) << line;
+      if (r.collective == "all_gather_into") ++gathers_serving[r.serves];
       EXPECT_GT(r.size_bytes, 0);
       EXPECT_GT(r.busbw(), 0) << line;
       EXPECT_DOUBLE_EQ(r.busbw(), r.algbw() * double(w - 1) / double(w)) << line;
@@ -259,6 +261,10 @@ TEST(TrainerMpi, CommTraceListsEachStepsCollectives) {
     EXPECT_EQ(counts.at("fsdp.reduce_scatter reduce_scatter_into"), layers + 1) << "step " << step;
     EXPECT_EQ(counts.at("clip_grad_norm all_reduce"), 1) << "step " << step;
   }
+  // Each block's group is named by its path, the root's (embedding, norm, output) by its type;
+  // over 3 steps, layers.0 gathers for forward and backward, the last block and the root once.
+  EXPECT_EQ(gathers_serving, (std::map<std::string, int64_t>{
+                                 {"layers.0", 6}, {"layers.1", 3}, {"Transformer", 3}}));
 }
 
 // This rank's traced collectives of a run (<dump>/comm/rank-R.jsonl), step lines left out.
@@ -275,11 +281,11 @@ std::vector<parallel::CommRecord> traced_collectives(const fs::path& dump, int r
   return records;
 }
 
-// Bytes of the TransformerBlock groups' all-gathers in a traced run (this rank), by call name.
+// Bytes of the blocks' groups' all-gathers in a traced run (this rank), by call name.
 std::map<std::string, int64_t> block_gather_bytes(const fs::path& dump) {
   std::map<std::string, int64_t> bytes;
   for (const parallel::CommRecord& r : traced_collectives(dump)) {
-    if (r.collective == "all_gather_into" && r.serves == "TransformerBlock")
+    if (r.collective == "all_gather_into" && r.serves.rfind("layers.", 0) == 0)
       bytes[r.name] += r.size_bytes;
   }
   return bytes;
