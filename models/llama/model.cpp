@@ -9,6 +9,7 @@
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/attention.h"
 #include "runtime/ops/elementwise.h"
+#include "runtime/ops/float8.h"
 #include "runtime/ops/index.h"
 #include "runtime/ops/join.h"
 #include "runtime/ops/matmul.h"
@@ -93,9 +94,13 @@ Tensor Attention::operator()(const Tensor& x, const Tensor& cos, const Tensor& s
 // On the CPU they are joined for one GEMM, which OpenBLAS runs faster than three (the ~20M
 // model's step +2-3%); on a GPU, three GEMMs: cuBLASLt ran the joined N = q + 2 kv GEMM slower
 // than the three together (H100, 1B shapes: 167.6 us with the join against 160.1 us; the 1B's
-// step 0.7% slower, bench/RESULTS.md). Float8 layers run their own GEMMs (each its own scale).
+// step 0.7% slower, bench/RESULTS.md). Float8 layers run their own GEMMs (each its own weight
+// scale) on one cast of h.
 std::vector<Tensor> Attention::project_qkv(const Tensor& h) {
-  if (!h.device().is_cpu() || wq->float8) return {(*wq)(h), (*wk)(h), (*wv)(h)};
+  if (!h.device().is_cpu() || wq->float8) {
+    runtime::Float8InputCastSharing share_cast;
+    return {(*wq)(h), (*wk)(h), (*wv)(h)};
+  }
   const int64_t q_dim = wq->weight.size(0), kv_dim = wk->weight.size(0);  // this rank's heads
   std::vector<Tensor> qkv = runtime::split(
       runtime::linear(h, runtime::cat({wq->weight, wk->weight, wv->weight}, 0)),
@@ -121,7 +126,13 @@ FeedForward::FeedForward(int64_t dim, int64_t hidden_dim, double out_init_std,
 
 Tensor FeedForward::operator()(const Tensor& x) {
   return call({x}, [this](const std::vector<Tensor>& in) {
-    return (*w2)(runtime::swiglu((*w1)(in[0]), (*w3)(in[0])));
+    Tensor gate, up;
+    {
+      runtime::Float8InputCastSharing share_cast;  // float8 w1 and w3 cast x once
+      gate = (*w1)(in[0]);
+      up = (*w3)(in[0]);
+    }
+    return (*w2)(runtime::swiglu(gate, up));
   });
 }
 

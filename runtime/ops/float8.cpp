@@ -216,11 +216,61 @@ Tensor float8_linear_rowwise(const Tensor& x, const Tensor& x2, const Tensor& we
   return y;
 }
 
+}  // namespace
+
+// The inputs cast in a Float8InputCastSharing scope, each with the view it was cast from.
+struct Float8InputCastSharing::Memo {
+  struct Entry {
+    uint64_t storage = 0, version = 0;
+    int64_t offset = 0;
+    Shape shape, strides;
+    DType dtype = DType::F32;
+    Float8Tensor cast;
+  };
+  std::vector<Entry> entries;
+
+  static bool same_view(const Entry& e, const Tensor& x) {
+    return e.storage == x.storage()->id() && e.version == x.version() &&
+           e.offset == x.offset() && e.shape == x.shape() && e.strides == x.strides() &&
+           e.dtype == x.dtype();
+  }
+};
+
+namespace {
+thread_local Float8InputCastSharing::Memo* t_input_casts = nullptr;
+}  // namespace
+
+Float8InputCastSharing::Float8InputCastSharing()
+    : previous_(t_input_casts), memo_(std::make_unique<Memo>()) {
+  t_input_casts = memo_.get();
+}
+
+Float8InputCastSharing::~Float8InputCastSharing() { t_input_casts = previous_; }
+
+namespace {
+
+// x2's e4m3 cast with its rows (and, when `transposed`, its transpose), shared within a
+// Float8InputCastSharing scope when no amax reduction applies.
+Float8Tensor cast_input(const Tensor& x2, bool transposed, const Float8AmaxReduce& reduce) {
+  Float8InputCastSharing::Memo* memo = reduce ? nullptr : t_input_casts;
+  if (memo == nullptr) return to_float8(x2, Float8Format::E4M3, true, transposed, reduce);
+  for (auto& e : memo->entries) {
+    if (!Float8InputCastSharing::Memo::same_view(e, x2)) continue;
+    if (transposed && !e.cast.codes_t.defined()) e.cast.codes_t = float8_transpose(e.cast.codes);
+    return e.cast;
+  }
+  Float8InputCastSharing::Memo::Entry e{x2.storage()->id(), x2.version(), x2.offset(),
+                                        x2.shape(), x2.strides(), x2.dtype(),
+                                        to_float8(x2, Float8Format::E4M3, true, transposed)};
+  memo->entries.push_back(e);
+  return e.cast;
+}
+
 // The tensorwise recipe's y = x2 [tokens, in] @ weight^T, recorded for autograd (see the header).
 Tensor float8_linear_tensorwise(const Tensor& x, const Tensor& x2, const Tensor& weight,
                                 int64_t tokens, int64_t out, bool need_dx, bool need_dw,
                                 const Float8AmaxReduce& reduce) {
-  const Float8Tensor xq = to_float8(x2, Float8Format::E4M3, true, need_dw, reduce);
+  const Float8Tensor xq = cast_input(x2, need_dw, reduce);
   Float8Tensor wq;
   if (auto gathered = registered_weight_codes(weight)) {  // FSDP gathered the weight in FP8
     MT_CHECK(!reduce, "float8_linear: FSDP gathered the weight as codes of its own scale, but "

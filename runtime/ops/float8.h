@@ -21,6 +21,7 @@
 // `emulate = true` use.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -82,6 +83,26 @@ std::optional<std::string> float8_linear_unsupported(Device device, int64_t in_f
 Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
                      Float8Recipe recipe = Float8Recipe::Tensorwise,
                      const Float8AmaxReduce& reduce_amax = nullptr);
+
+// Within this scope (on this thread), tensorwise float8_linear calls cast an input they share
+// once: a later call on the same tensor, unchanged (the same storage, version and view), reuses
+// the first call's FP8 codes and scale, which are what its own cast would make. For layers that
+// read one input: attention's q, k and v projections, the FFN's w1 and w3. Layers that reduce
+// their amaxes (tensor parallelism) cast on their own. Scopes nest; the codes are released at
+// the end of the scope (backward keeps what it needs).
+class Float8InputCastSharing {
+ public:
+  Float8InputCastSharing();
+  ~Float8InputCastSharing();
+  Float8InputCastSharing(const Float8InputCastSharing&) = delete;
+  Float8InputCastSharing& operator=(const Float8InputCastSharing&) = delete;
+
+  struct Memo;  // runtime/ops/float8.cpp
+
+ private:
+  Memo* previous_;
+  std::unique_ptr<Memo> memo_;
+};
 
 // FSDP's float8 all-gather gathers a weight already cast (e4m3 codes of the whole [out, in]
 // weight and their scale) and registers them for the unsharded weight tensor, whose own values

@@ -11,8 +11,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
+#include <string>
 
+#include "runtime/core/profiler.h"
 #include "runtime/nn/float8_conversion.h"
 #include "runtime/nn/linear.h"
 #include "runtime/ops/elementwise.h"
@@ -233,6 +236,73 @@ TEST(Float8Linear, ForwardAndGradientsAreTheScaledFp8Products) {
   const double norm = std::sqrt(sum(square(y32)).item<double>());
   EXPECT_LT(err / norm, 0.1);
   EXPECT_GT(err, 0.0);  // FP8 ran: the result is not the f32 one
+}
+
+// Layers reading one input inside a Float8InputCastSharing scope (attention's q, k, v) cast it
+// once: their outputs and every gradient are bit for bit those of separate casts, with one amax
+// pass for the input instead of three. An input changed in place since is cast again, and layers
+// that reduce their amaxes (tensor parallelism) never share.
+TEST(Float8Linear, LayersSharingAnInputCastItOnceWithTheSameResults) {
+  const Tensor x0 = randn_as({2, 16, 32}, DType::F32, 21, "x");
+  std::vector<Tensor> w0, r;
+  for (int64_t i = 0; i < 3; ++i) {
+    const int64_t out = 16 * (i + 1);
+    w0.push_back(randn_as({out, 32}, DType::F32, 22 + uint64_t(i), "w"));
+    r.push_back(randn_as({2, 16, out}, DType::F32, 25 + uint64_t(i), "r"));
+  }
+  struct Run {
+    std::vector<Tensor> y, grads;  // the outputs; then dx and each dW
+    int64_t amax_passes = 0;       // in the forward
+  };
+  const auto run = [&](bool share) {
+    const Tensor x = x0.clone().set_requires_grad(true);
+    std::vector<Tensor> w;
+    for (const Tensor& t : w0) w.push_back(t.clone().set_requires_grad(true));
+    Run out;
+    Profiler::start(Device::cpu());
+    {
+      std::optional<Float8InputCastSharing> scope;
+      if (share) scope.emplace();
+      for (const Tensor& wi : w) out.y.push_back(float8_linear(x, wi));
+    }
+    for (const ProfiledOp& op : Profiler::stop().ops)
+      out.amax_passes += std::string(op.name) == "float8_amax";
+    Tensor loss = sum(mul(out.y[0], r[0]));
+    for (size_t i = 1; i < 3; ++i) loss = add(loss, sum(mul(out.y[i], r[i])));
+    loss.backward();
+    out.grads.push_back(x.grad());
+    for (const Tensor& wi : w) out.grads.push_back(wi.grad());
+    return out;
+  };
+  const Run separate = run(false), shared = run(true);
+  EXPECT_EQ(separate.amax_passes, 6);  // x and W for each layer
+  EXPECT_EQ(shared.amax_passes, 4);    // x once, W for each layer
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(shared.y[i].to_vector<float>(), separate.y[i].to_vector<float>()) << "y" << i;
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_EQ(shared.grads[i].to_vector<float>(), separate.grads[i].to_vector<float>()) << i;
+
+  // Changed in place between the calls: cast again, as without the scope.
+  const Tensor x = x0.clone();
+  Tensor y_changed;
+  {
+    Float8InputCastSharing scope;
+    (void)float8_linear(x, w0[0]);
+    mul_(x, 2.0);
+    y_changed = float8_linear(x, w0[1]);
+  }
+  EXPECT_EQ(y_changed.to_vector<float>(),
+            float8_linear(mul(x0, 2.0), w0[1]).to_vector<float>());
+
+  // A reduced amax belongs to its layer: every call casts (and reduces) its own.
+  int64_t reductions = 0;
+  const Float8AmaxReduce count = [&](Tensor&) { ++reductions; };
+  {
+    Float8InputCastSharing scope;
+    (void)float8_linear(x0, w0[0], Tensor(), Float8Recipe::Tensorwise, count);
+    (void)float8_linear(x0, w0[1], Tensor(), Float8Recipe::Tensorwise, count);
+  }
+  EXPECT_EQ(reductions, 4);
 }
 
 // Rowwise scaling: each row its own scale, max / (its amax), rounded down to a power of two, so
