@@ -15,7 +15,7 @@ mkdir -p "$dir"
 if [ ! -d .device/bin ] && [ -f .device/bundle.tar.xz ]; then tar xJf .device/bundle.tar.xz -C .device; fi
 # shellcheck disable=SC1091
 source .device/device-env.sh
-# The CPU runs: spinning OpenMP threads fight OpenBLAS's own threads (README, "Training"), the
+# The CPU runs: spinning OpenMP threads fight OpenBLAS's own threads (docs/training.md), the
 # likely reason the first H200 run's CPU debug model managed only 683 tokens/s on 16 cores.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 export OPENBLAS_THREAD_TIMEOUT=${OPENBLAS_THREAD_TIMEOUT:-16}  # OpenBLAS threads: short spins too

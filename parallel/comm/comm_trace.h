@@ -16,9 +16,9 @@
 // that finish while that thread computes cost nothing there. On a GPU (NCCL) a call only queues
 // on the communication stream and Work::wait() orders streams, so this counts host time only.
 //
-// Records are JSON lines (schema `kCommTraceSchema`, documented in the README's "Communication
-// and traces" section); times are microseconds since the Unix epoch, so the ranks of one node
-// line up (ranks on several nodes as well as their clocks agree).
+// Records are JSON lines (schema `kCommTraceSchema`, documented in docs/comm_traces.md); times
+// are microseconds since the Unix epoch, so the ranks of one node line up (ranks on several nodes
+// as well as their clocks agree).
 #pragma once
 
 #include <cstdint>

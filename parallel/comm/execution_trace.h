@@ -3,8 +3,8 @@
 // thread it ran on and its duration. `train` writes one per rank for each profiled step with
 // [profiling] execution_trace = true, to
 // <dump_folder>/<save_traces_folder>/execution_trace/step_<S>/rank-<R>.json; mt_replay plays its
-// collectives back (parallel/comm/replay.h). The format (schema kExecutionTraceSchema) is in the
-// README's "Communication and traces" section.
+// collectives back (parallel/comm/replay.h). The format (schema kExecutionTraceSchema) is in
+// docs/comm_traces.md.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs `train` on every task of the SLURM job that calls it (the batch scripts beside this file
-# exec it; see the README's "SLURM" section): srun --mpi=pmix, the CPU threads from the job's
+# exec it; see docs/slurm.md): srun --mpi=pmix, the CPU threads from the job's
 # --cpus-per-task, the requeue on a preemption warning, and the command line logged.
 #   srun_train.sh --config configs/X.toml [--section.key=value ...]
 # Environment (set by the batch scripts' top block):
