@@ -551,7 +551,7 @@ TEST_F(H5TensorTest, H5pyReadsBf16AsNumbersAndVirtualDatasetsWhole) {
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
 }
 
-// What the README promises h5py users: a missing rank file reads as NaN (float32, bfloat16 read
+// What docs/checkpoint.md promises h5py users: a missing rank file reads as NaN (float32, bfloat16 read
 // by HDF5 as float32) or the integer minimum, and the present rank's rows are the data.
 TEST_F(H5TensorTest, H5pyReadsAMissingRankFileAsNanOrTheIntegerMinimum) {
   const std::optional<std::string> python = testing::python_with("h5py");
