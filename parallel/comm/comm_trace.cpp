@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <mutex>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -16,8 +18,10 @@ namespace {
 
 std::atomic<bool> g_active{false};
 std::atomic<int64_t> g_issue{0};
-std::mutex g_mutex;  // guards g_records and g_exposed_s
+std::mutex g_mutex;  // guards g_records, g_waits and g_exposed_s
 std::vector<CommRecord> g_records;
+// Waits noted before their call's record was added: issue -> (waited_us, ops_before_wait).
+std::map<int64_t, std::pair<double, int64_t>> g_waits;
 double g_exposed_s = 0;
 thread_local bool t_tracing_thread = false;
 thread_local int t_exposed_depth = 0;  // ExposedCommScopes open on this thread
@@ -185,6 +189,7 @@ void CommTrace::start() {
   {
     std::lock_guard lock(g_mutex);
     g_records.clear();
+    g_waits.clear();
     g_exposed_s = 0;
   }
   t_tracing_thread = true;
@@ -195,6 +200,7 @@ void CommTrace::stop() {
   t_tracing_thread = false;
   std::lock_guard lock(g_mutex);
   g_records.clear();
+  g_waits.clear();
 }
 
 bool CommTrace::active() { return g_active.load(std::memory_order_relaxed); }
@@ -220,7 +226,22 @@ int64_t CommTrace::next_issue() { return g_issue.fetch_add(1) + 1; }
 void CommTrace::add(CommRecord record) {
   if (!active()) return;
   std::lock_guard lock(g_mutex);
+  if (auto it = g_waits.find(record.issue); it != g_waits.end()) {
+    std::tie(record.waited_us, record.ops_before_wait) = it->second;
+    g_waits.erase(it);
+  }
   g_records.push_back(std::move(record));
+}
+
+void CommTrace::note_wait(int64_t issue, double waited_us, int64_t ops_before_wait) {
+  if (!active()) return;
+  std::lock_guard lock(g_mutex);
+  for (CommRecord& r : g_records) {
+    if (r.issue != issue) continue;
+    if (r.waited_us == 0) std::tie(r.waited_us, r.ops_before_wait) = {waited_us, ops_before_wait};
+    return;
+  }
+  g_waits.emplace(issue, std::pair{waited_us, ops_before_wait});  // still running: added with it
 }
 
 void CommTrace::add_exposed(double seconds) {

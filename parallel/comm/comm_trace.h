@@ -8,8 +8,8 @@
 // Posted point-to-point messages (isend / irecv: pipeline activations, the context-parallel ring)
 // run beside the caller: their record spans posting to completion (seen by Work::wait() or
 // Work::is_completed()), which includes the compute they overlapped and the wait for the peer to
-// post, so it carries no bandwidth; `waited_us` marks when the caller first waited, which is
-// where a replay waits too.
+// post, so it carries no bandwidth. For them and for async calls, `waited_us` marks when the
+// caller first waited, which is where a replay waits too.
 //
 // Exposed communication: the time the thread that started the trace spent blocked in
 // collectives (a synchronous call from entry to return; an async one in Work::wait()). Async calls
@@ -56,7 +56,12 @@ struct CommRecord {
   bool async = false;
   double issued_us = 0;             // when the caller issued it (wall clock, us since the epoch)
   double start_us = 0, end_us = 0;  // when it ran (the same clock; later than issued when queued)
-  double waited_us = 0;             // isend/irecv: when the caller first waited (0: never did)
+  double waited_us = 0;  // isend/irecv and async calls: when the caller first waited for it (0:
+                         // never did, or is_completed() saw it done first)
+  // Not in the JSON lines: how many kernels the profiler had recorded on the issuing (waiting)
+  // thread when the call was issued (first waited for), which places it exactly among them in an
+  // execution trace; -1 where the profiler was not recording on that thread.
+  int64_t ops_before = -1, ops_before_wait = -1;
 
   double seconds() const { return (end_us - start_us) / 1e6; }
   bool has_kind() const;        // not a barrier
@@ -107,6 +112,9 @@ class CommTrace {
   // For ProcessGroup: the next issue number, a finished record, and blocked time.
   static int64_t next_issue();
   static void add(CommRecord record);
+  // The caller began waiting for call `issue` (an async one): sets its record's waited_us and
+  // ops_before_wait, now or when the record is added.
+  static void note_wait(int64_t issue, double waited_us, int64_t ops_before_wait);
   static void add_exposed(double seconds);  // ignored unless on the tracing thread
 };
 

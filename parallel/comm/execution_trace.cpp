@@ -74,7 +74,24 @@ ExecutionTrace make_execution_trace(const runtime::ProfileReport& ops,
   trace.world_size = world_size;
   trace.step = step;
   const double origin = ops.wall_start_us;
-  for (const runtime::ProfiledOp& op : ops.ops) {
+  // Nodes are placed by the kernels recorded before them (a kernel: its index among every
+  // recorded kernel; a collective or wait: the kernels recorded on its thread before it, or,
+  // issued elsewhere, those begun before its time), then by time, then the call before its wait.
+  // Timestamps alone would not do: a kernel that ends a microsecond before a collective it feeds
+  // may carry a later time (two clocks, each to the microsecond).
+  struct Key {
+    int64_t ops_before;
+    int kind;  // 0: a collective or wait; 1: a kernel
+    double time;
+    int64_t issue;
+    int wait;
+    auto operator<=>(const Key&) const = default;
+  };
+  std::vector<std::pair<Key, TraceNode>> keyed;
+  std::vector<double> op_begins;  // every recorded kernel's begin, for events from other threads
+  for (size_t j = 0; j < ops.ops.size(); ++j) {
+    const runtime::ProfiledOp& op = ops.ops[j];
+    op_begins.push_back(op.host_begin_us);
     if (op.depth != 0 || is_collective_op(op.name)) continue;
     TraceNode n;
     n.type = TraceNode::Type::Op;
@@ -86,8 +103,13 @@ ExecutionTrace make_execution_trace(const runtime::ProfileReport& ops,
     n.inputs = op.inputs;
     n.outputs = op.outputs;
     n.args = op.args;
-    trace.nodes.push_back(std::move(n));
+    keyed.push_back({{int64_t(j), 1, n.issued_us, 0, 0}, std::move(n)});
   }
+  const auto place = [&](int64_t ops_before, double rel_us) {
+    if (ops_before >= 0) return ops_before;
+    return int64_t(std::upper_bound(op_begins.begin(), op_begins.end(), rel_us) -
+                   op_begins.begin());
+  };
   for (const CommRecord& r : collectives) {
     if (r.issued_us < origin) continue;  // the step before's tail
     TraceNode n;
@@ -98,25 +120,27 @@ ExecutionTrace make_execution_trace(const runtime::ProfileReport& ops,
     n.issued_us = r.issued_us - origin;
     n.dur_us = r.end_us - r.start_us;
     n.collective = r;
-    trace.nodes.push_back(n);
-    if (r.posted() && r.waited_us > 0) {  // and where the step waited for it (after the post,
-      TraceNode& wait = trace.nodes.emplace_back(std::move(n));  // also at the same microsecond)
+    keyed.push_back({{place(r.ops_before, n.issued_us), 0, n.issued_us, r.issue, 0}, n});
+    if ((r.posted() || r.async) && r.waited_us > 0) {  // and where the step waited for it
+      TraceNode wait = std::move(n);
       wait.type = TraceNode::Type::Wait;
       wait.name = "wait";
       wait.thread = "main";
       wait.issued_us = std::max(r.waited_us, r.issued_us) - origin;
-      wait.dur_us = r.end_us - r.waited_us;
+      wait.dur_us = std::max(0.0, r.end_us - r.waited_us);  // 0: it had finished
+      const Key key{std::max(place(r.ops_before_wait, wait.issued_us), keyed.back().first.ops_before),
+                    0, wait.issued_us, r.issue, 1};
+      keyed.push_back({key, std::move(wait)});
     }
   }
-  std::stable_sort(
-      trace.nodes.begin(), trace.nodes.end(),
-      [](const TraceNode& a, const TraceNode& b) { return a.issued_us < b.issued_us; });
-  std::map<int64_t, int64_t> posted_node;  // a posted message's issue number -> its node id
-  for (size_t i = 0; i < trace.nodes.size(); ++i) {
-    TraceNode& n = trace.nodes[i];
-    n.id = int64_t(i) + 1;
-    if (n.type == TraceNode::Type::Collective) posted_node[n.collective.issue] = n.id;
-    if (n.type == TraceNode::Type::Wait) n.waits_for = posted_node.at(n.collective.issue);
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::map<int64_t, int64_t> node_of;  // a collective's issue number -> its node id
+  for (auto& [key, n] : keyed) {
+    n.id = int64_t(trace.nodes.size()) + 1;
+    if (n.type == TraceNode::Type::Collective) node_of[n.collective.issue] = n.id;
+    if (n.type == TraceNode::Type::Wait) n.waits_for = node_of.at(n.collective.issue);
+    trace.nodes.push_back(std::move(n));
   }
   return trace;
 }

@@ -18,11 +18,13 @@ namespace mt::parallel {
 
 // 2: op nodes carry "args" (every kernel argument's code, runtime/core/profiler.h), which a
 // compute replay needs; schema 1 traces (without them) still replay their collectives.
-// 3: posted isend / irecv nodes, and "wait" nodes where the caller first waited for one.
+// 3: posted isend / irecv nodes, and "wait" nodes where the caller first waited for one of them
+// or for an async collective.
 inline constexpr int kExecutionTraceSchema = 3;
 
 struct TraceNode {
-  // Wait: where the step first waited for a posted isend / irecv (the node `waits_for`).
+  // Wait: where the step first waited for a posted isend / irecv or an async collective (the
+  // node `waits_for`).
   enum class Type { Op, Collective, Wait };
   Type type = Type::Op;
   int64_t id = 0;        // place in issue order (1 = first)
@@ -37,7 +39,7 @@ struct TraceNode {
   std::vector<runtime::TensorMeta> inputs, outputs;
   std::vector<std::string> args;  // ops: every argument (kernel_arg_code)
   CommRecord collective;          // collectives (and, in memory only, a wait's message)
-  int64_t waits_for = 0;          // waits: the id of the isend / irecv node
+  int64_t waits_for = 0;          // waits: the id of the isend / irecv or async collective
 };
 
 struct ExecutionTrace {

@@ -335,7 +335,9 @@ Work ProcessGroup::track_posted(const char* collective, CommRecord call, Work po
     bool finished = false;
     void waiting() {
       std::lock_guard lock(mutex);
-      if (!finished && record.waited_us == 0) record.waited_us = wall_clock_us();
+      if (finished || record.waited_us != 0) return;
+      record.waited_us = wall_clock_us();
+      record.ops_before_wait = runtime::Profiler::ops_recorded();
     }
     void finish() {
       std::lock_guard lock(mutex);
@@ -352,6 +354,7 @@ Work ProcessGroup::track_posted(const char* collective, CommRecord call, Work po
   r.serves = ScopedCommPurpose::current();
   r.async = true;
   r.issued_us = r.start_us = wall_clock_us();
+  r.ops_before = runtime::Profiler::ops_recorded();
   return Work(
       [posted, tracked] {
         tracked->waiting();
@@ -416,12 +419,14 @@ Work ProcessGroup::submit(const char* collective, CommRecord call, bool async_op
     s.bytes += call.size_bytes;
   }
   const bool traced = CommTrace::active();
+  int64_t issue = 0;
   if (traced) {
-    call.issue = CommTrace::next_issue();
+    call.issue = issue = CommTrace::next_issue();
     call.collective = collective;
     call.serves = ScopedCommPurpose::current();
     call.async = async_op;
     call.issued_us = wall_clock_us();
+    call.ops_before = runtime::Profiler::ops_recorded();
   }
   // Records the call as entered (sequence number, start time), runs it, and adds its busy time
   // (and, when tracing, its record), on whichever thread runs it. Calls of one group run one at
@@ -461,7 +466,22 @@ Work ProcessGroup::submit(const char* collective, CommRecord call, bool async_op
   std::optional<runtime::ProfiledKernelScope> recorded;
   if (runtime::t_profiler_records_this_thread) recorded.emplace(collective, device());
   ExposedCommScope blocked;
-  return dispatch(collective, std::move(task), async_op, tensors);
+  Work work = dispatch(collective, std::move(task), async_op, tensors);
+  if (!traced || !async_op) return work;
+  // An async call: its record learns when the caller first waited for it (not when
+  // is_completed() saw it done first).
+  auto settled = std::make_shared<std::atomic<bool>>(false);
+  return Work(
+      [work, issue, settled] {
+        if (!settled->exchange(true))
+          CommTrace::note_wait(issue, wall_clock_us(), runtime::Profiler::ops_recorded());
+        work.wait();
+      },
+      [work, settled] {
+        const bool done = work.is_completed();
+        if (done) settled->store(true);
+        return done;
+      });
 }
 
 Work ProcessGroup::dispatch(const char* collective, std::packaged_task<void()> task, bool async_op,

@@ -217,6 +217,53 @@ double sum_of(const Tensor& t) {
   return s;
 }
 
+double micros_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Issued now and waited for at its wait node: a posted message, or an async call of a trace
+// that records its waits (schema 3; older traces' async calls replay synchronously).
+bool deferred(const CommRecord& r, int schema) { return r.posted() || (r.async && schema >= 3); }
+
+// From the first traced node's issue to the last one's end, in microseconds.
+double traced_span_us(const ExecutionTrace& t) {
+  double first = 0, last = 0;
+  bool any = false;
+  for (const TraceNode& n : t.nodes) {
+    double end = n.issued_us + n.dur_us;
+    if (n.type == TraceNode::Type::Collective)
+      end = n.issued_us + (n.collective.end_us - n.collective.issued_us);
+    first = any ? std::min(first, n.issued_us) : n.issued_us;
+    last = any ? std::max(last, end) : end;
+    any = true;
+  }
+  return last - first;
+}
+
+// Issues the traced call `r` on `g` with the replay's buffers (async when `async`).
+Work issue_call(ProcessGroup& g, const CommRecord& r, const Tensor& in, const Tensor& out,
+                int64_t scale, bool async, const std::string& where) {
+  const std::string name = "replay." + r.name;
+  const std::string& c = r.collective;
+  if (c == "all_reduce") return g.all_reduce(in, reduce_op_from(r.reduce_op, where), name, async);
+  if (c == "all_gather_into") return g.all_gather_into(out, in, name, async);
+  if (c == "reduce_scatter_into")
+    return g.reduce_scatter_into(out, in, reduce_op_from(r.reduce_op, where), name, async);
+  if (c == "all_to_all_single") {
+    int64_t row = int64_t(in.element_size());  // bytes of one row: the dims after the first
+    for (int64_t d = 1; d < in.dim(); ++d) row *= in.size(d);
+    return g.all_to_all_single(out, in, split_rows(r.recv_bytes, row, scale, where),
+                               split_rows(r.send_bytes, row, scale, where), name, async);
+  }
+  if (c == "broadcast") return g.broadcast(in, r.peer, name, async);
+  if (c == "barrier") return g.barrier(name, async);
+  if (c == "send") return g.send(in, r.peer, r.tag, name, async);
+  if (c == "recv") return g.recv(out, r.peer, r.tag, name, async);
+  if (c == "isend") return g.isend(in, r.peer, r.tag, name);
+  if (c == "irecv") return g.irecv(out, r.peer, r.tag, name);
+  MT_FAIL(where, ": cannot replay '", c, "'");
+}
+
 }  // namespace
 
 ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>& traces,
@@ -240,18 +287,16 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
            "kernels' shapes would no longer fit together)");
   std::vector<const TraceNode*> nodes;
   std::vector<std::vector<Use>> uses;
-  std::map<int64_t, const TraceNode*> posted_nodes;  // by id
+  std::set<int64_t> awaited;  // deferred calls not yet waited for, by node id
   for (const TraceNode& node : mine->nodes) {
     const bool collective = node.type == TraceNode::Type::Collective;
     if (node.type == TraceNode::Type::Op && !o.compute) continue;
     if (node.type == TraceNode::Type::Wait) {
-      const auto posted = posted_nodes.find(node.waits_for);
-      MT_CHECK(posted != posted_nodes.end(), "replay: trace node ", node.id, " of rank ",
+      MT_CHECK(awaited.erase(node.waits_for) == 1, "replay: trace node ", node.id, " of rank ",
                mine->rank, " waits for node ", node.waits_for,
-               ", which is not an isend or irecv before it");
-      posted_nodes.erase(posted);
-    } else if (collective && node.collective.posted()) {
-      posted_nodes[node.id] = &node;
+               ", which is not an isend, irecv or async collective before it");
+    } else if (collective && deferred(node.collective, mine->schema)) {
+      awaited.insert(node.id);
     }
     nodes.push_back(&node);
     uses.push_back(collective          ? uses_of(node.collective, o.scale_bytes)
@@ -260,6 +305,7 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
   }
 
   ReplayResult result;
+  result.recorded_step_us = traced_span_us(*mine);
   for (int64_t iteration = 0; iteration < o.iterations; ++iteration) {
     const bool last = iteration + 1 == o.iterations;
     const runtime::Device cpu{runtime::DeviceType::CPU, 0};
@@ -269,25 +315,23 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
     uint64_t digest = 1469598103934665603ull;
     std::vector<ReplayedCall> timed;
     std::vector<ReplayedOp> ops;
-    // Posted isend / irecv by node id, until their wait node (or the end): the Work, when it was
-    // posted, its place in `timed` and what it receives into.
+    // Deferred calls by node id, until their wait node (or the end): the Work, when it was
+    // issued, its place in `timed` and what it writes (undefined: nothing).
     struct Pending {
       Work work;
-      std::chrono::steady_clock::time_point posted;
+      std::chrono::steady_clock::time_point issued;
       size_t call = 0;
-      Tensor received;
+      Tensor written;
     };
     std::map<int64_t, Pending> pending;
     auto complete = [&](std::map<int64_t, Pending>::iterator it) {
       it->second.work.wait();
-      timed[it->second.call].replayed_us =
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
-                                                    it->second.posted)
-              .count();
-      if (it->second.received.defined()) digest = mix(digest, sum_of(it->second.received));
+      timed[it->second.call].replayed_us = micros_since(it->second.issued);
+      if (it->second.written.defined()) digest = mix(digest, sum_of(it->second.written));
       pending.erase(it);
     };
     world.barrier("replay_start");  // not "replay.": those are the traced calls
+    const auto step_start = std::chrono::steady_clock::now();
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (nodes[i]->type == TraceNode::Type::Wait) {
         complete(pending.find(nodes[i]->waits_for));
@@ -297,15 +341,12 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
         const auto t0 = std::chrono::steady_clock::now();
         ReplayedOp op{nodes[i]->id, nodes[i]->name, nodes[i]->dur_us, 0,
                       replay_op(*nodes[i], mine->schema, uses[i], buffers)};
-        op.replayed_us =
-            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                .count();
+        op.replayed_us = micros_since(t0);
         ops.push_back(std::move(op));
         buffers.release_after(i);
         continue;
       }
       const CommRecord& r = nodes[i]->collective;
-      const std::string where = where_of(*nodes[i]);
       ProcessGroup& g = groups(r.members);
       Tensor in, out;
       for (const Use& u : uses[i]) {
@@ -314,10 +355,12 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
       }
       if (!out.defined()) out = in;
       if (!in.defined()) in = out;
-      // Each call starts together on its group: its time is its own, not the skew the last call
-      // (or this rank's digest of it) left behind. Point-to-point calls: none.
+      const bool later = deferred(r, mine->schema);
+      // Collectives only: each synchronous call starts together on its group, so its time is its
+      // own, not the skew the last call (or this rank's digest of it) left behind. With compute,
+      // none: the step runs as it ran.
       const bool point_to_point = r.collective == "send" || r.collective == "recv" || r.posted();
-      if (!point_to_point) g.barrier("replay_sync");
+      if (!point_to_point && !later && !o.compute) g.barrier("replay_sync");
       ReplayedCall c;
       c.node_id = nodes[i]->id;
       c.collective = r.collective;
@@ -325,53 +368,31 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
       c.members = r.members;
       c.size_bytes =
           r.in_shape.empty() && r.out_shape.empty() ? r.size_bytes : r.size_bytes * o.scale_bytes;
-      c.recorded_us = r.end_us - r.start_us;
+      c.deferred = later;
+      c.recorded_us = later && r.waited_us > 0 ? std::max(r.end_us, r.waited_us) - r.issued_us
+                                               : r.end_us - r.start_us;
+      const bool writes = r.collective != "send" && r.collective != "isend" &&
+                          r.collective != "barrier";
       const auto t0 = std::chrono::steady_clock::now();
-      if (r.posted()) {  // timed from posting to completion, at its wait node (or the end)
-        const bool send = r.collective == "isend";
-        Work work = send ? g.isend(in, r.peer, r.tag, "replay." + r.name)
-                         : g.irecv(out, r.peer, r.tag, "replay." + r.name);
-        pending[c.node_id] = {std::move(work), t0, timed.size(), send ? Tensor() : out};
+      Work work = issue_call(g, r, in, out, o.scale_bytes, later, where_of(*nodes[i]));
+      if (later) {  // timed from its issue to its wait's return, at its wait node (or the end)
+        pending[c.node_id] = {std::move(work), t0, timed.size(), writes ? out : Tensor()};
         timed.push_back(std::move(c));
-        buffers.release_after(i);  // the posted Work keeps its buffer until it completes
+        buffers.release_after(i);  // the Work keeps its buffers until it completes
         continue;
       }
-      if (r.collective == "all_reduce") {
-        g.all_reduce(in, reduce_op_from(r.reduce_op, where), "replay." + r.name);
-      } else if (r.collective == "all_gather_into") {
-        g.all_gather_into(out, in, "replay." + r.name);
-      } else if (r.collective == "reduce_scatter_into") {
-        g.reduce_scatter_into(out, in, reduce_op_from(r.reduce_op, where), "replay." + r.name);
-      } else if (r.collective == "all_to_all_single") {
-        int64_t row = int64_t(in.element_size());  // bytes of one row: the dims after the first
-        for (int64_t d = 1; d < in.dim(); ++d) row *= in.size(d);
-        g.all_to_all_single(out, in, split_rows(r.recv_bytes, row, o.scale_bytes, where),
-                            split_rows(r.send_bytes, row, o.scale_bytes, where),
-                            "replay." + r.name);
-      } else if (r.collective == "broadcast") {
-        g.broadcast(in, r.peer, "replay." + r.name);
-      } else if (r.collective == "barrier") {
-        g.barrier("replay." + r.name);
-      } else if (r.collective == "send") {
-        g.send(in, r.peer, r.tag, "replay." + r.name);
-      } else if (r.collective == "recv") {
-        g.recv(out, r.peer, r.tag, "replay." + r.name);
-      } else {
-        MT_FAIL(where, ": cannot replay '", r.collective, "'");
-      }
-      const double us =
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-      if (r.collective != "send" && r.collective != "barrier") digest = mix(digest, sum_of(out));
-      c.replayed_us = us;
+      c.replayed_us = micros_since(t0);
+      if (writes) digest = mix(digest, sum_of(out));
       timed.push_back(std::move(c));
       buffers.release_after(i);
     }
-    while (!pending.empty()) complete(pending.begin());  // posted, waited for after the step
+    while (!pending.empty()) complete(pending.begin());  // waited for after the step
     if (last) {
       result.calls = std::move(timed);
       result.ops = std::move(ops);
       result.digest = digest;
       result.peak_bytes = runtime::memory_stats(cpu).peak_bytes_in_use - before;
+      result.replayed_step_us = micros_since(step_start);
     }
   }
   return result;
@@ -390,9 +411,12 @@ std::string replay_table(const ReplayResult& result, int64_t world_size) {
     r.group_size = int(c.members.size());
     r.size_bytes = c.size_bytes;
     r.end_us = c.replayed_us;
-    std::snprintf(line, sizeof line, "%6lld %-20s %-26s %12lld %12.1f %12.1f %10.3f\n",
+    char busbw[32] = "-";  // a deferred call's time includes what overlapped it
+    if (!c.deferred) std::snprintf(busbw, sizeof busbw, "%.3f", r.busbw() / 1e9);
+    std::snprintf(line, sizeof line, "%6lld %-20s %-26s %12lld %12.1f %12.1f %10s%s\n",
                   (long long)c.node_id, c.collective.c_str(), c.name.c_str(),
-                  (long long)c.size_bytes, c.recorded_us, c.replayed_us, r.busbw() / 1e9);
+                  (long long)c.size_bytes, c.recorded_us, c.replayed_us, busbw,
+                  c.deferred ? "  (deferred: issue to wait)" : "");
     out += line;
     recorded += c.recorded_us;
     replayed += c.replayed_us;
@@ -402,6 +426,10 @@ std::string replay_table(const ReplayResult& result, int64_t world_size) {
                 "of replay buffers; output digest %016llx\n",
                 result.calls.size(), (long long)world_size, recorded, replayed,
                 double(result.peak_bytes) / double(1 << 20), (unsigned long long)result.digest);
+  out += line;
+  std::snprintf(line, sizeof line,
+                "step (first issue to last end): recorded %.3f ms, replayed %.3f ms\n",
+                result.recorded_step_us / 1e3, result.replayed_step_us / 1e3);
   out += line;
   return out;
 }

@@ -15,11 +15,13 @@
 // with the same values either way (a constant from its storage id), so the outputs, and their
 // digest, are the same.
 //
-// Calls are issued synchronously in issue order (async ones too; overlap with compute is not
-// modelled), each after a barrier on its group (send/recv: none), so a call's time is its own.
-// Posted point-to-point messages (isend / irecv) are posted at their place and waited for at
-// their wait node, where the step first waited for them (or after the last node); their time
-// runs from posting to completion, as recorded.
+// Calls are issued in issue order. Synchronous ones run at once; deferred ones (posted isend /
+// irecv, and the async calls of traces that record their waits, schema 3) are issued at their
+// place and waited for at their wait node, where the step first waited for them (or after the
+// last node), so compute overlaps them as it did in the step; their time runs from the issue to
+// the wait's return. Replaying collectives alone, each synchronous call starts after a barrier on
+// its group (send/recv: none), so its time is its own; with compute there are no barriers, and
+// the replayed step's time compares with the traced one (ReplayResult's step times).
 // Kernels run on the buffers' values (constants), not the step's: the replay measures time and
 // memory, and its digest shows two replays did the same, not what the step computed.
 #pragma once
@@ -47,7 +49,10 @@ struct ReplayedCall {
   std::string collective, name;
   std::vector<int> members;
   int64_t size_bytes = 0;  // nccl-tests' size as replayed (scaled)
+  // Deferred calls (posted messages; async calls of schema 3 traces): from the issue to the
+  // return of the wait for it; other calls: their run time.
   double recorded_us = 0, replayed_us = 0;
+  bool deferred = false;
 };
 
 struct ReplayedOp {
@@ -62,6 +67,8 @@ struct ReplayResult {
   std::vector<ReplayedOp> ops;      // with compute: this rank's kernels, in issue order
   int64_t peak_bytes = 0;           // the allocator's peak above what was in use before
   uint64_t digest = 0;              // of every output of every call, in order
+  // From the first node's issue to the last one's end: in the trace, and in the replay.
+  double recorded_step_us = 0, replayed_step_us = 0;
 };
 
 // Collective over `world`, whose size must be the traces' world size; `traces` holds one trace

@@ -74,6 +74,11 @@ void Profiler::start(Device device, bool with_tensors) {
 
 bool Profiler::recording() { return g_recording.load(std::memory_order_relaxed); }
 
+int64_t Profiler::ops_recorded() {
+  if (!t_profiler_records_this_thread || g_session == nullptr) return -1;
+  return int64_t(g_session->ops.size());
+}
+
 int64_t Profiler::begin_op(const char* name, Device device) {
   Session& s = *g_session;
   ProfiledOp op;

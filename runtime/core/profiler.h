@@ -87,6 +87,9 @@ class Profiler {
   // Ends the session: waits for the device's markers and returns the report.
   static ProfileReport stop();
   static bool recording();  // a session is open (on any thread)
+  // On the session's thread: how many kernels it has recorded so far (all depths), which places
+  // other events among them exactly (a collective issued between two kernels); elsewhere -1.
+  static int64_t ops_recorded();
 
   // For KernelTable: record one dispatched kernel (only on the session's thread).
   static int64_t begin_op(const char* name, Device device);

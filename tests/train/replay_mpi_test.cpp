@@ -1,8 +1,9 @@
 // Execution traces and their replay on real ranks: a profiled FSDP step of a 2-layer Llama,
 // traced with [profiling] execution_trace, lists its kernels with their tensors and exactly the
 // FSDP collectives (2 x layers all-gathers, layers + 1 reduce-scatters, one clip all-reduce);
-// replaying it issues the same collectives (kind, group, dtype, shapes, sizes) in the same order,
-// as CommTrace sees them; lazy allocation peaks lower than pre-allocation with the same outputs;
+// replaying it issues the same collectives (kind, group, dtype, shapes, sizes, async or not) in
+// the same order, as CommTrace sees them, the async ones waited for where the step waited; lazy
+// allocation peaks lower than pre-allocation with the same outputs;
 // --scale-bytes 2 doubles every size; with compute (mt_replay --all) every kernel is re-run by
 // name from its recorded arguments between the same collectives; a pipelined step's posted
 // isend / irecv replay in their place and complete where the step waited; bad traces are errors.
@@ -97,11 +98,18 @@ TEST(ExecutionTrace, ListsTheKernelsWithTheirTensorsAndTheFsdpCollectives) {
   int64_t ops_with_tensors = 0;
   int64_t views = 0;  // dims of traced tensors that are not laid out contiguously
   int64_t last_id = 0;
+  std::map<int64_t, int> waits;  // async collective node id -> its wait nodes
   for (const TraceNode& n : mine.nodes) {
     EXPECT_EQ(n.id, last_id + 1);
     last_id = n.id;
     if (n.type == TraceNode::Type::Collective) {
       ++counts[n.collective.name + " " + n.collective.collective];
+      if (n.collective.async) waits[n.id] = 0;
+      continue;
+    }
+    if (n.type == TraceNode::Type::Wait) {
+      ASSERT_TRUE(waits.count(n.waits_for)) << "wait node " << n.id;
+      ++waits[n.waits_for];
       continue;
     }
     EXPECT_EQ(n.thread, "main");
@@ -133,6 +141,27 @@ TEST(ExecutionTrace, ListsTheKernelsWithTheirTensorsAndTheFsdpCollectives) {
   EXPECT_EQ(counts["fsdp.all_gather all_gather_into"], 2 * layers);
   EXPECT_EQ(counts["fsdp.reduce_scatter reduce_scatter_into"], layers + 1);
   EXPECT_EQ(counts["clip_grad_norm all_reduce"], 1);
+  // FSDP's prefetched all-gathers and its reduce-scatters run async, and the step waits for each
+  // (a wait node after it: where a replay waits too).
+  EXPECT_GE(waits.size(), size_t(layers + 1));
+  for (const auto& [id, count] : waits) EXPECT_EQ(count, 1) << "async node " << id;
+  // In flight, an async call's buffers are not touched by a kernel (the step wrote its input
+  // before issuing it and read its output after waiting): kernels and calls are in issue order.
+  std::map<uint64_t, int64_t> in_flight;  // storage -> the async node using it
+  for (const TraceNode& n : mine.nodes) {
+    if (n.type == TraceNode::Type::Collective && n.collective.async) {
+      for (uint64_t storage : {n.collective.in_storage, n.collective.out_storage})
+        if (storage != 0) in_flight[storage] = n.id;
+    } else if (n.type == TraceNode::Type::Wait) {
+      std::erase_if(in_flight, [&](const auto& e) { return e.second == n.waits_for; });
+    } else if (n.type == TraceNode::Type::Op) {
+      for (const auto* list : {&n.inputs, &n.outputs})
+        for (const auto& t : *list)
+          EXPECT_FALSE(in_flight.count(t.storage))
+              << n.name << " (node " << n.id << ") uses the buffer of async node "
+              << in_flight[t.storage] << " before its wait";
+    }
+  }
   EXPECT_GT(ops_with_tensors, 20);  // matmuls, norms, attention, the optimizer...
   EXPECT_GT(views, 0);  // e.g. attention's transposed q, k, v: traced with their strides
 }
@@ -150,6 +179,7 @@ void expect_same_calls(const std::vector<CommRecord>& replayed,
     EXPECT_EQ(a.dtype, b.dtype) << i;
     EXPECT_EQ(a.reduce_op, b.reduce_op) << i;
     EXPECT_EQ(a.size_bytes, b.size_bytes * scale) << i << " " << b.name;
+    EXPECT_EQ(a.async || a.posted(), b.async || b.posted()) << i << " " << b.name;
     EXPECT_EQ(a.peer, b.peer) << i;
     EXPECT_EQ(a.tag, b.tag) << i;
     if (scale == 1) {
@@ -187,6 +217,10 @@ TEST(Replay, IssuesTheTracedCollectivesInOrderAndLazyAllocationPeaksLower) {
   expect_same_calls(lazy_calls, traced, 1);
   expect_same_calls(pre_calls, traced, 1);
   EXPECT_EQ(lazy.calls.size(), traced.size());
+  for (size_t i = 0; i < traced.size(); ++i)
+    EXPECT_EQ(lazy.calls[i].deferred, traced[i].async) << traced[i].name;
+  EXPECT_GT(lazy.recorded_step_us, 0);
+  EXPECT_GT(lazy.replayed_step_us, 0);
   EXPECT_EQ(lazy.digest, pre.digest);
   EXPECT_GT(lazy.peak_bytes, 0);
   EXPECT_LT(lazy.peak_bytes, pre.peak_bytes);
@@ -247,15 +281,17 @@ TEST(Replay, AllReRunsEveryKernelBetweenTheSameCollectives) {
 TEST(Replay, PostsThePipelinesMessagesAndWaitsWhereTheStepWaited) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const ExecutionTrace& mine = traces(corpus, Run::Pipeline)[size_t(world()->rank())];
-  std::map<int64_t, int> waits;  // posted node id -> its wait nodes
+  std::map<int64_t, int> waits;  // posted (and, with FSDP, async) node id -> its wait nodes
   int64_t sends = 0, receives = 0;
   for (const TraceNode& n : mine.nodes) {
     if (n.type == TraceNode::Type::Wait) {
       ASSERT_TRUE(waits.count(n.waits_for)) << "wait node " << n.id;
       EXPECT_LT(n.waits_for, n.id);
       ++waits[n.waits_for];
-    } else if (n.type == TraceNode::Type::Collective && n.collective.posted()) {
+    } else if (n.type == TraceNode::Type::Collective && n.collective.async) {
       waits[n.id] = 0;
+    }
+    if (n.type == TraceNode::Type::Collective && n.collective.posted()) {
       (n.collective.collective == "isend" ? sends : receives) += 1;
       EXPECT_EQ(n.collective.members.size(), 2u);  // the pp group
       EXPECT_GT(n.collective.size_bytes, 0);
