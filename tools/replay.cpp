@@ -4,13 +4,14 @@
 // kernels (--all):
 //
 //   mpirun -np N build/tools/mt_replay TRACE_DIR_OR_FILES... [--comms | --all]
-//       [--allocation lazy|pre] [--scale-bytes K] [--iters N]
+//       [--allocation lazy|pre] [--scale-bytes K] [--iters N] [--no-overlap]
 //
 // TRACE_DIR holds rank-<R>.json (<dump_folder>/<save_traces_folder>/execution_trace/step_<S>);
 // every rank reads every trace (the groups are rebuilt from their members) and replays its own.
 // Rank 0 prints each call's recorded and replayed time, the replay's peak memory and a digest of
 // every output (equal for both allocations); with --all also the kernels' times per name and the
-// kernels it could not re-run, with why.
+// kernels it could not re-run, with why. --no-overlap runs every async call synchronously where
+// it was issued: what the step would take if those overlapped nothing.
 #include "parallel/comm/replay.h"
 
 #include <filesystem>
@@ -48,7 +49,7 @@ int run(int argc, char** argv) {
   while (flags.next()) {
     if (flags.is("--help") || flags.is("-h")) {
       std::cout << "usage: mpirun -np N mt_replay TRACE_DIR_OR_FILES... [--comms | --all] "
-                   "[--allocation lazy|pre] [--scale-bytes K] [--iters N]\n";
+                   "[--allocation lazy|pre] [--scale-bytes K] [--iters N] [--no-overlap]\n";
       return 0;
     }
     if (flags.is("--comms")) {
@@ -65,6 +66,8 @@ int run(int argc, char** argv) {
       o.scale_bytes = flags.int_value();
     } else if (flags.is("--iters")) {
       o.iterations = flags.int_value();
+    } else if (flags.is("--no-overlap")) {
+      o.overlap = false;
     } else if (flags.is_positional()) {
       inputs.push_back(flags.arg());
     } else {

@@ -221,9 +221,12 @@ double micros_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Issued now and waited for at its wait node: a posted message, or an async call of a trace
-// that records its waits (schema 3; older traces' async calls replay synchronously).
-bool deferred(const CommRecord& r, int schema) { return r.posted() || (r.async && schema >= 3); }
+// Issued now and waited for at its wait node: a posted message (always: two ranks may post
+// crossing messages before either waits), or, when replaying with overlap, an async call of a
+// trace that records its waits (schema 3; older traces' async calls replay synchronously).
+bool deferred(const CommRecord& r, int schema, bool overlap = true) {
+  return r.posted() || (overlap && r.async && schema >= 3);
+}
 
 // From the first traced node's issue to the last one's end, in microseconds.
 double traced_span_us(const ExecutionTrace& t) {
@@ -334,8 +337,8 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
     const auto step_start = std::chrono::steady_clock::now();
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (nodes[i]->type == TraceNode::Type::Wait) {
-        complete(pending.find(nodes[i]->waits_for));
-        continue;
+        if (auto it = pending.find(nodes[i]->waits_for); it != pending.end()) complete(it);
+        continue;  // (not pending: it ran synchronously, without overlap)
       }
       if (nodes[i]->type == TraceNode::Type::Op) {
         const auto t0 = std::chrono::steady_clock::now();
@@ -355,7 +358,7 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
       }
       if (!out.defined()) out = in;
       if (!in.defined()) in = out;
-      const bool later = deferred(r, mine->schema);
+      const bool later = deferred(r, mine->schema, o.overlap);
       // Collectives only: each synchronous call starts together on its group, so its time is its
       // own, not the skew the last call (or this rank's digest of it) left behind. With compute,
       // none: the step runs as it ran.

@@ -42,6 +42,9 @@ struct ReplayOptions {
   int64_t scale_bytes = 1;  // >= 1
   int64_t iterations = 1;   // the sequence is replayed this many times; the last one is timed
   bool compute = false;     // also re-run the kernels (mt_replay --all); needs scale_bytes 1
+  // Async calls wait where the step waited (false: each runs synchronously where it was issued,
+  // overlapping nothing: mt_replay --no-overlap; posted messages stay posted either way).
+  bool overlap = true;
 };
 
 struct ReplayedCall {

@@ -5,7 +5,8 @@
 // the same order, as CommTrace sees them, the async ones waited for where the step waited; lazy
 // allocation peaks lower than pre-allocation with the same outputs;
 // --scale-bytes 2 doubles every size; with compute (mt_replay --all) every kernel is re-run by
-// name from its recorded arguments between the same collectives; a pipelined step's posted
+// name from its recorded arguments between the same collectives, with and without overlapping
+// the async ones (the same values either way); a pipelined step's posted
 // isend / irecv replay in their place and complete where the step waited; bad traces are errors.
 #include <gtest/gtest.h>
 
@@ -192,11 +193,12 @@ void expect_same_calls(const std::vector<CommRecord>& replayed,
 parallel::ReplayResult replay(const fs::path& corpus,
                               parallel::ReplayOptions::Allocation allocation, int64_t scale,
                               std::vector<CommRecord>* issued, bool compute = false,
-                              Run run = Run::Fsdp) {
+                              Run run = Run::Fsdp, bool overlap = true) {
   parallel::ReplayOptions o;
   o.allocation = allocation;
   o.scale_bytes = scale;
   o.compute = compute;
+  o.overlap = overlap;
   parallel::CommTrace::start();
   const parallel::ReplayResult r = parallel::replay_step(*world(), traces(corpus, run), o);
   *issued = parallel::CommTrace::take();
@@ -264,6 +266,19 @@ TEST(Replay, AllReRunsEveryKernelBetweenTheSameCollectives) {
       replay(corpus, parallel::ReplayOptions::Allocation::Lazy, 1, &comms_calls);
   EXPECT_NE(lazy.digest, comms.digest);
   EXPECT_LT(lazy.peak_bytes, pre.peak_bytes);
+  // Without overlap (mt_replay --no-overlap) every async call runs synchronously where it was
+  // issued: the same calls, none async, and the same values (no kernel touched an in-flight
+  // call's buffers).
+  std::vector<CommRecord> serial_calls;
+  const parallel::ReplayResult serial = replay(
+      corpus, parallel::ReplayOptions::Allocation::Lazy, 1, &serial_calls, true, Run::Fsdp, false);
+  ASSERT_EQ(serial_calls.size(), traced.size());
+  for (size_t i = 0; i < traced.size(); ++i) {
+    EXPECT_EQ(serial_calls[i].collective, traced[i].collective) << i;
+    EXPECT_FALSE(serial_calls[i].async) << i;
+    EXPECT_FALSE(serial.calls[i].deferred) << i;
+  }
+  EXPECT_EQ(serial.digest, lazy.digest);
   const std::string table = parallel::replay_ops_table(lazy);
   EXPECT_NE(table.find("matmul"), std::string::npos) << table;
   EXPECT_NE(table.find("0 skipped"), std::string::npos) << table;
