@@ -70,7 +70,8 @@ struct ReplayResult {
   std::vector<ReplayedOp> ops;      // with compute: this rank's kernels, in issue order
   int64_t peak_bytes = 0;           // the allocator's peak above what was in use before
   uint64_t digest = 0;              // of every output of every call, in order
-  // From the first node's issue to the last one's end: in the trace, and in the replay.
+  // From the first node's issue to the last one's end: in the trace, and in the replay (less the
+  // time the replay spent on its digest).
   double recorded_step_us = 0, replayed_step_us = 0;
 };
 
