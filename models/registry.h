@@ -111,12 +111,10 @@ struct ModelSpec {
       forward_cached;
   // Optional (llama3, deepseek_v3: context parallelism): makes `model` (or a pipeline stage)
   // compute on a rank's share of each sequence as SequenceShard says (its forwards, not its
-  // decoding), until called with nullopt. check_context_parallel throws, naming the setting, when
-  // the model's args cannot be computed on sequence shards (a loss over each whole sequence).
-  // Null shard_sequence: context_parallel_degree > 1 is an error.
+  // decoding), until called with nullopt. Null shard_sequence: context_parallel_degree > 1 is an
+  // error.
   std::function<void(runtime::nn::Module& model, const std::optional<SequenceShard>& shard)>
       shard_sequence;
-  std::function<void()> check_context_parallel;
   // Optional: after each optimizer step (MoE load balancing). all_reduce_sum sums a tensor over
   // the data-parallel ranks. Returns metrics to log (name -> value). A metric that is a mean
   // over layers also reports each layer as <name>_layer<i>: under pipeline parallelism the hook

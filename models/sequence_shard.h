@@ -20,6 +20,11 @@ struct SequenceShard {
   std::function<runtime::Tensor(const runtime::Tensor& q, const runtime::Tensor& k,
                                 const runtime::Tensor& v)>
       attention;
+  // How many ranks share each sequence, and the sum of a tensor over them (in place; collective
+  // across those ranks): what per-sequence statistics need (the MoE's sequence-wise auxiliary
+  // loss counts each sequence's routed tokens over all of them).
+  int64_t shards = 1;
+  std::function<void(runtime::Tensor&)> sum_over_shards;
 };
 
 }  // namespace mt::models

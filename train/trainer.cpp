@@ -340,7 +340,6 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   if (cp_ > 1) {
     MT_CHECK(spec_->shard_sequence != nullptr, "train: model ", spec_->name,
              " cannot run on sequence shards; set parallelism.context_parallel_degree = 1");
-    if (spec_->check_context_parallel) spec_->check_context_parallel();
   }
   const bool shards = shards_parameters();
   if (pp_ > 1) {

@@ -27,7 +27,9 @@ Trainer::SequenceShardScope::SequenceShardScope(const Trainer& trainer) : traine
   const parallel::ContextParallel* cp = trainer_.context_parallel_.get();
   models::SequenceShard shard{trainer_.sequence_positions_,
                               [cp](const runtime::Tensor& q, const runtime::Tensor& k,
-                                   const runtime::Tensor& v) { return cp->attention(q, k, v); }};
+                                   const runtime::Tensor& v) { return cp->attention(q, k, v); },
+                              cp->degree(),
+                              [cp](runtime::Tensor& t) { cp->sum_over_shards(t); }};
   for (runtime::nn::Module* part : trainer_.model_parts()) trainer_.spec_->shard_sequence(*part, shard);
 }
 

@@ -154,6 +154,10 @@ void Transformer::set_activation_checkpointing(llama::ActivationCheckpointing ac
 
 void Transformer::set_sequence_shard(const std::optional<SequenceShard>& shard) {
   llama::set_blocks_sequence_shard(blocks, shard, positions_);
+  for (const auto& moe : moe_layers()) {
+    moe->set_sequence_shards(shard ? shard->shards : 1,
+                             shard ? shard->sum_over_shards : nullptr);
+  }
 }
 
 std::vector<std::shared_ptr<MoE>> Transformer::moe_layers() const {

@@ -95,7 +95,8 @@ class Transformer : public nn::Module {
 
   // The TransformerBlocks `ac` names run under activation checkpointing; the others do not.
   void set_activation_checkpointing(llama::ActivationCheckpointing ac);
-  // Context parallelism, as llama's Transformer::set_sequence_shard.
+  // Context parallelism, as llama's Transformer::set_sequence_shard; the MoE layers' auxiliary
+  // loss counts each sequence's routing over every shard (MoE::set_sequence_shards).
   void set_sequence_shard(const std::optional<SequenceShard>& shard);
 
   // The MoE layers, in block order.

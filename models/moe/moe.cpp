@@ -104,15 +104,18 @@ std::vector<Tensor> MoE::forward(const Tensor& x) {
     std::vector<Tensor> result{out.reshape({b, t, d})};
 
     if (aux_loss_alpha_ > 0) {
-      // f [B, E]: E / (k T) times how often sequence b routed to expert i.
-      std::vector<double> f(size_t(b * e_count), 0.0);
-      const double scale = double(e_count) / (double(k) * double(t));
+      // f [B, E]: E / (k T) times how often sequence b routed to expert i (over every shard of
+      // it, T the whole sequence's length).
+      std::vector<double> routed(size_t(b * e_count), 0.0);
       for (size_t p = 0; p < chosen.size(); ++p) {
         const int64_t seq = int64_t(p) / k / t;
-        f[size_t(seq * e_count + chosen[p])] += scale;
+        routed[size_t(seq * e_count + chosen[p])] += 1;
       }
-      const Tensor f_t = runtime::from_vector<double>(
-          f, {b, e_count}, TensorOptions{}.with_dtype(r.scores.dtype()).with_device(x3.device()));
+      Tensor f_t = runtime::from_vector<double>(
+          routed, {b, e_count},
+          TensorOptions{}.with_dtype(r.scores.dtype()).with_device(x3.device()));
+      if (sequence_shards_ > 1) sum_over_sequence_shards_(f_t);
+      f_t = runtime::mul(f_t, double(e_count) / (double(k) * double(t * sequence_shards_)));
       Tensor s = r.scores;
       s = runtime::div(s, runtime::sum(s, {1}, true));
       const Tensor p_mean = runtime::mean(s.reshape({b, t, e_count}), {1});  // [B, E]
@@ -121,6 +124,13 @@ std::vector<Tensor> MoE::forward(const Tensor& x) {
     }
     return result;
   });
+}
+
+void MoE::set_sequence_shards(int64_t shards, std::function<void(Tensor&)> sum) {
+  MT_CHECK(shards >= 1 && (shards == 1 || sum), "MoE::set_sequence_shards: expected shards >= 1 ",
+           "and, above 1, a sum over them; got ", shards);
+  sequence_shards_ = shards;
+  sum_over_sequence_shards_ = std::move(sum);
 }
 
 std::vector<int64_t> MoE::tokens_per_expert_counts() const {

@@ -28,9 +28,15 @@
 //   L = alpha * mean_b sum_i f_i P_i
 // returned as forward()'s second output (0-dim, f32; f64 for f64 parameters) so that the
 // model's loss adds it; the chosen experts are the ones actually routed to (bias included).
+// On a share of each sequence (context parallelism: set_sequence_shards), f counts the whole
+// sequence's tokens (summed over the shards, T the whole length) and P_i is the mean over this
+// shard's tokens, so the shards' losses, each weighted by its tokens as the model's loss weights
+// it, add up to the whole sequences' (exactly when every token's target counts, as in language-
+// model training; with ignored targets each shard weights its share by its own valid tokens).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -54,6 +60,9 @@ class MoE : public nn::Module {
   std::vector<Tensor> forward(const Tensor& x);
 
   bool has_aux_loss() const { return aux_loss_alpha_ > 0; }
+  // The forwards run on one of `shards` shares of each sequence; `sum` adds a tensor over the
+  // shards in place (collective). shards 1 (and no sum): whole sequences.
+  void set_sequence_shards(int64_t shards, std::function<void(Tensor&)> sum);
   int64_t num_experts() const { return num_experts_; }
   int64_t top_k() const { return top_k_; }
   // tokens_per_expert on the host; reset_tokens_per_expert() zeroes it.
@@ -71,6 +80,8 @@ class MoE : public nn::Module {
  private:
   int64_t num_experts_, top_k_;
   double aux_loss_alpha_;
+  int64_t sequence_shards_ = 1;
+  std::function<void(Tensor&)> sum_over_sequence_shards_;
 };
 
 }  // namespace mt::models::moe

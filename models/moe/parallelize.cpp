@@ -82,13 +82,6 @@ void check_tensor_parallel(const ModelArgs& args, int64_t tp) {
            "(the bias-based load balancing works) or tensor_parallel_degree = 1");
 }
 
-void check_context_parallel(const ModelArgs& args) {
-  MT_CHECK(args.aux_loss_alpha == 0, "context parallelism: each rank holds a share of every "
-           "sequence, and the sequence-wise auxiliary loss needs whole sequences: set "
-           "aux_loss_alpha = 0 (the bias-based load balancing works) or "
-           "context_parallel_degree = 1");
-}
-
 namespace {
 
 // The MoE layers under tensor parallelism: each tp rank routes its own tokens (sequence shards;

@@ -28,8 +28,5 @@ void parallelize(runtime::nn::Module& model, const ParallelContext& context);
 // Throws, naming the numbers, when the model cannot take tensor parallelism over `tp` ranks
 // (heads, kv heads; the sequence-wise auxiliary loss). No communication.
 void check_tensor_parallel(const ModelArgs& args, int64_t tp);
-// Throws when the model cannot run on sequence shards (context parallelism: the sequence-wise
-// auxiliary loss).
-void check_context_parallel(const ModelArgs& args);
 
 }  // namespace mt::models::moe

@@ -74,7 +74,6 @@ ModelSpec make_model_spec(const std::string& flavor) {
   add_cached_decoding<Transformer>(spec);
   add_sequence_sharding<Transformer>(spec);
   spec.check_tensor_parallel = [args](int64_t tp) { check_tensor_parallel(args(), tp); };
-  spec.check_context_parallel = [args] { check_context_parallel(args()); };
   spec.after_optimizer_step = [](runtime::nn::Module& model,
                                  const std::function<void(Tensor&)>& all_reduce_sum) {
     return update_expert_bias(as_moe(model), all_reduce_sum);

@@ -63,6 +63,10 @@ Tensor ContextParallel::positions(int64_t seq_len, runtime::Device device) const
       runtime::TensorOptions{}.with_dtype(runtime::DType::I64).with_device(device));
 }
 
+void ContextParallel::sum_over_shards(Tensor& t) const {
+  mesh_->group(0).all_reduce(t, ReduceOp::Sum, "cp.sequence_sum");
+}
+
 Tensor ContextParallel::gather_sequence(const Tensor& local, const char* what) const {
   // All-gather along dim 1 (rank-major: rank j's two chunks at [j T, (j + 1) T)); the gradient
   // each rank's attention gives the whole sequence is a partial sum, reduce-scattered back.

@@ -62,6 +62,9 @@ class ContextParallel {
   runtime::Tensor shard(const runtime::Tensor& batch) const;
   // load_balanced_positions(seq_len, degree(), rank()) as an i64 tensor on `device`.
   runtime::Tensor positions(int64_t seq_len, runtime::Device device) const;
+  // Sums `t` over the ranks that share the sequences, in place (collective; not
+  // differentiable): per-sequence statistics, e.g. the MoE's routed-token counts.
+  void sum_over_shards(runtime::Tensor& t) const;
 
   // Causal attention of this rank's queries over the whole sequence. q [B, Hq, T, D], k and v
   // [B, Hkv, T, D] with T = S / cp this rank's tokens (as shard() ordered them), laid out as

@@ -4,8 +4,9 @@
 // process: cp = every rank (also with activation checkpointing and gradient accumulation, and
 // with the ring instead of the all-gather; in bf16 to its rounding), and on
 // 4 ranks cp 2 x FSDP 2, HSDP 2 x cp 2, cp 2 x TP 2 (sequence parallel), pp 2 x cp 2, and the MoE
-// with cp alone and cp 2 x EP 2. The text sample is one process's. Checkpoints saved under cp resume without it and the other way
-// round; layouts that cannot run are errors on every rank before any work.
+// with cp alone and cp 2 x EP 2, and with its sequence-wise auxiliary loss (cp 2, pp 2 x cp 2).
+// The text sample is one process's. Checkpoints saved under cp resume without it and the other
+// way round; layouts that cannot run are errors on every rank before any work.
 #include <gtest/gtest.h>
 
 #include <any>
@@ -181,6 +182,40 @@ TEST(TrainerContextParallelMpi, MoeMatchesOneProcess) {
   }
 }
 
+// The MoE's sequence-wise auxiliary loss: each rank's share of a sequence counts the whole
+// sequence's routing (summed over the cp ranks) and weights its own tokens' scores, so the
+// shares add up to one process's loss; with a pipeline too (each stage's layers add theirs).
+TEST(TrainerContextParallelMpi, MoeSequenceAuxLossMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const auto with_aux_loss = [](std::any& a) {
+    testing::shrink_moe(a);
+    std::any_cast<models::moe::ModelArgs&>(a).aux_loss_alpha = 0.1;
+  };
+  const TrainResult want = one_process(corpus, "moe_aux_ref", kMoe, with_aux_loss);
+  // The loss is on: step 1 (the same weights and batch) costs more than without it.
+  const TrainResult without = one_process(corpus, "moe_noaux_ref", kMoe, testing::shrink_moe);
+  ASSERT_FALSE(want.losses.empty());
+  EXPECT_GT(want.losses[0], without.losses[0] + 1e-3);
+  std::vector<std::pair<std::string, TrainResult>> runs;
+  runs.emplace_back("cp 2", run(job(corpus, shared_dir("moe_aux_cp"), 8 * 2 / world()->size(),
+                                    cp_args(2, kMoe)),
+                                world(), with_aux_loss));
+  if (world()->size() == 4) {
+    runs.emplace_back(
+        "pp 2 x cp 2",
+        run(job(corpus, shared_dir("moe_aux_pp_cp"), 8,
+                cp_args(2, {kMoe[0], kMoe[1], "--parallelism.pipeline_parallel_degree=2",
+                            "--parallelism.pipeline_parallel_microbatch_size=2",
+                            // the dense block and the first MoE block, then the second
+                            "--parallelism.pipeline_parallel_split_points=layers.2"})),
+            world(), with_aux_loss));
+  }
+  for (const auto& [name, got] : runs) {
+    SCOPED_TRACE(name);
+    testing::expect_same_moe_run(got, want);
+  }
+}
+
 // The end-of-run text sample decodes whole sequences on every rank (outside the sequence
 // shards the training steps run on): one process's text, before and after training with cp =
 // every rank.
@@ -256,12 +291,6 @@ TEST(TrainerContextParallelMpi, LayoutsThatCannotRunAreErrorsOnEveryRank) {
   // 32 tokens cannot be cut into 2 x 32 chunks (cp 32 on a world of 2 or 4 fails first).
   expect_error("bad_seq", cp_args(2, {"--training.seq_len=30"}), testing::shrink_llama,
                {"multiple of 2 x context_parallel_degree", "training.seq_len = 30"});
-  // The MoE's sequence-wise auxiliary loss needs whole sequences.
-  const auto with_aux_loss = [](std::any& a) {
-    testing::shrink_moe(a);
-    std::any_cast<models::moe::ModelArgs&>(a).aux_loss_alpha = 0.01;
-  };
-  expect_error("bad_moe", cp_args(2, kMoe), with_aux_loss, {"auxiliary loss", "aux_loss_alpha"});
 }
 
 }  // namespace
