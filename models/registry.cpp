@@ -10,6 +10,12 @@
 
 namespace mt::models {
 
+Tensor default_cross_entropy(const Tensor& logits, const Tensor& targets,
+                             runtime::Reduction reduction) {
+  return runtime::cross_entropy(logits, targets, -100, reduction,
+                                runtime::accumulation_dtype(logits.dtype()));
+}
+
 namespace {
 
 struct Entry {

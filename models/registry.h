@@ -56,14 +56,19 @@ struct ModelSpec {
   // tokens [B, T] -> logits [B, T, V].
   std::function<Tensor(runtime::nn::Module& model, const Tensor& tokens)> forward;
   // Token cross-entropy of forward(tokens) against targets [B, T] (ignore_index -100): Mean is the
-  // mean over valid tokens, Sum the sum (for gradient accumulation over micro-batches).
+  // mean over valid tokens, Sum the sum (for gradient accumulation over micro-batches); plus what
+  // else the model's objective holds (deepseek_v3: its auxiliary loss, while training).
   std::function<Tensor(runtime::nn::Module& model, const Tensor& tokens, const Tensor& targets,
                        runtime::Reduction reduction)>
       loss;
-  // Optional: the logits `loss` computes its cross-entropy from (llama3: in the compute dtype).
-  // A tensor-parallel plan with loss parallel leaves them split over the vocabulary: this rank's
-  // columns, for a loss-parallel cross-entropy (the trainer's).
-  std::function<Tensor(runtime::nn::Module& model, const Tensor& tokens)> loss_logits;
+  // Optional: `loss` with another cross-entropy over the logits: the trainer's loss-parallel one
+  // under tensor parallelism, whose plan leaves the logits split over the vocabulary (this rank's
+  // columns). `loss` is this with default_cross_entropy.
+  using CrossEntropy = std::function<Tensor(const Tensor& logits, const Tensor& targets,
+                                            runtime::Reduction reduction)>;
+  std::function<Tensor(runtime::nn::Module& model, const Tensor& tokens, const Tensor& targets,
+                       runtime::Reduction reduction, const CrossEntropy& cross_entropy)>
+      loss_with_cross_entropy;
   // From the args alone (nothing allocated): unique parameter count, training FLOPs per token.
   std::function<int64_t()> num_params;
   std::function<double(int64_t seq_len)> flops_per_token;
@@ -126,6 +131,11 @@ struct ModelSpec {
 
 // The flavor that builds a model from the architecture a checkpoint saved.
 inline constexpr const char* kFlavorFromCheckpoint = "from_checkpoint";
+
+// runtime::cross_entropy with ignore_index -100, accumulated in f32 for 16-bit logits (the
+// models' loss; with 16-bit logits, the values of the f32 logits' loss).
+Tensor default_cross_entropy(const Tensor& logits, const Tensor& targets,
+                             runtime::Reduction reduction);
 
 std::vector<std::string> model_names();
 // Throws mt::Error listing the valid names when `name` is unknown.

@@ -333,7 +333,9 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   // device, then each rank draws its shards only (the same values as the whole model's init):
   // no rank holds the whole model. The buffers (and an unsharded model) move after.
   if (tp_ > 1) {  // before any collective of the model's: a layout it cannot take is an error
-    MT_CHECK(spec_->check_tensor_parallel != nullptr, "train: model ", spec_->name,
+    MT_CHECK(spec_->check_tensor_parallel != nullptr &&
+                 (config_.parallelism.disable_loss_parallel || spec_->loss_with_cross_entropy),
+             "train: model ", spec_->name,
              " has no tensor-parallel plan; set parallelism.tensor_parallel_degree = 1");
     spec_->check_tensor_parallel(tp_);
   }
@@ -668,7 +670,11 @@ Tensor Trainer::batch_loss(const Tensor& inputs, const Tensor& labels,
                            runtime::Reduction reduction) const {
   if (tp_mesh_ == nullptr || config_.parallelism.disable_loss_parallel)
     return spec_->loss(*model_, inputs, labels, reduction);
-  return logits_loss(spec_->loss_logits(*model_, inputs), labels, reduction);
+  return spec_->loss_with_cross_entropy(
+      *model_, inputs, labels, reduction,
+      [this](const Tensor& logits, const Tensor& targets, runtime::Reduction r) {
+        return logits_loss(logits, targets, r);
+      });
 }
 
 Tensor Trainer::logits_loss(const Tensor& logits, const Tensor& labels,

@@ -224,8 +224,8 @@ class Trainer {
   // with tensor parallelism a loss-parallel one over the vocab-split logits.
   runtime::Tensor batch_loss(const runtime::Tensor& inputs, const runtime::Tensor& labels,
                              runtime::Reduction reduction) const;
-  // The token cross-entropy of logits the model's loss_logits gave (loss parallel under tp: this
-  // rank's vocab columns).
+  // The token cross-entropy of the model's logits (loss parallel under tp: this rank's vocab
+  // columns).
   runtime::Tensor logits_loss(const runtime::Tensor& logits, const runtime::Tensor& labels,
                               runtime::Reduction reduction) const;
 

@@ -40,15 +40,16 @@ ModelSpec spec_of(ModelArgs model_args, const std::string& flavor) {
   spec.forward = [](runtime::nn::Module& model, const Tensor& tokens) {
     return as_llama(model)(tokens);
   };
-  spec.loss = [](runtime::nn::Module& model, const Tensor& tokens, const Tensor& targets,
-                 runtime::Reduction reduction) {
-    // f32 loss over the compute-dtype logits: the values of the f32 logits' loss (see model.h).
-    const Tensor logits = as_llama(model).loss_logits(tokens);
-    return runtime::cross_entropy(logits, targets, -100, reduction,
-                                  runtime::accumulation_dtype(logits.dtype()));
+  // The loss over the compute-dtype logits (see model.h).
+  spec.loss_with_cross_entropy = [](runtime::nn::Module& model, const Tensor& tokens,
+                                    const Tensor& targets, runtime::Reduction reduction,
+                                    const ModelSpec::CrossEntropy& cross_entropy) {
+    return cross_entropy(as_llama(model).loss_logits(tokens), targets, reduction);
   };
-  spec.loss_logits = [](runtime::nn::Module& model, const Tensor& tokens) {
-    return as_llama(model).loss_logits(tokens);
+  spec.loss = [loss = spec.loss_with_cross_entropy](runtime::nn::Module& model,
+                                                    const Tensor& tokens, const Tensor& targets,
+                                                    runtime::Reduction reduction) {
+    return loss(model, tokens, targets, reduction, default_cross_entropy);
   };
   spec.parallelize = parallelize;
   add_pipeline_stages<Transformer, ModelArgs>(spec, args);

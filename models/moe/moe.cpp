@@ -25,6 +25,11 @@ bool counts_this_forward() {
          (phase == CheckpointPhase::None && runtime::GradMode::enabled());
 }
 
+void check_shards(int64_t shards, const std::function<void(Tensor&)>& sum, const char* what) {
+  MT_CHECK(shards >= 1 && (shards == 1 || sum), "MoE::", what,
+           ": expected shards >= 1 and, above 1, a sum over them; got ", shards);
+}
+
 }  // namespace
 
 MoE::MoE(const ModelArgs& args, double out_init_std, TensorOptions options)
@@ -114,8 +119,10 @@ std::vector<Tensor> MoE::forward(const Tensor& x) {
       Tensor f_t = runtime::from_vector<double>(
           routed, {b, e_count},
           TensorOptions{}.with_dtype(r.scores.dtype()).with_device(x3.device()));
-      if (sequence_shards_ > 1) sum_over_sequence_shards_(f_t);
-      f_t = runtime::mul(f_t, double(e_count) / (double(k) * double(t * sequence_shards_)));
+      for (const Shards* s : {&sequence_shards_, &input_shards_})
+        if (s->count > 1) s->sum(f_t);
+      const int64_t whole_t = t * sequence_shards_.count * input_shards_.count;
+      f_t = runtime::mul(f_t, double(e_count) / (double(k) * double(whole_t)));
       Tensor s = r.scores;
       s = runtime::div(s, runtime::sum(s, {1}, true));
       const Tensor p_mean = runtime::mean(s.reshape({b, t, e_count}), {1});  // [B, E]
@@ -127,10 +134,13 @@ std::vector<Tensor> MoE::forward(const Tensor& x) {
 }
 
 void MoE::set_sequence_shards(int64_t shards, std::function<void(Tensor&)> sum) {
-  MT_CHECK(shards >= 1 && (shards == 1 || sum), "MoE::set_sequence_shards: expected shards >= 1 ",
-           "and, above 1, a sum over them; got ", shards);
-  sequence_shards_ = shards;
-  sum_over_sequence_shards_ = std::move(sum);
+  check_shards(shards, sum, "set_sequence_shards");
+  sequence_shards_ = {shards, std::move(sum)};
+}
+
+void MoE::set_input_shards(int64_t shards, std::function<void(Tensor&)> sum) {
+  check_shards(shards, sum, "set_input_shards");
+  input_shards_ = {shards, std::move(sum)};
 }
 
 std::vector<int64_t> MoE::tokens_per_expert_counts() const {

@@ -61,8 +61,11 @@ class MoE : public nn::Module {
 
   bool has_aux_loss() const { return aux_loss_alpha_ > 0; }
   // The forwards run on one of `shards` shares of each sequence; `sum` adds a tensor over the
-  // shards in place (collective). shards 1 (and no sum): whole sequences.
+  // shards in place (collective). shards 1 (and no sum): whole sequences. Two sources, which
+  // multiply: the step's (context parallelism, set per step) and the layer input's own
+  // (tensor parallelism splits it, set once).
   void set_sequence_shards(int64_t shards, std::function<void(Tensor&)> sum);
+  void set_input_shards(int64_t shards, std::function<void(Tensor&)> sum);
   int64_t num_experts() const { return num_experts_; }
   int64_t top_k() const { return top_k_; }
   // tokens_per_expert on the host; reset_tokens_per_expert() zeroes it.
@@ -80,8 +83,11 @@ class MoE : public nn::Module {
  private:
   int64_t num_experts_, top_k_;
   double aux_loss_alpha_;
-  int64_t sequence_shards_ = 1;
-  std::function<void(Tensor&)> sum_over_sequence_shards_;
+  struct Shards {
+    int64_t count = 1;
+    std::function<void(Tensor&)> sum;  // over them, in place (collective)
+  };
+  Shards sequence_shards_, input_shards_;
 };
 
 }  // namespace mt::models::moe

@@ -9,9 +9,11 @@
 #include "parallel/comm/comm_trace.h"
 #include "parallel/expert/token_exchange.h"
 #include "parallel/fsdp/fully_shard.h"
+#include "parallel/tensor/redistribute.h"
 #include "parallel/tensor/tp_style.h"
 #include "runtime/core/error.h"
 #include "runtime/core/grad_mode.h"
+#include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
 
 namespace mt::models::moe {
@@ -77,12 +79,30 @@ void split_experts(GroupedExperts& experts, const parallel::DeviceMesh& expert_m
 
 void check_tensor_parallel(const ModelArgs& args, int64_t tp) {
   llama::check_tensor_parallel_heads(args.n_heads, args.kv_heads(), tp);
-  MT_CHECK(args.aux_loss_alpha == 0, "tensor parallelism: the MoE layers run on sequence shards, "
-           "and the sequence-wise auxiliary loss needs whole sequences: set aux_loss_alpha = 0 "
-           "(the bias-based load balancing works) or tensor_parallel_degree = 1");
 }
 
 namespace {
+
+// The sequence-wise auxiliary loss of a layer whose tp ranks each route a share of every
+// sequence: the routed counts add up over tp (each sequence's f counts all of it), and the ranks'
+// losses (each the mean score over its own tokens) are averaged into one the tp ranks share, by
+// an all-reduce whose backward hands each rank the whole gradient (DTensor Partial -> Replicate):
+// the same loss and, summed over tp, the same gradients as one process.
+void share_aux_loss_over_tp(MoE& layer, const std::shared_ptr<parallel::DeviceMesh>& tp_mesh) {
+  const std::shared_ptr<parallel::ProcessGroup> group = tp_mesh->group_ptr(0);
+  layer.set_input_shards(tp_mesh->size(), [group](Tensor& counts) {
+    group->all_reduce(counts, parallel::ReduceOp::Sum, "tp.moe_aux_counts");
+  });
+  layer.register_forward_hook([tp_mesh](nn::Module&, const std::vector<Tensor>&,
+                                        std::vector<Tensor>& out) {
+    if (out.size() < 2) return;  // {out, aux_loss}
+    const std::vector<parallel::Placement> whole{parallel::Replicate{}};
+    const parallel::DTensor partial = parallel::from_local(
+        runtime::mul(out[1], 1.0 / double(tp_mesh->size())), tp_mesh, {parallel::Partial{}});
+    out[1] = parallel::to_local(
+        parallel::redistribute(partial, whole, whole, "tp.moe_aux_loss"), whole);
+  });
+}
 
 // The MoE layers under tensor parallelism: each tp rank routes its own tokens (sequence shards;
 // without sequence parallelism elsewhere, the layer's input is chunked and its output gathered),
@@ -95,6 +115,7 @@ void apply_moe_tensor_parallel_io(Transformer& moe, const ParallelContext& conte
     const auto& layer = block->moe;
     if (!layer) continue;
     const std::string m = "layers." + std::to_string(block->layer_id) + ".moe";
+    if (layer->has_aux_loss()) share_aux_loss_over_tp(*layer, context.tp_mesh);
     if (!context.sequence_parallel) {  // with it, the input is already Shard(1)
       tp.apply(moe, m, parallel::PrepareModuleInput{parallel::Replicate{}, parallel::Shard{1}});
       tp.apply(moe, m, parallel::PrepareModuleOutput{parallel::Shard{1}, parallel::Replicate{}});

@@ -26,7 +26,7 @@ namespace mt::models::moe {
 void parallelize(runtime::nn::Module& model, const ParallelContext& context);
 
 // Throws, naming the numbers, when the model cannot take tensor parallelism over `tp` ranks
-// (heads, kv heads; the sequence-wise auxiliary loss). No communication.
+// (heads, kv heads). No communication.
 void check_tensor_parallel(const ModelArgs& args, int64_t tp);
 
 }  // namespace mt::models::moe

@@ -46,12 +46,13 @@ ModelSpec make_model_spec(const std::string& flavor) {
   spec.forward = [](runtime::nn::Module& model, const Tensor& tokens) {
     return as_moe(model)(tokens);
   };
-  spec.loss = [](runtime::nn::Module& model, const Tensor& tokens, const Tensor& targets,
-                 runtime::Reduction reduction) {
-    // f32 loss over the compute-dtype logits (the f32 logits' values, without their copy).
+  // The cross-entropy over the compute-dtype logits plus, while training, the auxiliary loss
+  // (0-dim; with Sum, times the valid tokens, as the cross-entropy counts them).
+  spec.loss_with_cross_entropy = [](runtime::nn::Module& model, const Tensor& tokens,
+                                    const Tensor& targets, runtime::Reduction reduction,
+                                    const ModelSpec::CrossEntropy& cross_entropy) {
     const Transformer::Output out = as_moe(model).forward_with_aux(tokens, false);
-    Tensor loss = runtime::cross_entropy(out.logits, targets, -100, reduction,
-                                         runtime::accumulation_dtype(out.logits.dtype()));
+    Tensor loss = cross_entropy(out.logits, targets, reduction);
     if (out.aux_loss.defined() && runtime::GradMode::enabled() &&
         reduction != runtime::Reduction::None) {
       Tensor aux = out.aux_loss.to(loss.dtype());
@@ -64,11 +65,13 @@ ModelSpec make_model_spec(const std::string& flavor) {
     }
     return loss;
   };
+  spec.loss = [loss = spec.loss_with_cross_entropy](runtime::nn::Module& model,
+                                                    const Tensor& tokens, const Tensor& targets,
+                                                    runtime::Reduction reduction) {
+    return loss(model, tokens, targets, reduction, default_cross_entropy);
+  };
   spec.num_params = [args]() { return count_parameters(args()).total; };
   spec.flops_per_token = [args](int64_t seq_len) { return flops_per_token(args(), seq_len); };
-  spec.loss_logits = [](runtime::nn::Module& model, const Tensor& tokens) {
-    return as_moe(model).forward_with_aux(tokens, false).logits;  // no aux loss under TP
-  };
   spec.parallelize = &parallelize;
   add_pipeline_stages<Transformer, ModelArgs>(spec, args);
   add_cached_decoding<Transformer>(spec);

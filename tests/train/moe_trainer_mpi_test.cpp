@@ -1,7 +1,7 @@
 // MoE training with expert parallelism on real ranks (mpirun -np 2 and -np 4): the `train` loop
-// with ep = 2 and ep = 4 (FSDP on the rest), and with tensor parallelism (tp 2, TP 2 x EP 2),
-// against one process with the same global batch, and checkpoints saved at ep = 4 resumed at
-// ep = 2 and ep = 1.
+// with ep = 2 and ep = 4 (FSDP on the rest), and with tensor parallelism (tp 2, TP 2 x EP 2; also
+// with the sequence-wise auxiliary loss), against one process with the same global batch, and
+// checkpoints saved at ep = 4 resumed at ep = 2 and ep = 1.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -61,10 +61,12 @@ config::JobConfig job(const fs::path& corpus, const fs::path& dump, int64_t loca
 }
 
 TrainResult run(const config::JobConfig& cfg, std::shared_ptr<ProcessGroup> group,
-               int64_t num_experts = 8) {
-  const auto shrink = [num_experts](std::any& args) {
+               int64_t num_experts = 8, double aux_loss_alpha = 0) {
+  const auto shrink = [num_experts, aux_loss_alpha](std::any& args) {
     testing::shrink_moe(args);
-    std::any_cast<models::moe::ModelArgs&>(args).n_routed_experts = num_experts;
+    auto& moe = std::any_cast<models::moe::ModelArgs&>(args);
+    moe.n_routed_experts = num_experts;
+    moe.aux_loss_alpha = aux_loss_alpha;
   };
   return Trainer(cfg, testing::quiet_trainer_options(shrink, std::move(group))).train();
 }
@@ -168,6 +170,31 @@ TEST(MoeTrainerMpi, TensorParallelTimesExpertParallelMatchesOneProcess) {
     expect_same_run(
         run(job(corpus, shared_dir(sp ? "tp_sp" : "tp_no_sp"), 8 / dp, extra), world()),
         reference(corpus));
+  }
+}
+
+// The sequence-wise auxiliary loss under tensor parallelism: each tp rank routes a share of every
+// sequence, the routed counts add up over tp and the ranks' losses are averaged, so tp 2 (and
+// TP 2 x EP 2 on 4 ranks), with and without sequence parallelism, trains as one process.
+TEST(MoeTrainerMpi, AuxLossUnderTensorParallelMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t w = world()->size(), dp = w / 2;
+  constexpr double alpha = 0.1;
+  std::shared_ptr<ProcessGroup> self = world()->split(world()->rank(), 0);
+  const TrainResult want =
+      run(job(corpus, shared_dir("aux_reference") / std::to_string(world()->rank()), 8), self, 8,
+          alpha);
+  ASSERT_FALSE(want.losses.empty());
+  EXPECT_GT(want.losses[0], reference(corpus).losses[0] + 1e-3);  // the auxiliary loss is on
+  for (const bool sp : {true, false}) {
+    SCOPED_TRACE(sp ? "sequence parallel" : "no sequence parallel");
+    std::vector<std::string> extra = {"--parallelism.tensor_parallel_degree=2",
+                                      std::string("--parallelism.enable_sequence_parallel=") +
+                                          (sp ? "true" : "false")};
+    if (w == 4) extra.push_back("--parallelism.expert_parallel_degree=2");
+    expect_same_run(run(job(corpus, shared_dir(sp ? "aux_tp_sp" : "aux_tp_no_sp"), 8 / dp, extra),
+                        world(), 8, alpha),
+                    want);
   }
 }
 
