@@ -88,6 +88,7 @@ void parallelize(runtime::nn::Module& model, const ParallelContext& context) {
     for (const auto& block : llama->blocks) layers.push_back(block->layer_id);
     apply_tensor_parallel_plan(*llama, layers, [](int64_t) { return true; }, context, tp);
     options.outer_of = tp.outer_sharding(context.world_mesh);
+    if (context.float8_all_gather) options.float8_amax_group = context.tp_mesh->group_ptr(0);
   }
   // The last block's parameters are the first the backward needs: like the root's, they stay
   // unsharded after the forward unless resharding is "always" (torchtitan's default policy).

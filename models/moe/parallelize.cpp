@@ -171,6 +171,7 @@ void parallelize(runtime::nn::Module& model, const ParallelContext& context) {
         context, *tp);
     apply_moe_tensor_parallel_io(*moe, context, *tp);
     options.outer_of = tp->outer_sharding(context.world_mesh);
+    if (context.float8_all_gather) options.float8_amax_group = context.tp_mesh->group_ptr(0);
   }
 
   if (context.expert_mesh) {

@@ -141,6 +141,11 @@ void FSDPParamGroup::float8_shard_amaxes(const Tensor& out) const {
   amaxes_into(float8_shard_values(), out);
 }
 
+void FSDPParamGroup::reduce_float8_amaxes(const Tensor& amaxes, const std::string& name) const {
+  shard_group_->all_reduce(amaxes, ReduceOp::Max, name);
+  if (float8_amax_group_) float8_amax_group_->all_reduce(amaxes, ReduceOp::Max, name + ".tp");
+}
+
 void FSDPParamGroup::start_float8_all_gather(bool async) {
   const auto f32 = runtime::TensorOptions{}.with_dtype(runtime::DType::F32).with_device(device_);
   const auto bytes = f32.with_dtype(runtime::DType::Bool);
@@ -148,14 +153,14 @@ void FSDPParamGroup::start_float8_all_gather(bool async) {
   for (size_t i = 0; i < params_.size(); ++i)
     if (gathers_float8(i)) float8.push_back(i);
   // The whole weights' amaxes: each shard's over its compute-dtype values, then one max over the
-  // shard group (every rank holds the same amaxes: same scales, same codes as one process),
-  // unless precomputed for every group at once.
+  // shard group (and tp: reduce_float8_amaxes; every rank holds the same amaxes: same scales,
+  // same codes as one process), unless precomputed for every group at once.
   const std::vector<Tensor> values = float8_shard_values();
   Tensor amaxes = float8_amaxes_;
   if (!amaxes.defined()) {
     amaxes = runtime::empty({int64_t(float8.size())}, f32);
     amaxes_into(values, amaxes);
-    shard_group_->all_reduce(amaxes, ReduceOp::Max, "fsdp.float8_amax");
+    reduce_float8_amaxes(amaxes, "fsdp.float8_amax");
   }
   float8_in_ = runtime::empty({float8_numel_}, bytes);
   float8_out_ = runtime::empty({shard_group_->size() * float8_numel_}, bytes);

@@ -82,6 +82,13 @@ class FSDPParamGroup {
   ProcessGroup& shard_group() const { return *shard_group_; }
   void float8_shard_amaxes(const Tensor& out) const;
   void set_float8_amaxes(Tensor amaxes) { float8_amaxes_ = std::move(amaxes); }
+  // The whole weights' amaxes from the shards' (in place): a max over the shard group and, with
+  // tensor parallelism (FullyShardOptions::float8_amax_group), over the tp group.
+  void reduce_float8_amaxes(const Tensor& amaxes, const std::string& name) const;
+  void set_float8_amax_group(std::shared_ptr<ProcessGroup> group) {
+    float8_amax_group_ = std::move(group);
+  }
+  const ProcessGroup* float8_amax_group() const { return float8_amax_group_.get(); }
 
  private:
   std::string module_type_, module_path_;
@@ -109,6 +116,7 @@ class FSDPParamGroup {
   Tensor all_gather_in_, all_gather_out_;
   Tensor float8_in_, float8_out_, float8_scale_inv_;  // scale_inv: one per float8 parameter
   Tensor float8_amaxes_;                              // precomputed, or undefined
+  std::shared_ptr<ProcessGroup> float8_amax_group_;   // tp, or null
   std::vector<Tensor> float8_shard_values() const;    // the shards in the compute dtype
 
   bool reduce_pending_ = false;

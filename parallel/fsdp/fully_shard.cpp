@@ -258,8 +258,8 @@ std::shared_ptr<FSDPModule> fully_shard(Module& module, std::shared_ptr<DeviceMe
                                                  compute, options.shard_dim,
                                                  outer ? &*outer : nullptr));
     params.back()->use_sharded();
-    if (options.float8_all_gather && is_float8_linear_weight(slot) && !outer &&
-        options.shard_dim == 0) {
+    if (options.float8_all_gather && is_float8_linear_weight(slot) &&
+        (!outer || options.float8_amax_group) && options.shard_dim == 0) {
       params.back()->enable_float8_all_gather();
     }
     originals.emplace_back(t, params.back().get());
@@ -268,6 +268,7 @@ std::shared_ptr<FSDPModule> fully_shard(Module& module, std::shared_ptr<DeviceMe
   if (!params.empty()) {
     group = std::make_unique<FSDPParamGroup>(module.type_name(), std::move(params), mesh,
                                              options.mp_policy, options.gradient_divide_factor);
+    group->set_float8_amax_group(options.float8_amax_group);
   }
   auto state = std::make_shared<FSDPState>(module, std::move(group), options);
   module.register_forward_pre_hook(
@@ -341,9 +342,12 @@ std::vector<FSDPParamGroup*> float8_groups(Module& root) {
 
 void precompute_float8_scales(Module& root) {
   runtime::NoGradGuard no_grad;
-  std::map<ProcessGroup*, std::vector<FSDPParamGroup*>> by_shard_group;
-  for (FSDPParamGroup* g : float8_groups(root)) by_shard_group[&g->shard_group()].push_back(g);
-  for (const auto& [pg, groups] : by_shard_group) {
+  // Groups that reduce over the same ranks (shard group, and tp group) share one all-reduce.
+  std::map<std::pair<ProcessGroup*, const ProcessGroup*>, std::vector<FSDPParamGroup*>> by_groups;
+  for (FSDPParamGroup* g : float8_groups(root))
+    by_groups[{&g->shard_group(), g->float8_amax_group()}].push_back(g);
+  for (const auto& [key, groups] : by_groups) {
+    ProcessGroup* pg = key.first;
     int64_t total = 0;
     for (FSDPParamGroup* g : groups) total += g->float8_gathered_count();
     const auto f32 = runtime::TensorOptions{}.with_dtype(runtime::DType::F32);
@@ -353,7 +357,7 @@ void precompute_float8_scales(Module& root) {
       g->float8_shard_amaxes(amaxes.narrow(0, offset, g->float8_gathered_count()));
       offset += g->float8_gathered_count();
     }
-    pg->all_reduce(amaxes, ReduceOp::Max, "fsdp.float8_amax_precompute");
+    groups.front()->reduce_float8_amaxes(amaxes, "fsdp.float8_amax_precompute");
     offset = 0;
     for (FSDPParamGroup* g : groups) {
       g->set_float8_amaxes(amaxes.narrow(0, offset, g->float8_gathered_count()));

@@ -55,9 +55,14 @@ struct FullyShardOptions {
   double gradient_divide_factor = 0;  // 0: the mesh size (mean)
   bool prefetch = true;               // all-gather the next group while this one computes
   // Float8 all-gather (torchtitan's enable_fsdp_float8_all_gather): the weights of float8
-  // linears (nn::Linear::float8, sharded on dim 0, no outer sharding) travel as e4m3 codes with
-  // the whole weight's scale, half the bytes of bf16 (FSDPParamGroup says how).
+  // linears (nn::Linear::float8, sharded on dim 0; with an outer sharding only when
+  // float8_amax_group is given) travel as e4m3 codes with the whole weight's scale, half the
+  // bytes of bf16 (FSDPParamGroup says how).
   bool float8_all_gather = false;
+  // Tensor parallelism: the ranks holding the other pieces of each weight the outer sharding
+  // splits (the tp group). The shards' amaxes are reduced over it too, so each piece is scaled
+  // as the whole weight, as the layer's own casts are (their amaxes reduced over tp).
+  std::shared_ptr<ProcessGroup> float8_amax_group;
   // The tensor dim the parameters are sharded along (routed experts [E, ...] use 1 when E is
   // smaller than the ranks that shard them).
   int64_t shard_dim = 0;

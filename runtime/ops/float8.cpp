@@ -272,10 +272,9 @@ Tensor float8_linear_tensorwise(const Tensor& x, const Tensor& x2, const Tensor&
                                 const Float8AmaxReduce& reduce) {
   const Float8Tensor xq = cast_input(x2, need_dw, reduce);
   Float8Tensor wq;
-  if (auto gathered = registered_weight_codes(weight)) {  // FSDP gathered the weight in FP8
-    MT_CHECK(!reduce, "float8_linear: FSDP gathered the weight as codes of its own scale, but "
-             "the layer reduces its amaxes (tensor parallelism): the float8 all-gather is not "
-             "built for tensor-parallel layers");
+  if (auto gathered = registered_weight_codes(weight)) {
+    // FSDP gathered the weight in FP8, scaled by the whole weight's amax (with tensor
+    // parallelism, reduced over the tp ranks as `reduce` would).
     wq = std::move(*gathered);
     if (need_dx) wq.codes_t = float8_transpose(wq.codes);
   } else {

@@ -79,7 +79,8 @@ std::optional<std::string> float8_linear_unsupported(Device device, int64_t in_f
 // values are then not read at all). Rowwise casts the weight itself (registered codes are an
 // error: FSDP's float8 all-gather is tensorwise only). reduce_amax (tensorwise only; tensor
 // parallelism): every cast's amax (x, weight, and the output gradient in backward) goes through
-// it, so that pieces of a split weight or activation get the whole tensor's scale.
+// it, so that pieces of a split weight or activation get the whole tensor's scale (registered
+// weight codes already carry it).
 Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
                      Float8Recipe recipe = Float8Recipe::Tensorwise,
                      const Float8AmaxReduce& reduce_amax = nullptr);
@@ -105,8 +106,9 @@ class Float8InputCastSharing {
 };
 
 // FSDP's float8 all-gather gathers a weight already cast (e4m3 codes of the whole [out, in]
-// weight and their scale) and registers them for the unsharded weight tensor, whose own values
-// it does not gather; reshard unregisters them. Keyed by the weight's storage.
+// weight, or of this rank's tensor-parallel piece, and their scale: the whole weight's, its
+// amax reduced over the pieces' ranks too) and registers them for the unsharded weight tensor,
+// whose own values it does not gather; reshard unregisters them. Keyed by the weight's storage.
 void register_float8_weight_codes(const Tensor& weight, Float8Tensor codes);
 void unregister_float8_weight_codes(const Tensor& weight);
 

@@ -337,6 +337,36 @@ TEST(TrainerMpi, Float8AllGatherMatchesGatheringInBf16) {
   EXPECT_EQ(all_reduces.count("fsdp.float8_amax"), 0u);
 }
 
+// With tensor parallelism (FSDP 2 x TP 2) each rank gathers codes of its tp piece, scaled by the
+// whole weight's amax (the shards' amaxes reduced over the shard group and then over tp), which
+// are the codes the layer makes from its piece gathered in bf16 with its amax reduced over tp:
+// the same run bit for bit, at about half the blocks' gathered bytes.
+TEST(TrainerMpi, Float8AllGatherWithTensorParallelMatchesGatheringInBf16) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  if (world()->size() != 4) GTEST_SKIP() << "FSDP 2 x TP 2 needs 4 ranks";
+  std::vector<std::string> args = tp_args(
+      2, {"--quantize.linear.float8.enable=true", "--quantize.linear.float8.emulate=true",
+          "--training.mixed_precision_param=bfloat16", "--training.steps=5",
+          "--validation.enable=false", "--comm.trace=true"});
+  const fs::path bf16_dump = shared_dir("float8_tp_gather_bf16");
+  const TrainResult bf16 = run(job(corpus, bf16_dump, 4, args), world());
+  args.push_back("--quantize.linear.float8.enable_fsdp_float8_all_gather=true");
+  const fs::path fp8_dump = shared_dir("float8_tp_gather_fp8");
+  const TrainResult fp8 = run(job(corpus, fp8_dump, 4, args), world());
+  expect_bitwise_same_run(fp8, bf16);
+  EXPECT_LT(bf16.losses.back(), bf16.losses.front());  // it trains
+  const std::map<std::string, int64_t> before = block_gather_bytes(bf16_dump);
+  std::map<std::string, int64_t> after = block_gather_bytes(fp8_dump);
+  const double ratio = double(after["fsdp.all_gather"] + after["fsdp.float8_all_gather"]) /
+                       double(before.at("fsdp.all_gather"));
+  EXPECT_GT(ratio, 0.45);
+  EXPECT_LT(ratio, 0.55);
+  int64_t tp_amax_reduces = 0;
+  for (const parallel::CommRecord& r : traced_collectives(fp8_dump))
+    tp_amax_reduces += r.name == "fsdp.float8_amax.tp" && r.mesh_dim == "tp";
+  EXPECT_GT(tp_amax_reduces, 0);
+}
+
 TEST(TrainerMpi, TensorParallelMatchesOneProcess) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const int64_t dp = world()->size() / 2;
