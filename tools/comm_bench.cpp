@@ -6,8 +6,8 @@
 //       [--compare-mpi] [--backend mpi|nccl]
 //
 // -b/-e: smallest and largest size (bytes; K, M, G suffixes), -f: the factor between sizes,
-// -o: the collective (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, sendrecv, or
-// all), -d: the dtype, -w/-n: warm-up and timed iterations, -c 0: skip the correctness check of
+// -o: the collective (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, sendrecv,
+// isend_irecv (a ring of posted messages, MPI only), or all), -d: the dtype, -w/-n: warm-up and timed iterations, -c 0: skip the correctness check of
 // every timed iteration, --skew S: an uneven all_to_all, --a2a-from DUMP: the all_to_all's
 // distribution taken from a [comm] trace (each rank's first uneven all_to_all, or the first named
 // --a2a-name), scaled to each size, --compare-mpi: the raw MPI call on the

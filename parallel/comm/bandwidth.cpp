@@ -15,6 +15,7 @@ constexpr KindName kKinds[] = {
     {CollectiveKind::AllReduce, "all_reduce"},         {CollectiveKind::AllGather, "all_gather"},
     {CollectiveKind::ReduceScatter, "reduce_scatter"}, {CollectiveKind::AllToAll, "all_to_all"},
     {CollectiveKind::Broadcast, "broadcast"},          {CollectiveKind::SendRecv, "sendrecv"},
+    {CollectiveKind::PostedSendRecv, "isend_irecv"},
 };
 
 }  // namespace
@@ -43,7 +44,8 @@ double bus_factor(CollectiveKind kind, int64_t ranks) {
     case CollectiveKind::ReduceScatter:
     case CollectiveKind::AllToAll: return (n - 1) / n;
     case CollectiveKind::Broadcast:
-    case CollectiveKind::SendRecv: return 1.0;
+    case CollectiveKind::SendRecv:
+    case CollectiveKind::PostedSendRecv: return 1.0;
   }
   return 1.0;
 }

@@ -3,7 +3,7 @@
 // hardware's peak whatever the rank count:
 //   all_reduce                             2 (n - 1) / n
 //   all_gather, reduce_scatter, all_to_all  (n - 1) / n
-//   broadcast, send/recv                    1
+//   broadcast, send/recv (also posted)      1
 // `size` is nccl-tests' per-rank size: the buffer for all_reduce, broadcast and send/recv, the
 // gathered output for all_gather, the full input for reduce_scatter, and each rank's whole send
 // buffer for all_to_all.
@@ -20,7 +20,17 @@
 
 namespace mt::parallel {
 
-enum class CollectiveKind { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast, SendRecv };
+// SendRecv: blocking send and recv; PostedSendRecv: isend and irecv posted together, then
+// waited for (the pipeline's and the context-parallel ring's pattern).
+enum class CollectiveKind {
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  AllToAll,
+  Broadcast,
+  SendRecv,
+  PostedSendRecv
+};
 
 const char* collective_kind_name(CollectiveKind kind);  // "all_reduce", ...
 // Parses those names; throws naming the valid ones.

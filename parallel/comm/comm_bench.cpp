@@ -234,6 +234,38 @@ Case make_case(ProcessGroup& group, MPI_Comm comm, CollectiveKind kind, int64_t 
       c.count = count;
       break;
     }
+    case CollectiveKind::PostedSendRecv: {  // the same ring, both messages posted, then waited for
+      MT_CHECK(group.device_type() == runtime::DeviceType::CPU, "comm bench: isend_irecv on ",
+               group.name(), ": posted point-to-point messages over NCCL would need grouped "
+               "calls, which are not built");
+      const int64_t count = std::max<int64_t>(1, size_bytes / esize);
+      const int64_t next = (r + 1) % n, prev = (r + n - 1) % n;
+      std::vector<float> in(static_cast<size_t>(count)), want(static_cast<size_t>(count));
+      for (int64_t i = 0; i < count; ++i) {
+        in[size_t(i)] = float(r + 1 + i % 4);
+        want[size_t(i)] = float(prev + 1 + i % 4);
+      }
+      const Tensor src = filled(in, o);
+      auto out = std::make_shared<Tensor>(runtime::empty({count}, src.options()));
+      c.run = [&group, out, src, next, prev] {
+        const Work received = group.irecv(*out, int(prev), 9, "comm_bench.irecv");
+        const Work sent = group.isend(src, int(next), 9, "comm_bench.isend");
+        received.wait();
+        sent.wait();
+      };
+      if (raw_ok) {
+        auto raw = std::make_shared<std::vector<float>>(static_cast<size_t>(count));
+        c.raw = [comm, raw, in, next, prev] {
+          MPI_Request requests[2];
+          MPI_Irecv(raw->data(), int(raw->size()), MPI_FLOAT, int(prev), 10, comm, &requests[0]);
+          MPI_Isend(in.data(), int(in.size()), MPI_FLOAT, int(next), 10, comm, &requests[1]);
+          MPI_Waitall(2, requests, MPI_STATUSES_IGNORE);
+        };
+      }
+      c.check = [out, want] { return count_errors(*out, want); };
+      c.count = count;
+      break;
+    }
   }
   c.bytes = c.count * esize;
   return c;
@@ -313,11 +345,14 @@ std::vector<CommBenchRow> run_comm_bench(ProcessGroup& group, const CommBenchOpt
   if (ops.empty()) {
     ops = {CollectiveKind::AllReduce, CollectiveKind::AllGather, CollectiveKind::ReduceScatter,
            CollectiveKind::AllToAll,  CollectiveKind::Broadcast, CollectiveKind::SendRecv};
+    if (group.device_type() == runtime::DeviceType::CPU)
+      ops.push_back(CollectiveKind::PostedSendRecv);  // (not over NCCL: see make_case)
   }
   const int64_t n = group.size();
   std::vector<CommBenchRow> rows;
   for (CollectiveKind kind : ops) {
-    if (kind == CollectiveKind::SendRecv && n < 2) continue;  // a ring needs two ranks
+    const bool ring = kind == CollectiveKind::SendRecv || kind == CollectiveKind::PostedSendRecv;
+    if (ring && n < 2) continue;  // a ring needs two ranks
     for (int64_t size = o.min_bytes; size <= o.max_bytes; size *= o.step_factor) {
       Case c = make_case(group, comm, kind, size, o);
       CommBenchRow row;

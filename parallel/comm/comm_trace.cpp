@@ -43,7 +43,8 @@ CollectiveKind CommRecord::kind() const {
   if (collective == "reduce_scatter_into") return CollectiveKind::ReduceScatter;
   if (collective == "all_to_all_single") return CollectiveKind::AllToAll;
   if (collective == "broadcast") return CollectiveKind::Broadcast;
-  if (collective == "send" || collective == "recv" || posted()) return CollectiveKind::SendRecv;
+  if (collective == "send" || collective == "recv") return CollectiveKind::SendRecv;
+  if (posted()) return CollectiveKind::PostedSendRecv;
   MT_FAIL("CommRecord: '", collective, "' has no bandwidth kind");
 }
 

@@ -16,6 +16,7 @@ TEST(Bandwidth, BusFactorsAreNcclTests) {
   EXPECT_DOUBLE_EQ(bus_factor(CollectiveKind::AllToAll, 2), 0.5);
   EXPECT_DOUBLE_EQ(bus_factor(CollectiveKind::Broadcast, 8), 1.0);
   EXPECT_DOUBLE_EQ(bus_factor(CollectiveKind::SendRecv, 2), 1.0);
+  EXPECT_DOUBLE_EQ(bus_factor(CollectiveKind::PostedSendRecv, 4), 1.0);
 }
 
 TEST(Bandwidth, AlgbwAndBusbwOfKnownSizes) {
@@ -41,7 +42,8 @@ TEST(Bandwidth, UnevenAllToAllCountsOffRankBytesOnly) {
 TEST(Bandwidth, CollectiveNamesRoundTrip) {
   for (CollectiveKind k : {CollectiveKind::AllReduce, CollectiveKind::AllGather,
                            CollectiveKind::ReduceScatter, CollectiveKind::AllToAll,
-                           CollectiveKind::Broadcast, CollectiveKind::SendRecv}) {
+                           CollectiveKind::Broadcast, CollectiveKind::SendRecv,
+                           CollectiveKind::PostedSendRecv}) {
     EXPECT_EQ(collective_kind_from_name(collective_kind_name(k)), k);
   }
   try {

@@ -36,7 +36,7 @@ TEST(CommBench, EveryCollectiveChecksOutAndReportsNcclTestsBandwidth) {
     o.dtype = dtype;
     o.compare_mpi = dtype == runtime::DType::F32;
     const std::vector<CommBenchRow> rows = run_comm_bench(*world(), o);
-    ASSERT_EQ(rows.size(), 6u * 3u);  // 6 collectives x sizes 64, 512, 4096
+    ASSERT_EQ(rows.size(), 7u * 3u);  // 7 collectives x sizes 64, 512, 4096
     const int64_t esize = int64_t(runtime::dtype_size(dtype));
     for (const CommBenchRow& r : rows) {
       SCOPED_TRACE(std::string(collective_kind_name(r.kind)) + " " + std::to_string(r.bytes));

@@ -102,7 +102,7 @@ TEST(CommTrace, BusBandwidthFollowsNcclTests) {
   for (const char* posted : {"isend", "irecv"}) {
     const CommRecord r = timed(posted, 2, 1000000, 1e-3);
     EXPECT_TRUE(r.posted());
-    EXPECT_EQ(r.kind(), CollectiveKind::SendRecv);
+    EXPECT_EQ(r.kind(), CollectiveKind::PostedSendRecv);
     EXPECT_EQ(r.algbw(), 0) << posted;
     EXPECT_EQ(r.busbw(), 0) << posted;
   }
