@@ -62,15 +62,14 @@ M& module_as(Module& root, const std::string& fqn, const char* style) {
 
 namespace {
 
-// A float8 Linear split over tp (tensorwise recipe): its casts' amaxes are all-reduced (max) over
-// the tp ranks, so each rank's piece of the weight, and of a split input or output gradient, is
-// scaled as the whole tensor is in one process. The local piece must still fit FP8 GEMMs.
+// A float8 Linear whose weight tp splits along `split_dim` (0: column-wise, 1: row-wise): its
+// casts' amaxes are all-reduced (max) over the tp ranks (tensorwise: every cast's; rowwise: the
+// row amaxes of the operands whose contracted dim is split, runtime/ops/float8.h), so each rank's
+// piece of the weight, and of a split input or output gradient, is scaled as the whole tensor
+// (or row) is in one process. The local piece must still fit FP8 GEMMs.
 void split_float8_linear(runtime::nn::Linear& lin, const std::shared_ptr<DeviceMesh>& mesh,
-                         const std::string& where) {
+                         const std::string& where, int64_t split_dim) {
   if (!lin.float8) return;
-  MT_CHECK(lin.float8_recipe == runtime::Float8Recipe::Tensorwise, where,
-           ": float8 with tensor parallelism is built for the tensorwise recipe only (rowwise "
-           "scales of a split weight would need per-row amax all-reduces)");
   const int64_t in = lin.weight.size(1), out = lin.weight.size(0);
   if (auto why = runtime::float8_linear_unsupported(lin.weight.device(), in, out)) {
     MT_FAIL(where, ": this rank's piece of the float8 layer's weight cannot run FP8 GEMMs (",
@@ -79,6 +78,7 @@ void split_float8_linear(runtime::nn::Linear& lin, const std::shared_ptr<DeviceM
   lin.float8_amax_reduce = [group = mesh->group_ptr(0)](Tensor& amax) {
     group->all_reduce(amax, ReduceOp::Max, "tp.float8_amax");
   };
+  lin.float8_split_dim = split_dim;
 }
 
 }  // namespace
@@ -123,7 +123,7 @@ void TensorParallel::apply(Module& root, const std::string& fqn, const ParallelS
     if (auto* lin = dynamic_cast<runtime::nn::Linear*>(&m)) {
       MT_CHECK(!lin->bias.defined(), where, ": a column-wise Linear with a bias is not supported");
       split(fqn + ".weight", lin->weight, Shard{0});
-      split_float8_linear(*lin, mesh, where);
+      split_float8_linear(*lin, mesh, where, 0);
     } else {
       split(fqn + ".weight", module_as<runtime::nn::Embedding>(root, fqn, "ColwiseParallel").weight,
             Shard{1});
@@ -149,7 +149,7 @@ void TensorParallel::apply(Module& root, const std::string& fqn, const ParallelS
     if (auto* lin = dynamic_cast<runtime::nn::Linear*>(&m)) {
       MT_CHECK(!lin->bias.defined(), where, ": a row-wise Linear with a bias is not supported");
       split(fqn + ".weight", lin->weight, Shard{1});
-      split_float8_linear(*lin, mesh, where);
+      split_float8_linear(*lin, mesh, where, 1);
       const Placement in = row->input;
       if (!(std::holds_alternative<Shard>(in) && std::get<Shard>(in).dim == -1)) {
         m.register_forward_pre_hook([=](Module&, std::vector<Tensor>& inputs) {

@@ -62,11 +62,32 @@ void cpu_float8_cast(const Tensor& x, const Tensor& amax, Float8Format format, T
   });
 }
 
-void cpu_float8_rowwise_cast(const Tensor& x, Float8Format format, bool power_of_2, Tensor& codes,
-                             Tensor& scale_inv) {
+template <class T>
+float row_amax_of(const T* row, int64_t cols) {
+  uint32_t best = 0;
+  for (int64_t c = 0; c < cols; ++c) best = std::max(best, abs_bits(row[c]));
+  return float8_detail::float_of(best);
+}
+
+void cpu_float8_rowwise_amax(const Tensor& x, Tensor& row_amax) {
+  const int64_t rows = x.size(0), cols = x.size(1);
+  float* amax = row_amax.data<float>();
+  dispatch_floating(x.dtype(), "float8_rowwise_amax", [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = x.data<T>();
+    parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(cols, 1)),
+                 [&](int64_t r0, int64_t r1) {
+                   for (int64_t r = r0; r < r1; ++r) amax[r] = row_amax_of(p + r * cols, cols);
+                 });
+  });
+}
+
+void cpu_float8_rowwise_cast(const Tensor& x, const Tensor& row_amax, Float8Format format,
+                             bool power_of_2, Tensor& codes, Tensor& scale_inv) {
   const int64_t rows = x.size(0), cols = x.size(1);
   uint8_t* out = codes_of(codes);
   float* inv = scale_inv.data<float>();
+  const float* given = row_amax.defined() ? row_amax.data<float>() : nullptr;
   dispatch_floating(x.dtype(), "float8_rowwise_cast", [&](auto tag) {
     using T = decltype(tag);
     const T* p = x.data<T>();
@@ -74,9 +95,8 @@ void cpu_float8_rowwise_cast(const Tensor& x, Float8Format format, bool power_of
                  [&](int64_t r0, int64_t r1) {
                    for (int64_t r = r0; r < r1; ++r) {
                      const T* row = p + r * cols;
-                     uint32_t best = 0;
-                     for (int64_t c = 0; c < cols; ++c) best = std::max(best, abs_bits(row[c]));
-                     float scale = float8_scale(float8_detail::float_of(best), format);
+                     const float amax = given ? given[r] : row_amax_of(row, cols);
+                     float scale = float8_scale(amax, format);
                      if (power_of_2) scale = float8_scale_pow2(scale);
                      inv[r] = 1.0f / scale;
                      for (int64_t c = 0; c < cols; ++c)
@@ -136,6 +156,7 @@ MT_REGISTER_KERNEL(float8_amax_kernel, DeviceType::CPU, cpu_float8_amax);
 MT_REGISTER_KERNEL(float8_cast_kernel, DeviceType::CPU, cpu_float8_cast);
 MT_REGISTER_KERNEL(float8_matmul_kernel, DeviceType::CPU, cpu_float8_matmul);
 MT_REGISTER_KERNEL(float8_rowwise_cast_kernel, DeviceType::CPU, cpu_float8_rowwise_cast);
+MT_REGISTER_KERNEL(float8_rowwise_amax_kernel, DeviceType::CPU, cpu_float8_rowwise_amax);
 MT_REGISTER_KERNEL(float8_transpose_kernel, DeviceType::CPU, cpu_float8_transpose);
 MT_REGISTER_KERNEL(float8_copy_kernel, DeviceType::CPU, cpu_float8_copy);
 

@@ -194,36 +194,61 @@ void cuda_float8_cast(const Tensor& x, const Tensor& amax, Float8Format format, 
   });
 }
 
-// Rowwise: one block per row. The row's amax (a block max of |x|'s bits), its scale (rounded down
-// to a power of two when asked), then the codes.
+// Rowwise: one block per row. The row's amax (given, or a block max of |x|'s bits), its scale
+// (rounded down to a power of two when asked), then the codes. With codes null: the amax alone,
+// into amax_out.
 template <class T>
-__global__ void rowwise_cast_kernel(const T* x, int64_t cols, Float8Format format, bool power_of_2,
-                                    uint8_t* codes, float* scale_inv) {
+__global__ void rowwise_cast_kernel(const T* x, int64_t cols, const float* given_amax,
+                                    Float8Format format, bool power_of_2, uint8_t* codes,
+                                    float* scale_inv, float* amax_out) {
   const int64_t r = blockIdx.x;
   const T* row = x + r * cols;
-  unsigned best = 0;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) best = max(best, abs_bits(float(row[c])));
-  best = block_max(best, 0u);
-  float scale = float8_scale(__uint_as_float(best), format);
+  float amax = 0;
+  if (given_amax) {
+    amax = given_amax[r];
+  } else {
+    unsigned best = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+      best = max(best, abs_bits(float(row[c])));
+    amax = __uint_as_float(block_max(best, 0u));
+  }
+  if (!codes) {
+    if (threadIdx.x == 0) amax_out[r] = amax;
+    return;
+  }
+  float scale = float8_scale(amax, format);
   if (power_of_2) scale = float8_scale_pow2(scale);
   if (threadIdx.x == 0) scale_inv[r] = 1.0f / scale;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
     codes[r * cols + c] = to_code(float(row[c]) * scale, format);
 }
 
-void cuda_float8_rowwise_cast(const Tensor& x, Float8Format format, bool power_of_2,
-                              Tensor& codes, Tensor& scale_inv) {
-  check_on_current_device(x, "float8_rowwise_cast");
+void launch_rowwise(const char* what, const Tensor& x, const float* given_amax,
+                    Float8Format format, bool power_of_2, uint8_t* codes, float* scale_inv,
+                    float* amax_out) {
+  check_on_current_device(x, what);
   const int64_t rows = x.size(0), cols = x.size(1);
   if (rows == 0) return;
-  MT_CHECK(rows <= int64_t(std::numeric_limits<int>::max()), "float8_rowwise_cast: ", rows,
+  MT_CHECK(rows <= int64_t(std::numeric_limits<int>::max()), what, ": ", rows,
            " rows exceed the grid's limit");
-  dispatch_f32_bf16(x.dtype(), "float8_rowwise_cast", [&](auto tag) {
+  dispatch_f32_bf16(x.dtype(), what, [&](auto tag) {
     using T = decltype(tag);
     rowwise_cast_kernel<T><<<unsigned(rows), kThreads, 0, current_stream()>>>(
-        ptr<const T>(x), cols, format, power_of_2, ptr<uint8_t>(codes), ptr<float>(scale_inv));
+        ptr<const T>(x), cols, given_amax, format, power_of_2, codes, scale_inv, amax_out);
     MT_CUDA_CHECK_LAUNCH();
   });
+}
+
+void cuda_float8_rowwise_cast(const Tensor& x, const Tensor& row_amax, Float8Format format,
+                              bool power_of_2, Tensor& codes, Tensor& scale_inv) {
+  launch_rowwise("float8_rowwise_cast", x,
+                 row_amax.defined() ? ptr<const float>(row_amax) : nullptr, format, power_of_2,
+                 ptr<uint8_t>(codes), ptr<float>(scale_inv), nullptr);
+}
+
+void cuda_float8_rowwise_amax(const Tensor& x, Tensor& row_amax) {
+  launch_rowwise("float8_rowwise_amax", x, nullptr, Float8Format::E4M3, false, nullptr, nullptr,
+                 ptr<float>(row_amax));
 }
 
 // codes_t = codes^T through a 32 x 32 shared-memory tile, one byte per thread.
@@ -411,6 +436,7 @@ MT_REGISTER_KERNEL(float8_amax_kernel, DeviceType::CUDA, cuda_float8_amax);
 MT_REGISTER_KERNEL(float8_cast_kernel, DeviceType::CUDA, cuda_float8_cast);
 MT_REGISTER_KERNEL(float8_matmul_kernel, DeviceType::CUDA, cuda_float8_matmul);
 MT_REGISTER_KERNEL(float8_rowwise_cast_kernel, DeviceType::CUDA, cuda_float8_rowwise_cast);
+MT_REGISTER_KERNEL(float8_rowwise_amax_kernel, DeviceType::CUDA, cuda_float8_rowwise_amax);
 MT_REGISTER_KERNEL(float8_transpose_kernel, DeviceType::CUDA, cuda_float8_transpose);
 MT_REGISTER_KERNEL(float8_copy_kernel, DeviceType::CUDA, cuda_float8_copy);
 

@@ -125,12 +125,16 @@ inline constinit KernelTable<void(const Tensor& x, const Tensor& amax, Float8For
                                   Tensor& codes, Tensor& codes_t, Tensor& scale_inv)>
     float8_cast_kernel{"float8_cast"};
 
-// Rowwise: from x [rows, cols] (f32 or bf16, contiguous), each row's amax and scale (rounded down
-// to a power of two when power_of_2), codes [rows, cols] of x * its row's scale and scale_inv
-// [rows] (f32) = 1 / scale.
-inline constinit KernelTable<void(const Tensor& x, Float8Format format, bool power_of_2,
-                                  Tensor& codes, Tensor& scale_inv)>
+// Rowwise: from x [rows, cols] (f32 or bf16, contiguous), each row's amax (row_amax [rows] f32
+// when given, else x's own) and scale (rounded down to a power of two when power_of_2), codes
+// [rows, cols] of x * its row's scale and scale_inv [rows] (f32) = 1 / scale.
+inline constinit KernelTable<void(const Tensor& x, const Tensor& row_amax, Float8Format format,
+                                  bool power_of_2, Tensor& codes, Tensor& scale_inv)>
     float8_rowwise_cast_kernel{"float8_rowwise_cast"};
+// Each row's amax of x [rows, cols] (f32 or bf16, contiguous) into row_amax [rows] (f32): what a
+// rowwise cast reads, for a reduction across the ranks that hold other columns of the rows.
+inline constinit KernelTable<void(const Tensor& x, Tensor& row_amax)> float8_rowwise_amax_kernel{
+    "float8_rowwise_amax"};
 
 // Byte-for-byte moves of codes (contiguous Bool-dtype tensors). Codes never go through the
 // runtime's Bool copies: a bool copy may keep only each byte's low bit.

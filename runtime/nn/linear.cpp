@@ -37,7 +37,8 @@ Tensor Linear::operator()(const Tensor& x) {
     // (tensor parallelism splits in_features).
     MT_CHECK(in[0].size(-1) == weight.size(1), "Linear: expected input [..., ", weight.size(1),
              "], got shape ", in[0].shape());
-    return float8 ? float8_linear(in[0], weight, bias, float8_recipe, float8_amax_reduce)
+    return float8 ? float8_linear(in[0], weight, bias, float8_recipe, float8_amax_reduce,
+                                   float8_split_dim)
                   : linear(in[0], weight, bias);
   });
 }

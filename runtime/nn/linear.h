@@ -34,8 +34,10 @@ class Linear : public Module {
   // nn::convert_linears_to_float8 (runtime/nn/float8_conversion.h), which checks the layer can.
   bool float8 = false;
   Float8Recipe float8_recipe = Float8Recipe::Tensorwise;  // how its operands are scaled
-  // Set by tensor parallelism when the layer is split: the casts' amaxes over the tp ranks.
+  // Set by tensor parallelism when the layer is split: the casts' amaxes over the tp ranks, and
+  // the weight dim the split cuts (0: output features, column-wise; 1: input features, row-wise).
   Float8AmaxReduce float8_amax_reduce = nullptr;
+  int64_t float8_split_dim = -1;
 
  private:
   int64_t in_features_, out_features_;

@@ -93,16 +93,23 @@ Float8Tensor to_float8(const Tensor& x, Float8Format format, bool rows, bool tra
   return r;
 }
 
-Float8Tensor to_float8_rowwise(const Tensor& x, Float8Format format, bool power_of_2) {
+Float8Tensor to_float8_rowwise(const Tensor& x, Float8Format format, bool power_of_2,
+                               const Float8AmaxReduce& reduce) {
   MT_CHECK(x.dim() == 2, "to_float8_rowwise: expected a 2-D tensor, got shape ", x.shape());
   MT_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::BF16,
            "to_float8_rowwise: expected f32 or bf16, got ", dtype_name(x.dtype()));
   const Tensor xc = x.detach().contiguous();
+  Tensor row_amax;  // undefined: the cast takes each row's own
+  if (reduce) {
+    row_amax = Tensor::empty({x.size(0)}, f32_options(x.device()));
+    float8_rowwise_amax_kernel(x.device(), xc, row_amax);
+    reduce(row_amax);
+  }
   Float8Tensor r;
   r.format = format;
   r.codes = Tensor::empty(x.shape(), codes_options(x.device()));
   r.scale_inv = Tensor::empty({x.size(0)}, f32_options(x.device()));
-  float8_rowwise_cast_kernel(x.device(), xc, format, power_of_2, r.codes, r.scale_inv);
+  float8_rowwise_cast_kernel(x.device(), xc, row_amax, format, power_of_2, r.codes, r.scale_inv);
   return r;
 }
 
@@ -176,16 +183,22 @@ std::optional<std::string> float8_linear_unsupported(Device device, int64_t in_f
 namespace {
 
 // The rowwise recipe's y = x2 [tokens, in] @ weight^T, recorded for autograd (see the header).
+// reduce / split_dim: tensor parallelism's, for the operands whose contracted dim is split.
 Tensor float8_linear_rowwise(const Tensor& x, const Tensor& x2, const Tensor& weight,
-                             int64_t tokens, int64_t out, bool need_dx, bool need_dw) {
+                             int64_t tokens, int64_t out, bool need_dx, bool need_dw,
+                             const Float8AmaxReduce& reduce, int64_t split_dim) {
   constexpr Float8Format e4m3 = Float8Format::E4M3;
   constexpr bool pow2 = true;  // torchao's rowwise recipe rounds its scales to powers of two
   MT_CHECK(!registered_weight_codes(weight), "float8_linear: the rowwise recipe casts the weight ",
            "per output feature, but FSDP gathered it as tensorwise codes (float8 all-gather is ",
            "tensorwise only)");
+  MT_CHECK(!reduce || split_dim == 0 || split_dim == 1, "float8_linear: the rowwise recipe with ",
+           "reduced amaxes needs the weight's split dim (0 or 1), got ", split_dim);
+  const Float8AmaxReduce forward_reduce = split_dim == 1 ? reduce : nullptr;  // K = in, split
+  const Float8AmaxReduce dx_reduce = split_dim == 0 ? reduce : nullptr;       // K = out, split
   const Tensor w = weight.detach();
-  const Float8Tensor xq = to_float8_rowwise(x2, e4m3, pow2);
-  const Float8Tensor wq = to_float8_rowwise(w, e4m3, pow2);
+  const Float8Tensor xq = to_float8_rowwise(x2, e4m3, pow2, forward_reduce);
+  const Float8Tensor wq = to_float8_rowwise(w, e4m3, pow2, forward_reduce);
   Tensor y = float8_mm(xq.codes, e4m3, xq.scale_inv, wq.codes, e4m3, wq.scale_inv, x.dtype(),
                        /*fast_accum=*/true);
   if (!need_dx && !need_dw) return y;
@@ -193,15 +206,15 @@ Tensor float8_linear_rowwise(const Tensor& x, const Tensor& x2, const Tensor& we
   // input feature over the outputs (for dx).
   Float8Tensor xt, wt;
   if (need_dw) xt = to_float8_rowwise(x2.transpose(0, 1), e4m3, pow2);
-  if (need_dx) wt = to_float8_rowwise(w.transpose(0, 1), e4m3, pow2);
+  if (need_dx) wt = to_float8_rowwise(w.transpose(0, 1), e4m3, pow2, dx_reduce);
   autograd::record(
       "float8_linear", {x, weight}, {y},
-      [xt, wt, x_shape = x.shape(), dtype = x.dtype(), tokens,
-       out](const autograd::BackwardArgs& args) -> std::vector<Tensor> {
+      [xt, wt, x_shape = x.shape(), dtype = x.dtype(), tokens, out,
+       dx_reduce](const autograd::BackwardArgs& args) -> std::vector<Tensor> {
         const Tensor g = args.grad(0).reshape({tokens, out}).contiguous();
         Tensor dx, dw;
         if (args.needs(0)) {
-          const Float8Tensor gq = to_float8_rowwise(g, e4m3, pow2);
+          const Float8Tensor gq = to_float8_rowwise(g, e4m3, pow2, dx_reduce);
           dx = float8_mm(gq.codes, e4m3, gq.scale_inv, wt.codes, e4m3, wt.scale_inv, dtype,
                          /*fast_accum=*/false)
                    .reshape(x_shape);
@@ -311,7 +324,7 @@ Tensor float8_linear_tensorwise(const Tensor& x, const Tensor& x2, const Tensor&
 }  // namespace
 
 Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                     Float8Recipe recipe, const Float8AmaxReduce& reduce_amax) {
+                     Float8Recipe recipe, const Float8AmaxReduce& reduce_amax, int64_t split_dim) {
   MT_CHECK(weight.dim() == 2, "float8_linear: expected a 2-D weight [out, in], got shape ",
            weight.shape());
   MT_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "float8_linear: input ", x.shape(),
@@ -334,17 +347,16 @@ Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         0);
     Shape out_shape = x.shape();
     out_shape.back() = out;
-    return float8_linear(padded, weight, bias, recipe, reduce_amax)
+    return float8_linear(padded, weight, bias, recipe, reduce_amax, split_dim)
         .narrow(0, 0, tokens)
         .reshape(out_shape);
   }
   const bool need_dx = autograd::any_requires_grad({x});
   const bool need_dw = autograd::any_requires_grad({weight});
   const Tensor x2 = x.detach().reshape({tokens, in});
-  MT_CHECK(recipe == Float8Recipe::Tensorwise || !reduce_amax, "float8_linear: the rowwise "
-           "recipe with reduced amaxes (tensor parallelism) is not built; use tensorwise");
   Tensor y = recipe == Float8Recipe::Rowwise
-                 ? float8_linear_rowwise(x, x2, weight, tokens, out, need_dx, need_dw)
+                 ? float8_linear_rowwise(x, x2, weight, tokens, out, need_dx, need_dw,
+                                         reduce_amax, split_dim)
                  : float8_linear_tensorwise(x, x2, weight, tokens, out, need_dx, need_dw,
                                             reduce_amax);
   if (bias.defined()) {

@@ -51,9 +51,11 @@ struct Float8Tensor {
 Float8Tensor to_float8(const Tensor& x, Float8Format format, bool rows, bool transposed,
                        const Float8AmaxReduce& reduce = nullptr);
 
-// Casts a 2-D f32/bf16 tensor with one dynamic scale per row (its amax; rounded down to a power
+// Casts a 2-D f32/bf16 tensor with one dynamic scale per row (its amax, made the whole row's by
+// `reduce` when given: the row amaxes [rows] of pieces along the columns; rounded down to a power
 // of two when power_of_2): codes [rows, cols] and scale_inv [rows]. Not differentiable.
-Float8Tensor to_float8_rowwise(const Tensor& x, Float8Format format, bool power_of_2);
+Float8Tensor to_float8_rowwise(const Tensor& x, Float8Format format, bool power_of_2,
+                               const Float8AmaxReduce& reduce = nullptr);
 
 // codes [rows, cols] transposed into new codes [cols, rows] (byte for byte).
 Tensor float8_transpose(const Tensor& codes);
@@ -77,13 +79,16 @@ std::optional<std::string> float8_linear_unsupported(Device device, int64_t in_f
 // x [..., in] @ weight [out, in]^T (+ bias [out]) with FP8 GEMMs; differentiable in all three.
 // Tensorwise: when `weight` has codes registered below, they are used instead of casting it (its
 // values are then not read at all). Rowwise casts the weight itself (registered codes are an
-// error: FSDP's float8 all-gather is tensorwise only). reduce_amax (tensorwise only; tensor
-// parallelism): every cast's amax (x, weight, and the output gradient in backward) goes through
-// it, so that pieces of a split weight or activation get the whole tensor's scale (registered
-// weight codes already carry it).
+// error: FSDP's float8 all-gather is tensorwise only). reduce_amax (tensor parallelism: the
+// weight is this rank's piece, split along `split_dim`, 0 = output features, 1 = input
+// features): tensorwise, every cast's amax (x, weight, and the output gradient in backward) goes
+// through it, so that pieces of a split weight or activation get the whole tensor's scale
+// (registered weight codes already carry it); rowwise, the row amaxes of the operands whose
+// contracted dimension is split (split_dim 1: x and W forward; 0: the output gradient and W for
+// dx), so each row gets the whole row's scale; the others' rows are whole on every rank.
 Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
                      Float8Recipe recipe = Float8Recipe::Tensorwise,
-                     const Float8AmaxReduce& reduce_amax = nullptr);
+                     const Float8AmaxReduce& reduce_amax = nullptr, int64_t split_dim = -1);
 
 // Within this scope (on this thread), tensorwise float8_linear calls cast an input they share
 // once: a later call on the same tensor, unchanged (the same storage, version and view), reuses

@@ -434,8 +434,53 @@ TEST(Float8Linear, PiecesCastWithTheReducedAmaxGetTheWholeTensorsCodes) {
   const Float8AmaxReduce count = [&](Tensor&) { ++calls; };
   sum(float8_linear(xl, w, Tensor(), Float8Recipe::Tensorwise, count)).backward();
   EXPECT_EQ(calls, 3);
-  EXPECT_THAT(error_of([&] { float8_linear(xl, w, Tensor(), Float8Recipe::Rowwise, count); }),
-              HasSubstr("rowwise recipe with reduced amaxes (tensor parallelism) is not built"));
+}
+
+// Rowwise under tensor parallelism: pieces of rows (column blocks) cast with the reduced row
+// amaxes get each whole row's scale and codes. The layer reduces the operands whose contracted
+// dim its split cuts: row-wise (split 1) x and W forward; column-wise (split 0) the output
+// gradient and W for dx; never the weight gradient's.
+TEST(Float8Rowwise, PiecesOfRowsCastWithReducedAmaxesGetTheWholeRowsCodes) {
+  const Tensor x = randn_as({16, 64}, DType::F32, 41, "x");
+  const Float8Tensor whole = to_float8_rowwise(x, Float8Format::E4M3, true);
+  const Tensor left = x.narrow(1, 0, 32).contiguous(), right = x.narrow(1, 32, 32).contiguous();
+  const Tensor row_max = max(abs(x), 1).values.contiguous();  // each whole row's amax
+  const Float8AmaxReduce reduce = [&](Tensor& amax) {
+    ASSERT_EQ(amax.shape(), (Shape{16}));
+    amax.copy_(row_max);
+  };
+  const Float8Tensor lq = to_float8_rowwise(left, Float8Format::E4M3, true, reduce);
+  const Float8Tensor rq = to_float8_rowwise(right, Float8Format::E4M3, true, reduce);
+  EXPECT_EQ(lq.scale_inv.to_vector<float>(), whole.scale_inv.to_vector<float>());
+  EXPECT_EQ(rq.scale_inv.to_vector<float>(), whole.scale_inv.to_vector<float>());
+  EXPECT_TRUE(all_close(float8_dequantize(cat({lq.codes, rq.codes}, 1), Float8Format::E4M3,
+                                          whole.scale_inv),
+                        float8_dequantize(whole.codes, Float8Format::E4M3, whole.scale_inv), 0,
+                        0));
+  // Without the reduction a piece scales by its own half-row: other codes.
+  const Float8Tensor own = to_float8_rowwise(left, Float8Format::E4M3, true);
+  EXPECT_NE(own.scale_inv.to_vector<float>(), whole.scale_inv.to_vector<float>());
+
+  const Tensor xl = randn_as({16, 32}, DType::F32, 42, "xl");
+  const Tensor w = randn_as({16, 32}, DType::F32, 43, "w");
+  for (const int64_t split : {0, 1}) {
+    SCOPED_TRACE(split);
+    int64_t forward = 0, backward = 0, *calls = &forward;
+    const Float8AmaxReduce count = [&](Tensor& amax) {
+      EXPECT_EQ(amax.dim(), 1);  // a row amax each
+      ++*calls;
+    };
+    const Tensor xs = xl.clone().set_requires_grad(true), ws = w.clone().set_requires_grad(true);
+    const Tensor y = float8_linear(xs, ws, Tensor(), Float8Recipe::Rowwise, count, split);
+    calls = &backward;
+    sum(y).backward();
+    // Row-wise: x and W; column-wise: W for dx (cast in the forward) and the output gradient.
+    EXPECT_EQ(forward, split == 1 ? 2 : 1);
+    EXPECT_EQ(backward, split == 0 ? 1 : 0);
+  }
+  const Float8AmaxReduce any = [](Tensor&) {};
+  EXPECT_THAT(error_of([&] { float8_linear(xl, w, Tensor(), Float8Recipe::Rowwise, any); }),
+              HasSubstr("needs the weight's split dim"));
 }
 
 // A token count that is not a multiple of 16 is padded with zero rows: the same rows as the

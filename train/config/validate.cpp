@@ -80,13 +80,6 @@ void validate_float8(const JobConfig& config) {
           "FP8 tensor cores); set quantize.linear.float8.emulate = true to run the exact CPU "
           "reference (for tests and debugging)",
           "quantize.linear.float8.enable", "training.device", "quantize.linear.float8.emulate");
-  // With tp each rank holds a piece of a weight: tensorwise casts all-reduce their amaxes over
-  // tp (parallel/tensor/tp_style.h; FSDP's float8 all-gather too); rowwise would need per-row
-  // amaxes reduced.
-  require(config.parallelism.tensor_parallel_degree == 1 || f.recipe_name == "tensorwise", config,
-          "float8 training with tensor parallelism is built for recipe_name = \"tensorwise\" "
-          "only",
-          "quantize.linear.float8.recipe_name", "parallelism.tensor_parallel_degree");
 }
 
 // [parallelism] pipeline_parallel_*: what can be checked without the model (the trainer checks
