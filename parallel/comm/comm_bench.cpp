@@ -203,41 +203,12 @@ Case make_case(ProcessGroup& group, MPI_Comm comm, CollectiveKind kind, int64_t 
       c.count = count;
       break;
     }
-    case CollectiveKind::SendRecv: {  // a ring: send to r + 1, receive from r - 1
-      const int64_t count = std::max<int64_t>(1, size_bytes / esize);
-      const int64_t next = (r + 1) % n, prev = (r + n - 1) % n;
-      std::vector<float> in(static_cast<size_t>(count)), want(static_cast<size_t>(count));
-      for (int64_t i = 0; i < count; ++i) {
-        in[size_t(i)] = float(r + 1 + i % 4);
-        want[size_t(i)] = float(prev + 1 + i % 4);
-      }
-      const Tensor src = filled(in, o);
-      auto out = std::make_shared<Tensor>(runtime::empty({count}, src.options()));
-      // Even ranks send first, odd ranks receive first: no rank waits on a peer that waits too
-      // (sends may be synchronous).
-      c.run = [&group, out, src, next, prev, r] {
-        if (r % 2 == 0) group.send(src, int(next), 7, "comm_bench.send");
-        group.recv(*out, int(prev), 7, "comm_bench.recv");
-        if (r % 2 != 0) group.send(src, int(next), 7, "comm_bench.send");
-      };
-      if (raw_ok) {
-        auto raw = std::make_shared<std::vector<float>>(static_cast<size_t>(count));
-        // The same ordered pair of blocking calls (ProcessGroup has no fused send-receive).
-        c.raw = [comm, raw, in, next, prev, r] {
-          auto send = [&] { MPI_Send(in.data(), int(in.size()), MPI_FLOAT, int(next), 8, comm); };
-          if (r % 2 == 0) send();
-          MPI_Recv(raw->data(), int(raw->size()), MPI_FLOAT, int(prev), 8, comm, MPI_STATUS_IGNORE);
-          if (r % 2 != 0) send();
-        };
-      }
-      c.check = [out, want] { return count_errors(*out, want); };
-      c.count = count;
-      break;
-    }
+    case CollectiveKind::SendRecv:          // a ring: send to r + 1, receive from r - 1
     case CollectiveKind::PostedSendRecv: {  // the same ring, both messages posted, then waited for
-      MT_CHECK(group.device_type() == runtime::DeviceType::CPU, "comm bench: isend_irecv on ",
-               group.name(), ": posted point-to-point messages over NCCL would need grouped "
-               "calls, which are not built");
+      const bool posted = kind == CollectiveKind::PostedSendRecv;
+      MT_CHECK(!posted || group.device_type() == runtime::DeviceType::CPU,
+               "comm bench: isend_irecv on ", group.name(), ": posted point-to-point messages "
+               "over NCCL would need grouped calls, which are not built");
       const int64_t count = std::max<int64_t>(1, size_bytes / esize);
       const int64_t next = (r + 1) % n, prev = (r + n - 1) % n;
       std::vector<float> in(static_cast<size_t>(count)), want(static_cast<size_t>(count));
@@ -247,20 +218,43 @@ Case make_case(ProcessGroup& group, MPI_Comm comm, CollectiveKind kind, int64_t 
       }
       const Tensor src = filled(in, o);
       auto out = std::make_shared<Tensor>(runtime::empty({count}, src.options()));
-      c.run = [&group, out, src, next, prev] {
-        const Work received = group.irecv(*out, int(prev), 9, "comm_bench.irecv");
-        const Work sent = group.isend(src, int(next), 9, "comm_bench.isend");
-        received.wait();
-        sent.wait();
-      };
-      if (raw_ok) {
-        auto raw = std::make_shared<std::vector<float>>(static_cast<size_t>(count));
-        c.raw = [comm, raw, in, next, prev] {
-          MPI_Request requests[2];
-          MPI_Irecv(raw->data(), int(raw->size()), MPI_FLOAT, int(prev), 10, comm, &requests[0]);
-          MPI_Isend(in.data(), int(in.size()), MPI_FLOAT, int(next), 10, comm, &requests[1]);
-          MPI_Waitall(2, requests, MPI_STATUSES_IGNORE);
+      auto raw = std::make_shared<std::vector<float>>(static_cast<size_t>(count));
+      if (posted) {
+        c.run = [&group, out, src, next, prev] {
+          const Work received = group.irecv(*out, int(prev), 9, "comm_bench.irecv");
+          const Work sent = group.isend(src, int(next), 9, "comm_bench.isend");
+          received.wait();
+          sent.wait();
         };
+        if (raw_ok) {
+          c.raw = [comm, raw, in, next, prev] {
+            MPI_Request requests[2];
+            MPI_Irecv(raw->data(), int(raw->size()), MPI_FLOAT, int(prev), 10, comm,
+                      &requests[0]);
+            MPI_Isend(in.data(), int(in.size()), MPI_FLOAT, int(next), 10, comm, &requests[1]);
+            MPI_Waitall(2, requests, MPI_STATUSES_IGNORE);
+          };
+        }
+      } else {
+        // Even ranks send first, odd ranks receive first: no rank waits on a peer that waits too
+        // (sends may be synchronous).
+        c.run = [&group, out, src, next, prev, r] {
+          if (r % 2 == 0) group.send(src, int(next), 7, "comm_bench.send");
+          group.recv(*out, int(prev), 7, "comm_bench.recv");
+          if (r % 2 != 0) group.send(src, int(next), 7, "comm_bench.send");
+        };
+        if (raw_ok) {
+          // The same ordered pair of blocking calls (ProcessGroup has no fused send-receive).
+          c.raw = [comm, raw, in, next, prev, r] {
+            auto send = [&] {
+              MPI_Send(in.data(), int(in.size()), MPI_FLOAT, int(next), 8, comm);
+            };
+            if (r % 2 == 0) send();
+            MPI_Recv(raw->data(), int(raw->size()), MPI_FLOAT, int(prev), 8, comm,
+                     MPI_STATUS_IGNORE);
+            if (r % 2 != 0) send();
+          };
+        }
       }
       c.check = [out, want] { return count_errors(*out, want); };
       c.count = count;

@@ -155,11 +155,9 @@ TEST(MoeTrainerMpi, Float8GroupedGemmsWithExpertParallelMatchOneProcess) {
   expect_same_run(run(job(corpus, shared_dir("f8_ep"), 8 / w, extra), world()), want);
 }
 
-// Tensor parallelism: tp 2 on 2 ranks (the MoE layers run on each tp rank's sequence shard), and
-// on 4 ranks TP 2 x EP 2 (dp_shard 2 = ep 2 x efsdp 1; expert mesh (dp_replicate, ep, efsdp, tp)),
-// with sequence parallelism and without it (the MoE layers' input chunked, output gathered).
-TEST(MoeTrainerMpi, TensorParallelTimesExpertParallelMatchesOneProcess) {
-  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+// tp 2 on 2 ranks, TP 2 x EP 2 on 4, with and without sequence parallelism, against `want`.
+void expect_tensor_parallel_runs(const fs::path& corpus, const std::string& name,
+                                 const TrainResult& want, double aux_loss_alpha) {
   const int64_t w = world()->size(), dp = w / 2;
   for (const bool sp : {true, false}) {
     SCOPED_TRACE(sp ? "sequence parallel" : "no sequence parallel");
@@ -167,10 +165,18 @@ TEST(MoeTrainerMpi, TensorParallelTimesExpertParallelMatchesOneProcess) {
                                       std::string("--parallelism.enable_sequence_parallel=") +
                                           (sp ? "true" : "false")};
     if (w == 4) extra.push_back("--parallelism.expert_parallel_degree=2");
-    expect_same_run(
-        run(job(corpus, shared_dir(sp ? "tp_sp" : "tp_no_sp"), 8 / dp, extra), world()),
-        reference(corpus));
+    expect_same_run(run(job(corpus, shared_dir(name + (sp ? "_sp" : "_no_sp")), 8 / dp, extra),
+                        world(), 8, aux_loss_alpha),
+                    want);
   }
+}
+
+// Tensor parallelism: tp 2 on 2 ranks (the MoE layers run on each tp rank's sequence shard), and
+// on 4 ranks TP 2 x EP 2 (dp_shard 2 = ep 2 x efsdp 1; expert mesh (dp_replicate, ep, efsdp, tp)),
+// with sequence parallelism and without it (the MoE layers' input chunked, output gathered).
+TEST(MoeTrainerMpi, TensorParallelTimesExpertParallelMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  expect_tensor_parallel_runs(corpus, "tp", reference(corpus), 0);
 }
 
 // The sequence-wise auxiliary loss under tensor parallelism: each tp rank routes a share of every
@@ -178,7 +184,6 @@ TEST(MoeTrainerMpi, TensorParallelTimesExpertParallelMatchesOneProcess) {
 // TP 2 x EP 2 on 4 ranks), with and without sequence parallelism, trains as one process.
 TEST(MoeTrainerMpi, AuxLossUnderTensorParallelMatchesOneProcess) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
-  const int64_t w = world()->size(), dp = w / 2;
   constexpr double alpha = 0.1;
   std::shared_ptr<ProcessGroup> self = world()->split(world()->rank(), 0);
   const TrainResult want =
@@ -186,16 +191,7 @@ TEST(MoeTrainerMpi, AuxLossUnderTensorParallelMatchesOneProcess) {
           alpha);
   ASSERT_FALSE(want.losses.empty());
   EXPECT_GT(want.losses[0], reference(corpus).losses[0] + 1e-3);  // the auxiliary loss is on
-  for (const bool sp : {true, false}) {
-    SCOPED_TRACE(sp ? "sequence parallel" : "no sequence parallel");
-    std::vector<std::string> extra = {"--parallelism.tensor_parallel_degree=2",
-                                      std::string("--parallelism.enable_sequence_parallel=") +
-                                          (sp ? "true" : "false")};
-    if (w == 4) extra.push_back("--parallelism.expert_parallel_degree=2");
-    expect_same_run(run(job(corpus, shared_dir(sp ? "aux_tp_sp" : "aux_tp_no_sp"), 8 / dp, extra),
-                        world(), 8, alpha),
-                    want);
-  }
+  expect_tensor_parallel_runs(corpus, "aux_tp", want, alpha);
 }
 
 // 2 experts, ep = 2 and efsdp = 2: one expert per ep rank, fewer than the efsdp ranks that shard

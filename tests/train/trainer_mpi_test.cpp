@@ -394,74 +394,50 @@ TEST(TrainerMpi, TensorParallelMatchesOneProcess) {
 // Float8 (tensorwise, emulated) with tp 2 on each pair of ranks: every split layer all-reduces its
 // casts' amaxes over tp, so each piece of a weight (and of a split input or output gradient) gets
 // the whole tensor's scale and the same codes: tp trains as one process in float8, with sequence
-// parallelism and without it.
+// parallelism and without it, under either recipe.
 TEST(TrainerMpi, TensorParallelFloat8MatchesOneProcess) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
-  const std::vector<std::string> float8 = {"--quantize.linear.float8.enable=true",
-                                           "--quantize.linear.float8.emulate=true",
-                                           "--validation.enable=false", "--comm.trace=true"};
-  const int64_t r = world()->rank();
-  std::shared_ptr<ProcessGroup> self = world()->split(int(r), 0);
-  std::shared_ptr<ProcessGroup> pair = world()->split(int(r / 2), int(r));
-  const TrainResult one =
-      run(job(corpus, shared_dir("f8_tp_one") / std::to_string(r), 8, float8), self);
-  EXPECT_NE(one.losses, reference(corpus).losses) << "float8 gave the f32 losses: did it run?";
-  for (const bool sp : {true, false}) {
-    SCOPED_TRACE(sp ? "sequence parallel" : "no sequence parallel");
-    std::vector<std::string> more = float8;
-    if (!sp) more.push_back("--parallelism.enable_sequence_parallel=false");
-    const fs::path dump = shared_dir(std::string("f8_tp_") + (sp ? "sp" : "no_sp")) /
-                          std::to_string(r / 2);
-    const TrainResult tp = run(job(corpus, dump, 8, tp_args(2, more)), pair);
-    // Bitwise-equal codes give the same steps to f32 summation order at first (measured < 4e-8
-    // over steps 1-5; without the reduction 1e-5 at step 1); later an FP8 rounding flipped by
-    // that order drifts the runs apart (measured 3e-4 by step 10).
-    ASSERT_EQ(tp.losses.size(), one.losses.size());
-    for (size_t i = 0; i < one.losses.size(); ++i) {
-      const double tol = i < 5 ? 1e-6 : 1e-3;
-      EXPECT_NEAR(tp.losses[i], one.losses[i], tol * one.losses[i]) << "step " << i + 1;
-      EXPECT_NEAR(tp.grad_norms[i], one.grad_norms[i], tol * one.grad_norms[i]) << "step " << i + 1;
+  // The rowwise recipe too: the row amaxes of the operands whose contracted dim the split cuts
+  // are all-reduced over tp (one float per row), so every row gets one process's scale.
+  for (const std::string recipe : {"tensorwise", "rowwise"}) {
+    SCOPED_TRACE(recipe);
+    const std::vector<std::string> float8 = {
+        "--quantize.linear.float8.enable=true", "--quantize.linear.float8.emulate=true",
+        "--quantize.linear.float8.recipe_name=" + recipe, "--validation.enable=false",
+        "--comm.trace=true"};
+    const int64_t r = world()->rank();
+    std::shared_ptr<ProcessGroup> self = world()->split(int(r), 0);
+    std::shared_ptr<ProcessGroup> pair = world()->split(int(r / 2), int(r));
+    const TrainResult one =
+        run(job(corpus, shared_dir("f8_tp_one_" + recipe) / std::to_string(r), 8, float8), self);
+    EXPECT_NE(one.losses, reference(corpus).losses) << "float8 gave the f32 losses: did it run?";
+    for (const bool sp : {true, false}) {
+      SCOPED_TRACE(sp ? "sequence parallel" : "no sequence parallel");
+      std::vector<std::string> more = float8;
+      if (!sp) more.push_back("--parallelism.enable_sequence_parallel=false");
+      const fs::path dump =
+          shared_dir("f8_tp_" + recipe + (sp ? "_sp" : "_no_sp")) / std::to_string(r / 2);
+      const TrainResult tp = run(job(corpus, dump, 8, tp_args(2, more)), pair);
+      // Bitwise-equal codes give the same steps to f32 summation order at first (tensorwise:
+      // measured < 4e-8 over steps 1-5; without the reduction 1e-5 at step 1); later an FP8
+      // rounding flipped by that order drifts the runs apart (measured 3e-4 by step 10).
+      ASSERT_EQ(tp.losses.size(), one.losses.size());
+      for (size_t i = 0; i < one.losses.size(); ++i) {
+        const double tol = i < 5 ? 1e-6 : 1e-3;
+        EXPECT_NEAR(tp.losses[i], one.losses[i], tol * one.losses[i]) << "step " << i + 1;
+        EXPECT_NEAR(tp.grad_norms[i], one.grad_norms[i], tol * one.grad_norms[i])
+            << "step " << i + 1;
+      }
+      EXPECT_LT(tp.losses.back(), tp.losses.front() - 0.5);  // it trains
+      int64_t amax_reduces = 0, row_amax_reduces = 0;
+      for (const parallel::CommRecord& c : traced_collectives(dump, int(r % 2))) {
+        if (c.name != "tp.float8_amax") continue;
+        ++amax_reduces;
+        row_amax_reduces += !c.in_shape.empty() && c.in_shape[0] > 1;
+      }
+      EXPECT_GT(amax_reduces, 0) << "no amax all-reduce over tp";
+      EXPECT_EQ(row_amax_reduces > 0, recipe == "rowwise");
     }
-    EXPECT_LT(tp.losses.back(), tp.losses.front() - 0.5);  // it trains
-    int64_t amax_reduces = 0;
-    for (const parallel::CommRecord& c : traced_collectives(dump, int(r % 2)))
-      amax_reduces += c.name == "tp.float8_amax";
-    EXPECT_GT(amax_reduces, 0) << "no amax all-reduce over tp";
-  }
-}
-
-// The rowwise recipe under tp 2 (on each pair of ranks): the row amaxes of operands whose
-// contracted dim is split are all-reduced over tp, so every row gets one process's scale and the
-// codes are one process's; the runs differ by the split GEMMs' f32 summation order only.
-TEST(TrainerMpi, TensorParallelRowwiseFloat8MatchesOneProcess) {
-  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
-  const std::vector<std::string> float8 = {
-      "--quantize.linear.float8.enable=true", "--quantize.linear.float8.emulate=true",
-      "--quantize.linear.float8.recipe_name=rowwise", "--validation.enable=false",
-      "--comm.trace=true"};
-  const int64_t r = world()->rank();
-  std::shared_ptr<ProcessGroup> self = world()->split(int(r), 0);
-  std::shared_ptr<ProcessGroup> pair = world()->split(int(r / 2), int(r));
-  const TrainResult one =
-      run(job(corpus, shared_dir("f8_rowwise_tp_one") / std::to_string(r), 8, float8), self);
-  EXPECT_NE(one.losses, reference(corpus).losses) << "float8 gave the f32 losses: did it run?";
-  for (const bool sp : {true, false}) {
-    SCOPED_TRACE(sp ? "sequence parallel" : "no sequence parallel");
-    std::vector<std::string> more = float8;
-    if (!sp) more.push_back("--parallelism.enable_sequence_parallel=false");
-    const fs::path dump = shared_dir(std::string("f8_rowwise_tp_") + (sp ? "sp" : "no_sp")) /
-                          std::to_string(r / 2);
-    const TrainResult tp = run(job(corpus, dump, 8, tp_args(2, more)), pair);
-    ASSERT_EQ(tp.losses.size(), one.losses.size());
-    for (size_t i = 0; i < one.losses.size(); ++i) {
-      const double tol = i < 5 ? 1e-6 : 1e-3;
-      EXPECT_NEAR(tp.losses[i], one.losses[i], tol * one.losses[i]) << "step " << i + 1;
-      EXPECT_NEAR(tp.grad_norms[i], one.grad_norms[i], tol * one.grad_norms[i]) << "step " << i + 1;
-    }
-    int64_t row_amax_reduces = 0;
-    for (const parallel::CommRecord& c : traced_collectives(dump, int(r % 2)))
-      row_amax_reduces += c.name == "tp.float8_amax" && !c.in_shape.empty() && c.in_shape[0] > 1;
-    EXPECT_GT(row_amax_reduces, 0) << "no row amax all-reduce over tp";
   }
 }
 
