@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "models/llama/model_args.h"
-#include "models/moe/model_args.h"
 #include "parallel/comm/comm_trace.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "parallel/comm/object_collectives.h"
@@ -521,14 +520,6 @@ TEST(TrainerMpi, BadTensorParallelLayoutsAreErrorsOnEveryRank) {
   expect_error(job(corpus, shared_dir("tp_bad_ep"), 1,
                    tp_args(2, {"--parallelism.expert_parallel_degree=2"})),
                testing::shrink_llama, {"expert_parallel_degree"});
-  // The MoE model with its sequence-wise auxiliary loss (its layers see sequence shards).
-  const auto with_aux_loss = [](std::any& a) {
-    testing::shrink_moe(a);
-    std::any_cast<models::moe::ModelArgs&>(a).aux_loss_alpha = 0.01;
-  };
-  expect_error(job(corpus, shared_dir("tp_bad_moe"), 1,
-                   tp_args(2, {"--model.name=deepseek_v3", "--model.flavor=moe_debug"})),
-               with_aux_loss, {"auxiliary loss", "aux_loss_alpha"});
 }
 
 // FSDP 2 x TP 2 saved on 4 ranks resumes under FSDP on 1, 2, 3 ranks; FSDP 4 resumes under
