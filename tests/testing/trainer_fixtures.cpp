@@ -39,7 +39,8 @@ void expect_same_run(const train::TrainResult& got, const train::TrainResult& wa
     EXPECT_EQ(got.val_losses[i].first, want.val_losses[i].first);
     EXPECT_NEAR(got.val_losses[i].second, want.val_losses[i].second, 2e-5);
   }
-  EXPECT_LT(want.losses.back(), want.losses.front() - 0.5);  // it trains
+  // It trains (over the usual 10 steps; a shorter run checks its first updates only).
+  if (want.losses.size() >= 10) EXPECT_LT(want.losses.back(), want.losses.front() - 0.5);
 }
 
 void expect_same_moe_run(const train::TrainResult& got, const train::TrainResult& want) {
