@@ -57,7 +57,8 @@ Tensor GroupedExperts::run_local(const Tensor& x, const std::vector<int64_t>& co
       " expert counts for weights holding ", w1.size(0), " experts",
       dispatcher ? " (the dispatcher returned counts for another number of local experts)" : "");
   const auto mm = [this, &counts](const Tensor& a, const Tensor& w) {
-    return float8 ? runtime::float8_grouped_mm(a, w, counts) : runtime::grouped_mm(a, w, counts);
+    return float8 ? runtime::float8_grouped_mm(a, w, counts, float8_token_amax_reduce)
+                  : runtime::grouped_mm(a, w, counts);
   };
   return mm(runtime::swiglu(mm(x, w1), mm(x, w3)), w2);
 }

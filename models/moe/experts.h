@@ -26,6 +26,7 @@
 #include "models/moe/token_dispatcher.h"
 #include "runtime/nn/float8_conversion.h"
 #include "runtime/nn/module.h"
+#include "runtime/ops/float8_recipe.h"
 
 namespace mt::models::moe {
 
@@ -57,6 +58,10 @@ class GroupedExperts : public nn::Module {
   int64_t expert_begin = 0;
   // The three grouped GEMMs run in FP8 (set by convert_experts_to_float8).
   bool float8 = false;
+  // Set by tensor parallelism (parallel/), whose ranks hold these weights whole and each route
+  // a share of the tokens: the float8 weight gradients' token amaxes are reduced through it
+  // (runtime::float8_grouped_mm). Null: this rank sees all its experts' tokens.
+  runtime::Float8AmaxReduce float8_token_amax_reduce;
 
  private:
   int64_t dim_, hidden_dim_, num_experts_;

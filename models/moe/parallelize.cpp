@@ -133,14 +133,19 @@ void apply_moe_tensor_parallel_io(Transformer& moe, const ParallelContext& conte
 }
 
 // After fully_shard: the routed experts are an FSDP group of their own, whose gathered
-// parameters the gradient sums must wrap.
-void sum_moe_gradients_over_tp(Transformer& moe, parallel::TensorParallel& tp) {
+// parameters the gradient sums must wrap. Float8 experts scale their weight gradients over the
+// tokens of all tp ranks (runtime::float8_grouped_mm), so the sums equal one process's.
+void sum_moe_gradients_over_tp(Transformer& moe, parallel::TensorParallel& tp,
+                               const std::shared_ptr<parallel::ProcessGroup>& tp_group) {
   for (const auto& block : moe.blocks) {
     const auto& layer = block->moe;
     if (!layer) continue;
     const std::string m = "layers." + std::to_string(block->layer_id) + ".moe.";
     tp.apply(moe, m + "router", parallel::SequenceParallel{});
     tp.apply(moe, m + "experts", parallel::SequenceParallel{});
+    layer->experts->float8_token_amax_reduce = [tp_group](Tensor& amax) {
+      tp_group->all_reduce(amax, parallel::ReduceOp::Max, "tp.float8_expert_token_amax");
+    };
   }
 }
 
@@ -199,7 +204,7 @@ void parallelize(runtime::nn::Module& model, const ParallelContext& context) {
   for (const auto& block : moe->blocks) parallel::fully_shard(*block, context.dp_mesh, options);
   options.reshard_after_forward = context.reshard_root_after_forward;
   parallel::fully_shard(model, context.dp_mesh, options);
-  if (tp) sum_moe_gradients_over_tp(*moe, *tp);
+  if (tp) sum_moe_gradients_over_tp(*moe, *tp, context.tp_mesh->group_ptr(0));
 }
 
 }  // namespace mt::models::moe

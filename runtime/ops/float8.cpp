@@ -93,24 +93,47 @@ Float8Tensor to_float8(const Tensor& x, Float8Format format, bool rows, bool tra
   return r;
 }
 
-Float8Tensor to_float8_rowwise(const Tensor& x, Float8Format format, bool power_of_2,
-                               const Float8AmaxReduce& reduce) {
-  MT_CHECK(x.dim() == 2, "to_float8_rowwise: expected a 2-D tensor, got shape ", x.shape());
-  MT_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::BF16,
-           "to_float8_rowwise: expected f32 or bf16, got ", dtype_name(x.dtype()));
-  const Tensor xc = x.detach().contiguous();
-  Tensor row_amax;  // undefined: the cast takes each row's own
-  if (reduce) {
-    row_amax = Tensor::empty({x.size(0)}, f32_options(x.device()));
-    float8_rowwise_amax_kernel(x.device(), xc, row_amax);
-    reduce(row_amax);
-  }
+namespace {
+void check_rowwise_input(const Tensor& x, const char* op) {
+  MT_CHECK(x.dim() == 2, op, ": expected a 2-D tensor, got shape ", x.shape());
+  MT_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::BF16, op, ": expected f32 or bf16, got ",
+           dtype_name(x.dtype()));
+}
+}  // namespace
+
+Tensor float8_row_amax(const Tensor& x) {
+  check_rowwise_input(x, __func__);
+  Tensor row_amax = Tensor::empty({x.size(0)}, f32_options(x.device()));
+  float8_rowwise_amax_kernel(x.device(), x.detach().contiguous(), row_amax);
+  return row_amax;
+}
+
+Float8Tensor to_float8_rowwise_with_amax(const Tensor& x, Float8Format format, bool power_of_2,
+                                         const Tensor& row_amax) {
+  check_rowwise_input(x, __func__);
+  MT_CHECK(!row_amax.defined() || (row_amax.dtype() == DType::F32 && row_amax.numel() == x.size(0) &&
+                                   row_amax.is_contiguous() && row_amax.device() == x.device()),
+           "to_float8_rowwise: expected ", x.size(0), " contiguous f32 row amaxes on ", x.device(),
+           ", got ", row_amax.shape());
   Float8Tensor r;
   r.format = format;
   r.codes = Tensor::empty(x.shape(), codes_options(x.device()));
   r.scale_inv = Tensor::empty({x.size(0)}, f32_options(x.device()));
-  float8_rowwise_cast_kernel(x.device(), xc, row_amax, format, power_of_2, r.codes, r.scale_inv);
+  float8_rowwise_cast_kernel(x.device(), x.detach().contiguous(), row_amax, format, power_of_2,
+                             r.codes, r.scale_inv);
   return r;
+}
+
+Float8Tensor to_float8_rowwise(const Tensor& x, Float8Format format, bool power_of_2,
+                               const Float8AmaxReduce& reduce) {
+  check_rowwise_input(x, __func__);
+  const Tensor xc = x.detach().contiguous();
+  Tensor row_amax;  // undefined: the cast takes each row's own
+  if (reduce) {
+    row_amax = float8_row_amax(xc);
+    reduce(row_amax);
+  }
+  return to_float8_rowwise_with_amax(xc, format, power_of_2, row_amax);
 }
 
 Tensor float8_transpose(const Tensor& codes) {

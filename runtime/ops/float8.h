@@ -57,6 +57,12 @@ Float8Tensor to_float8(const Tensor& x, Float8Format format, bool rows, bool tra
 Float8Tensor to_float8_rowwise(const Tensor& x, Float8Format format, bool power_of_2,
                                const Float8AmaxReduce& reduce = nullptr);
 
+// The row amaxes [rows] (f32) of a 2-D f32/bf16 tensor, and the rowwise cast by given ones: for
+// callers that reduce several tensors' row amaxes in one collective.
+Tensor float8_row_amax(const Tensor& x);
+Float8Tensor to_float8_rowwise_with_amax(const Tensor& x, Float8Format format, bool power_of_2,
+                                         const Tensor& row_amax);
+
 // codes [rows, cols] transposed into new codes [cols, rows] (byte for byte).
 Tensor float8_transpose(const Tensor& codes);
 

@@ -44,13 +44,30 @@ void grouped_products(const std::vector<int64_t>& counts, const Float8Tensor& a,
 }
 
 // Per group g, x_g [n_g, C] transposed to [C, n_g] and cast per row: each feature scaled over the
-// group's tokens alone (undefined codes for an empty group).
-std::vector<Float8Tensor> jagged_transposed(const Tensor& x, const std::vector<int64_t>& counts) {
+// group's tokens alone (undefined codes for an empty group). With `reduce`, the amaxes [G, C]
+// (zero for a group without tokens here) go through it at once, on every rank alike, before the
+// casts.
+std::vector<Float8Tensor> jagged_transposed(const Tensor& x, const std::vector<int64_t>& counts,
+                                            const Float8AmaxReduce& reduce) {
   const std::vector<int64_t> offsets = group_offsets(counts);
-  std::vector<Float8Tensor> out(counts.size());
+  const int64_t groups = int64_t(counts.size()), features = x.size(1);
+  std::vector<Tensor> xt(counts.size());
   for (size_t g = 0; g < counts.size(); ++g) {
-    if (counts[g] == 0) continue;
-    out[g] = to_float8_rowwise(x.narrow(0, offsets[g], counts[g]).transpose(0, 1), kE4M3, kPow2);
+    if (counts[g] > 0) xt[g] = x.narrow(0, offsets[g], counts[g]).transpose(0, 1).contiguous();
+  }
+  Tensor amax;  // [G, C], or undefined: each group's own
+  if (reduce) {
+    amax = zeros({groups, features}, TensorOptions().with_device(x.device()));
+    for (int64_t g = 0; g < groups; ++g) {
+      if (xt[g].defined()) amax.select(0, g).copy_(float8_row_amax(xt[g]));
+    }
+    reduce(amax);
+  }
+  std::vector<Float8Tensor> out(counts.size());
+  for (int64_t g = 0; g < groups; ++g) {
+    if (!xt[g].defined()) continue;
+    out[g] = to_float8_rowwise_with_amax(xt[g], kE4M3, kPow2,
+                                         amax.defined() ? amax.select(0, g) : Tensor());
   }
   return out;
 }
@@ -73,7 +90,8 @@ std::optional<std::string> float8_grouped_mm_unsupported(Device device, int64_t 
   return float8_linear_unsupported(device, k, m);
 }
 
-Tensor float8_grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& counts) {
+Tensor float8_grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& counts,
+                         const Float8AmaxReduce& token_amax_reduce) {
   MT_CHECK(x.defined() && w.defined() && x.dim() == 2 && w.dim() == 3 && x.size(1) == w.size(2),
            "float8_grouped_mm: expected x [N, K] and w [G, M, K], got ",
            x.defined() ? x.shape() : Shape{}, " and ", w.defined() ? w.shape() : Shape{});
@@ -104,7 +122,7 @@ Tensor float8_grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int
       offset += c;
     }
     const Tensor padded = parts.empty() ? x : cat(parts, 0);
-    const Tensor y = float8_grouped_mm(padded, w, padded_counts);
+    const Tensor y = float8_grouped_mm(padded, w, padded_counts, token_amax_reduce);
     std::vector<Tensor> rows;
     offset = 0;
     for (size_t g = 0; g < counts.size(); ++g) {
@@ -127,11 +145,11 @@ Tensor float8_grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int
     wt = to_float8_rowwise(w.detach().transpose(1, 2).contiguous().reshape({groups * k, m}),
                            kE4M3, kPow2);
   }
-  if (need_dw) xt = jagged_transposed(x.detach(), counts);
+  if (need_dw) xt = jagged_transposed(x.detach(), counts, token_amax_reduce);
   autograd::record(
       "float8_grouped_mm", {x, w}, {y},
-      [wt, xt = std::move(xt), counts, groups, k, m,
-       dtype = x.dtype()](const autograd::BackwardArgs& args) -> std::vector<Tensor> {
+      [wt, xt = std::move(xt), counts, groups, k, m, dtype = x.dtype(),
+       token_amax_reduce](const autograd::BackwardArgs& args) -> std::vector<Tensor> {
         const Tensor g = args.grad(0).to(dtype).contiguous();
         Tensor dx, dw;
         if (args.needs(0)) {
@@ -140,7 +158,7 @@ Tensor float8_grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int
           grouped_products(counts, gq, wt, k, /*fast_accum=*/false, dx);
         }
         if (args.needs(1)) {
-          const std::vector<Float8Tensor> gt = jagged_transposed(g, counts);  // [M, n_g] each
+          const std::vector<Float8Tensor> gt = jagged_transposed(g, counts, token_amax_reduce);  // [M, n_g] each
           dw = zeros({groups, m, k}, g.options().with_requires_grad(false));
           for (size_t e = 0; e < counts.size(); ++e) {
             if (counts[e] == 0) continue;  // no tokens: a zero gradient

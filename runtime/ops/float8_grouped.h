@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "runtime/core/tensor.h"
+#include "runtime/ops/float8_recipe.h"
 
 namespace mt::runtime {
 
@@ -32,6 +33,13 @@ std::optional<std::string> float8_grouped_mm_unsupported(Device device, int64_t 
 
 // x [N, K] (rows grouped by expert: counts[g] rows for group g, in order), w [G, M, K] -> y [N, M]
 // in x's dtype (f32 or bf16, x and w alike); differentiable in x and w.
-Tensor float8_grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& counts);
+// token_amax_reduce: for ranks that hold the same experts' weights and each a share of their
+// tokens (tensor parallelism: each tp rank routes its own sequence shard). The weight gradient's
+// per-(expert, feature) amaxes over the tokens ([G, K] for x in forward, [G, M] for the output
+// gradient in backward, zero where this rank has no tokens) go through it, a collective every
+// rank calls alike, so each expert is scaled over all its tokens as in one process and the
+// ranks' weight gradients add up to one process's.
+Tensor float8_grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& counts,
+                         const Float8AmaxReduce& token_amax_reduce = nullptr);
 
 }  // namespace mt::runtime

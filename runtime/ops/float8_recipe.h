@@ -9,9 +9,10 @@ namespace mt::runtime {
 
 class Tensor;
 
-// Makes a local amax (an f32 [1] tensor, in place) the whole tensor's: e.g. an all-reduce (max)
-// over the tensor-parallel ranks that each hold a piece of it, so each piece is scaled as the
-// whole tensor. Every rank of that group calls it for the same casts in the same order.
+// Makes local amaxes (an f32 tensor, in place: [1] for a tensor, or one per row, or per (group,
+// row)) the whole tensor's: e.g. an all-reduce (max) over the tensor-parallel ranks that each
+// hold a piece of it, so each piece is scaled as the whole tensor. Every rank of that group calls
+// it for the same casts in the same order.
 using Float8AmaxReduce = std::function<void(Tensor& amax)>;
 
 enum class Float8Recipe {

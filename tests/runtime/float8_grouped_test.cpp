@@ -2,13 +2,15 @@
 // gradients are the per-expert products of operands cast rowwise along each GEMM's contracted
 // dimension (the weight gradient's scaled over each expert's own tokens), an expert's results do
 // not depend on the other experts' tokens, groups of any size are padded as on a GPU, the result
-// tracks the f32 grouped_mm, and bad operands are errors naming what is wrong.
+// tracks the f32 grouped_mm, token shards whose amaxes are reduced (tensor parallelism) compute
+// one call's results, and bad operands are errors naming what is wrong.
 #include "runtime/ops/float8_grouped.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "runtime/ops/elementwise.h"
@@ -43,11 +45,12 @@ struct GroupedRun {
   Tensor y, dx, dw;
 };
 
-// y = float8_grouped_mm(x, w, counts), backpropagated from sum(y * r).
-GroupedRun run(const Tensor& x, const Tensor& w, const std::vector<int64_t>& counts, const Tensor& r) {
+// y = float8_grouped_mm(x, w, counts, reduce), backpropagated from sum(y * r).
+GroupedRun run(const Tensor& x, const Tensor& w, const std::vector<int64_t>& counts, const Tensor& r,
+               const Float8AmaxReduce& reduce = nullptr) {
   const Tensor xl = x.detach().set_requires_grad(true);
   const Tensor wl = w.detach().set_requires_grad(true);
-  const Tensor y = float8_grouped_mm(xl, wl, counts);
+  const Tensor y = float8_grouped_mm(xl, wl, counts, reduce);
   sum(mul(y, r)).backward();
   return {y.detach(), xl.grad(), wl.grad()};
 }
@@ -124,6 +127,60 @@ TEST(Float8GroupedMm, GroupsOfAnySizeArePaddedWithZeroRows) {
   const GroupedRun none = run(zeros({0, 16}), w, {0, 0, 0, 0}, zeros({0, 32}));
   EXPECT_EQ(none.y.shape(), (Shape{0, 32}));
   EXPECT_EQ(sum(abs(none.dw)).item<double>(), 0.0);
+}
+
+// Two ranks that each hold a share of the experts' tokens (tensor parallelism), as two calls in
+// one process: a token-amax reduce that records what each call is given, then one that takes the
+// maximum with the other call's (an all-reduce of two ranks).
+Float8AmaxReduce recording(std::vector<Tensor>& seen) {
+  return [&seen](Tensor& amax) { seen.push_back(amax.clone()); };
+}
+Float8AmaxReduce max_with(const std::vector<Tensor>& other) {
+  return [&other, call = std::make_shared<size_t>(0)](Tensor& amax) {
+    ASSERT_LT(*call, other.size());
+    ASSERT_EQ(amax.shape(), other[*call].shape());
+    amax.copy_(maximum(amax, other[(*call)++]));
+  };
+}
+
+// Token shards whose amaxes are reduced compute one call's results: the same rows of y and dx,
+// and weight gradients that add up to the call's. Shard A's tokens are quiet (x * 1e-6) and its
+// output gradient loud in half the features (* 1e6), so their scales differ from the whole
+// call's: without the reduce, the weight gradients' sum is far from one call's. Shard A has no
+// tokens for expert 1 (its amaxes are zero rows, still reduced).
+TEST(Float8GroupedMm, TokenShardsWithReducedAmaxesComputeOneCallsGradients) {
+  const Tensor x = randn_as({48, 32}, DType::F32, 12, "x");
+  const Tensor w = randn_as({2, 32, 32}, DType::F32, 13, "w");
+  const Tensor r = randn_as({48, 32}, DType::F32, 14, "r");
+  const Tensor loud_half = cat({mul(r.narrow(0, 0, 16).narrow(1, 0, 16), 1e6),
+                                r.narrow(0, 0, 16).narrow(1, 16, 16)},
+                               1);
+  const Tensor xw = cat({mul(x.narrow(0, 0, 16), 1e-6), x.narrow(0, 16, 32)}, 0);
+  const Tensor rw = cat({loud_half, r.narrow(0, 16, 32)}, 0);
+  const std::vector<int64_t> counts{32, 16}, counts_a{16, 0}, counts_b{16, 16};
+  const Tensor xa = xw.narrow(0, 0, 16), ra = rw.narrow(0, 0, 16);
+  const Tensor xb = xw.narrow(0, 16, 32), rb = rw.narrow(0, 16, 32);
+  std::vector<Tensor> seen_a, seen_b;
+  run(xa, w, counts_a, ra, recording(seen_a));
+  run(xb, w, counts_b, rb, recording(seen_b));
+  ASSERT_EQ(seen_a.size(), 2u);  // x's in forward, the output gradient's in backward
+  EXPECT_EQ(seen_a[0].shape(), (Shape{2, 32}));
+  EXPECT_EQ(sum(abs(seen_a[0].select(0, 1))).item<double>(), 0.0);  // no tokens for expert 1
+
+  const GroupedRun whole = run(xw, w, counts, rw);
+  const GroupedRun a = run(xa, w, counts_a, ra, max_with(seen_b));
+  const GroupedRun b = run(xb, w, counts_b, rb, max_with(seen_a));
+  // Scaled per token: each shard's rows of y and dx are the call's, bitwise.
+  EXPECT_TRUE(all_close(a.y, whole.y.narrow(0, 0, 16), 0, 0));
+  EXPECT_TRUE(all_close(b.y, whole.y.narrow(0, 16, 32), 0, 0));
+  EXPECT_TRUE(all_close(a.dx, whole.dx.narrow(0, 0, 16), 0, 0));
+  EXPECT_TRUE(all_close(b.dx, whole.dx.narrow(0, 16, 32), 0, 0));
+  // The weight gradients add up to the call's (to f32 rounding: two sums over tokens, not one).
+  EXPECT_TRUE(all_close(add(a.dw, b.dw), whole.dw, 1e-5, 1e-5));
+  EXPECT_GT(sum(abs(whole.dw.select(0, 0).narrow(0, 16, 16))).item<double>(), 1.0);
+  // Each shard scaled over its own tokens: far from one call.
+  const GroupedRun a_alone = run(xa, w, counts_a, ra), b_alone = run(xb, w, counts_b, rb);
+  EXPECT_FALSE(all_close(add(a_alone.dw, b_alone.dw), whole.dw, 1e-2, 1e-2));
 }
 
 // Close to the f32 grouped_mm (e4m3 keeps 3 mantissa bits), in f32 and bf16.

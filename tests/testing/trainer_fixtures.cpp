@@ -40,7 +40,9 @@ void expect_same_run(const train::TrainResult& got, const train::TrainResult& wa
     EXPECT_NEAR(got.val_losses[i].second, want.val_losses[i].second, 2e-5);
   }
   // It trains (over the usual 10 steps; a shorter run checks its first updates only).
-  if (want.losses.size() >= 10) EXPECT_LT(want.losses.back(), want.losses.front() - 0.5);
+  if (want.losses.size() >= 10) {
+    EXPECT_LT(want.losses.back(), want.losses.front() - 0.5);
+  }
 }
 
 void expect_same_moe_run(const train::TrainResult& got, const train::TrainResult& want) {

@@ -137,20 +137,29 @@ TEST(MoeTrainerMpi, TextSampleWithExpertParallelMatchesOneProcess) {
   EXPECT_EQ(samples(sharded), after);
 }
 
+const std::vector<std::string> kFloat8Experts = {"--quantize.grouped_mm.float8.fqns=experts",
+                                                 "--quantize.grouped_mm.float8.emulate=true"};
+
+// One process with float8 experts (emulated grouped GEMMs).
+const TrainResult& float8_reference(const fs::path& corpus) {
+  static const TrainResult r = [&] {
+    std::shared_ptr<ProcessGroup> self = world()->split(world()->rank(), 0);
+    return run(job(corpus, shared_dir("f8_reference") / std::to_string(world()->rank()), 8,
+                   kFloat8Experts),
+               self);
+  }();
+  return r;
+}
+
 // Float8 grouped GEMMs (emulated) scale each token by its own row and each expert by its own
 // tokens, which expert parallelism brings together on the expert's rank: EP trains as one process
 // with the same float8 experts.
 TEST(MoeTrainerMpi, Float8GroupedGemmsWithExpertParallelMatchOneProcess) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const int64_t w = world()->size();
-  const std::vector<std::string> float8 = {"--quantize.grouped_mm.float8.fqns=experts",
-                                           "--quantize.grouped_mm.float8.emulate=true"};
-  std::shared_ptr<ProcessGroup> self = world()->split(world()->rank(), 0);
-  const TrainResult want =
-      run(job(corpus, shared_dir("f8_reference") / std::to_string(world()->rank()), 8, float8),
-          self);
+  const TrainResult& want = float8_reference(corpus);
   EXPECT_NE(want.losses, reference(corpus).losses) << "float8 experts gave the f32 losses";
-  std::vector<std::string> extra = float8;
+  std::vector<std::string> extra = kFloat8Experts;
   extra.push_back("--parallelism.expert_parallel_degree=" + std::to_string(w));
   expect_same_run(run(job(corpus, shared_dir("f8_ep"), 8 / w, extra), world()), want);
 }
@@ -179,6 +188,15 @@ void expect_tensor_parallel_runs(const fs::path& corpus, const std::string& name
 TEST(MoeTrainerMpi, TensorParallelTimesExpertParallelMatchesOneProcess) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   expect_tensor_parallel_runs(corpus, "tp", reference(corpus), 0);
+}
+
+// Float8 experts under tensor parallelism: the experts are whole on each tp rank, which routes
+// its own share of the tokens; the weight gradients' per-(expert, feature) scales are reduced over
+// tp, so each expert is scaled over all its tokens and tp 2 (TP 2 x EP 2 on 4 ranks) trains as
+// one process with the same float8 experts.
+TEST(MoeTrainerMpi, Float8GroupedGemmsWithTensorParallelMatchOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  expect_tensor_parallel_runs(corpus, "f8_tp", float8_reference(corpus), 0, kFloat8Experts);
 }
 
 // The sequence-wise auxiliary loss under tensor parallelism: each tp rank routes a share of every

@@ -48,12 +48,6 @@ void validate_float8_grouped_mm(const JobConfig& config) {
           "tensor cores); set quantize.grouped_mm.float8.emulate = true to run the exact CPU "
           "reference (for tests and debugging)",
           "quantize.grouped_mm.float8.fqns", "training.device", "quantize.grouped_mm.float8.emulate");
-  // Under tp an expert weight sharded along its contracted dimension would scale each shard's
-  // rows by its own amax, not the whole row's.
-  require(config.parallelism.tensor_parallel_degree == 1, config,
-          "float8 grouped GEMMs with tensor parallelism are not built yet; set "
-          "parallelism.tensor_parallel_degree = 1 or quantize.grouped_mm.float8.fqns = []",
-          "quantize.grouped_mm.float8.fqns", "parallelism.tensor_parallel_degree");
 }
 
 // [quantize.linear.float8]. training.device = "auto" is checked once resolved, by the trainer.
