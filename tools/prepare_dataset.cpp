@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "data/dataset/text_corpus.h"
 #include "data/dataset/token_file.h"
 #include "data/tokenizer/bpe_tokenizer.h"
 #include "runtime/core/error.h"
@@ -176,35 +177,17 @@ class Encoder {
   int64_t pending_bytes_ = 0;
 };
 
-bool is_blank(const std::string& line) {
-  return line.find_first_not_of(" \t\r\f\v") == std::string::npos;
-}
-
 void read_text(const fs::path& path, bool whole_file, Encoder& enc) {
-  std::ifstream in(path, std::ios::binary);
-  MT_CHECK(in, "mt_prepare_dataset: cannot read ", path.string());
-  if (whole_file) {
-    std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const int64_t n = int64_t(doc.size());
-    if (!is_blank(doc)) enc.add(std::move(doc), n);
+  if (!whole_file) {
+    mt::data::for_each_text_document(
+        path, [&enc](std::string doc, int64_t bytes) { enc.add(std::move(doc), bytes); });
     return;
   }
-  std::string line, doc;
-  int64_t bytes = 0;
-  while (std::getline(in, line)) {
-    bytes += int64_t(line.size()) + 1;
-    if (is_blank(line)) {
-      if (!doc.empty()) {
-        enc.add(std::move(doc), bytes);
-        bytes = 0;
-      }
-      doc.clear();
-      continue;
-    }
-    doc += line;
-    if (!in.eof()) doc += '\n';  // keep the file's own newlines inside a paragraph
-  }
-  if (!doc.empty()) enc.add(std::move(doc), bytes);
+  std::ifstream in(path, std::ios::binary);
+  MT_CHECK(in, "mt_prepare_dataset: cannot read ", path.string());
+  std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const int64_t n = int64_t(doc.size());
+  if (!mt::data::is_blank_line(doc)) enc.add(std::move(doc), n);
 }
 
 void read_jsonl(const fs::path& path, Encoder& enc) {
@@ -215,7 +198,7 @@ void read_jsonl(const fs::path& path, Encoder& enc) {
   while (std::getline(in, line)) {
     ++line_no;
     const int64_t bytes = int64_t(line.size()) + 1;
-    if (is_blank(line)) {
+    if (mt::data::is_blank_line(line)) {
       enc.skip(bytes);
       continue;
     }
@@ -234,8 +217,6 @@ void read_jsonl(const fs::path& path, Encoder& enc) {
 int run(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
   if (args.threads > 0) omp_set_num_threads(args.threads);
-  const fs::path tokenizer_json =
-      fs::is_directory(args.tokenizer) ? args.tokenizer / "tokenizer.json" : args.tokenizer;
   const BpeTokenizer tok = BpeTokenizer::from_file(args.tokenizer);
   int64_t eos = -1;
   if (args.eos_id) {
@@ -246,9 +227,7 @@ int run(int argc, char** argv) {
              " defines no EOS token (tokenizer_config.json eos_token); pass --eos-id N");
     eos = *tok.eos_id();
   }
-  mt::data::TokenizerIdentity identity{fs::absolute(tokenizer_json).string(), tok.vocab_size(),
-                                       mt::data::tokenizer_file_hash(tokenizer_json),
-                                       tok.fingerprint()};
+  const mt::data::TokenizerIdentity identity = mt::data::tokenizer_identity(args.tokenizer, tok);
   int64_t total = 0;
   for (const auto& p : args.inputs) {
     std::error_code ec;

@@ -11,7 +11,7 @@
 //               text file (*.txt) is tokenized once into <dump_folder>/<name>.tokens.h5 (documents
 //               split at blank lines, as mt_prepare_dataset does by default) and reused while the
 //               tokenizer and the text are unchanged. A missing file is an error that says how to
-//               make one. With validation.enable, the last kValFraction of the windows are held
+//               make one (train/token_data.h). With validation.enable, the last kValFraction of the windows are held
 //               out.
 //   model       models::get_model_spec(model.name, model.flavor), vocab from the tokenizer,
 //               max_seq_len = training.seq_len, initialised from training.seed (float32).
@@ -282,13 +282,5 @@ class Trainer {
   std::string placement_text_;     // the launcher and one line per node, for the log
   mutable std::ostream null_log_{nullptr};  // discards (TrainerOptions::quiet)
 };
-
-// The token file that `dataset_path` stands for, making it from text if needed (see above).
-// Errors say how to make one with mt_prepare_dataset.
-std::filesystem::path resolve_token_file(const std::filesystem::path& dataset_path,
-                                         const data::BpeTokenizer& tokenizer,
-                                         const std::filesystem::path& tokenizer_path,
-                                         const std::filesystem::path& dump_folder,
-                                         std::ostream& log);
 
 }  // namespace mt::train

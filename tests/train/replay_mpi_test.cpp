@@ -325,9 +325,11 @@ TEST(Replay, PostsThePipelinesMessagesAndWaitsWhereTheStepWaited) {
         corpus, parallel::ReplayOptions::Allocation::Lazy, 1, &issued, compute, Run::Pipeline);
     expect_same_calls(issued, traced, 1);
     ASSERT_EQ(r.calls.size(), traced.size());
-    for (const parallel::ReplayedCall& c : r.calls)
-      if (c.collective == "irecv" || c.collective == "isend")
+    for (const parallel::ReplayedCall& c : r.calls) {
+      if (c.collective == "irecv" || c.collective == "isend") {
         EXPECT_GT(c.replayed_us, 0.0) << c.name;
+      }
+    }
     if (compute) {
       for (const parallel::ReplayedOp& op : r.ops) EXPECT_EQ(op.skipped, "") << op.name;
     }

@@ -36,6 +36,7 @@
 #include "tests/testing/shared_data.h"
 #include "tests/testing/trainer_fixtures.h"
 #include "train/config/load.h"
+#include "train/token_data.h"
 #include "train/trainer.h"
 
 namespace mt::train {
