@@ -94,10 +94,11 @@ int main(int argc, char** argv) {
       trainer.train();
     }
   } catch (const mt::Error& e) {
-    std::cerr << rank_prefix() << "error: " << e.what() << "\n";
+    // One write per message, so that the ranks' lines do not interleave.
+    std::cerr << (rank_prefix() + "error: " + e.what() + "\n") << std::flush;
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << rank_prefix() << "unexpected error: " << e.what() << "\n";
+    std::cerr << (rank_prefix() + "unexpected error: " + e.what() + "\n") << std::flush;
     return 1;
   }
   return 0;

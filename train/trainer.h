@@ -153,6 +153,13 @@ class Trainer {
   runtime::DType param_compute_dtype() const;
   // "selective, every 2 blocks (8 blocks recomputed in backward)": what the log says.
   std::string activation_checkpointing_text() const;
+  // The run's first log lines (job, model, data, steps, device, parallelism; trainer_header.cpp).
+  void log_run_header(std::ostream& out, int64_t tokens_per_step, double flops_per_token,
+                      const std::optional<double>& peak) const;
+  // Whether FSDP computes in bf16 (mixed precision), and the device's peak FLOP/s in that dtype
+  // that MFU is measured against (nullopt: unknown device).
+  bool computes_in_bf16() const;
+  std::optional<double> mfu_peak_flops() const;
   void setup_parallelism();         // FSDP over the data-parallel (and expert) meshes
   // pp > 1: builds this rank's stages (each alone, without values when sharded), parallelizes
   // them as setup_parallelism does, and the runner of the schedule (train/pipeline_setup.h).
