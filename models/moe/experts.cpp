@@ -56,11 +56,15 @@ Tensor GroupedExperts::run_local(const Tensor& x, const std::vector<int64_t>& co
       int64_t(counts.size()) == w1.size(0), "GroupedExperts: ", counts.size(),
       " expert counts for weights holding ", w1.size(0), " experts",
       dispatcher ? " (the dispatcher returned counts for another number of local experts)" : "");
-  const auto mm = [this, &counts](const Tensor& a, const Tensor& w) {
-    return float8 ? runtime::float8_grouped_mm(a, w, counts, float8_token_amax_reduce)
-                  : runtime::grouped_mm(a, w, counts);
-  };
-  return mm(runtime::swiglu(mm(x, w1), mm(x, w3)), w2);
+  if (float8) {  // w1 and w3 read x: one cast of it for both
+    const std::vector<Tensor> h =
+        runtime::float8_grouped_mm(x, {w1, w3}, counts, float8_token_amax_reduce);
+    return runtime::float8_grouped_mm(runtime::swiglu(h[0], h[1]), w2, counts,
+                                      float8_token_amax_reduce);
+  }
+  return runtime::grouped_mm(
+      runtime::swiglu(runtime::grouped_mm(x, w1, counts), runtime::grouped_mm(x, w3, counts)), w2,
+      counts);
 }
 
 Tensor GroupedExperts::operator()(const Tensor& x, const std::vector<int64_t>& counts) {

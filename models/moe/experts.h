@@ -15,7 +15,8 @@
 // local and counts must have one entry per weight row.
 //
 // Float8 ([quantize.grouped_mm.float8]): convert_experts_to_float8 marks GroupedExperts to run
-// their grouped GEMMs with runtime::float8_grouped_mm (torchao's rowwise recipe).
+// their grouped GEMMs with runtime::float8_grouped_mm (torchao's rowwise recipe), w1 and w3 in
+// one call that casts x once.
 #pragma once
 
 #include <cstdint>

@@ -42,4 +42,11 @@ std::optional<std::string> float8_grouped_mm_unsupported(Device device, int64_t 
 Tensor float8_grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& counts,
                          const Float8AmaxReduce& token_amax_reduce = nullptr);
 
+// Several weights [G, M_i, K] reading one x (a SwiGLU's w1 and w3): the same results, bit for
+// bit, as one call per weight, with x cast once for all of them (by token for the forward, per
+// (expert, feature) for the weight gradients, one token_amax_reduce call for it) -> y_i [N, M_i].
+std::vector<Tensor> float8_grouped_mm(const Tensor& x, const std::vector<Tensor>& weights,
+                                      const std::vector<int64_t>& counts,
+                                      const Float8AmaxReduce& token_amax_reduce = nullptr);
+
 }  // namespace mt::runtime

@@ -2,8 +2,9 @@
 // gradients are the per-expert products of operands cast rowwise along each GEMM's contracted
 // dimension (the weight gradient's scaled over each expert's own tokens), an expert's results do
 // not depend on the other experts' tokens, groups of any size are padded as on a GPU, the result
-// tracks the f32 grouped_mm, token shards whose amaxes are reduced (tensor parallelism) compute
-// one call's results, and bad operands are errors naming what is wrong.
+// tracks the f32 grouped_mm, weights reading one input share its casts, token shards whose
+// amaxes are reduced (tensor parallelism) compute one call's results, and bad operands are
+// errors naming what is wrong.
 #include "runtime/ops/float8_grouped.h"
 
 #include <gmock/gmock.h>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "runtime/core/profiler.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
 #include "runtime/ops/float8.h"
@@ -181,6 +183,67 @@ TEST(Float8GroupedMm, TokenShardsWithReducedAmaxesComputeOneCallsGradients) {
   // Each shard scaled over its own tokens: far from one call.
   const GroupedRun a_alone = run(xa, w, counts_a, ra), b_alone = run(xb, w, counts_b, rb);
   EXPECT_FALSE(all_close(add(a_alone.dw, b_alone.dw), whole.dw, 1e-2, 1e-2));
+}
+
+// Weights reading one x (a SwiGLU's w1 and w3) in one call: bit for bit the outputs and
+// gradients of one call per weight, with x cast once (by token, and per (expert, feature) for the
+// weight gradients: one token-amax reduce in the forward instead of one per weight), on groups
+// that need padding and groups that do not.
+TEST(Float8GroupedMm, WeightsReadingOneInputCastItOnceWithTheSameResults) {
+  for (const std::vector<int64_t>& counts :
+       {std::vector<int64_t>{16, 0, 32}, std::vector<int64_t>{5, 0, 27}}) {
+    SCOPED_TRACE(counts[0]);
+    const int64_t n = counts[0] + counts[2];
+    const Tensor x0 = randn_as({n, 32}, DType::F32, 15, "x");
+    const Tensor w1 = randn_as({3, 48, 32}, DType::F32, 16, "w1");
+    const Tensor w3 = randn_as({3, 16, 32}, DType::F32, 17, "w3");
+    const Tensor r1 = randn_as({n, 48}, DType::F32, 18, "r1");
+    const Tensor r3 = randn_as({n, 16}, DType::F32, 19, "r3");
+    struct Run {
+      std::vector<Tensor> values;  // y1, y3, dx, dw1, dw3
+      int64_t casts = 0, reduces = 0, forward_reduces = 0;
+    };
+    const auto run = [&](bool together) {
+      const Tensor x = x0.clone().set_requires_grad(true);
+      const Tensor a = w1.clone().set_requires_grad(true), b = w3.clone().set_requires_grad(true);
+      Run out;
+      const Float8AmaxReduce count = [&out](Tensor&) { ++out.reduces; };
+      Profiler::start(Device::cpu());
+      std::vector<Tensor> y;
+      if (together) {
+        y = float8_grouped_mm(x, {a, b}, counts, count);
+      } else {
+        y = {float8_grouped_mm(x, a, counts, count), float8_grouped_mm(x, b, counts, count)};
+      }
+      for (const ProfiledOp& op : Profiler::stop().ops)
+        out.casts += std::string(op.name) == "float8_rowwise_cast";
+      out.forward_reduces = out.reduces;
+      add(sum(mul(y[0], r1)), sum(mul(y[1], r3))).backward();
+      out.values = {y[0], y[1], x.grad(), a.grad(), b.grad()};
+      return out;
+    };
+    const Run separate = run(false), together = run(true);
+    for (size_t i = 0; i < separate.values.size(); ++i) {
+      EXPECT_EQ(together.values[i].to_vector<float>(), separate.values[i].to_vector<float>())
+          << "value " << i;
+    }
+    // Forward casts per call: x by token, W, W^T (for dx), x per (expert, feature) for each of
+    // the 2 experts with tokens; together, x's 3 casts are made once.
+    EXPECT_EQ(separate.casts, 2 * (3 + 2));
+    EXPECT_EQ(together.casts, separate.casts - 3);
+    EXPECT_EQ(separate.forward_reduces, 2);
+    EXPECT_EQ(together.forward_reduces, 1);
+    EXPECT_EQ(together.reduces, 3);  // and each weight's output gradient in backward
+  }
+  const Tensor x = randn_as({16, 32}, DType::F32, 20, "x");
+  EXPECT_THAT(error_of([&] {
+                float8_grouped_mm(x, {randn_as({2, 16, 32}, DType::F32, 21),
+                                      randn_as({3, 16, 32}, DType::F32, 22)},
+                                  {16, 0});
+              }),
+              HasSubstr("every weight with the same G"));
+  EXPECT_THAT(error_of([&] { float8_grouped_mm(x, std::vector<Tensor>{}, {16}); }),
+              HasSubstr("no weights"));
 }
 
 // Close to the f32 grouped_mm (e4m3 keeps 3 mantissa bits), in f32 and bf16.
