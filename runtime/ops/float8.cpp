@@ -203,72 +203,32 @@ std::optional<std::string> float8_linear_unsupported(Device device, int64_t in_f
   return features_unsupported(in_features, out_features);
 }
 
-namespace {
-
-// The rowwise recipe's y = x2 [tokens, in] @ weight^T, recorded for autograd (see the header).
-// reduce / split_dim: tensor parallelism's, for the operands whose contracted dim is split.
-Tensor float8_linear_rowwise(const Tensor& x, const Tensor& x2, const Tensor& weight,
-                             int64_t tokens, int64_t out, bool need_dx, bool need_dw,
-                             const Float8AmaxReduce& reduce, int64_t split_dim) {
-  constexpr Float8Format e4m3 = Float8Format::E4M3;
-  constexpr bool pow2 = true;  // torchao's rowwise recipe rounds its scales to powers of two
-  MT_CHECK(!registered_weight_codes(weight), "float8_linear: the rowwise recipe casts the weight ",
-           "per output feature, but FSDP gathered it as tensorwise codes (float8 all-gather is ",
-           "tensorwise only)");
-  MT_CHECK(!reduce || split_dim == 0 || split_dim == 1, "float8_linear: the rowwise recipe with ",
-           "reduced amaxes needs the weight's split dim (0 or 1), got ", split_dim);
-  const Float8AmaxReduce forward_reduce = split_dim == 1 ? reduce : nullptr;  // K = in, split
-  const Float8AmaxReduce dx_reduce = split_dim == 0 ? reduce : nullptr;       // K = out, split
-  const Tensor w = weight.detach();
-  const Float8Tensor xq = to_float8_rowwise(x2, e4m3, pow2, forward_reduce);
-  const Float8Tensor wq = to_float8_rowwise(w, e4m3, pow2, forward_reduce);
-  Tensor y = float8_mm(xq.codes, e4m3, xq.scale_inv, wq.codes, e4m3, wq.scale_inv, x.dtype(),
-                       /*fast_accum=*/true);
-  if (!need_dx && !need_dw) return y;
-  // Backward's operands along the other axis: x by input feature over the tokens (for dW), W by
-  // input feature over the outputs (for dx).
-  Float8Tensor xt, wt;
-  if (need_dw) xt = to_float8_rowwise(x2.transpose(0, 1), e4m3, pow2);
-  if (need_dx) wt = to_float8_rowwise(w.transpose(0, 1), e4m3, pow2, dx_reduce);
-  autograd::record(
-      "float8_linear", {x, weight}, {y},
-      [xt, wt, x_shape = x.shape(), dtype = x.dtype(), tokens, out,
-       dx_reduce](const autograd::BackwardArgs& args) -> std::vector<Tensor> {
-        const Tensor g = args.grad(0).reshape({tokens, out}).contiguous();
-        Tensor dx, dw;
-        if (args.needs(0)) {
-          const Float8Tensor gq = to_float8_rowwise(g, e4m3, pow2, dx_reduce);
-          dx = float8_mm(gq.codes, e4m3, gq.scale_inv, wt.codes, e4m3, wt.scale_inv, dtype,
-                         /*fast_accum=*/false)
-                   .reshape(x_shape);
-        }
-        if (args.needs(1)) {
-          const Float8Tensor gt = to_float8_rowwise(g.transpose(0, 1), e4m3, pow2);
-          dw = float8_mm(gt.codes, e4m3, gt.scale_inv, xt.codes, e4m3, xt.scale_inv, dtype,
-                         /*fast_accum=*/false);
-        }
-        return {dx, dw};
-      });
-  return y;
-}
-
-}  // namespace
-
-// The inputs cast in a Float8InputCastSharing scope, each with the view it was cast from.
+// The inputs cast in a Float8InputCastSharing scope, each with the view it was cast from and the
+// recipe it was cast for.
 struct Float8InputCastSharing::Memo {
   struct Entry {
     uint64_t storage = 0, version = 0;
     int64_t offset = 0;
     Shape shape, strides;
     DType dtype = DType::F32;
-    Float8Tensor cast;
+    Float8Recipe recipe = Float8Recipe::Tensorwise;
+    Float8Tensor cast;       // tensorwise: codes (and codes_t); rowwise: by row
+    Float8Tensor by_column;  // rowwise: the transpose cast by row, or undefined codes
   };
   std::vector<Entry> entries;
 
-  static bool same_view(const Entry& e, const Tensor& x) {
-    return e.storage == x.storage()->id() && e.version == x.version() &&
-           e.offset == x.offset() && e.shape == x.shape() && e.strides == x.strides() &&
-           e.dtype == x.dtype();
+  // The entry of x's view cast for `recipe`, or a new one.
+  Entry& of(const Tensor& x, Float8Recipe recipe) {
+    for (Entry& e : entries) {
+      if (e.storage == x.storage()->id() && e.version == x.version() && e.offset == x.offset() &&
+          e.shape == x.shape() && e.strides == x.strides() && e.dtype == x.dtype() &&
+          e.recipe == recipe) {
+        return e;
+      }
+    }
+    entries.push_back(
+        {x.storage()->id(), x.version(), x.offset(), x.shape(), x.strides(), x.dtype(), recipe});
+    return entries.back();
   }
 };
 
@@ -290,16 +250,80 @@ namespace {
 Float8Tensor cast_input(const Tensor& x2, bool transposed, const Float8AmaxReduce& reduce) {
   Float8InputCastSharing::Memo* memo = reduce ? nullptr : t_input_casts;
   if (memo == nullptr) return to_float8(x2, Float8Format::E4M3, true, transposed, reduce);
-  for (auto& e : memo->entries) {
-    if (!Float8InputCastSharing::Memo::same_view(e, x2)) continue;
-    if (transposed && !e.cast.codes_t.defined()) e.cast.codes_t = float8_transpose(e.cast.codes);
-    return e.cast;
+  Float8InputCastSharing::Memo::Entry& e = memo->of(x2, Float8Recipe::Tensorwise);
+  if (!e.cast.codes.defined()) {
+    e.cast = to_float8(x2, Float8Format::E4M3, true, transposed);
+  } else if (transposed && !e.cast.codes_t.defined()) {
+    e.cast.codes_t = float8_transpose(e.cast.codes);
   }
-  Float8InputCastSharing::Memo::Entry e{x2.storage()->id(), x2.version(), x2.offset(),
-                                        x2.shape(), x2.strides(), x2.dtype(),
-                                        to_float8(x2, Float8Format::E4M3, true, transposed)};
-  memo->entries.push_back(e);
   return e.cast;
+}
+
+// The rowwise recipe's casts of x2 [tokens, in] (e4m3, power-of-two scales): by token (the
+// forward's; reduced by `reduce` when given) and, when `by_column`, by input feature over the
+// tokens (the weight gradient's), shared within a Float8InputCastSharing scope when no amax
+// reduction applies.
+std::pair<Float8Tensor, Float8Tensor> cast_input_rowwise(const Tensor& x2, bool by_column,
+                                                         const Float8AmaxReduce& reduce) {
+  constexpr bool pow2 = true;  // torchao's rowwise recipe rounds its scales to powers of two
+  const auto column_cast = [&] {
+    return to_float8_rowwise(x2.transpose(0, 1), Float8Format::E4M3, pow2);
+  };
+  Float8InputCastSharing::Memo* memo = reduce ? nullptr : t_input_casts;
+  if (memo == nullptr) {
+    return {to_float8_rowwise(x2, Float8Format::E4M3, pow2, reduce),
+            by_column ? column_cast() : Float8Tensor()};
+  }
+  Float8InputCastSharing::Memo::Entry& e = memo->of(x2, Float8Recipe::Rowwise);
+  if (!e.cast.codes.defined()) e.cast = to_float8_rowwise(x2, Float8Format::E4M3, pow2);
+  if (by_column && !e.by_column.codes.defined()) e.by_column = column_cast();
+  return {e.cast, by_column ? e.by_column : Float8Tensor()};
+}
+
+// The rowwise recipe's y = x2 [tokens, in] @ weight^T, recorded for autograd (see the header).
+// reduce / split_dim: tensor parallelism's, for the operands whose contracted dim is split.
+Tensor float8_linear_rowwise(const Tensor& x, const Tensor& x2, const Tensor& weight,
+                             int64_t tokens, int64_t out, bool need_dx, bool need_dw,
+                             const Float8AmaxReduce& reduce, int64_t split_dim) {
+  constexpr Float8Format e4m3 = Float8Format::E4M3;
+  constexpr bool pow2 = true;  // torchao's rowwise recipe rounds its scales to powers of two
+  MT_CHECK(!registered_weight_codes(weight), "float8_linear: the rowwise recipe casts the weight ",
+           "per output feature, but FSDP gathered it as tensorwise codes (float8 all-gather is ",
+           "tensorwise only)");
+  MT_CHECK(!reduce || split_dim == 0 || split_dim == 1, "float8_linear: the rowwise recipe with ",
+           "reduced amaxes needs the weight's split dim (0 or 1), got ", split_dim);
+  const Float8AmaxReduce forward_reduce = split_dim == 1 ? reduce : nullptr;  // K = in, split
+  const Float8AmaxReduce dx_reduce = split_dim == 0 ? reduce : nullptr;       // K = out, split
+  const Tensor w = weight.detach();
+  // x by token (forward) and by input feature over the tokens (for dW), W by output feature.
+  const auto [xq, xt] = cast_input_rowwise(x2, need_dw, forward_reduce);
+  const Float8Tensor wq = to_float8_rowwise(w, e4m3, pow2, forward_reduce);
+  Tensor y = float8_mm(xq.codes, e4m3, xq.scale_inv, wq.codes, e4m3, wq.scale_inv, x.dtype(),
+                       /*fast_accum=*/true);
+  if (!need_dx && !need_dw) return y;
+  // W by input feature over the outputs (for dx).
+  Float8Tensor wt;
+  if (need_dx) wt = to_float8_rowwise(w.transpose(0, 1), e4m3, pow2, dx_reduce);
+  autograd::record(
+      "float8_linear", {x, weight}, {y},
+      [xt, wt, x_shape = x.shape(), dtype = x.dtype(), tokens, out,
+       dx_reduce](const autograd::BackwardArgs& args) -> std::vector<Tensor> {
+        const Tensor g = args.grad(0).reshape({tokens, out}).contiguous();
+        Tensor dx, dw;
+        if (args.needs(0)) {
+          const Float8Tensor gq = to_float8_rowwise(g, e4m3, pow2, dx_reduce);
+          dx = float8_mm(gq.codes, e4m3, gq.scale_inv, wt.codes, e4m3, wt.scale_inv, dtype,
+                         /*fast_accum=*/false)
+                   .reshape(x_shape);
+        }
+        if (args.needs(1)) {
+          const Float8Tensor gt = to_float8_rowwise(g.transpose(0, 1), e4m3, pow2);
+          dw = float8_mm(gt.codes, e4m3, gt.scale_inv, xt.codes, e4m3, xt.scale_inv, dtype,
+                         /*fast_accum=*/false);
+        }
+        return {dx, dw};
+      });
+  return y;
 }
 
 // The tensorwise recipe's y = x2 [tokens, in] @ weight^T, recorded for autograd (see the header).

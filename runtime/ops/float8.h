@@ -96,12 +96,13 @@ Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias =
                      Float8Recipe recipe = Float8Recipe::Tensorwise,
                      const Float8AmaxReduce& reduce_amax = nullptr, int64_t split_dim = -1);
 
-// Within this scope (on this thread), tensorwise float8_linear calls cast an input they share
-// once: a later call on the same tensor, unchanged (the same storage, version and view), reuses
-// the first call's FP8 codes and scale, which are what its own cast would make. For layers that
-// read one input: attention's q, k and v projections, the FFN's w1 and w3. Layers that reduce
-// their amaxes (tensor parallelism) cast on their own. Scopes nest; the codes are released at
-// the end of the scope (backward keeps what it needs).
+// Within this scope (on this thread), float8_linear calls cast an input they share once: a later
+// call of the same recipe on the same tensor, unchanged (the same storage, version and view),
+// reuses the first call's FP8 codes and scales, which are what its own casts would make
+// (tensorwise: the codes and their transpose; rowwise: by token, and by input feature for the
+// weight gradient). For layers that read one input: attention's q, k and v projections, the
+// FFN's w1 and w3. Casts whose amaxes a layer reduces (tensor parallelism) are the layer's own.
+// Scopes nest; the codes are released at the end of the scope (backward keeps what it needs).
 class Float8InputCastSharing {
  public:
   Float8InputCastSharing();

@@ -239,9 +239,10 @@ TEST(Float8Linear, ForwardAndGradientsAreTheScaledFp8Products) {
 }
 
 // Layers reading one input inside a Float8InputCastSharing scope (attention's q, k, v) cast it
-// once: their outputs and every gradient are bit for bit those of separate casts, with one amax
-// pass for the input instead of three. An input changed in place since is cast again, and layers
-// that reduce their amaxes (tensor parallelism) never share.
+// once, in either recipe: their outputs and every gradient are bit for bit those of separate
+// casts, with the input's casts made once instead of three times (tensorwise: one amax pass;
+// rowwise: by token and by input feature). An input changed in place since is cast again, and
+// casts a layer reduces (tensor parallelism) are never shared.
 TEST(Float8Linear, LayersSharingAnInputCastItOnceWithTheSameResults) {
   const Tensor x0 = randn_as({2, 16, 32}, DType::F32, 21, "x");
   std::vector<Tensor> w0, r;
@@ -252,57 +253,63 @@ TEST(Float8Linear, LayersSharingAnInputCastItOnceWithTheSameResults) {
   }
   struct Run {
     std::vector<Tensor> y, grads;  // the outputs; then dx and each dW
-    int64_t amax_passes = 0;       // in the forward
+    int64_t casts = 0;             // in the forward: amax passes (tensorwise), casts (rowwise)
   };
-  const auto run = [&](bool share) {
-    const Tensor x = x0.clone().set_requires_grad(true);
-    std::vector<Tensor> w;
-    for (const Tensor& t : w0) w.push_back(t.clone().set_requires_grad(true));
-    Run out;
-    Profiler::start(Device::cpu());
+  for (const Float8Recipe recipe : {Float8Recipe::Tensorwise, Float8Recipe::Rowwise}) {
+    const bool rowwise = recipe == Float8Recipe::Rowwise;
+    SCOPED_TRACE(rowwise ? "rowwise" : "tensorwise");
+    const auto run = [&](bool share) {
+      const Tensor x = x0.clone().set_requires_grad(true);
+      std::vector<Tensor> w;
+      for (const Tensor& t : w0) w.push_back(t.clone().set_requires_grad(true));
+      Run out;
+      Profiler::start(Device::cpu());
+      {
+        std::optional<Float8InputCastSharing> scope;
+        if (share) scope.emplace();
+        for (const Tensor& wi : w) out.y.push_back(float8_linear(x, wi, Tensor(), recipe));
+      }
+      for (const ProfiledOp& op : Profiler::stop().ops)
+        out.casts += std::string(op.name) == (rowwise ? "float8_rowwise_cast" : "float8_amax");
+      Tensor loss = sum(mul(out.y[0], r[0]));
+      for (size_t i = 1; i < 3; ++i) loss = add(loss, sum(mul(out.y[i], r[i])));
+      loss.backward();
+      out.grads.push_back(x.grad());
+      for (const Tensor& wi : w) out.grads.push_back(wi.grad());
+      return out;
+    };
+    const Run separate = run(false), shared = run(true);
+    // Per layer: tensorwise x and W; rowwise x, x^T, W and W^T. Shared: x's once.
+    EXPECT_EQ(separate.casts, rowwise ? 12 : 6);
+    EXPECT_EQ(shared.casts, rowwise ? 8 : 4);
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_EQ(shared.y[i].to_vector<float>(), separate.y[i].to_vector<float>()) << "y" << i;
+    for (size_t i = 0; i < 4; ++i)
+      EXPECT_EQ(shared.grads[i].to_vector<float>(), separate.grads[i].to_vector<float>()) << i;
+
+    // Changed in place between the calls: cast again, as without the scope.
+    const Tensor x = x0.clone();
+    Tensor y_changed;
     {
-      std::optional<Float8InputCastSharing> scope;
-      if (share) scope.emplace();
-      for (const Tensor& wi : w) out.y.push_back(float8_linear(x, wi));
+      Float8InputCastSharing scope;
+      (void)float8_linear(x, w0[0], Tensor(), recipe);
+      mul_(x, 2.0);
+      y_changed = float8_linear(x, w0[1], Tensor(), recipe);
     }
-    for (const ProfiledOp& op : Profiler::stop().ops)
-      out.amax_passes += std::string(op.name) == "float8_amax";
-    Tensor loss = sum(mul(out.y[0], r[0]));
-    for (size_t i = 1; i < 3; ++i) loss = add(loss, sum(mul(out.y[i], r[i])));
-    loss.backward();
-    out.grads.push_back(x.grad());
-    for (const Tensor& wi : w) out.grads.push_back(wi.grad());
-    return out;
-  };
-  const Run separate = run(false), shared = run(true);
-  EXPECT_EQ(separate.amax_passes, 6);  // x and W for each layer
-  EXPECT_EQ(shared.amax_passes, 4);    // x once, W for each layer
-  for (size_t i = 0; i < 3; ++i)
-    EXPECT_EQ(shared.y[i].to_vector<float>(), separate.y[i].to_vector<float>()) << "y" << i;
-  for (size_t i = 0; i < 4; ++i)
-    EXPECT_EQ(shared.grads[i].to_vector<float>(), separate.grads[i].to_vector<float>()) << i;
+    EXPECT_EQ(y_changed.to_vector<float>(),
+              float8_linear(mul(x0, 2.0), w0[1], Tensor(), recipe).to_vector<float>());
 
-  // Changed in place between the calls: cast again, as without the scope.
-  const Tensor x = x0.clone();
-  Tensor y_changed;
-  {
-    Float8InputCastSharing scope;
-    (void)float8_linear(x, w0[0]);
-    mul_(x, 2.0);
-    y_changed = float8_linear(x, w0[1]);
+    // A reduced amax belongs to its layer: every call casts (and reduces) its own (rowwise: a
+    // layer split along its input features reduces x's and W's row amaxes).
+    int64_t reductions = 0;
+    const Float8AmaxReduce count = [&](Tensor&) { ++reductions; };
+    {
+      Float8InputCastSharing scope;
+      (void)float8_linear(x0, w0[0], Tensor(), recipe, count, 1);
+      (void)float8_linear(x0, w0[1], Tensor(), recipe, count, 1);
+    }
+    EXPECT_EQ(reductions, 4);
   }
-  EXPECT_EQ(y_changed.to_vector<float>(),
-            float8_linear(mul(x0, 2.0), w0[1]).to_vector<float>());
-
-  // A reduced amax belongs to its layer: every call casts (and reduces) its own.
-  int64_t reductions = 0;
-  const Float8AmaxReduce count = [&](Tensor&) { ++reductions; };
-  {
-    Float8InputCastSharing scope;
-    (void)float8_linear(x0, w0[0], Tensor(), Float8Recipe::Tensorwise, count);
-    (void)float8_linear(x0, w0[1], Tensor(), Float8Recipe::Tensorwise, count);
-  }
-  EXPECT_EQ(reductions, 4);
 }
 
 // Rowwise scaling: each row its own scale, max / (its amax), rounded down to a power of two, so
