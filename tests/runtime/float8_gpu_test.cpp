@@ -232,6 +232,12 @@ TEST_F(Float8Gpu, GroupedMmAndItsGradientsMatchTheCpu) {
     expect_op_and_gradients_match_cpu({x, w}, r, [&](const std::vector<Tensor>& in) {
       return float8_grouped_mm(in[0], in[1], counts);
     });
+    // Two weights reading x in one call (x cast once), as the MoE experts run w1 and w3.
+    const Tensor w3 = rnd({4, 512, 256}, dtype, 24);
+    expect_op_and_gradients_match_cpu({x, w, w3}, r, [&](const std::vector<Tensor>& in) {
+      const std::vector<Tensor> y = float8_grouped_mm(in[0], {in[1], in[2]}, counts);
+      return add(y[0], y[1]);
+    });
   }
 }
 
