@@ -160,7 +160,9 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   MT_CHECK(fs::exists(tok_path), "train: model.tokenizer_path ", tok_path.string(),
            " does not exist (", config_.where("model.tokenizer_path"),
            "); train one with mt_train_tokenizer --input CORPUS --output DIR");
-  tokenizer_ = std::make_unique<data::BpeTokenizer>(data::BpeTokenizer::from_file(tok_path));
+  // Rank 0 notes what the tokenizer's file sets and minititan ignores (the log).
+  tokenizer_ =
+      std::make_unique<data::BpeTokenizer>(data::BpeTokenizer::from_file(tok_path, log()));
   check_step_fits_in_memory(config_, tokenizer_->vocab_size(), device_);  // model vocab >= it
 
   // Data.

@@ -106,8 +106,8 @@ BpeTokenizer::~BpeTokenizer() = default;
 BpeTokenizer::BpeTokenizer(BpeTokenizer&&) noexcept = default;
 BpeTokenizer& BpeTokenizer::operator=(BpeTokenizer&&) noexcept = default;
 
-BpeTokenizer BpeTokenizer::from_file(const std::filesystem::path& path) {
-  return BpeTokenizer(load_tokenizer_json(path));
+BpeTokenizer BpeTokenizer::from_file(const std::filesystem::path& path, std::ostream& notes) {
+  return BpeTokenizer(load_tokenizer_json(path, notes));
 }
 
 void BpeTokenizer::save(const std::filesystem::path& folder) const {

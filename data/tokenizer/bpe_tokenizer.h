@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <span>
@@ -34,8 +35,10 @@ class BpeTokenizer {
   BpeTokenizer(BpeTokenizer&&) noexcept;
   BpeTokenizer& operator=(BpeTokenizer&&) noexcept;
 
-  // A tokenizer.json file or the folder holding it (with tokenizer_config.json for BOS/EOS).
-  static BpeTokenizer from_file(const std::filesystem::path& path);
+  // A tokenizer.json file or the folder holding it (with tokenizer_config.json for BOS/EOS);
+  // what it ignores is noted on `notes` (load_tokenizer_json).
+  static BpeTokenizer from_file(const std::filesystem::path& path,
+                                std::ostream& notes = std::cerr);
   // Writes tokenizer.json and tokenizer_config.json into folder.
   void save(const std::filesystem::path& folder) const;
 

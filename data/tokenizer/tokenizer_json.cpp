@@ -191,9 +191,9 @@ std::string describe_ignored(const json& value, const char* detail_key) {
          (detail.is_string() ? detail.get<std::string>() : detail.dump());
 }
 
-// The truncation and padding settings, which minititan ignores, as one stderr line; once per
+// The truncation and padding settings, which minititan ignores, as one line on `notes`; once per
 // process and file (a process may load one file several times).
-void note_ignored_settings(const json& root, const fs::path& file) {
+void note_ignored_settings(const json& root, const fs::path& file, std::ostream& notes) {
   std::string ignored;
   for (const auto& [key, detail_key] :
        {std::pair{"truncation", "max_length"}, std::pair{"padding", "strategy"}}) {
@@ -211,14 +211,14 @@ void note_ignored_settings(const json& root, const fs::path& file) {
     std::lock_guard<std::mutex> lock(mutex);
     if (!noted.insert(ec ? file.string() : canonical.string()).second) return;
   }
-  std::cerr << ("tokenizer: " + file.string() + ": ignoring " + ignored +
-                ": minititan encodes whole documents\n")
-            << std::flush;
+  notes << ("tokenizer: " + file.string() + ": ignoring " + ignored +
+            ": minititan encodes whole documents\n")
+        << std::flush;
 }
 
 }  // namespace
 
-TokenizerSpec load_tokenizer_json(const fs::path& path) {
+TokenizerSpec load_tokenizer_json(const fs::path& path, std::ostream& notes) {
   const fs::path file = fs::is_directory(path) ? path / "tokenizer.json" : path;
   const std::string where = file.string();
   MT_CHECK(fs::exists(file), where, ": tokenizer file not found");
@@ -310,7 +310,7 @@ TokenizerSpec load_tokenizer_json(const fs::path& path) {
     spec.bos_token = config_token(config, "bos_token", config_file.string());
     spec.eos_token = config_token(config, "eos_token", config_file.string());
   }
-  note_ignored_settings(root, file);
+  note_ignored_settings(root, file, notes);
   return spec;
 }
 

@@ -17,14 +17,17 @@
 #pragma once
 
 #include <filesystem>
+#include <iostream>
 
 #include "data/tokenizer/tokenizer_spec.h"
 
 namespace mt::data {
 
 // Loads `path`: a tokenizer.json file, or a folder holding one. tokenizer_config.json is read
-// when it lies beside it. Errors (mt::Error) name the file and what is wrong.
-TokenizerSpec load_tokenizer_json(const std::filesystem::path& path);
+// when it lies beside it. Errors (mt::Error) name the file and what is wrong. Settings minititan
+// ignores (truncation, padding) are noted on `notes`, once per process and file.
+TokenizerSpec load_tokenizer_json(const std::filesystem::path& path,
+                                  std::ostream& notes = std::cerr);
 
 // Writes folder/tokenizer.json and folder/tokenizer_config.json (creating folder), in the format
 // Hugging Face `tokenizers` loads with Tokenizer.from_file. Merges are written as "a b" strings,

@@ -303,8 +303,10 @@ TEST(Trainer, ActivationCheckpointingAppliesAndKeepsTheLosses) {
   std::map<std::string, std::string> logs;
   for (const std::string mode : {"none", "full", "default", "op"}) {
     std::vector<std::string> flags = {"--training.steps=3", "--validation.enable=false"};
-    if (mode == "op") flags.push_back("--activation_checkpoint.selective_ac_option=op");
-    else if (mode != "default") flags.push_back("--activation_checkpoint.mode=" + mode);
+    if (mode == "op")
+      flags.push_back("--activation_checkpoint.selective_ac_option=op");
+    else if (mode != "default")
+      flags.push_back("--activation_checkpoint.mode=" + mode);
     runs[mode] = run_logged(tiny_config(corpus, temp_dir("ac_" + mode), flags), logs[mode]);
   }
   const int64_t blocks = 2;  // testing::shrink_llama
@@ -347,8 +349,7 @@ TEST(Trainer, Float8EmulatedOnTheCpuTracksHighPrecision) {
       flags.push_back("--quantize.linear.float8.emulate=true");
       flags.push_back("--quantize.linear.float8.recipe_name=" + recipe);
     }
-    const std::string name =
-        std::string(float8 ? "float8_" + recipe + "_" : "high_") + param_dtype;
+    const std::string name = std::string(float8 ? "float8_" + recipe + "_" : "high_") + param_dtype;
     return run_logged(tiny_config(corpus, temp_dir(name), flags), log);
   };
   std::string high_log, f8_log;
@@ -431,7 +432,8 @@ TEST(Trainer, Float8GroupedMmErrorsNameTheirKeys) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const config::JobConfig job = config::load_config(
       fs::path(), {"--training.device=auto", "--quantize.grouped_mm.float8.fqns=experts"});
-  const std::string device_msg = error_of([&] { check_float8_device(job, runtime::Device::cpu()); });
+  const std::string device_msg =
+      error_of([&] { check_float8_device(job, runtime::Device::cpu()); });
   EXPECT_NE(device_msg.find("set quantize.grouped_mm.float8.emulate = true"), std::string::npos)
       << device_msg;
   std::string log;
@@ -499,9 +501,9 @@ TEST(Trainer, UnknownConfigKeyIsAConfigError) {
 TEST(Trainer, NonFiniteStepsStopTheRunOrAreSkippedAsAllowed) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const fs::path dump = temp_dir("nonfinite");
-  const std::vector<std::string> huge_lr = {
-      "--optimizer.lr=2147483648", "--training.steps=8", "--validation.enable=false",
-      "--checkpoint.enable=true", "--checkpoint.interval=1", "--metrics.log_freq=1"};
+  const std::vector<std::string> huge_lr = {"--optimizer.lr=2147483648", "--training.steps=8",
+                                            "--validation.enable=false", "--checkpoint.enable=true",
+                                            "--checkpoint.interval=1",   "--metrics.log_freq=1"};
   std::string e;
   try {
     run(tiny_config(corpus, dump, huge_lr));
@@ -536,6 +538,29 @@ TEST(Trainer, NonFiniteStepsStopTheRunOrAreSkippedAsAllowed) {
                      ": the gradient norm is nan: skipped, no update (1 of 20 allowed"),
             std::string::npos)
       << log;
+}
+
+// What the tokenizer's file sets and minititan ignores (GPT-2's truncation) is noted in the run's
+// log, which rank 0 alone writes, not on every rank's stderr. A copy of the tokenizer: a path new
+// to this process, which notes each file once.
+TEST(Trainer, TheTokenizersIgnoredSettingsAreNotedInTheLog) {
+  REQUIRE_SHARED_FILE(gpt2, "gpt2");
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const fs::path dir = temp_dir("ignored_settings");
+  fs::create_directories(dir / "tok");
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(gpt2 / f, dir / "tok" / f);
+  std::string log;
+  ::testing::internal::CaptureStderr();
+  run_logged(tiny_config(corpus, dir / "run",
+                         {"--model.tokenizer_path=" + (dir / "tok").string(), "--training.steps=1",
+                          "--training.local_batch_size=2", "--validation.enable=false"}),
+             log);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  const std::string note = "tokenizer: " + (dir / "tok" / "tokenizer.json").string() +
+                           ": ignoring \"truncation\" (max_length 50)";
+  EXPECT_NE(log.find(note), std::string::npos) << log;
+  EXPECT_EQ(err.find("ignoring"), std::string::npos) << err;
 }
 
 // Binary data is not trained on as text: random bytes named data.h5 (not HDF5) or data.txt.
