@@ -31,10 +31,10 @@ std::string prepare_hint(const fs::path& dataset_path, const fs::path& tokenizer
 void check_token_file_tokenizer(const data::TokenFileInfo& info, const data::BpeTokenizer& tok,
                                 const fs::path& tokenizer_path) {
   const std::string fp = tok.fingerprint();
-  const bool same =
-      !info.tokenizer.fingerprint.empty()
-          ? info.tokenizer.fingerprint == fp
-          : info.tokenizer.hash == data::tokenizer_file_hash(data::tokenizer_json_path(tokenizer_path));
+  const bool same = !info.tokenizer.fingerprint.empty()
+                        ? info.tokenizer.fingerprint == fp
+                        : info.tokenizer.hash ==
+                              data::tokenizer_file_hash(data::tokenizer_json_path(tokenizer_path));
   MT_CHECK(same, "train: the token file ", info.path.string(), " was made with the tokenizer ",
            info.tokenizer.path, " (vocab ", info.tokenizer.vocab_size,
            "), not with model.tokenizer_path = ", tokenizer_path.string(), " (vocab ",
@@ -60,9 +60,9 @@ void check_looks_like_text(const fs::path& path) {
     nul += d.cp == 0;
     pos += size_t(d.length);
   }
-  MT_CHECK(nul == 0 && invalid * 20 <= head.size(), "train: training.dataset_path ",
-           path.string(), " does not look like text: of its first ", head.size(), " bytes, ",
-           invalid, " are not UTF-8 and ", nul,
+  MT_CHECK(nul == 0 && invalid * 20 <= head.size(), "train: training.dataset_path ", path.string(),
+           " does not look like text: of its first ", head.size(), " bytes, ", invalid,
+           " are not UTF-8 and ", nul,
            " are NUL; give a UTF-8 text or JSON-lines file, or a token file made by "
            "mt_prepare_dataset");
 }
@@ -75,9 +75,8 @@ void tokenize_text_file(const fs::path& text, const data::BpeTokenizer& tok,
            "; use mt_prepare_dataset --eos-id N");
   fs::create_directories(out.parent_path());
   data::TokenFileWriter writer(out, data::tokenizer_identity(tokenizer_path, tok), *tok.eos_id());
-  data::for_each_text_document(text, [&](std::string doc, int64_t) {
-    writer.add_document(tok.encode_ordinary(doc));
-  });
+  data::for_each_text_document(
+      text, [&](std::string doc, int64_t) { writer.add_document(tok.encode_ordinary(doc)); });
   writer.finish();
 }
 
@@ -124,6 +123,5 @@ fs::path resolve_token_file(const fs::path& dataset_path, const data::BpeTokeniz
   tokenize_text_file(dataset_path, tokenizer, tokenizer_path, cache);
   return cache;
 }
-
 
 }  // namespace mt::train

@@ -11,8 +11,8 @@
 //               text file (*.txt) is tokenized once into <dump_folder>/<name>.tokens.h5 (documents
 //               split at blank lines, as mt_prepare_dataset does by default) and reused while the
 //               tokenizer and the text are unchanged. A missing file is an error that says how to
-//               make one (train/token_data.h). With validation.enable, the last kValFraction of the windows are held
-//               out.
+//               make one (train/token_data.h). With validation.enable, the last kValFraction of
+//               the windows are held out.
 //   model       models::get_model_spec(model.name, model.flavor), vocab from the tokenizer,
 //               max_seq_len = training.seq_len, initialised from training.seed (float32).
 //   optimizer   [optimizer] (AdamW or SGD) and the warmup-stable-decay [lr_scheduler].

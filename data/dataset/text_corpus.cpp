@@ -39,7 +39,8 @@ fs::path tokenizer_json_path(const fs::path& tokenizer_path) {
   return fs::is_directory(tokenizer_path) ? tokenizer_path / "tokenizer.json" : tokenizer_path;
 }
 
-TokenizerIdentity tokenizer_identity(const fs::path& tokenizer_path, const BpeTokenizer& tokenizer) {
+TokenizerIdentity tokenizer_identity(const fs::path& tokenizer_path,
+                                     const BpeTokenizer& tokenizer) {
   const fs::path json = tokenizer_json_path(tokenizer_path);
   return {fs::absolute(json).string(), tokenizer.vocab_size(), tokenizer_file_hash(json),
           tokenizer.fingerprint()};

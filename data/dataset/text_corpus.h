@@ -19,8 +19,9 @@ bool is_blank_line(const std::string& line);
 // Calls on_document(text, bytes) for each document of the text file at `path`, in order: bytes
 // counts the file's bytes read since the previous call (for progress). A file that cannot be
 // opened is an error naming it.
-void for_each_text_document(const std::filesystem::path& path,
-                            const std::function<void(std::string text, int64_t bytes)>& on_document);
+void for_each_text_document(
+    const std::filesystem::path& path,
+    const std::function<void(std::string text, int64_t bytes)>& on_document);
 
 // The tokenizer.json a tokenizer path names (the file itself, or the one in a directory).
 std::filesystem::path tokenizer_json_path(const std::filesystem::path& tokenizer_path);

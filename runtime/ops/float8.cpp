@@ -111,8 +111,9 @@ Tensor float8_row_amax(const Tensor& x) {
 Float8Tensor to_float8_rowwise_with_amax(const Tensor& x, Float8Format format, bool power_of_2,
                                          const Tensor& row_amax) {
   check_rowwise_input(x, __func__);
-  MT_CHECK(!row_amax.defined() || (row_amax.dtype() == DType::F32 && row_amax.numel() == x.size(0) &&
-                                   row_amax.is_contiguous() && row_amax.device() == x.device()),
+  MT_CHECK(!row_amax.defined() ||
+               (row_amax.dtype() == DType::F32 && row_amax.numel() == x.size(0) &&
+                row_amax.is_contiguous() && row_amax.device() == x.device()),
            "to_float8_rowwise: expected ", x.size(0), " contiguous f32 row amaxes on ", x.device(),
            ", got ", row_amax.shape());
   Float8Tensor r;

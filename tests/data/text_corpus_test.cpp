@@ -22,9 +22,8 @@ namespace fs = std::filesystem;
 
 std::vector<std::pair<std::string, int64_t>> documents_of(const fs::path& file) {
   std::vector<std::pair<std::string, int64_t>> docs;
-  for_each_text_document(file, [&](std::string text, int64_t bytes) {
-    docs.emplace_back(std::move(text), bytes);
-  });
+  for_each_text_document(
+      file, [&](std::string text, int64_t bytes) { docs.emplace_back(std::move(text), bytes); });
   return docs;
 }
 

@@ -48,8 +48,8 @@ struct GroupedRun {
 };
 
 // y = float8_grouped_mm(x, w, counts, reduce), backpropagated from sum(y * r).
-GroupedRun run(const Tensor& x, const Tensor& w, const std::vector<int64_t>& counts, const Tensor& r,
-               const Float8AmaxReduce& reduce = nullptr) {
+GroupedRun run(const Tensor& x, const Tensor& w, const std::vector<int64_t>& counts,
+               const Tensor& r, const Float8AmaxReduce& reduce = nullptr) {
   const Tensor xl = x.detach().set_requires_grad(true);
   const Tensor wl = w.detach().set_requires_grad(true);
   const Tensor y = float8_grouped_mm(xl, wl, counts, reduce);
