@@ -227,9 +227,15 @@ struct Float8InputCastSharing::Memo {
         return e;
       }
     }
-    entries.push_back(
-        {x.storage()->id(), x.version(), x.offset(), x.shape(), x.strides(), x.dtype(), recipe});
-    return entries.back();
+    Entry& e = entries.emplace_back();
+    e.storage = x.storage()->id();
+    e.version = x.version();
+    e.offset = x.offset();
+    e.shape = x.shape();
+    e.strides = x.strides();
+    e.dtype = x.dtype();
+    e.recipe = recipe;
+    return e;
   }
 };
 
