@@ -7,7 +7,6 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <tuple>
 
 #include "runtime/core/error.h"
@@ -126,9 +125,15 @@ SafetensorsMetadata parse_metadata(const Json& j, const std::string& where) {
   return out;
 }
 
+// model-NNNNN-of-NNNNN.safetensors, N a digit.
 bool is_shard_name(const std::string& name) {
-  static const std::regex shard(R"(model-\d{5}-of-\d{5}\.safetensors)");
-  return std::regex_match(name, shard);
+  const std::string pattern = "model-#####-of-#####.safetensors";
+  if (name.size() != pattern.size()) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const bool digit = name[i] >= '0' && name[i] <= '9';
+    if (pattern[i] == '#' ? !digit : name[i] != pattern[i]) return false;
+  }
+  return true;
 }
 
 // Removes what a previous export left in `folder` (save_pretrained does the same).

@@ -186,7 +186,8 @@ TEST(Safetensors, RewritingAFolderLeavesNoStaleWeights) {
   const fs::path m = scratch / "m";
   fs::create_directories(m);
   std::ofstream(m / "config.json") << "{}";
-  std::ofstream(m / "model-1-of-2.safetensors.bak") << "x";  // not our name: kept
+  std::ofstream(m / "model-1-of-2.safetensors.bak") << "x";  // not our names: kept
+  std::ofstream(m / "model-0000x-of-00003.safetensors") << "x";
   const NamedTensors big = {{"a", random_bits({300}, DType::F32, 1)},
                             {"b", random_bits({300}, DType::F32, 2)},
                             {"c", random_bits({300}, DType::F32, 3)}};
@@ -196,8 +197,8 @@ TEST(Safetensors, RewritingAFolderLeavesNoStaleWeights) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(m)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"config.json", "model-1-of-2.safetensors.bak",
-                                             "model.safetensors"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"config.json", "model-0000x-of-00003.safetensors",
+                                             "model-1-of-2.safetensors.bak", "model.safetensors"}));
   expect_same_tensors(read_safetensors_folder(m), small);
   // And back to shards: model.safetensors goes.
   write_safetensors_folder(m, big, 1200);
