@@ -10,13 +10,13 @@
 // writes one Chrome trace of step S (default: the last traced) with a process per rank and a
 // track per group (default path: DUMP_FOLDER/comm/trace-step-S.json).
 #include "parallel/comm/comm_report.h"
+#include "parallel/comm/comm_trace.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <regex>
 
 #include "runtime/core/error.h"
 #include "tools/flags.h"
@@ -36,13 +36,12 @@ std::vector<RankTrace> read_traces(const fs::path& dir) {
   MT_CHECK(fs::is_directory(dir), "mt_comm_report: no ", dir.string(),
            " (run train with --comm.trace true; this is <dump_folder>/comm)");
   std::vector<RankTrace> ranks;
-  const std::regex name(R"(rank-(\d+)\.jsonl)");
   for (const auto& entry : fs::directory_iterator(dir)) {
-    std::smatch m;
-    const std::string file = entry.path().filename().string();
-    if (!std::regex_match(file, m, name)) continue;
+    const std::optional<int> rank =
+        parallel::rank_of_file_name(entry.path().filename().string(), ".jsonl");
+    if (!rank) continue;
     RankTrace t;
-    t.rank = std::stoi(m[1]);
+    t.rank = *rank;
     std::ifstream in(entry.path());
     std::string line;
     for (int64_t n = 1; std::getline(in, line); ++n) {

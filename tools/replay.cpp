@@ -12,11 +12,11 @@
 // every output (equal for both allocations); with --all also the kernels' times per name and the
 // kernels it could not re-run, with why. --no-overlap runs every async call synchronously where
 // it was issued: what the step would take if those overlapped nothing.
+#include "parallel/comm/comm_trace.h"
 #include "parallel/comm/replay.h"
 
 #include <filesystem>
 #include <iostream>
-#include <regex>
 
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/core/error.h"
@@ -29,14 +29,15 @@ namespace fs = std::filesystem;
 
 std::vector<std::string> trace_files(const std::vector<std::string>& args) {
   std::vector<std::string> files;
-  const std::regex name(R"(rank-\d+\.json)");
   for (const std::string& a : args) {
     if (!fs::is_directory(a)) {
       files.push_back(a);
       continue;
     }
     for (const auto& e : fs::directory_iterator(a))
-      if (std::regex_match(e.path().filename().string(), name)) files.push_back(e.path().string());
+      if (parallel::rank_of_file_name(e.path().filename().string(), ".json")) {
+        files.push_back(e.path().string());
+      }
   }
   MT_CHECK(!files.empty(), "mt_replay: no trace files (rank-<R>.json) in the arguments");
   return files;

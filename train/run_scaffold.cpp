@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "parallel/comm/comm_trace.h"
 #include "parallel/comm/execution_trace.h"
 #include "parallel/comm/process_group.h"
 #include "runtime/core/profiler.h"
@@ -68,7 +69,7 @@ RunScaffold::RunScaffold(const config::JobConfig& config, const TrainerOptions& 
   if (config_.comm.trace) {  // every rank writes its own records
     const fs::path dir = dump / "comm";
     fs::create_directories(dir);
-    const fs::path file = dir / ("rank-" + std::to_string(world_.rank()) + ".jsonl");
+    const fs::path file = dir / parallel::rank_file_name(world_.rank(), ".jsonl");
     comm_file_ = std::make_unique<std::ofstream>(file, std::ios::app);
     MT_CHECK(comm_file_->good(), "[comm] trace: cannot write ", file.string());
     parallel::CommTrace::start();
@@ -130,7 +131,7 @@ void RunScaffold::profile_end(int64_t step) {
     fs::create_directories(dir);
     parallel::write_execution_trace(
         parallel::make_execution_trace(report, collectives, world_.rank(), world_.size(), step),
-        (dir / ("rank-" + std::to_string(world_.rank()) + ".json")).string());
+        (dir / parallel::rank_file_name(world_.rank(), ".json")).string());
     out_ << "  execution trace: " << dir.string() << " (mt_replay replays it)\n";
   }
   if (write_files_) {

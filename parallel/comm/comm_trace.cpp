@@ -271,4 +271,23 @@ ScopedCommPurpose::~ScopedCommPurpose() { t_purpose = std::move(previous_); }
 
 const std::string& ScopedCommPurpose::current() { return t_purpose; }
 
+std::string rank_file_name(int rank, std::string_view extension) {
+  return "rank-" + std::to_string(rank) + std::string(extension);
+}
+
+std::optional<int> rank_of_file_name(const std::string& name, std::string_view extension) {
+  constexpr std::string_view prefix = "rank-";
+  if (name.size() <= prefix.size() + extension.size() || !name.starts_with(prefix) ||
+      !name.ends_with(extension)) {
+    return std::nullopt;
+  }
+  const std::string digits =
+      name.substr(prefix.size(), name.size() - prefix.size() - extension.size());
+  if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(),
+                                        [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  return std::stoi(digits);
+}
+
 }  // namespace mt::parallel

@@ -22,7 +22,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "parallel/comm/bandwidth.h"
@@ -96,6 +98,11 @@ struct CommTraceLine {
 };
 // Reads a line written by either; throws mt::Error naming `where` on anything else.
 CommTraceLine parse_comm_trace_line(const std::string& line, const std::string& where);
+
+// Each rank's trace file: rank-<R><extension> (".jsonl": these records; ".json": an execution
+// trace), and the rank a file name gives (nullopt for any other name).
+std::string rank_file_name(int rank, std::string_view extension);
+std::optional<int> rank_of_file_name(const std::string& name, std::string_view extension);
 
 class CommTrace {
  public:

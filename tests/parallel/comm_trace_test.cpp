@@ -271,5 +271,16 @@ TEST(ExecutionTrace, PostedMessagesHaveAWaitNodeAfterThem) {
   EXPECT_EQ(back.nodes[2].collective.tag, 9);
 }
 
+// Each rank's trace file is rank-<R><extension>; only such names give a rank back.
+TEST(CommTrace, RankFileNamesRoundTrip) {
+  EXPECT_EQ(rank_file_name(12, ".jsonl"), "rank-12.jsonl");
+  EXPECT_EQ(rank_of_file_name(rank_file_name(12, ".jsonl"), ".jsonl"), 12);
+  EXPECT_EQ(rank_of_file_name("rank-0.json", ".json"), 0);
+  for (const char* other : {"rank-.json", "rank-1.jsonl", "rank-1a.json", "rank--1.json",
+                            "xrank-1.json", "rank-1.json.bak", "rank-12345678901.json"}) {
+    EXPECT_EQ(rank_of_file_name(other, ".json"), std::nullopt) << other;
+  }
+}
+
 }  // namespace
 }  // namespace mt::parallel
