@@ -184,7 +184,8 @@ TEST(TrainerContextParallelMpi, MoeMatchesOneProcess) {
 
 // The MoE's sequence-wise auxiliary loss: each rank's share of a sequence counts the whole
 // sequence's routing (summed over the cp ranks) and weights its own tokens' scores, so the
-// shares add up to one process's loss; with a pipeline too (each stage's layers add theirs).
+// shares add up to one process's loss; with a pipeline too (each stage's layers add theirs), and
+// with tensor parallelism (each tp rank routes a share of the cp rank's tokens).
 TEST(TrainerContextParallelMpi, MoeSequenceAuxLossMatchesOneProcess) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const auto with_aux_loss = [](std::any& a) {
@@ -213,6 +214,12 @@ TEST(TrainerContextParallelMpi, MoeSequenceAuxLossMatchesOneProcess) {
                             // the dense block and the first MoE block, then the second
                             "--parallelism.pipeline_parallel_split_points=layers.2"})),
             world(), with_aux_loss));
+    // Each cp rank's share of a sequence split again over tp: the counts add up over both.
+    runs.emplace_back("cp 2 x TP 2",
+                      run(job(corpus, shared_dir("moe_aux_cp_tp"), 8,
+                              cp_args(2, {moe[0], moe[1], moe[2],
+                                          "--parallelism.tensor_parallel_degree=2"})),
+                          world(), with_aux_loss));
   }
   for (const auto& [name, got] : runs) {
     SCOPED_TRACE(name);
