@@ -10,7 +10,6 @@
 // writes one Chrome trace of step S (default: the last traced) with a process per rank and a
 // track per group (default path: DUMP_FOLDER/comm/trace-step-S.json).
 #include "parallel/comm/comm_report.h"
-#include "parallel/comm/comm_trace.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -18,6 +17,7 @@
 #include <iostream>
 #include <map>
 
+#include "parallel/comm/comm_trace.h"
 #include "runtime/core/error.h"
 #include "tools/flags.h"
 

@@ -12,12 +12,12 @@
 // every output (equal for both allocations); with --all also the kernels' times per name and the
 // kernels it could not re-run, with why. --no-overlap runs every async call synchronously where
 // it was issued: what the step would take if those overlapped nothing.
-#include "parallel/comm/comm_trace.h"
 #include "parallel/comm/replay.h"
 
 #include <filesystem>
 #include <iostream>
 
+#include "parallel/comm/comm_trace.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/core/error.h"
 #include "tools/flags.h"
