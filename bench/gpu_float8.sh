@@ -6,7 +6,8 @@
 # and the debug model's loss curves in f32, bf16 and float8 (float8_loss_curve.sh, DEVICE=cuda).
 # Here: bash bench/gpu_bundle.sh, and torchao's wheel in .whl/ (bench/gpu_llama_bench.sh says
 # how); there (carry [".device", ".whl"]): bash bench/gpu_float8.sh "$OUT"
-# Environment: MODES (PyTorch rows, default "compile_float8"; add compile for bf16 compile),
+# Environment: MODES (PyTorch rows, default "compile_float8"; add compile for bf16 compile; ""
+# for none),
 # WARMUP (10), STEPS (20), LOSS_STEPS (300; 0 skips the loss curves).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +27,7 @@ grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/float8_gpu_test.txt" | sort -u
 timeout 60 .device/bin/gpu_kernels_bench --float8-only >"$out/float8_kernels.txt" 2>&1
 echo "gpu_kernels_bench --float8-only rc=$?"
 
-BENCH_DIR=/tmp/llama MT_FLOAT8=1 MT_FLOAT8_ROWWISE=1 MODES=${MODES:-compile_float8} WARMUP=${WARMUP:-10} \
+BENCH_DIR=/tmp/llama MT_FLOAT8=1 MT_FLOAT8_ROWWISE=1 MODES=${MODES-compile_float8} WARMUP=${WARMUP:-10} \
   STEPS=${STEPS:-20} MT_TIMEOUT=120 COMPILE_TIMEOUT=200 bash bench/gpu_llama_bench.sh \
   >"$out/llama.txt" 2>&1
 echo "gpu_llama_bench rc=$?"

@@ -13,17 +13,17 @@
 # PyTorch runs time their steps back to back and read the loss once, after the last. LOG_FREQ=1
 # makes minititan wait for every step.
 #
-# Environment (defaults): BATCH (4), SEQ (2048), WARMUP (10 untimed steps), STEPS (20 timed),
-# TRAIN (.device/bin/train), PYTHON (python3, with torch >= 2.0, numpy, h5py), BENCH_DIR
-# (out/gpu_llama_bench), MODES ("eager compile"), and time limits in seconds per run: MT_TIMEOUT
-# (240), EAGER_TIMEOUT (120), COMPILE_TIMEOUT (240, each compile* mode); MT_BASELINE (0; 1: a
-# second minititan row that waits for every step and runs deterministic kernels); MT_FLOAT8 (0; 1:
-# a row "minititan float8", dump folder BENCH_DIR/minititan_float8, trained with
-# --quantize.linear.float8.enable=true: the tensorwise recipe, filter_fqns ["output"]; its MFU is
-# the one `train` reports, meant in bf16 FLOPs against the bf16 peak as torchtitan counts;
-# MT_FLOAT8_ROWWISE=1 adds a row "minititan float8 rowwise", the same with recipe_name = rowwise);
-# TRAIN_ARGS and TORCH_ARGS: more flags for `train` (e.g. --activation_checkpoint.mode=full) and
-# for gpu_llama_bench.py (every mode).
+# Environment (defaults): BATCH (4), SEQ (2048), WARMUP (10 untimed steps), STEPS (20 timed), TRAIN
+# (.device/bin/train), PYTHON (python3, with torch >= 2.0, numpy, h5py), BENCH_DIR
+# (out/gpu_llama_bench), MODES ("eager compile"; MODES="" runs minititan's rows alone), and time
+# limits in seconds per run: MT_TIMEOUT (240), EAGER_TIMEOUT (120), COMPILE_TIMEOUT (240, each
+# compile* mode); MT_BASELINE (0; 1: a second minititan row that waits for every step and runs
+# deterministic kernels); MT_FLOAT8 (0; 1: a row "minititan float8", dump folder
+# BENCH_DIR/minititan_float8, trained with --quantize.linear.float8.enable=true: the tensorwise
+# recipe, filter_fqns ["output"]; its MFU is the one `train` reports, meant in bf16 FLOPs against
+# the bf16 peak as torchtitan counts; MT_FLOAT8_ROWWISE=1 adds a row "minititan float8 rowwise", the
+# same with recipe_name = rowwise); TRAIN_ARGS and TORCH_ARGS: more flags for `train` (e.g.
+# --activation_checkpoint.mode=full) and for gpu_llama_bench.py (every mode).
 # MODES may also name eager_float8 and compile_float8: the PyTorch model with torchao's
 # convert_to_float8_training (tensorwise, the output projection left in bf16), rows "pytorch eager
 # float8" and "pytorch compile float8", MFU in bf16 FLOPs like the others. torchao is not on the
@@ -42,7 +42,7 @@ cd "$(dirname "$0")/.."
 BATCH=${BATCH:-4} SEQ=${SEQ:-2048} WARMUP=${WARMUP:-10} STEPS=${STEPS:-20}
 TRAIN=${TRAIN:-.device/bin/train} PYTHON=${PYTHON:-python3}
 BENCH_DIR=${BENCH_DIR:-out/gpu_llama_bench}  # removed and made again; not $OUT, which it leaves be
-MODES=${MODES:-eager compile}
+MODES=${MODES-eager compile}  # set but empty: no PyTorch rows
 gcd() { local a=$1 b=$2; while [ "$b" -ne 0 ]; do set -- "$b" $((a % b)); a=$1 b=$2; done; echo "$a"; }
 LOG_FREQ=${LOG_FREQ:-$(gcd "$WARMUP" "$STEPS")}
 shape=(--preset 1b --batch "$BATCH" --seq "$SEQ" --warmup "$WARMUP" --steps "$STEPS" ${TORCH_ARGS:-})
