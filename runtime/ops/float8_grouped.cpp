@@ -131,7 +131,7 @@ std::vector<Tensor> grouped_aligned(const Tensor& x, const std::vector<Tensor>& 
     }
   }
   std::vector<Float8Tensor> xt;
-  if (autograd::any_requires_grad(std::vector<Tensor>(weights.begin(), weights.end()))) {
+  if (autograd::any_requires_grad(weights)) {
     xt = jagged_transposed(x.detach(), counts, token_amax_reduce);
   }
   autograd::record(
