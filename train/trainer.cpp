@@ -139,6 +139,7 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
       // the ranks of a stage (dp, cp and tp: those ranks route different tokens).
       loss_world_ = host->flatten({"pp", "dp", "cp"}, "pp_dp")->group_ptr(0);
       stage_world_ = host->flatten({"dp", "cp", "tp"}, "stage")->group_ptr(0);
+      host_pp_group_ = host->group_ptr(0);
     }
   } else {
     dp_world_ = world_;
@@ -369,11 +370,6 @@ void Trainer::setup_parallelism() {
 }
 
 void Trainer::build_pipeline(const PipelinePlan& plan, const models::BuildOptions& build) {
-  // NCCL's point-to-point would need grouped sends and receives to pair the stages' crossing
-  // messages (MPI's posted isend/irecv do that on the CPU).
-  MT_CHECK(device_.is_cpu(), "train: pipeline parallelism runs on the CPU only for now (training."
-           "device = ", config_.training.device, " resolved to ", device_,
-           "); set parallelism.pipeline_parallel_degree = 1 on GPUs");
   namespace pipe = parallel::pipeline;
   const bool shards = shards_parameters();
   const int64_t pp_rank = rank() / (world_size() / pp_);  // pp is the outermost mesh dimension
@@ -398,8 +394,11 @@ void Trainer::build_pipeline(const PipelinePlan& plan, const models::BuildOption
   }
   if (shards) {
     setup_parallelism();
-  } else {  // the stages' ranks alone: only the pp group (CPU, checked above)
-    pp_group_ = parallel::DeviceMesh::create(world_, {pp_, world_size() / pp_}, {"pp", "dp_shard"})
+  } else {  // the stages' ranks alone (pp = the world): only the pp group
+    const auto world = device_.is_cpu() ? world_
+                                        : std::shared_ptr<parallel::ProcessGroup>(
+                                              parallel::make_nccl_process_group(world_));
+    pp_group_ = parallel::DeviceMesh::create(world, {pp_, world_size() / pp_}, {"pp", "dp_shard"})
                     ->group_ptr(0);
   }
   for (const auto& stage : stage_modules_) {
@@ -666,7 +665,7 @@ std::map<std::string, double> Trainer::after_optimizer_step() {
   // from the layers' values of all stages.
   std::map<std::string, double> metrics;
   for (const std::string& text :
-       parallel::all_gather_strings(*pp_group_, mine.str(), "train.model_metrics")) {
+       parallel::all_gather_strings(*host_pp_group_, mine.str(), "train.model_metrics")) {
     std::istringstream lines(text);
     std::string name;
     double value = 0;

@@ -266,8 +266,9 @@ class Trainer {
   // checkpoints), the schedule's runner, and the current batch's labels per micro-batch.
   int64_t pp_ = 1;
   std::shared_ptr<parallel::ProcessGroup> pp_group_;
-  // On the host: the ranks of one tp coordinate (the losses' sum), and of one stage (pp > 1).
-  std::shared_ptr<parallel::ProcessGroup> loss_world_, stage_world_;
+  // On the host: the ranks of one tp coordinate (the losses' sum), of one stage, and this rank's
+  // pp ranks (pp > 1).
+  std::shared_ptr<parallel::ProcessGroup> loss_world_, stage_world_, host_pp_group_;
   std::vector<std::shared_ptr<runtime::nn::Module>> stage_modules_;
   std::unique_ptr<parallel::pipeline::PipelineRunner> pipeline_;
   std::vector<runtime::Tensor> pipeline_labels_;

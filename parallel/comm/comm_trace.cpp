@@ -107,6 +107,7 @@ std::string comm_record_json(const CommRecord& r, int64_t step, int rank) {
                       {"start_us", r.start_us},
                       {"end_us", r.end_us},
                       {"waited_us", r.waited_us},
+                      {"device_timed", r.device_timed},
                       {"algbw", r.algbw()},
                       {"busbw", r.busbw()}};
   if (r.collective == "all_to_all_single") {
@@ -179,6 +180,7 @@ CommTraceLine parse_comm_trace_line(const std::string& line, const std::string& 
     j.at("start_us").get_to(r.start_us);
     j.at("end_us").get_to(r.end_us);
     if (schema >= 2) j.at("waited_us").get_to(r.waited_us);
+    if (schema >= 3) j.at("device_timed").get_to(r.device_timed);
   } catch (const nlohmann::json::exception& e) {
     MT_FAIL(where, ": not a communication trace record (", e.what(), ")");
   }
@@ -211,6 +213,14 @@ std::vector<CommRecord> CommTrace::take() {
   {
     std::lock_guard lock(g_mutex);
     out.swap(g_records);
+  }
+  for (CommRecord& r : out) {
+    if (!r.device_times) continue;
+    if (const auto times = r.device_times->wall_us()) {
+      std::tie(r.start_us, r.end_us) = *times;
+      r.device_timed = true;
+    }
+    r.device_times.reset();
   }
   std::sort(out.begin(), out.end(),
             [](const CommRecord& a, const CommRecord& b) { return a.issue < b.issue; });

@@ -16,23 +16,41 @@
 // that finish while that thread computes cost nothing there. On a GPU (NCCL) a call only queues
 // on the communication stream and Work::wait() orders streams, so this counts host time only.
 //
+// Device times: a backend whose calls run on a device stream (NCCL) times each traced call with
+// device events around it (DeviceTimes); take() replaces the record's start_us / end_us with
+// those times, waiting for the call to have run, and marks it device_timed. Its bandwidth is then
+// the transfer's on the device, not the time the host took to queue it.
+//
 // Records are JSON lines (schema `kCommTraceSchema`, documented in docs/comm_traces.md); times
 // are microseconds since the Unix epoch, so the ranks of one node line up (ranks on several nodes
 // as well as their clocks agree).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "parallel/comm/bandwidth.h"
 
 namespace mt::parallel {
 
-// 2: posted isend / irecv records and their waited_us; schema 1 records still read.
-inline constexpr int kCommTraceSchema = 2;
+// 2: posted isend / irecv records and their waited_us; 3: device_timed. Older records still read.
+inline constexpr int kCommTraceSchema = 3;
+
+// A backend's timing of one call on its device (NCCL: CUDA events around the call on the
+// communication stream).
+class DeviceTimes {
+ public:
+  virtual ~DeviceTimes() = default;
+  // When the call started and ended on the device, in wall-clock microseconds since the epoch;
+  // waits until it has ended. nullopt when the device could not time it (e.g. the call failed
+  // before it was queued).
+  virtual std::optional<std::pair<double, double>> wall_us() const = 0;
+};
 
 struct CommRecord {
   int64_t issue = 0;         // the call's place among this process's calls (issue order)
@@ -60,6 +78,9 @@ struct CommRecord {
   double start_us = 0, end_us = 0;  // when it ran (the same clock; later than issued when queued)
   double waited_us = 0;  // isend/irecv and async calls: when the caller first waited for it (0:
                          // never did, or is_completed() saw it done first)
+  bool device_timed = false;  // start_us / end_us are device times (see above), not the host's
+  // Not in the JSON lines: the device's timing, until take() resolves it into start/end_us.
+  std::shared_ptr<const DeviceTimes> device_times;
   // Not in the JSON lines: how many kernels the profiler had recorded on the issuing (waiting)
   // thread when the call was issued (first waited for), which places it exactly among them in an
   // execution trace; -1 where the profiler was not recording on that thread.
@@ -111,7 +132,8 @@ class CommTrace {
   static void start();
   static void stop();  // drops what was not taken
   static bool active();
-  // The records finished since the last take, in issue order.
+  // The records finished since the last take, in issue order; device-timed ones carry their
+  // device times (this waits until those calls have run on the device).
   static std::vector<CommRecord> take();
   // Seconds the tracing thread spent blocked in collectives since the last take.
   static double take_exposed_seconds();

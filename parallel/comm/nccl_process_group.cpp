@@ -78,11 +78,47 @@ cudaStream_t shared_nccl_stream(int device) {
   return s;
 }
 
+// A device event whose wall-clock time the host noted (it waited for the event, then read the
+// clock): timing events of the same device are read against it. Renewed every 10 s, so the float
+// milliseconds of cudaEventElapsedTime stay finer than a microsecond and the two clocks cannot
+// drift far apart.
+struct Anchor {
+  cudaEvent_t event = nullptr;
+  double wall_us = 0;
+  std::chrono::steady_clock::time_point taken;
+  Anchor() = default;
+  Anchor(const Anchor&) = delete;
+  Anchor& operator=(const Anchor&) = delete;
+  ~Anchor() { (void)cudaEventDestroy(event); }
+};
+
+std::shared_ptr<const Anchor> anchor_for(int device) {
+  static std::mutex mutex;
+  static std::map<int, std::shared_ptr<const Anchor>> anchors;
+  static std::map<int, cudaStream_t> streams;  // idle streams: their events complete at once
+  std::lock_guard lock(mutex);
+  std::shared_ptr<const Anchor>& anchor = anchors[device];
+  const auto now = std::chrono::steady_clock::now();
+  if (anchor && now - anchor->taken < std::chrono::seconds(10)) return anchor;
+  cudaStream_t& stream = streams[device];
+  if (stream == nullptr) MT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  auto fresh = std::make_shared<Anchor>();
+  MT_CUDA_CHECK(cudaEventCreate(&fresh->event));
+  MT_CUDA_CHECK(cudaEventRecord(fresh->event, stream));
+  MT_CUDA_CHECK(cudaEventSynchronize(fresh->event));
+  fresh->wall_us = wall_clock_us();
+  fresh->taken = now;
+  anchor = fresh;
+  return anchor;
+}
+
 }  // namespace
 
 struct NcclProcessGroup::Event {
   cudaEvent_t event = nullptr;
-  Event() { MT_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
+  explicit Event(bool timing = false) {
+    MT_CUDA_CHECK(cudaEventCreateWithFlags(&event, timing ? cudaEventDefault : cudaEventDisableTiming));
+  }
   ~Event() { (void)cudaEventDestroy(event); }
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
@@ -94,6 +130,30 @@ struct NcclProcessGroup::Event {
     if (s == cudaErrorNotReady) (void)cudaGetLastError();
     return s;
   }
+};
+
+class NcclProcessGroup::CallTimes : public DeviceTimes {
+ public:
+  CallTimes(std::shared_ptr<const Anchor> anchor, std::shared_ptr<Event> start,
+            std::shared_ptr<Event> end)
+      : anchor_(std::move(anchor)), start_(std::move(start)), end_(std::move(end)) {}
+
+  std::optional<std::pair<double, double>> wall_us() const override {
+    float to_start = 0, to_end = 0;
+    // An end never recorded (the call failed before it was queued) fails the elapsed time.
+    if (cudaEventSynchronize(end_->event) != cudaSuccess ||
+        cudaEventElapsedTime(&to_start, anchor_->event, start_->event) != cudaSuccess ||
+        cudaEventElapsedTime(&to_end, anchor_->event, end_->event) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: clear it for the next launch check
+      return std::nullopt;
+    }
+    return std::pair{anchor_->wall_us + 1e3 * double(to_start),
+                     anchor_->wall_us + 1e3 * double(to_end)};
+  }
+
+ private:
+  std::shared_ptr<const Anchor> anchor_;
+  std::shared_ptr<Event> start_, end_;
 };
 
 class NcclProcessGroup::HostCallWatch {
@@ -209,6 +269,7 @@ void NcclProcessGroup::check(ncclResult_t result, const char* what) const {
 std::unique_ptr<ProcessGroup> NcclProcessGroup::split(int color, int key) {
   MT_CHECK(color >= 0, "split on group ", name_, ": color must be >= 0, got ", color);
   std::lock_guard call(call_mutex_);
+  MT_CHECK(!batch_, "split on group ", name_, " while a batch_isend_irecv is being posted");
   ncclComm_t child = nullptr;
   {
     HostCallWatch host(*this, detail::concat("split (ncclCommSplit, color ", color, ")"),
@@ -233,22 +294,33 @@ Work NcclProcessGroup::dispatch(const char* collective, std::packaged_task<void(
   for (const Tensor& t : tensors) {
     if (t.storage()->has_memory()) cuda::record_stream(t, stream_);
   }
+  std::shared_ptr<Event> timed_end;  // while tracing: recorded after the call
+  if (CommTrace::active()) {
+    auto start = std::make_shared<Event>(/*timing=*/true);
+    MT_CUDA_CHECK(cudaEventRecord(start->event, stream_));
+    if (batch_ && !batch_->timed_end) batch_->timed_end = std::make_shared<Event>(true);
+    timed_end = batch_ ? batch_->timed_end : std::make_shared<Event>(true);
+    running_times_ = std::make_shared<CallTimes>(anchor_for(device_), start, timed_end);
+  }
   {
     cuda::StreamGuard guard(stream_);  // staging copies and conversions too
     HostCallWatch host(*this, collective, /*is_collective=*/true);
-    task();
+    task();  // its record takes running_times_
   }
+  running_times_.reset();
   result.get();  // argument and NCCL errors of the call surface here
+  if (timed_end && !batch_) MT_CUDA_CHECK(cudaEventRecord(timed_end->event, stream_));
+  if (batch_) {
+    // Queued in the group: it runs when the group ends, which records the batch's event.
+    MT_CHECK(async_op, collective, " on group ", name_,
+             ": only posted messages (isend, irecv) can be part of a batch_isend_irecv");
+    batch_->last_call = last_collective();
+    return event_work(batch_->done);
+  }
   auto done = std::make_shared<Event>();
   MT_CUDA_CHECK(cudaEventRecord(done->event, stream_));
   watch({last_collective(), collective_timeout(), done});
-  Work work([done] { MT_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(), done->event, 0)); },
-            [done] {
-              const cudaError_t s = done->status();
-              if (s == cudaErrorNotReady) return false;
-              MT_CUDA_CHECK(s);
-              return true;
-            });
+  Work work = event_work(done);
   if (async_op) return work;
   work.wait();
   if (std::strcmp(collective, "barrier") == 0) {
@@ -256,6 +328,46 @@ Work NcclProcessGroup::dispatch(const char* collective, std::packaged_task<void(
     while (!work.is_completed()) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   return Work();
+}
+
+std::shared_ptr<const DeviceTimes> NcclProcessGroup::device_times_of_running_call() const {
+  return running_times_;
+}
+
+Work NcclProcessGroup::event_work(std::shared_ptr<Event> done) {
+  return Work([done] { MT_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(), done->event, 0)); },
+              [done] {
+                const cudaError_t s = done->status();
+                if (s == cudaErrorNotReady) return false;
+                MT_CUDA_CHECK(s);
+                return true;
+              });
+}
+
+void NcclProcessGroup::begin_point_to_point_batch() {
+  std::unique_lock call(call_mutex_);  // held until end_point_to_point_batch
+  MT_CHECK(!batch_, "batch_isend_irecv on group ", name_, ": a batch is already being posted");
+  check(ncclGroupStart(), "batch_isend_irecv (ncclGroupStart)");
+  batch_.emplace(Batch{std::make_shared<Event>(), nullptr, std::nullopt});
+  call.release();
+}
+
+void NcclProcessGroup::end_point_to_point_batch() {
+  std::unique_lock call(call_mutex_, std::adopt_lock);  // locked since begin
+  MT_CHECK(batch_, "batch_isend_irecv on group ", name_, ": no batch is being posted");
+  const Batch batch = *std::move(batch_);
+  batch_.reset();
+  ncclResult_t r = ncclSuccess;
+  {
+    // The group launches here; the first messages between two ranks also connect them, which
+    // waits for the peer.
+    HostCallWatch host(*this, "batch_isend_irecv (ncclGroupEnd)", /*is_collective=*/false);
+    r = ncclGroupEnd();
+  }
+  check(r, "batch_isend_irecv (ncclGroupEnd)");
+  if (batch.timed_end) MT_CUDA_CHECK(cudaEventRecord(batch.timed_end->event, stream_));
+  MT_CUDA_CHECK(cudaEventRecord(batch.done->event, stream_));
+  if (batch.last_call) watch({*batch.last_call, collective_timeout(), batch.done});
 }
 
 void NcclProcessGroup::watch(Pending pending) {

@@ -17,6 +17,8 @@
 //   Every tensor a call touches is marked with cuda::record_stream for the NCCL stream.
 // - Reductions: bf16/f16 accumulate in f32 (the frontend's staging, as for MPI); Avg is ncclAvg.
 //   Tags of send/recv are not NCCL concepts: messages between two ranks match in issue order.
+//   batch_isend_irecv runs its messages as one NCCL group (ncclGroupStart/End) with one "done"
+//   event; the thread posting a batch holds the communicator until the group ends.
 //   all_to_all_single does not compare split sizes across ranks (that would cost a host
 //   synchronisation): mismatched splits hang until the collective timeout.
 // - Timeouts: a watchdog thread per group polls the "done" events of the calls in flight; a call
@@ -27,7 +29,11 @@
 //   block the host while they wait for every rank (ncclCommInitRank, ncclCommSplit, the connection
 //   set-up inside a communicator's first collectives) are timed too, from when the host entered
 //   them, and end the job the same way.
-// - stats().seconds counts the host time to queue a call, not the time it ran on the GPU.
+// - stats().seconds counts the host time to queue a call, not the time it ran on the GPU. While
+//   CommTrace is on, each call is also timed on the GPU (timing events before and after it on the
+//   NCCL stream, read against an anchor event whose wall-clock time the host noted, renewed every
+//   10 s): its trace record holds those times (comm_trace.h, device_timed), to within the host's
+//   wait for the anchor (microseconds).
 #pragma once
 
 #include <memory>
@@ -87,9 +93,13 @@ class NcclProcessGroup : public ProcessGroup {
                      const std::vector<int64_t>& in_counts) override;
   void do_send(const Tensor& buf, int dst, int tag) override;
   void do_recv(const Tensor& buf, int src, int tag) override;
+  void begin_point_to_point_batch() override;
+  void end_point_to_point_batch() override;
+  std::shared_ptr<const DeviceTimes> device_times_of_running_call() const override;
 
  private:
-  struct Event;  // a CUDA event, destroyed with the last reference
+  struct Event;      // a CUDA event, destroyed with the last reference
+  class CallTimes;   // a traced call's timing events (DeviceTimes)
   // A call in flight, watched for its timeout.
   struct Pending {
     CollectiveRecord call;
@@ -106,17 +116,31 @@ class NcclProcessGroup : public ProcessGroup {
   };
   class HostCallWatch;  // RAII: host_call_ for the scope of one NCCL call
 
+  // A batch_isend_irecv being posted: its calls share one "done" event, recorded on the NCCL
+  // stream when the group ends.
+  struct Batch {
+    std::shared_ptr<Event> done;
+    std::shared_ptr<Event> timed_end;  // while tracing: the calls' end, recorded with `done`
+    std::optional<CollectiveRecord> last_call;  // watched for the batch's timeout
+  };
+
   NcclProcessGroup(ncclComm_t comm, std::string name);
   void check(ncclResult_t result, const char* what) const;
   void watch(Pending pending);
   void start_watchdog();  // with watch_mutex_ held
   void watchdog_loop();
   [[noreturn]] void end_job(const std::string& message);
+  // The Work of a call whose completion is `done` (the caller's stream waits for it).
+  static Work event_work(std::shared_ptr<Event> done);
 
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t ready_ = nullptr;  // recorded on the caller's stream before each call
-  std::mutex call_mutex_;        // one call at a time queues on the communicator
+  // One call at a time queues on the communicator; a batch holds it from begin to end (its calls
+  // lock it again on the same thread).
+  std::recursive_mutex call_mutex_;
+  std::optional<Batch> batch_;  // guarded by call_mutex_
+  std::shared_ptr<CallTimes> running_times_;  // the traced call being queued (call_mutex_)
   int device_ = 0;
   int rank_ = 0;
   int size_ = 1;

@@ -285,12 +285,22 @@ Work ProcessGroup::recv(const Tensor& tensor, int src, int tag, const std::strin
   });
 }
 
-Work ProcessGroup::isend(const Tensor& tensor, int dst, int tag, const std::string& name) {
-  check_tensor(tensor, "tensor", "isend", *this);
-  check_peer(dst, "dst", "isend", *this);
-  MT_CHECK(tag >= 0, where("isend", *this), ": tag must be >= 0, got ", tag);
-  MT_CHECK(tensor.is_contiguous(), where("isend", *this), ": the tensor must be contiguous, got ",
+namespace {
+
+// The arguments of an isend / irecv (`peer_name`: "dst" or "src").
+void check_posted(const Tensor& tensor, int peer, int tag, const char* collective,
+                  const char* peer_name, const ProcessGroup& g) {
+  check_tensor(tensor, "tensor", collective, g);
+  check_peer(peer, peer_name, collective, g);
+  MT_CHECK(tag >= 0, where(collective, g), ": tag must be >= 0, got ", tag);
+  MT_CHECK(tensor.is_contiguous(), where(collective, g), ": the tensor must be contiguous, got ",
            "shape ", tensor.shape(), " with strides ", tensor.strides());
+}
+
+}  // namespace
+
+Work ProcessGroup::isend(const Tensor& tensor, int dst, int tag, const std::string& name) {
+  check_posted(tensor, dst, tag, "isend", "dst", *this);
   Tensor t = tensor.detach();
   std::optional<Work> posted = post_send(t, dst, tag);
   if (!posted) return send(t, dst, tag, name, /*async_op=*/true);
@@ -301,11 +311,7 @@ Work ProcessGroup::isend(const Tensor& tensor, int dst, int tag, const std::stri
 }
 
 Work ProcessGroup::irecv(const Tensor& tensor, int src, int tag, const std::string& name) {
-  check_tensor(tensor, "tensor", "irecv", *this);
-  check_peer(src, "src", "irecv", *this);
-  MT_CHECK(tag >= 0, where("irecv", *this), ": tag must be >= 0, got ", tag);
-  MT_CHECK(tensor.is_contiguous(), where("irecv", *this), ": the tensor must be contiguous, got ",
-           "shape ", tensor.shape(), " with strides ", tensor.strides());
+  check_posted(tensor, src, tag, "irecv", "src", *this);
   Tensor t = tensor.detach();
   std::optional<Work> posted = post_recv(t, src, tag);
   if (!posted) return recv(t, src, tag, name, /*async_op=*/true);
@@ -313,6 +319,31 @@ Work ProcessGroup::irecv(const Tensor& tensor, int src, int tag, const std::stri
   call.peer = src;
   call.tag = tag;
   return track_posted("irecv", std::move(call), *std::move(posted));
+}
+
+std::vector<Work> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) {
+  for (const P2POp& op : ops) {
+    const bool send = op.kind == P2POp::Kind::Send;
+    check_posted(op.tensor, op.peer, op.tag, send ? "isend" : "irecv", send ? "dst" : "src",
+                 *this);
+  }
+  std::vector<Work> works;
+  if (ops.empty()) return works;
+  begin_point_to_point_batch();
+  try {
+    for (const P2POp& op : ops) {
+      works.push_back(op.kind == P2POp::Kind::Send ? isend(op.tensor, op.peer, op.tag, op.name)
+                                                   : irecv(op.tensor, op.peer, op.tag, op.name));
+    }
+  } catch (...) {
+    try {
+      end_point_to_point_batch();
+    } catch (...) {  // the posting error is the one to report
+    }
+    throw;
+  }
+  end_point_to_point_batch();
+  return works;
 }
 
 std::optional<Work> ProcessGroup::post_send(const Tensor&, int, int) { return std::nullopt; }
@@ -455,6 +486,7 @@ Work ProcessGroup::submit(const char* collective, CommRecord call, bool async_op
         }
         if (traced) {
           call.end_us = wall_clock_us();
+          call.device_times = group->device_times_of_running_call();
           CommTrace::add(std::move(call));
         }
       }

@@ -141,6 +141,22 @@ class ProcessGroup {
   // send/recv with async_op, on its communication thread.
   Work isend(const Tensor& tensor, int dst, int tag, const std::string& name);
   Work irecv(const Tensor& tensor, int src, int tag, const std::string& name);
+  // Posts several messages together (torch.distributed.batch_isend_irecv) and returns one Work
+  // per op, in order; every op is checked before any is posted. Where point-to-point runs on a
+  // stream in issue order (NCCL), the batch is one group (ncclGroupStart/End): its messages
+  // progress together, so messages that cross (two ranks each sending to the other) pair up
+  // instead of waiting on each other. Such a backend matches messages between two ranks in issue
+  // order, not by tag: the ranks must post matching batches, the messages between each pair in
+  // the same order. Elsewhere (MPI) it is isend / irecv per op.
+  struct P2POp {
+    enum class Kind { Send, Recv };
+    Kind kind = Kind::Send;
+    Tensor tensor;  // contiguous; unchanged (send) or unread (recv) until its Work completes
+    int peer = -1;  // dst of a send, src of a receive
+    int tag = 0;
+    std::string name;
+  };
+  std::vector<Work> batch_isend_irecv(const std::vector<P2POp>& ops);
 
   std::map<std::string, CommStats> stats() const;  // keyed by call name
   void reset_stats();
@@ -173,7 +189,16 @@ class ProcessGroup {
   // and test); nullopt: this backend cannot (the default), and isend/irecv fall back.
   virtual std::optional<Work> post_send(const Tensor& buf, int dst, int tag);
   virtual std::optional<Work> post_recv(const Tensor& buf, int src, int tag);
+  // Bracket the isend / irecv calls of one batch_isend_irecv (NCCL: a group); end runs also when
+  // posting an op threw. Nothing by default.
+  virtual void begin_point_to_point_batch() {}
+  virtual void end_point_to_point_batch() {}
 
+  // While CommTrace is on: the device timing of the call whose task runs now on this thread (a
+  // stream-ordered backend times its calls on the device); nullptr by default.
+  virtual std::shared_ptr<const DeviceTimes> device_times_of_running_call() const {
+    return nullptr;
+  }
   // True when do_all_reduce / do_reduce_scatter take ReduceOp::Avg themselves (NCCL's ncclAvg).
   virtual bool backend_reduces_avg() const { return false; }
   // Runs one call: `task` stages the buffers, calls the do_* primitive and copies back, and keeps

@@ -36,6 +36,7 @@ struct PipelineRunner::Inflight {
   std::map<Key, Tensor> outputs;         // a forward's output (the loss on the last stage)
   std::map<Key, Tensor> aux_terms;       // a forward's auxiliary loss term (not on the last stage)
   std::map<Key, runtime::autograd::DeferredBackward> weight_work;  // BackwardInput's rest
+  std::map<StageMessage, Tensor> outgoing;  // produced, to be sent in its round
   std::vector<Work> sends;
   Tensor loss_sum;
   // Evaluation (forward_only): no autograd, nothing kept for a backward, this loss.
@@ -67,6 +68,12 @@ PipelineRunner::PipelineRunner(PipelineSchedule schedule, std::shared_ptr<Proces
   MT_CHECK(tags <= std::numeric_limits<int>::max(), "PipelineRunner: ", schedule_.microbatches,
            " micro-batches x ", schedule_.num_stages(), " stages need more message tags than ",
            "an int holds");
+  rounds_ = message_rounds(schedule_).at(size_t(rank));
+  PipelineSchedule forwards = schedule_;
+  for (auto& actions : forwards.ranks) {
+    std::erase_if(actions, [](const Action& a) { return a.kind != ActionKind::Forward; });
+  }
+  forward_rounds_ = message_rounds(forwards).at(size_t(rank));
 }
 
 PipelineRunner::~PipelineRunner() = default;
@@ -87,21 +94,42 @@ int PipelineRunner::tag(int64_t stage, int64_t microbatch, bool gradient) const 
   return int((microbatch * schedule_.num_stages() + stage) * 2 + (gradient ? 1 : 0));
 }
 
-void PipelineRunner::post_receive(const Action& action, Inflight& state) {
-  const int64_t s = action.stage, m = action.microbatch;
-  const int64_t last = schedule_.num_stages() - 1;
-  const bool forward = action.kind == ActionKind::Forward;
-  const bool backward =
-      action.kind == ActionKind::Backward || action.kind == ActionKind::BackwardInput;
-  if ((forward && s == 0) || (backward && s == last) || (!forward && !backward)) return;
-  const int64_t peer = stage_rank(forward ? s - 1 : s + 1, schedule_.pp);
-  if (peer == group_->rank()) return;  // handed over in memory by the producing action
-  auto& slot = forward ? state.inputs[{s, m}] : state.output_grads[{s, m}];
-  if (slot.posted || slot.buf.defined()) return;
-  slot.buf = Tensor::empty(hidden_shape_, hidden_options_);
-  slot.work = group_->irecv(slot.buf, int(peer), tag(s, m, !forward),
-                            forward ? "pipeline.recv_activation" : "pipeline.recv_gradient");
-  slot.posted = true;
+void PipelineRunner::post_round(const MessageRound& round, Inflight& state) {
+  const int rank = group_->rank();
+  std::vector<ProcessGroup::P2POp> ops;
+  std::vector<Incoming*> receives;  // per op: the slot a receive fills (nullptr for a send)
+  for (const StageMessage& m : round.messages) {
+    const int64_t to = m.to_stage();
+    const int t = tag(to, m.microbatch, m.gradient);
+    if (stage_rank(m.from_stage, schedule_.pp) == rank) {
+      auto it = state.outgoing.find(m);
+      MT_CHECK(it != state.outgoing.end(), "PipelineRunner: the round at time ", round.time,
+               " sends stage ", m.from_stage, "'s ", m.gradient ? "input gradient" : "output",
+               " of micro-batch ", m.microbatch, " before it was computed");
+      ops.push_back({ProcessGroup::P2POp::Kind::Send, it->second,
+                     int(stage_rank(to, schedule_.pp)), t,
+                     m.gradient ? "pipeline.send_gradient" : "pipeline.send_activation"});
+      state.outgoing.erase(it);
+      receives.push_back(nullptr);
+    } else {
+      Incoming& slot = m.gradient ? state.output_grads[{to, m.microbatch}]
+                                  : state.inputs[{to, m.microbatch}];
+      slot.buf = Tensor::empty(hidden_shape_, hidden_options_);
+      slot.posted = true;
+      ops.push_back({ProcessGroup::P2POp::Kind::Recv, slot.buf,
+                     int(stage_rank(m.from_stage, schedule_.pp)), t,
+                     m.gradient ? "pipeline.recv_gradient" : "pipeline.recv_activation"});
+      receives.push_back(&slot);
+    }
+  }
+  std::vector<Work> works = group_->batch_isend_irecv(ops);
+  for (size_t i = 0; i < works.size(); ++i) {
+    if (receives[i] != nullptr) {
+      receives[i]->work = std::move(works[i]);
+    } else {
+      state.sends.push_back(std::move(works[i]));
+    }
+  }
 }
 
 namespace {
@@ -152,13 +180,11 @@ void PipelineRunner::run_forward(const Action& action, const std::vector<Tensor>
   } else {
     if (!state.eval_loss) state.outputs[{s, m}] = y;
     if (aux.defined()) state.aux_terms[{s, m}] = aux;
-    const int64_t peer = stage_rank(s + 1, schedule_.pp);
     Tensor sent = y.detach().contiguous();
-    if (peer == group_->rank()) {
+    if (stage_rank(s + 1, schedule_.pp) == group_->rank()) {
       state.inputs[{s + 1, m}].buf = sent;
     } else {
-      state.sends.push_back(
-          group_->isend(sent, int(peer), tag(s + 1, m, false), "pipeline.send_activation"));
+      state.outgoing[StageMessage{s, m, false}] = sent;
     }
   }
   timing_.busy_seconds += seconds_since(t0);
@@ -194,12 +220,10 @@ void PipelineRunner::run_backward(const Action& action, Inflight& state) {
     Tensor gx = input.grad();
     MT_CHECK(gx.defined(), "PipelineRunner: stage ", s, "'s output does not depend on its input");
     gx = gx.contiguous();
-    const int64_t peer = stage_rank(s - 1, schedule_.pp);
-    if (peer == group_->rank()) {
+    if (stage_rank(s - 1, schedule_.pp) == group_->rank()) {
       state.output_grads[{s - 1, m}].buf = gx;
     } else {
-      state.sends.push_back(
-          group_->isend(gx, int(peer), tag(s - 1, m, true), "pipeline.send_gradient"));
+      state.outgoing[StageMessage{s, m, true}] = gx;
     }
   }
   timing_.busy_seconds += seconds_since(t0);
@@ -219,7 +243,7 @@ Tensor PipelineRunner::step(const std::vector<Tensor>& inputs) {
   const auto t0 = Clock::now();
   timing_ = {};
   Inflight state;
-  run_actions(schedule_.ranks.at(size_t(group_->rank())), inputs, state);
+  run_actions(schedule_.ranks.at(size_t(group_->rank())), rounds_, inputs, state);
   MT_CHECK(state.outputs.empty() && state.stage_inputs.empty() && state.weight_work.empty(),
            "PipelineRunner: ", state.outputs.size(), " forwards of rank ", group_->rank(),
            " had no backward, ", state.weight_work.size(), " no BackwardWeight");
@@ -238,7 +262,7 @@ Tensor PipelineRunner::forward_only(
   std::vector<Action> forwards;
   for (const Action& a : schedule_.ranks.at(size_t(group_->rank())))
     if (a.kind == ActionKind::Forward) forwards.push_back(a);
-  run_actions(forwards, inputs, state);
+  run_actions(forwards, forward_rounds_, inputs, state);
   return state.loss_sum;
 }
 
@@ -283,10 +307,15 @@ Tensor PipelineRunner::forward_through_stages(
 }
 
 void PipelineRunner::run_actions(const std::vector<Action>& actions,
+                                 const std::vector<MessageRound>& rounds,
                                  const std::vector<Tensor>& inputs, Inflight& state) {
-  if (!actions.empty()) post_receive(actions.front(), state);
+  size_t next_round = 0;
+  auto post_rounds_before = [&](size_t action) {
+    for (; next_round < rounds.size() && rounds[next_round].before_action <= action; ++next_round)
+      post_round(rounds[next_round], state);
+  };
   for (size_t i = 0; i < actions.size(); ++i) {
-    if (i + 1 < actions.size()) post_receive(actions[i + 1], state);
+    post_rounds_before(i);
     const Action& a = actions[i];
     switch (a.kind) {
       case ActionKind::Forward: run_forward(a, inputs, state); break;
@@ -295,6 +324,9 @@ void PipelineRunner::run_actions(const std::vector<Action>& actions,
       case ActionKind::BackwardWeight: run_backward_weight(a, state); break;
     }
   }
+  post_rounds_before(actions.size());
+  MT_CHECK(state.outgoing.empty(), "PipelineRunner: ", state.outgoing.size(),
+           " computed tensors of rank ", group_->rank(), " were never sent");
   for (const Work& w : state.sends) w.wait();
 }
 

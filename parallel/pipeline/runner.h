@@ -5,11 +5,14 @@
 // sends the gradient of the stage's input back.
 //
 // Conventions
-// - Activations and their gradients move by isend/irecv on the pp group (ProcessGroup::isend):
-//   sends never wait, and the receive an action needs is posted one action ahead, so it overlaps
-//   the action before it. Shapes are known up front (hidden_shape per micro-batch, the stages'
-//   compute dtype): nothing is exchanged but the tensors. Messages are matched by tag
-//   (micro-batch, stage, direction).
+// - Activations and their gradients move on the pp group in message rounds
+//   (parallel/pipeline/message_rounds.h): each round is one ProcessGroup::batch_isend_irecv
+//   (MPI: posted requests; NCCL: one group, so neighbours' crossing messages pair up), posted
+//   right after the action producing its sends and before the actions consuming its receives,
+//   usually one action or more ahead of them, so they overlap compute. Shapes are known up front
+//   (hidden_shape per micro-batch, the stages' compute dtype): nothing is exchanged but the
+//   tensors. MPI matches messages by tag (micro-batch, stage, direction); NCCL by their order,
+//   which the rounds make the same on both ends.
 // - Stages on the same rank (pp = 1 with several virtual stages) hand tensors over in memory.
 // - A stage's received input is a leaf that requires grad; its gradient is what the Backward
 //   (or BackwardInput) sends back. Zero-bubble schedules split each backward: BackwardInput runs
@@ -36,6 +39,7 @@
 #include <vector>
 
 #include "parallel/comm/process_group.h"
+#include "parallel/pipeline/message_rounds.h"
 #include "parallel/pipeline/schedule.h"
 #include "runtime/nn/module.h"
 
@@ -120,12 +124,13 @@ class PipelineRunner {
 
   runtime::nn::Module& module_of(int64_t stage) const;
   int tag(int64_t stage, int64_t microbatch, bool gradient) const;
-  // Posts (or finds, for a stage on this rank) what `action` will receive.
-  void post_receive(const Action& action, Inflight& state);
+  // Posts `round`'s sends (tensors its actions computed) and receives as one batch.
+  void post_round(const MessageRound& round, Inflight& state);
   void run_forward(const Action& action, const std::vector<Tensor>& inputs, Inflight& state);
-  // Runs `actions` (this rank's, or their Forward ones), then waits for the sends.
-  void run_actions(const std::vector<Action>& actions, const std::vector<Tensor>& inputs,
-                   Inflight& state);
+  // Runs `actions` (this rank's, or their Forward ones) with their rounds, then waits for the
+  // sends.
+  void run_actions(const std::vector<Action>& actions, const std::vector<MessageRound>& rounds,
+                   const std::vector<Tensor>& inputs, Inflight& state);
   // Backward, or BackwardInput (the zero-bubble split: runtime/autograd/engine.h).
   void run_backward(const Action& action, Inflight& state);
   void run_backward_weight(const Action& action, Inflight& state);
@@ -136,6 +141,8 @@ class PipelineRunner {
   StageFunctions functions_;
   std::vector<int64_t> hidden_shape_;
   runtime::TensorOptions hidden_options_;
+  std::vector<MessageRound> rounds_;          // this rank's, for step()
+  std::vector<MessageRound> forward_rounds_;  // for forward_only()
   PipelineStepTiming timing_;
 };
 

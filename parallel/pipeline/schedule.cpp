@@ -388,6 +388,10 @@ ScheduleTiming simulate_schedule(const PipelineSchedule& schedule, double f, dou
   return t;
 }
 
+std::vector<std::vector<double>> unit_start_times(const PipelineSchedule& schedule) {
+  return run(schedule, {1, 1, 1, 1}, nullptr);
+}
+
 double theoretical_bubble_fraction(ScheduleKind kind, int64_t pp, int64_t stages_per_rank,
                                    int64_t microbatches) {
   const double p = double(pp), v = double(stages_per_rank), m = double(microbatches);

@@ -95,6 +95,11 @@ struct ScheduleTiming {
 ScheduleTiming simulate_schedule(const PipelineSchedule& schedule, double f = 1, double b = 2,
                                  double bi = 1, double bw = 1);
 
+// Each action's start when every action takes one time unit (the model above, free
+// communication): start[r][i] for ranks[r][i]. Takes the lists as they are, so it also times a
+// projection such as the Forward actions alone; throws as validate_schedule when they cannot run.
+std::vector<std::vector<double>> unit_start_times(const PipelineSchedule& schedule);
+
 // The bubble fraction theory predicts for each rank, as simulate_schedule measures it with its
 // default costs (f=1, b=2, bi=bw=1), p = pp, v = stages_per_rank, m = microbatches:
 // - GPipe, 1F1B: (p - 1) / (m + p - 1);

@@ -173,6 +173,7 @@ TEST(CommTrace, JsonLinesRoundTripAndBadLinesAreErrors) {
   r.recv_bytes = {24, 16};
   r.async = true;
   r.waited_us = 1.0005e6;
+  r.device_timed = true;
   const CommTraceLine l = parse_comm_trace_line(comm_record_json(r, 5, 3), "x");
   ASSERT_FALSE(l.is_step);
   EXPECT_EQ(l.collective.step, 5);
@@ -182,6 +183,12 @@ TEST(CommTrace, JsonLinesRoundTripAndBadLinesAreErrors) {
   EXPECT_EQ(g.members, r.members);
   EXPECT_EQ(g.send_bytes, r.send_bytes);
   EXPECT_EQ(g.waited_us, r.waited_us);
+  EXPECT_TRUE(g.device_timed);
+  // Schema 2 lines (before device times) are host-timed.
+  nlohmann::json v2 = nlohmann::json::parse(comm_record_json(r, 5, 3));
+  v2["schema"] = 2;
+  v2.erase("device_timed");
+  EXPECT_FALSE(parse_comm_trace_line(v2.dump(), "x").collective.record.device_timed);
   // Schema 1 lines (written before posted messages were traced) have no waited_us.
   nlohmann::json v1 = nlohmann::json::parse(comm_record_json(r, 5, 3));
   v1["schema"] = 1;
@@ -203,6 +210,36 @@ TEST(CommTrace, JsonLinesRoundTripAndBadLinesAreErrors) {
       EXPECT_NE(std::string(e.what()).find("rank-0.jsonl:7"), std::string::npos) << e.what();
     }
   }
+}
+
+// A record a backend timed on its device gets those times when taken (the host's stay where the
+// device could not time the call), and the bandwidth follows them.
+TEST(CommTrace, TakeReplacesHostTimesWithDeviceTimes) {
+  struct Fixed : DeviceTimes {
+    std::optional<std::pair<double, double>> times;
+    std::optional<std::pair<double, double>> wall_us() const override { return times; }
+  };
+  TraceOn on;
+  CommRecord timed_on_device = timed("all_reduce", 2, 1 << 20, 5e-3);
+  timed_on_device.issue = CommTrace::next_issue();
+  auto device = std::make_shared<Fixed>();
+  device->times = std::pair{timed_on_device.start_us + 1000, timed_on_device.start_us + 2000};
+  timed_on_device.device_times = device;
+  CommRecord untimed = timed_on_device;
+  untimed.issue = CommTrace::next_issue();
+  untimed.device_times = std::make_shared<Fixed>();  // nullopt: the call failed
+  CommTrace::add(timed_on_device);
+  CommTrace::add(untimed);
+  const std::vector<CommRecord> taken = CommTrace::take();
+  ASSERT_EQ(taken.size(), 2u);
+  EXPECT_TRUE(taken[0].device_timed);
+  EXPECT_FALSE(taken[0].device_times);
+  EXPECT_DOUBLE_EQ(taken[0].start_us, timed_on_device.start_us + 1000);
+  EXPECT_DOUBLE_EQ(taken[0].end_us, timed_on_device.start_us + 2000);
+  EXPECT_DOUBLE_EQ(taken[0].algbw(), double(1 << 20) / 1e-3);
+  EXPECT_FALSE(taken[1].device_timed);
+  EXPECT_DOUBLE_EQ(taken[1].start_us, timed_on_device.start_us);
+  EXPECT_DOUBLE_EQ(taken[1].end_us, timed_on_device.end_us);
 }
 
 TEST(CommTrace, SummaryAndChromeTracksPerGroup) {

@@ -280,6 +280,37 @@ TEST_F(NcclProcessGroupTest, PollingAnUnfinishedCallLeavesNoErrorBehind) {
   expect_same(u, runtime::full({4}, 3.0, {DType::F32}), "kernel after polling");
   EXPECT_TRUE(w.is_completed());
 }
+
+// Traced calls are timed on the GPU: a call queued behind 300 ms of held compute starts on the
+// device about 300 ms after the host issued it, and its record says so (device_timed); the host
+// alone would have put its start at the issue.
+TEST_F(NcclProcessGroupTest, TracedCallsCarryTheirDeviceTimes) {
+  Tensor t = zeros_cuda({1 << 20}, DType::F32);
+  CommTrace::start();
+  MT_CUDA_CHECK(cudaLaunchHostFunc(
+      runtime::cuda::current_stream(),
+      [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }, nullptr));
+  Work held = pg->all_reduce(t, ReduceOp::Sum, "held", /*async_op=*/true);
+  Work after = pg->all_gather_into(zeros_cuda({1 << 20}, DType::F32), t, "after",
+                                   /*async_op=*/true);
+  held.wait();
+  after.wait();
+  const std::vector<CommRecord> records = CommTrace::take();
+  CommTrace::stop();
+  ASSERT_EQ(records.size(), 2u);
+  for (const CommRecord& r : records) {
+    EXPECT_TRUE(r.device_timed) << r.name;
+    EXPECT_FALSE(r.device_times) << r.name;
+    EXPECT_GE(r.end_us, r.start_us) << r.name;
+    EXPECT_GT(r.start_us - r.issued_us, 250e3) << r.name << ": issued " << r.issued_us
+                                               << ", started " << r.start_us;
+    EXPECT_LT(r.start_us - r.issued_us, 5e6) << r.name;
+  }
+  EXPECT_GE(records[1].start_us, records[0].end_us) << "one stream: the gather after the reduce";
+  const std::string line = comm_record_json(records[0], 1, 0);
+  EXPECT_NE(line.find("\"device_timed\":true"), std::string::npos) << line;
+  EXPECT_TRUE(parse_comm_trace_line(line, "line").collective.record.device_timed);
+}
 #endif
 
 // The tiny llama of fsdp_mpi_test trained a few steps with FSDP over a 1-rank mesh of `group`

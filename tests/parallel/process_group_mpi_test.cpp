@@ -267,6 +267,50 @@ TEST(MpiProcessGroup, PostedSendsAndReceivesCrossWithoutDeadlock) {
   }
 }
 
+// batch_isend_irecv (the pipeline's rounds): each rank posts its sends to and receives from both
+// neighbours as one batch, 4 MB each way, and gets one Work per op. A batch with one bad op posts
+// nothing: the error names the op, and no message of the batch reaches the stats.
+TEST(MpiProcessGroup, BatchedMessagesCrossAndABadOpPostsNothing) {
+  const int R = world().rank(), W = world().size();
+  const int next = (R + 1) % W, prev = (R + W - 1) % W;
+  const int64_t n = int64_t(1) << 20;
+  Tensor to_next = make(n, {n}, DType::F32, [&](int64_t i) { return 1000.0 * R + double(i % 997); });
+  Tensor to_prev = make(n, {n}, DType::F32, [&](int64_t i) { return -1000.0 * R - double(i % 991); });
+  Tensor from_prev = runtime::zeros({n}, {DType::F32});
+  Tensor from_next = runtime::zeros({n}, {DType::F32});
+  using Op = ProcessGroup::P2POp;
+  using Kind = Op::Kind;
+  const std::vector<Work> works = world().batch_isend_irecv(
+      {Op{Kind::Send, to_next, next, 31, "batch.to_next"},
+       Op{Kind::Recv, from_next, next, 32, "batch.from_next"},
+       Op{Kind::Send, to_prev, prev, 32, "batch.to_prev"},
+       Op{Kind::Recv, from_prev, prev, 31, "batch.from_prev"}});
+  ASSERT_EQ(works.size(), 4u);
+  for (const Work& w : works) w.wait();
+  const auto p = from_prev.to_vector<double>(), q = from_next.to_vector<double>();
+  for (int64_t i = 0; i < n; i += 4099) {
+    EXPECT_EQ(p[size_t(i)], 1000.0 * prev + double(i % 997)) << "i=" << i;
+    EXPECT_EQ(q[size_t(i)], -1000.0 * next - double(i % 991)) << "i=" << i;
+  }
+  EXPECT_EQ(world().stats().at("batch.to_next").collective, "isend");
+  EXPECT_EQ(world().stats().at("batch.from_prev").collective, "irecv");
+
+  std::string message;
+  try {
+    world().batch_isend_irecv({Op{Kind::Send, to_next, next, 33, "bad_batch.first"},
+                               Op{Kind::Recv, from_prev, W, 33, "bad_batch.second"}});
+  } catch (const mt::Error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("irecv on group"), std::string::npos) << message;
+  EXPECT_NE(message.find("src must be another rank in [0, " + std::to_string(W) + "), got " +
+                         std::to_string(W)),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(world().stats().count("bad_batch.first"), 0u);
+  EXPECT_TRUE(world().batch_isend_irecv({}).empty());
+}
+
 // CommTrace on real ranks: an uneven all_to_all's record holds the bytes sent to and received from
 // each rank (its split sizes), its off-rank traffic excludes its own block, and it has no busbw;
 // an all_gather's record has the members and nccl-tests' busbw factor (n - 1) / n.
