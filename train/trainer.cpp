@@ -313,11 +313,7 @@ void Trainer::setup_parallelism() {
     const auto mesh = parallel::DeviceMesh::create(
         device_world_, {layout.pp, layout.dp_replicate, layout.dp_shard, layout.cp, layout.tp},
         {"pp", "dp_replicate", "dp_shard", "cp", "tp"});
-    // The ring's crossing isend/irecv pairs would need NCCL's grouped point-to-point calls.
     const bool ring = config_.parallelism.context_parallel_rotate_method == "alltoall";
-    MT_CHECK(!ring || device_.is_cpu(), "train: parallelism.context_parallel_rotate_method = "
-             "\"alltoall\" (the ring) runs on the CPU only for now (training.device resolved to ",
-             device_, "); use \"allgather\" on GPUs");
     context_parallel_ = std::make_unique<parallel::ContextParallel>(
         mesh->submesh({"cp"}), ring ? parallel::ContextParallelRotate::Ring
                                     : parallel::ContextParallelRotate::AllGather);

@@ -33,11 +33,15 @@ class Ring {
   Ring(ProcessGroup& group, int64_t rank, int64_t size)
       : group_(group), next_(int((rank + 1) % size)), prev_(int((rank + size - 1) % size)) {}
 
-  // Posts the send of `out` and the receive into a new tensor like it; wait() finishes both.
+  // Posts the send of `out` and the receive into a new tensor like it as one batch (on NCCL one
+  // group: every rank's send to its next pairs with that rank's receive instead of waiting for it
+  // in an in-order stream); wait() finishes both. Every rank passes in the same order.
   Tensor pass(const Tensor& out, int tag, const char* name) {
+    using Op = ProcessGroup::P2POp;
     Tensor in = runtime::empty(out.shape(), out.options());
-    works_.push_back(group_.irecv(in, prev_, tag, name));
-    works_.push_back(group_.isend(out, next_, tag, name));
+    for (Work& w : group_.batch_isend_irecv({Op{Op::Kind::Recv, in, prev_, tag, name},
+                                             Op{Op::Kind::Send, out, next_, tag, name}}))
+      works_.push_back(std::move(w));
     return in;
   }
   void wait() {
