@@ -19,6 +19,9 @@ source .device/device-env.sh
 # likely reason the first H200 run's CPU debug model managed only 683 tokens/s on 16 cores.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 export OPENBLAS_THREAD_TIMEOUT=${OPENBLAS_THREAD_TIMEOUT:-16}  # OpenBLAS threads: short spins too
+# The tests that read shared data (tinyshakespeare: the replay of a traced GPU step) find the
+# bundle's copy.
+export MT_SHARED_DATA=${MT_SHARED_DATA:-$PWD/.device/data}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 summary=()
 parts=${PARTS:-tests train}

@@ -11,7 +11,9 @@
 // Rank 0 prints each call's recorded and replayed time, the replay's peak memory and a digest of
 // every output (equal for both allocations); with --all also the kernels' times per name and the
 // kernels it could not re-run, with why. --no-overlap runs every async call synchronously where
-// it was issued: what the step would take if those overlapped nothing.
+// it was issued: what the step would take if those overlapped nothing. A GPU trace (kernels on
+// cuda, collectives over NCCL) replays on the GPUs: rank r on GPU r % (GPUs on its node), over an
+// NCCL world.
 #include "parallel/comm/replay.h"
 
 #include <filesystem>
@@ -19,6 +21,8 @@
 
 #include "parallel/comm/comm_trace.h"
 #include "parallel/comm/mpi_process_group.h"
+#include "parallel/comm/nccl_process_group.h"
+#include "runtime/core/device_runtime.h"
 #include "runtime/core/error.h"
 #include "tools/flags.h"
 
@@ -79,11 +83,20 @@ int run(int argc, char** argv) {
   std::vector<parallel::ExecutionTrace> traces;
   for (const std::string& f : trace_files(inputs))
     traces.push_back(parallel::read_execution_trace(f));
-  auto world = parallel::MpiProcessGroup::world();
+  std::shared_ptr<parallel::ProcessGroup> world = parallel::MpiProcessGroup::world();
+  if (parallel::trace_ran_on_gpu(traces)) {
+    const int gpus = runtime::cuda_device_count();
+    MT_CHECK(gpus > 0, "mt_replay: the traces ran on GPUs (CUDA kernels or NCCL collectives) and "
+             "this node has no usable CUDA device",
+             parallel::nccl_available() ? "" : " (or this build has no NCCL)");
+    runtime::set_current_device(runtime::Device::cuda(world->rank() % gpus));
+    world = parallel::make_nccl_process_group(world);
+  }
   const parallel::ReplayResult r = parallel::replay_step(*world, traces, o);
   if (world->rank() == 0) {
     std::cout << "replay of step " << traces.front().step << " on " << world->size()
-              << " ranks (rank 0's calls; allocation "
+              << " ranks, " << runtime::device_description(world->device())
+              << " (rank 0's calls; allocation "
               << (o.allocation == parallel::ReplayOptions::Allocation::Lazy ? "lazy" : "pre")
               << ", scale-bytes " << o.scale_bytes << "):\n"
               << parallel::replay_table(r, world->size());

@@ -2,6 +2,7 @@
 // behind the collectives, and the watchdog that ends the job when a call runs out of time.
 #include "parallel/comm/nccl_process_group.h"
 
+#include <algorithm>
 #include <cstring>
 #include <future>
 #include <map>
@@ -13,6 +14,7 @@
 #include "runtime/core/error.h"
 #include "runtime/cuda/caching_allocator.h"
 #include "runtime/cuda/context.h"
+#include "runtime/ops/factory.h"
 
 namespace mt::parallel {
 
@@ -222,12 +224,12 @@ std::unique_ptr<NcclProcessGroup> NcclProcessGroup::create(
   MT_CHECK(r == ncclSuccess, "NcclProcessGroup::create over group ", bootstrap->name(), " (rank ",
            bootstrap->rank(), " of ", bootstrap->size(),
            "): ncclCommInitRank failed: ", nccl_error(r, comm));
-  return std::unique_ptr<NcclProcessGroup>(
-      new NcclProcessGroup(comm, detail::concat("nccl:", bootstrap->name())));
+  return std::unique_ptr<NcclProcessGroup>(new NcclProcessGroup(
+      comm, detail::concat("nccl:", bootstrap->name()), bootstrap->world_ranks()));
 }
 
-NcclProcessGroup::NcclProcessGroup(ncclComm_t comm, std::string name)
-    : comm_(comm), name_(std::move(name)) {
+NcclProcessGroup::NcclProcessGroup(ncclComm_t comm, std::string name, std::vector<int> world_ranks)
+    : comm_(comm), name_(std::move(name)), world_ranks_(std::move(world_ranks)) {
   try {
     device_ = cuda::current_device();
     check(ncclCommCount(comm_, &size_), "ncclCommCount");
@@ -268,6 +270,20 @@ void NcclProcessGroup::check(ncclResult_t result, const char* what) const {
 
 std::unique_ptr<ProcessGroup> NcclProcessGroup::split(int color, int key) {
   MT_CHECK(color >= 0, "split on group ", name_, ": color must be >= 0, got ", color);
+  // The child's members in world ranks: every member's color and key, gathered.
+  std::vector<int> child_ranks;
+  if (!world_ranks_.empty()) {
+    const auto on_device = runtime::TensorOptions{}.with_dtype(DType::I64).with_device(device());
+    Tensor all = Tensor::empty({2 * int64_t(size_)}, on_device);
+    all_gather_into(all, runtime::from_vector<int64_t>({color, key}, {2}, {DType::I64}).to(device()),
+                    "split.members");
+    const std::vector<int64_t> ck = all.to(Device::cpu()).to_vector<int64_t>();
+    std::vector<std::pair<int64_t, int>> members;  // (key, parent rank) of the child's color
+    for (int p = 0; p < size_; ++p)
+      if (ck[size_t(2 * p)] == color) members.push_back({ck[size_t(2 * p + 1)], p});
+    std::sort(members.begin(), members.end());
+    for (const auto& [k, p] : members) child_ranks.push_back(world_ranks_.at(size_t(p)));
+  }
   std::lock_guard call(call_mutex_);
   MT_CHECK(!batch_, "split on group ", name_, " while a batch_isend_irecv is being posted");
   ncclComm_t child = nullptr;
@@ -276,8 +292,8 @@ std::unique_ptr<ProcessGroup> NcclProcessGroup::split(int color, int key) {
                        /*is_collective=*/false);
     check(ncclCommSplit(comm_, color, key, &child, nullptr), "split (ncclCommSplit)");
   }
-  return std::unique_ptr<NcclProcessGroup>(
-      new NcclProcessGroup(child, detail::concat(name_, "/split(", color, ",", key, ")")));
+  return std::unique_ptr<NcclProcessGroup>(new NcclProcessGroup(
+      child, detail::concat(name_, "/split(", color, ",", key, ")"), std::move(child_ranks)));
 }
 
 Work NcclProcessGroup::dispatch(const char* collective, std::packaged_task<void()> task,

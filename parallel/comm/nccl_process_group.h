@@ -77,6 +77,11 @@ class NcclProcessGroup : public ProcessGroup {
   runtime::DeviceType device_type() const override { return runtime::DeviceType::CUDA; }
   runtime::Device device() const override { return runtime::Device::cuda(device_); }
 
+  // The members' ranks in the bootstrap's world (traces name groups by them): the bootstrap's
+  // own list at create, and for split()'s children the parent's members of the child's color,
+  // ordered by key (split gathers every member's color and key first).
+  std::vector<int> world_ranks() const override { return world_ranks_; }
+
   cudaStream_t stream() const { return stream_; }  // the device's NCCL stream (all groups')
 
  protected:
@@ -124,7 +129,7 @@ class NcclProcessGroup : public ProcessGroup {
     std::optional<CollectiveRecord> last_call;  // watched for the batch's timeout
   };
 
-  NcclProcessGroup(ncclComm_t comm, std::string name);
+  NcclProcessGroup(ncclComm_t comm, std::string name, std::vector<int> world_ranks);
   void check(ncclResult_t result, const char* what) const;
   void watch(Pending pending);
   void start_watchdog();  // with watch_mutex_ held
@@ -145,6 +150,7 @@ class NcclProcessGroup : public ProcessGroup {
   int rank_ = 0;
   int size_ = 1;
   std::string name_;
+  std::vector<int> world_ranks_;
   Tensor barrier_buf_;  // one f32 on the device, all-reduced by barrier()
 
   std::mutex watch_mutex_;

@@ -10,9 +10,11 @@
 #include <set>
 
 #include "runtime/core/allocator.h"
+#include "runtime/core/device_runtime.h"
 #include "runtime/core/error.h"
 #include "runtime/core/kernel_replay.h"
 #include "runtime/ops/factory.h"
+#include "runtime/ops/reduce.h"
 
 namespace mt::parallel {
 
@@ -108,7 +110,8 @@ class Buffers {
  public:
   using Key = std::pair<uint64_t, DType>;
 
-  Buffers(const std::vector<std::vector<Use>>& calls, bool lazy) : lazy_(lazy) {
+  Buffers(const std::vector<std::vector<Use>>& calls, bool lazy, runtime::Device device)
+      : lazy_(lazy), device_(device) {
     for (size_t i = 0; i < calls.size(); ++i) {
       for (const Use& u : calls[i]) {
         const Key k{u.storage, u.dtype};
@@ -138,12 +141,14 @@ class Buffers {
 
  private:
   void allocate(const Key& k) {
-    Tensor t = runtime::empty({std::max<int64_t>(1, numel_.at(k))}, {k.second});
+    Tensor t = runtime::empty({std::max<int64_t>(1, numel_.at(k))},
+                              runtime::TensorOptions{}.with_dtype(k.second).with_device(device_));
     if (k.second != DType::Bool) t.fill_(double(k.first % 13 + 1));
     live_[k] = t;
   }
 
   bool lazy_;
+  runtime::Device device_;
   std::map<Key, int64_t> numel_;
   std::map<Key, size_t> last_use_;
   std::map<Key, Tensor> live_;
@@ -172,13 +177,16 @@ std::vector<Use> uses_of_op(const TraceNode& n) {
 // Re-runs a traced kernel on the replay's buffers (its tensors in the recorded order); returns
 // why it could not, or "" when it ran.
 std::string replay_op(const TraceNode& n, int schema, const std::vector<Use>& uses,
-                      Buffers& buffers) {
-  if (n.device != "cpu") return "replaying " + n.device + " kernels is not built";
+                      Buffers& buffers, runtime::Device device) {
+  const bool cuda_kernel = n.device.starts_with("cuda");
+  if (cuda_kernel != device.is_cuda()) {
+    return "a " + n.device + " kernel, in a replay on " + runtime::device_description(device);
+  }
   if (schema < 2) return "the trace records no arguments (schema 1)";
   const runtime::KernelReplayer* replayer = runtime::find_kernel_replayer(n.name);
   if (replayer == nullptr) return "no kernel named '" + n.name + "' in this build";
   runtime::KernelCall call;
-  call.device = runtime::Device::cpu();
+  call.device = device;
   call.args = n.args;
   for (size_t i = 0; i < uses.size(); ++i)
     (i < n.inputs.size() ? call.inputs : call.outputs).push_back(buffers.view(uses[i]));
@@ -207,14 +215,6 @@ uint64_t mix(uint64_t h, double v) {
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof bits);
   return (h ^ bits) * 1099511628211ull;
-}
-
-double sum_of(const Tensor& t) {
-  if (t.dtype() == DType::Bool) return 0;
-  const std::vector<double> v = t.to(DType::F64).contiguous().to_vector<double>();
-  double s = 0;
-  for (double x : v) s += x;
-  return s;
 }
 
 double micros_since(std::chrono::steady_clock::time_point t0) {
@@ -269,8 +269,20 @@ Work issue_call(ProcessGroup& g, const CommRecord& r, const Tensor& in, const Te
 
 }  // namespace
 
+bool trace_ran_on_gpu(const std::vector<ExecutionTrace>& traces) {
+  for (const ExecutionTrace& t : traces) {
+    for (const TraceNode& n : t.nodes) {
+      if (n.type == TraceNode::Type::Op && n.device.starts_with("cuda")) return true;
+      if (n.type == TraceNode::Type::Collective && n.collective.group.starts_with("nccl:"))
+        return true;
+    }
+  }
+  return false;
+}
+
 ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>& traces,
                          const ReplayOptions& o) {
+  const runtime::Device device = world.device();
   MT_CHECK(o.scale_bytes >= 1, "replay: scale_bytes must be >= 1, got ", o.scale_bytes);
   MT_CHECK(o.iterations >= 1, "replay: iterations must be >= 1, got ", o.iterations);
   const int n = world.size();
@@ -311,10 +323,9 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
   result.recorded_step_us = traced_span_us(*mine);
   for (int64_t iteration = 0; iteration < o.iterations; ++iteration) {
     const bool last = iteration + 1 == o.iterations;
-    const runtime::Device cpu{runtime::DeviceType::CPU, 0};
-    const int64_t before = runtime::memory_stats(cpu).bytes_in_use;
-    runtime::reset_peak_memory(cpu);
-    Buffers buffers(uses, o.allocation == ReplayOptions::Allocation::Lazy);
+    const int64_t before = runtime::memory_stats(device).bytes_in_use;
+    runtime::reset_peak_memory(device);
+    Buffers buffers(uses, o.allocation == ReplayOptions::Allocation::Lazy, device);
     uint64_t digest = 1469598103934665603ull;
     std::vector<ReplayedCall> timed;
     std::vector<ReplayedOp> ops;
@@ -327,14 +338,19 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
       Tensor written;
     };
     std::map<int64_t, Pending> pending;
+    // Each output's sum, in order, read into the digest after the step (on a GPU queued there,
+    // so the digest makes the replay wait for nothing).
+    std::vector<Tensor> written_sums;
     double digest_us = 0;  // the time spent on the digest, left out of the step's
     auto absorb = [&](const Tensor& written) {
+      if (written.dtype() == DType::Bool) return;
       const auto t0 = std::chrono::steady_clock::now();
-      digest = mix(digest, sum_of(written));
+      written_sums.push_back(runtime::sum(written.to(DType::F64)));
       digest_us += micros_since(t0);
     };
     auto complete = [&](std::map<int64_t, Pending>::iterator it) {
       it->second.work.wait();
+      runtime::synchronize(device);  // a GPU's call has run (no-op on the CPU)
       timed[it->second.call].replayed_us = micros_since(it->second.issued);
       if (it->second.written.defined()) absorb(it->second.written);
       pending.erase(it);
@@ -349,7 +365,7 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
       if (nodes[i]->type == TraceNode::Type::Op) {
         const auto t0 = std::chrono::steady_clock::now();
         ReplayedOp op{nodes[i]->id, nodes[i]->name, nodes[i]->dur_us, 0,
-                      replay_op(*nodes[i], mine->schema, uses[i], buffers)};
+                      replay_op(*nodes[i], mine->schema, uses[i], buffers, device)};
         op.replayed_us = micros_since(t0);
         ops.push_back(std::move(op));
         buffers.release_after(i);
@@ -390,18 +406,22 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
         buffers.release_after(i);  // the Work keeps its buffers until it completes
         continue;
       }
+      if (!o.compute) runtime::synchronize(device);  // a GPU's call has run, for its time
       c.replayed_us = micros_since(t0);
       if (writes) absorb(out);
       timed.push_back(std::move(c));
       buffers.release_after(i);
     }
     while (!pending.empty()) complete(pending.begin());  // waited for after the step
+    runtime::synchronize(device);
+    const double step_us = micros_since(step_start) - digest_us;
+    for (const Tensor& sum : written_sums) digest = mix(digest, sum.item<double>());
     if (last) {
       result.calls = std::move(timed);
       result.ops = std::move(ops);
       result.digest = digest;
-      result.peak_bytes = runtime::memory_stats(cpu).peak_bytes_in_use - before;
-      result.replayed_step_us = micros_since(step_start) - digest_us;
+      result.peak_bytes = runtime::memory_stats(device).peak_bytes_in_use - before;
+      result.replayed_step_us = step_us;
     }
   }
   return result;

@@ -24,6 +24,14 @@
 // the replayed step's time compares with the traced one (ReplayResult's step times).
 // Kernels run on the buffers' values (constants), not the step's: the replay measures time and
 // memory, and its digest shows two replays did the same, not what the step computed.
+//
+// Devices: the replay runs on `world`'s device. A GPU trace (kernels on cuda, collectives over
+// NCCL: trace_ran_on_gpu) replays on an NCCL world (mt_replay makes one), its buffers on that
+// GPU, its kernels through their CUDA entries; a kernel of another device type is skipped, saying
+// so. Times stay host times, as the trace's kernel times are (a kernel's: its launch), except
+// that on a GPU the replay waits for the device where a time needs the work done: after each
+// synchronous collective of a collectives-only replay, at each deferred call's completion, and at
+// the step's end.
 #pragma once
 
 #include <cstdint>
@@ -74,6 +82,9 @@ struct ReplayResult {
   // time the replay spent on its digest).
   double recorded_step_us = 0, replayed_step_us = 0;
 };
+
+// True when any rank's trace has a kernel on a GPU or a collective over NCCL.
+bool trace_ran_on_gpu(const std::vector<ExecutionTrace>& traces);
 
 // Collective over `world`, whose size must be the traces' world size; `traces` holds one trace
 // per rank (any order); this rank replays its own. Throws mt::Error naming what does not fit

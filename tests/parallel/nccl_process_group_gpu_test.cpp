@@ -216,6 +216,9 @@ TEST_F(NcclProcessGroupTest, SplitMakesAChildCommunicator) {
   EXPECT_EQ(sub->name(), "nccl:mpi:world/split(3,0)");
   auto subsub = sub->split(0, 5);
   EXPECT_EQ(subsub->name(), "nccl:mpi:world/split(3,0)/split(0,5)");
+  // Members in world ranks, as traces name groups (mt_replay rebuilds them from these).
+  EXPECT_EQ(pg->world_ranks(), std::vector<int>{0});
+  EXPECT_EQ(subsub->world_ranks(), std::vector<int>{0});
   Tensor ref = random_cpu({9}, DType::F32, 5);
   Tensor t = cuda(ref);
   subsub->all_reduce(t, ReduceOp::Sum, "sub");
