@@ -3,12 +3,18 @@
 // and/or their transpose through a shared-memory tile (eight elements per access where the shape
 // and alignment allow, one otherwise), and the scaled FP8 GEMM through cuBLASLt
 // (FP8 tensor cores, compute capability 8.9+); rowwise: a block per row for the cast, and the
-// GEMM's per-row scales applied to its f32 sums by a second kernel. Tested bit for bit against the
-// CPU reference (runtime/cpu/float8.cpp) for the casts, within f32 accumulation for the GEMM.
+// GEMM's per-row scales applied in cuBLASLt's epilogue (outer-vector scale mode, where the GPU and
+// cuBLASLt have it, checked against the fallback at a shape's first call) or to its f32 sums by a
+// second kernel. Tested bit for bit against the CPU reference (runtime/cpu/float8.cpp) for the
+// casts, within f32 accumulation for the GEMM.
 #include <cuda_fp8.h>
 
+#include <cmath>
+#include <cstdio>
 #include <limits>
 #include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #include "runtime/cuda/block_reduce.cuh"
 #include "runtime/cuda/loops.cuh"
@@ -294,13 +300,14 @@ struct Problem {
   Float8Format a_format, b_format;
   DType out;
   bool fast_accum;
+  bool outer_vec = false;  // per-row scale vectors for both operands, applied by cuBLASLt
   bool operator==(const Problem&) const = default;
 };
 
 struct ProblemHash {
   size_t operator()(const Problem& p) const {
     size_t h = size_t(p.a_format) * 7 + size_t(p.b_format) * 3 + size_t(p.out) * 11 +
-               size_t(p.fast_accum);
+               size_t(p.fast_accum) + size_t(p.outer_vec) * 13;
     for (int64_t v : {p.m, p.n, p.k}) h = h * 1000003u ^ size_t(v);
     return h;
   }
@@ -310,6 +317,7 @@ struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool found = true;  // false: no algorithm (only an outer_vec problem may lack one)
 };
 
 cudaDataType_t fp8_type(Float8Format f) {
@@ -330,6 +338,17 @@ Plan make_plan(const Problem& p) {
   const int8_t fast = p.fast_accum ? 1 : 0;
   MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
                                                  sizeof(fast)));
+  if (p.outer_vec) {
+#if CUBLAS_VERSION >= 120900
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    for (auto attr : {CUBLASLT_MATMUL_DESC_A_SCALE_MODE, CUBLASLT_MATMUL_DESC_B_SCALE_MODE}) {
+      MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, attr, &mode, sizeof(mode)));
+    }
+#else
+    plan.found = false;  // this cuBLASLt has no outer-vector scales
+    return plan;
+#endif
+  }
   const cudaDataType_t out = p.out == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
   MT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, fp8_type(p.b_format), p.k, p.n, p.k));
   MT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, fp8_type(p.a_format), p.k, p.m, p.k));
@@ -345,6 +364,10 @@ Plan make_plan(const Problem& p) {
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
       cublaslt_handle(), plan.op, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
+  if (p.outer_vec && !(st == CUBLAS_STATUS_SUCCESS && found > 0)) {
+    plan.found = false;  // not on this GPU: the caller scales in a second kernel
+    return plan;
+  }
   MT_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS,
            "float8_matmul: cuBLASLt has no FP8 algorithm for [", p.m, ", ", p.k, "] @ [", p.n,
            ", ", p.k, "]^T (", float8_format_name(p.a_format), " x ",
@@ -393,6 +416,69 @@ void launch_gemm(const Problem& p, const Tensor& a, const Tensor& b, const void*
                                  kWorkspaceBytes, current_stream()));
 }
 
+// Rowwise scales without cuBLASLt's epilogue: an unscaled GEMM into f32 sums, then each row's
+// and column's scale by a second kernel (what every FP8 GPU can do).
+void scale_after_gemm(const Problem& p, const Tensor& a, const Tensor& b, const Tensor& a_scale_inv,
+                      const Tensor& b_scale_inv, const Tensor& out) {
+  const TensorOptions f32 = TensorOptions{}.with_dtype(DType::F32).with_device(out.device());
+  const Tensor ones = Tensor::empty({1}, f32);
+  ones.fill_(1.0);
+  const Tensor sums = out.dtype() == DType::F32 ? out : Tensor::empty(out.shape(), f32);
+  Problem unscaled = p;
+  unscaled.out = DType::F32;
+  launch_gemm(unscaled, a, b, ones.data_ptr(), ones.data_ptr(), sums);
+  const bool a_rows = a_scale_inv.numel() > 1, b_rows = b_scale_inv.numel() > 1;
+  dispatch_f32_bf16(out.dtype(), "float8_matmul", [&](auto tag) {
+    using T = decltype(tag);
+    scale_rows_cols_kernel<T><<<blocks_for(out.numel()), kThreads, 0, current_stream()>>>(
+        ptr<const float>(sums), p.m, p.n, ptr<const float>(a_scale_inv), a_rows,
+        ptr<const float>(b_scale_inv), b_rows, ptr<T>(out));
+    MT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// Whether cuBLASLt's outer-vector scale mode (per-row scales applied in the GEMM's epilogue: one
+// kernel, no f32 sums in memory) can run problem `p` and gives what scale_after_gemm gives. Decided
+// at the problem's first call by running both on its operands and comparing on the host (one
+// synchronisation per shape, at the first step); a GPU or cuBLASLt without the mode, or any
+// disagreement beyond f32 rounding, keeps the problem on scale_after_gemm (said once on stderr).
+bool outer_vec_agrees(const Problem& p, const Tensor& a, const Tensor& b,
+                      const Tensor& a_scale_inv, const Tensor& b_scale_inv, const Tensor& out) {
+  static std::mutex mutex;
+  static std::unordered_map<Problem, bool, ProblemHash> verdicts;
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = verdicts.find(p); it != verdicts.end()) return it->second;
+  }
+  Problem scaled = p;
+  scaled.outer_vec = true;
+  bool agrees = plan_for(scaled).found;
+  if (agrees) {
+    const Tensor fused = Tensor::empty(out.shape(), out.options());
+    launch_gemm(scaled, a, b, a_scale_inv.data_ptr(), b_scale_inv.data_ptr(), fused);
+    scale_after_gemm(p, a, b, a_scale_inv, b_scale_inv, out);
+    const std::vector<double> got = fused.to(Device::cpu()).to_vector<double>();
+    const std::vector<double> want = out.to(Device::cpu()).to_vector<double>();
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      diff += (got[i] - want[i]) * (got[i] - want[i]);
+      norm += want[i] * want[i];
+    }
+    // One rounding of the output dtype apart at most (bf16: 2^-8 relative), per element.
+    agrees = std::isfinite(diff) && diff <= 1e-5 * std::max(norm, 1e-30);
+    if (!agrees) {
+      std::fprintf(stderr,
+                   "float8_matmul: cuBLASLt's outer-vector scales disagree with the two-kernel "
+                   "rowwise GEMM on [%lld, %lld] @ [%lld, %lld]^T; this shape keeps the two "
+                   "kernels\n",
+                   (long long)p.m, (long long)p.k, (long long)p.n, (long long)p.k);
+    }
+  }
+  std::lock_guard lock(mutex);
+  verdicts[p] = agrees;
+  return agrees;
+}
+
 void cuda_float8_matmul(const Tensor& a, Float8Format a_format, const Tensor& a_scale_inv,
                         const Tensor& b, Float8Format b_format, const Tensor& b_scale_inv,
                         bool fast_accum, Tensor& out) {
@@ -413,22 +499,13 @@ void cuda_float8_matmul(const Tensor& a, Float8Format a_format, const Tensor& a_
     launch_gemm(p, a, b, a_scale_inv.data_ptr(), b_scale_inv.data_ptr(), out);
     return;
   }
-  // Rowwise: an unscaled GEMM into f32 sums, then each row's and column's scale (cuBLASLt's
-  // per-row scale modes are not on every FP8 GPU).
-  const TensorOptions f32 = TensorOptions{}.with_dtype(DType::F32).with_device(out.device());
-  const Tensor ones = Tensor::empty({1}, f32);
-  ones.fill_(1.0);
-  const Tensor sums = out.dtype() == DType::F32 ? out : Tensor::empty(out.shape(), f32);
-  Problem unscaled = p;
-  unscaled.out = DType::F32;
-  launch_gemm(unscaled, a, b, ones.data_ptr(), ones.data_ptr(), sums);
-  dispatch_f32_bf16(out.dtype(), "float8_matmul", [&](auto tag) {
-    using T = decltype(tag);
-    scale_rows_cols_kernel<T><<<blocks_for(out.numel()), kThreads, 0, current_stream()>>>(
-        ptr<const float>(sums), p.m, p.n, ptr<const float>(a_scale_inv), a_rows,
-        ptr<const float>(b_scale_inv), b_rows, ptr<T>(out));
-    MT_CUDA_CHECK_LAUNCH();
-  });
+  if (a_rows && b_rows && outer_vec_agrees(p, a, b, a_scale_inv, b_scale_inv, out)) {
+    Problem scaled = p;
+    scaled.outer_vec = true;
+    launch_gemm(scaled, a, b, a_scale_inv.data_ptr(), b_scale_inv.data_ptr(), out);
+    return;
+  }
+  scale_after_gemm(p, a, b, a_scale_inv, b_scale_inv, out);
 }
 
 MT_REGISTER_KERNEL(float8_gemm_unsupported_kernel, DeviceType::CUDA, cuda_float8_gemm_unsupported);
