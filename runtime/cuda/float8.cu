@@ -2,13 +2,15 @@
 // FP8 codes with the hardware's saturating round-to-nearest-even conversion, writing the codes
 // and/or their transpose through a shared-memory tile (eight elements per access where the shape
 // and alignment allow, one otherwise), and the scaled FP8 GEMM through cuBLASLt
-// (FP8 tensor cores, compute capability 8.9+); rowwise: a block per row for the cast, and the
+// (FP8 tensor cores, compute capability 8.9+); rowwise: a block per row for the cast, a transposed
+// view cast by column in place (column amaxes, then a tile transpose of the codes), and the
 // GEMM's per-row scales applied in cuBLASLt's epilogue (outer-vector scale mode, where the GPU and
 // cuBLASLt have it, checked against the fallback at a shape's first call) or to its f32 sums by a
 // second kernel. Tested bit for bit against the CPU reference (runtime/cpu/float8.cpp) for the
 // casts, within f32 accumulation for the GEMM.
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -255,6 +257,190 @@ void cuda_float8_rowwise_cast(const Tensor& x, const Tensor& row_amax, Float8For
 void cuda_float8_rowwise_amax(const Tensor& x, Tensor& row_amax) {
   launch_rowwise("float8_rowwise_amax", x, nullptr, Float8Format::E4M3, false, nullptr, nullptr,
                  ptr<float>(row_amax));
+}
+
+// Columnwise amax: a block per 32 columns and a slice of the rows; each thread's max over its
+// rows of one column, the block's 8 row lanes reduced in shared memory, then an atomicMax of the
+// bits into col_amax_bits (zeroed first). A warp reads 32 neighbouring columns of a row.
+template <class T>
+__global__ void colwise_amax_kernel(const T* x, int64_t rows, int64_t cols,
+                                    int64_t rows_per_block, unsigned* col_amax_bits) {
+  __shared__ unsigned lanes[kTileRows][kTile];
+  const int64_t c = int64_t(blockIdx.x) * kTile + threadIdx.x;
+  const int64_t r0 = int64_t(blockIdx.y) * rows_per_block;
+  const int64_t r1 = min(rows, r0 + rows_per_block);
+  unsigned best = 0;
+  if (c < cols)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows)
+      best = max(best, abs_bits(float(x[r * cols + c])));
+  lanes[threadIdx.y][threadIdx.x] = best;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    for (int j = 1; j < kTileRows; ++j) best = max(best, lanes[j][threadIdx.x]);
+    atomicMax(col_amax_bits + c, best);
+  }
+}
+
+// Columnwise cast: the codes of x [rows, cols] scaled by column, written transposed (codes_t
+// [cols, rows]) through a 32 x 32 shared-memory tile; each column's scale from its amax as the
+// rowwise cast makes it, and scale_inv written by the first row of tiles.
+template <class T>
+__global__ void colwise_cast_kernel(const T* x, int64_t rows, int64_t cols, const float* col_amax,
+                                    Float8Format format, bool power_of_2, uint8_t* codes_t,
+                                    float* scale_inv) {
+  __shared__ uint8_t tile[kTile][kTile + 1];
+  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+  const int64_t c = c0 + threadIdx.x;
+  float scale = 1;
+  if (c < cols) {
+    scale = float8_scale(col_amax[c], format);
+    if (power_of_2) scale = float8_scale_pow2(scale);
+    if (blockIdx.y == 0 && threadIdx.y == 0) scale_inv[c] = 1.0f / scale;
+  }
+  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+    const int64_t r = r0 + j;
+    if (r < rows && c < cols) tile[j][threadIdx.x] = to_code(float(x[r * cols + c]) * scale, format);
+  }
+  __syncthreads();
+  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+    const int64_t cc = c0 + j, r = r0 + threadIdx.x;
+    if (r < rows && cc < cols) codes_t[cc * rows + r] = tile[threadIdx.x][j];
+  }
+}
+
+// col_amax (f32, [cols]) = each column's max |x|, written as its bits.
+void launch_colwise_amax(const char* what, const Tensor& x, float* col_amax) {
+  const int64_t rows = x.size(0), cols = x.size(1);
+  auto* bits = reinterpret_cast<unsigned*>(col_amax);
+  MT_CUDA_CHECK(cudaMemsetAsync(bits, 0, size_t(cols) * sizeof(unsigned), current_stream()));
+  if (rows == 0 || cols == 0) return;
+  const int64_t col_blocks = (cols + kTile - 1) / kTile;
+  // Enough blocks to fill the GPU (4 per SM), each at least 256 rows.
+  const int64_t sms = device_properties(current_device()).multiProcessorCount;
+  const int64_t row_blocks =
+      std::clamp<int64_t>((4 * sms + col_blocks - 1) / col_blocks, 1, (rows + 255) / 256);
+  const int64_t rows_per_block = (rows + row_blocks - 1) / row_blocks;
+  MT_CHECK(col_blocks <= std::numeric_limits<int>::max() && row_blocks <= 65535, what, ": [",
+           rows, ", ", cols, "] exceeds the grid's limits");
+  dispatch_f32_bf16(x.dtype(), what, [&](auto tag) {
+    using T = decltype(tag);
+    colwise_amax_kernel<T><<<dim3(unsigned(col_blocks), unsigned(row_blocks)),
+                             dim3(kTile, kTileRows), 0, current_stream()>>>(
+        ptr<const T>(x), rows, cols, rows_per_block, bits);
+    MT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_colwise_cast(const Tensor& x, const Tensor& col_amax, Float8Format format,
+                         bool power_of_2, Tensor& codes_t, Tensor& scale_inv) {
+  const int64_t rows = x.size(0), cols = x.size(1);
+  if (cols == 0) return;
+  Tensor amax = col_amax;
+  if (!amax.defined()) {
+    amax = Tensor::empty({cols}, TensorOptions{}.with_dtype(DType::F32).with_device(x.device()));
+    launch_colwise_amax("float8_colwise_cast", x, ptr<float>(amax));
+  }
+  const int64_t row_tiles = std::max<int64_t>(1, (rows + kTile - 1) / kTile);
+  MT_CHECK(row_tiles <= 65535, "float8_colwise_cast: ", rows, " rows exceed the grid's limit");
+  const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned(row_tiles));
+  dispatch_f32_bf16(x.dtype(), "float8_colwise_cast", [&](auto tag) {
+    using T = decltype(tag);
+    colwise_cast_kernel<T><<<grid, dim3(kTile, kTileRows), 0, current_stream()>>>(
+        ptr<const T>(x), rows, cols, ptr<const float>(amax), format, power_of_2,
+        ptr<uint8_t>(codes_t), ptr<float>(scale_inv));
+    MT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// The columnwise kernels are newer than the GPU runs that verified the rowwise ones, so each
+// shape's first call also runs the rowwise kernel on a transposed copy and compares the two bit
+// for bit on the host (one synchronisation per shape); a mismatch keeps that shape on the copy
+// and says so once on stderr.
+struct ColwiseKey {
+  int64_t rows, cols;
+  DType dtype;
+  int what;  // 0: amax; 1 + (given amax) + 2 * power_of_2 + 4 * format: a cast
+  bool operator==(const ColwiseKey&) const = default;
+};
+struct ColwiseKeyHash {
+  size_t operator()(const ColwiseKey& k) const {
+    return (size_t(k.rows) * 1000003u ^ size_t(k.cols)) * 31 + size_t(k.dtype) * 7 + size_t(k.what);
+  }
+};
+enum class Verdict { Unknown, Agrees, Differs };
+std::mutex g_colwise_mutex;
+std::unordered_map<ColwiseKey, Verdict, ColwiseKeyHash> g_colwise_verdicts;
+
+Verdict colwise_verdict(const ColwiseKey& key) {
+  std::lock_guard lock(g_colwise_mutex);
+  auto it = g_colwise_verdicts.find(key);
+  return it == g_colwise_verdicts.end() ? Verdict::Unknown : it->second;
+}
+
+// Records the comparison of the columnwise result with the reference (host copies of both).
+bool record_colwise(const ColwiseKey& key, const std::vector<Tensor>& got,
+                    const std::vector<Tensor>& want, const char* what) {
+  // Raw bytes (codes are Bool-dtype tensors: never through the runtime's bool copies).
+  auto host_bytes = [](const Tensor& t) {
+    std::vector<uint8_t> bytes(t.nbytes());
+    MT_CUDA_CHECK(cudaMemcpyAsync(bytes.data(), t.data_ptr(), bytes.size(), cudaMemcpyDeviceToHost,
+                                  current_stream()));
+    MT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+    return bytes;
+  };
+  bool same = true;
+  for (size_t i = 0; i < got.size(); ++i) same = same && host_bytes(got[i]) == host_bytes(want[i]);
+  if (!same) {
+    std::fprintf(stderr,
+                 "%s: the columnwise kernel differs from the rowwise cast of a transposed copy on "
+                 "[%lld, %lld]; this shape keeps the copy\n",
+                 what, (long long)key.rows, (long long)key.cols);
+  }
+  std::lock_guard lock(g_colwise_mutex);
+  g_colwise_verdicts[key] = same ? Verdict::Agrees : Verdict::Differs;
+  return same;
+}
+
+Tensor transposed_copy(const Tensor& x) { return x.transpose(0, 1).contiguous(); }
+
+void cuda_float8_colwise_amax(const Tensor& x, Tensor& col_amax) {
+  check_on_current_device(x, "float8_colwise_amax");
+  const ColwiseKey key{x.size(0), x.size(1), x.dtype(), 0};
+  auto reference = [&](Tensor& out) {
+    launch_rowwise("float8_colwise_amax", transposed_copy(x), nullptr, Float8Format::E4M3, false,
+                   nullptr, nullptr, ptr<float>(out));
+  };
+  const Verdict v = colwise_verdict(key);
+  if (v == Verdict::Differs) return reference(col_amax);
+  launch_colwise_amax("float8_colwise_amax", x, ptr<float>(col_amax));
+  if (v == Verdict::Agrees) return;
+  Tensor want = Tensor::empty(col_amax.shape(), col_amax.options());
+  reference(want);
+  if (!record_colwise(key, {col_amax}, {want}, "float8_colwise_amax")) col_amax.copy_(want);
+}
+
+void cuda_float8_colwise_cast(const Tensor& x, const Tensor& col_amax, Float8Format format,
+                              bool power_of_2, Tensor& codes_t, Tensor& scale_inv) {
+  check_on_current_device(x, "float8_colwise_cast");
+  const ColwiseKey key{x.size(0), x.size(1), x.dtype(),
+                       1 + int(col_amax.defined()) + 2 * int(power_of_2) + 4 * int(format)};
+  auto reference = [&](Tensor& codes, Tensor& inv) {
+    launch_rowwise("float8_colwise_cast", transposed_copy(x),
+                   col_amax.defined() ? ptr<const float>(col_amax) : nullptr, format, power_of_2,
+                   ptr<uint8_t>(codes), ptr<float>(inv), nullptr);
+  };
+  const Verdict v = colwise_verdict(key);
+  if (v == Verdict::Differs) return reference(codes_t, scale_inv);
+  launch_colwise_cast(x, col_amax, format, power_of_2, codes_t, scale_inv);
+  if (v == Verdict::Agrees) return;
+  Tensor want_codes = Tensor::empty(codes_t.shape(), codes_t.options());
+  Tensor want_inv = Tensor::empty(scale_inv.shape(), scale_inv.options());
+  reference(want_codes, want_inv);
+  if (!record_colwise(key, {codes_t, scale_inv}, {want_codes, want_inv}, "float8_colwise_cast")) {
+    MT_CUDA_CHECK(cudaMemcpyAsync(codes_t.data_ptr(), want_codes.data_ptr(), codes_t.nbytes(),
+                                  cudaMemcpyDeviceToDevice, current_stream()));
+    scale_inv.copy_(want_inv);
+  }
 }
 
 // codes_t = codes^T through a 32 x 32 shared-memory tile, one byte per thread.
@@ -514,6 +700,8 @@ MT_REGISTER_KERNEL(float8_cast_kernel, DeviceType::CUDA, cuda_float8_cast);
 MT_REGISTER_KERNEL(float8_matmul_kernel, DeviceType::CUDA, cuda_float8_matmul);
 MT_REGISTER_KERNEL(float8_rowwise_cast_kernel, DeviceType::CUDA, cuda_float8_rowwise_cast);
 MT_REGISTER_KERNEL(float8_rowwise_amax_kernel, DeviceType::CUDA, cuda_float8_rowwise_amax);
+MT_REGISTER_KERNEL(float8_colwise_cast_kernel, DeviceType::CUDA, cuda_float8_colwise_cast);
+MT_REGISTER_KERNEL(float8_colwise_amax_kernel, DeviceType::CUDA, cuda_float8_colwise_amax);
 MT_REGISTER_KERNEL(float8_transpose_kernel, DeviceType::CUDA, cuda_float8_transpose);
 MT_REGISTER_KERNEL(float8_copy_kernel, DeviceType::CUDA, cuda_float8_copy);
 

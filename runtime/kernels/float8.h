@@ -136,6 +136,18 @@ inline constinit KernelTable<void(const Tensor& x, const Tensor& row_amax, Float
 inline constinit KernelTable<void(const Tensor& x, Tensor& row_amax)> float8_rowwise_amax_kernel{
     "float8_rowwise_amax"};
 
+// Columnwise, for backends that have it (the CUDA one): the rowwise cast of x's transpose
+// without copying it. From x [rows, cols] (f32 or bf16, contiguous), each column's amax (col_amax
+// [cols] f32 when given, else x's own), codes_t [cols, rows] and scale_inv [cols]: bit for bit
+// float8_rowwise_cast of x.transpose(0, 1) made contiguous. to_float8_rowwise takes it for a
+// transposed view where the device has it (weights by input feature, dy and x by feature).
+inline constinit KernelTable<void(const Tensor& x, const Tensor& col_amax, Float8Format format,
+                                  bool power_of_2, Tensor& codes_t, Tensor& scale_inv)>
+    float8_colwise_cast_kernel{"float8_colwise_cast"};
+// Each column's amax of x [rows, cols] (f32 or bf16, contiguous) into col_amax [cols] (f32).
+inline constinit KernelTable<void(const Tensor& x, Tensor& col_amax)> float8_colwise_amax_kernel{
+    "float8_colwise_amax"};
+
 // Byte-for-byte moves of codes (contiguous Bool-dtype tensors). Codes never go through the
 // runtime's Bool copies: a bool copy may keep only each byte's low bit.
 // codes_t [cols, rows] = codes [rows, cols] transposed.

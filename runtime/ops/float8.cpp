@@ -99,12 +99,25 @@ void check_rowwise_input(const Tensor& x, const char* op) {
   MT_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::BF16, op, ": expected f32 or bf16, got ",
            dtype_name(x.dtype()));
 }
+
+// Whether x is the transpose of a contiguous matrix that the device's columnwise kernels read in
+// place (the rowwise cast of x is then the columnwise cast of x.transpose(0, 1), no copy).
+bool columnwise_in_place(const Tensor& x) {
+  return x.stride(0) == 1 && x.stride(1) == x.size(0) && !x.is_contiguous() &&
+         float8_colwise_cast_kernel.has(x.device().type) &&
+         float8_colwise_amax_kernel.has(x.device().type);
+}
 }  // namespace
 
 Tensor float8_row_amax(const Tensor& x) {
   check_rowwise_input(x, __func__);
   Tensor row_amax = Tensor::empty({x.size(0)}, f32_options(x.device()));
-  float8_rowwise_amax_kernel(x.device(), x.detach().contiguous(), row_amax);
+  const Tensor d = x.detach();
+  if (columnwise_in_place(d)) {
+    float8_colwise_amax_kernel(x.device(), d.transpose(0, 1), row_amax);
+  } else {
+    float8_rowwise_amax_kernel(x.device(), d.contiguous(), row_amax);
+  }
   return row_amax;
 }
 
@@ -120,15 +133,23 @@ Float8Tensor to_float8_rowwise_with_amax(const Tensor& x, Float8Format format, b
   r.format = format;
   r.codes = Tensor::empty(x.shape(), codes_options(x.device()));
   r.scale_inv = Tensor::empty({x.size(0)}, f32_options(x.device()));
-  float8_rowwise_cast_kernel(x.device(), x.detach().contiguous(), row_amax, format, power_of_2,
-                             r.codes, r.scale_inv);
+  const Tensor d = x.detach();
+  if (columnwise_in_place(d)) {
+    float8_colwise_cast_kernel(x.device(), d.transpose(0, 1), row_amax, format, power_of_2,
+                               r.codes, r.scale_inv);
+  } else {
+    float8_rowwise_cast_kernel(x.device(), d.contiguous(), row_amax, format, power_of_2, r.codes,
+                               r.scale_inv);
+  }
   return r;
 }
 
 Float8Tensor to_float8_rowwise(const Tensor& x, Float8Format format, bool power_of_2,
                                const Float8AmaxReduce& reduce) {
   check_rowwise_input(x, __func__);
-  const Tensor xc = x.detach().contiguous();
+  const Tensor d = x.detach();
+  // A transposed view stays one where the device casts it in place; else one contiguous copy.
+  const Tensor xc = columnwise_in_place(d) ? d : d.contiguous();
   Tensor row_amax;  // undefined: the cast takes each row's own
   if (reduce) {
     row_amax = float8_row_amax(xc);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/ops/float8.h"
+#include "runtime/ops/elementwise.h"
 #include "runtime/ops/float8_grouped.h"
 #include "tests/testing/gpu_compare.h"
 
@@ -198,6 +199,45 @@ TEST_F(Float8Gpu, RowwiseCastsMatchTheCpuBitForBit) {
       }
     }
   }
+}
+
+// A transposed view (W by input feature, dy and x by feature over the tokens) is cast by column
+// in place on the GPU (float8_colwise_cast: no transposing copy): the same scales and codes as
+// the CPU's cast of its contiguous copy, with its own column amaxes, given ones (a tp reduction's)
+// and float8_row_amax of the view; also a view of a row slice (one MoE expert's tokens).
+TEST_F(Float8Gpu, TransposedViewsCastByColumnInPlaceBitForBit) {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    for (bool pow2 : {true, false}) {
+      for (const Shape& shape : {Shape{37, 53}, Shape{2048, 256}, Shape{5000, 3}, Shape{64, 1}}) {
+        const std::string what = std::string(dtype_name(dtype)) + (pow2 ? " pow2 " : " ") +
+                                 str(shape);
+        const Tensor x = wide_values(shape, dtype, 6);
+        const Tensor xt = x.transpose(0, 1), xt_gpu = on_cuda(x).transpose(0, 1);
+        const Float8Tensor want = to_float8_rowwise(xt, Float8Format::E4M3, pow2);
+        const Float8Tensor got = to_float8_rowwise(xt_gpu, Float8Format::E4M3, pow2);
+        EXPECT_EQ(on_cpu(got.scale_inv).to_vector<float>(), want.scale_inv.to_vector<float>())
+            << what;
+        EXPECT_EQ(bytes_of(got.codes), bytes_of(want.codes)) << what;
+        const Tensor amax = float8_row_amax(xt), amax_gpu = float8_row_amax(xt_gpu);
+        EXPECT_EQ(on_cpu(amax_gpu).to_vector<float>(), amax.to_vector<float>()) << what;
+        // Given amaxes (twice each column's own): the scales follow them.
+        const Tensor given = runtime::mul(amax, 2.0);
+        const Float8Tensor want_given =
+            to_float8_rowwise_with_amax(xt, Float8Format::E4M3, pow2, given);
+        const Float8Tensor got_given =
+            to_float8_rowwise_with_amax(xt_gpu, Float8Format::E4M3, pow2, on_cuda(given));
+        EXPECT_EQ(bytes_of(got_given.codes), bytes_of(want_given.codes)) << what << " given";
+        EXPECT_EQ(on_cpu(got_given.scale_inv).to_vector<float>(),
+                  want_given.scale_inv.to_vector<float>())
+            << what << " given";
+      }
+    }
+  }
+  const Tensor x = wide_values({96, 48}, DType::BF16, 7);
+  const Tensor slice = x.narrow(0, 32, 48).transpose(0, 1);  // [48, 48]: rows 32..79 by column
+  const Tensor slice_gpu = on_cuda(x).narrow(0, 32, 48).transpose(0, 1);
+  EXPECT_EQ(bytes_of(to_float8_rowwise(slice_gpu, Float8Format::E4M3, true).codes),
+            bytes_of(to_float8_rowwise(slice, Float8Format::E4M3, true).codes));
 }
 
 TEST_F(Float8Gpu, RowwiseGemmAndLinearMatchTheCpu) {
