@@ -22,7 +22,10 @@
 # BENCH_DIR/minititan_float8, trained with --quantize.linear.float8.enable=true: the tensorwise
 # recipe, filter_fqns ["output"]; its MFU is the one `train` reports, meant in bf16 FLOPs against
 # the bf16 peak as torchtitan counts; MT_FLOAT8_ROWWISE=1 adds a row "minititan float8 rowwise", the
-# same with recipe_name = rowwise); TRAIN_ARGS and TORCH_ARGS: more flags for `train` (e.g.
+# same with recipe_name = rowwise; MT_FLOAT8_FSDP=1 adds "minititan float8 fsdp-fp8-ag", tensorwise
+# with enable_fsdp_float8_all_gather and precompute_float8_dynamic_scale_for_fsdp: the weights go
+# from their f32 shards to FP8 codes before FSDP's gather, as torchtitan's float8 recipe runs);
+# TRAIN_ARGS and TORCH_ARGS: more flags for `train` (e.g.
 # --activation_checkpoint.mode=full) and for gpu_llama_bench.py (every mode).
 # MODES may also name eager_float8 and compile_float8: the PyTorch model with torchao's
 # convert_to_float8_training (tensorwise, the output projection left in bf16), rows "pytorch eager
@@ -109,6 +112,12 @@ if [ "${MT_FLOAT8_ROWWISE:-0}" = 1 ]; then
   run_minititan "minititan float8 rowwise" minititan_float8_rowwise \
     --metrics.log_freq="$LOG_FREQ" --quantize.linear.float8.enable=true \
     --quantize.linear.float8.recipe_name=rowwise
+fi
+if [ "${MT_FLOAT8_FSDP:-0}" = 1 ]; then
+  run_minititan "minititan float8 fsdp-fp8-ag" minititan_float8_fsdp \
+    --metrics.log_freq="$LOG_FREQ" --quantize.linear.float8.enable=true \
+    --quantize.linear.float8.enable_fsdp_float8_all_gather=true \
+    --quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp=true
 fi
 
 # PyTorch: one process per mode, so each peak memory is its own.
