@@ -16,6 +16,7 @@
 #include "runtime/ops/attention.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/reduce.h"
+#include "tests/testing/in_order_p2p.h"
 #include "tests/testing/errors.h"
 #include "tests/testing/tensor_testing.h"
 
@@ -109,6 +110,17 @@ TEST_P(ContextParallelAttention, InnerGroupsOfAMeshMatchOneProcess) {
   // (dp, cp): each pair of neighbours splits its own sequences.
   const auto mesh = DeviceMesh::create(world(), {world()->size() / 2, 2}, {"dp", "cp"});
   expect_attention_matches_one_process(mesh->submesh({"cp"}), GetParam());
+}
+
+// On GPUs the ring's messages run in issue order on NCCL's stream, each send waiting for its
+// receive: each pass is one batch_isend_irecv, so the ring cannot deadlock there. Over a group
+// whose messages behave so (testing::InOrderPointToPointGroup) it matches one process too.
+TEST(ContextParallelRing, RunsOverInOrderPointToPoint) {
+  auto mpi = std::shared_ptr<MpiProcessGroup>(
+      dynamic_cast<MpiProcessGroup*>(world()->split(0, world()->rank()).release()));
+  auto in_order = std::make_shared<mt::testing::InOrderPointToPointGroup>(mpi);
+  expect_attention_matches_one_process(
+      DeviceMesh::create(in_order, {in_order->size()}, {"cp"}), ContextParallelRotate::Ring);
 }
 
 INSTANTIATE_TEST_SUITE_P(Rotate, ContextParallelAttention,

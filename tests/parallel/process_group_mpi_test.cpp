@@ -12,6 +12,7 @@
 #include "parallel/comm/comm_trace.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/ops/factory.h"
+#include "tests/testing/in_order_p2p.h"
 
 namespace mt::parallel {
 namespace {
@@ -309,6 +310,45 @@ TEST(MpiProcessGroup, BatchedMessagesCrossAndABadOpPostsNothing) {
       << message;
   EXPECT_EQ(world().stats().count("bad_batch.first"), 0u);
   EXPECT_TRUE(world().batch_isend_irecv({}).empty());
+}
+
+// The in-order test group (tests/testing/in_order_p2p.h) behaves as NCCL's streams do: each rank
+// posting a large isend to its next rank, then an irecv from its previous one, deadlocks (every
+// send waits for a receive queued behind the peer's own send) and the first send to run out of
+// time fails saying so (its receive then runs and frees the others); the same messages as one
+// batch_isend_irecv complete.
+TEST(InOrderPointToPoint, CrossingMessagesDeadlockUnlessBatched) {
+  const int R = world().rank(), W = world().size();
+  const int next = (R + 1) % W, prev = (R + W - 1) % W;
+  auto mpi = std::shared_ptr<MpiProcessGroup>(
+      dynamic_cast<MpiProcessGroup*>(world().split(0, R).release()));
+  testing::InOrderPointToPointGroup g(mpi, std::chrono::milliseconds(1500));
+  const int64_t n = int64_t(1) << 20;
+  Tensor out = runtime::full({n}, double(R), {DType::F32});
+  Tensor in = runtime::zeros({n}, {DType::F32});
+  Work sent = g.isend(out, next, 1, "cross.send");
+  Work received = g.irecv(in, prev, 1, "cross.recv");
+  std::string message;
+  try {
+    sent.wait();
+  } catch (const mt::Error& e) {
+    message = e.what();
+  }
+  Tensor failed = runtime::full({1}, message.empty() ? 0.0 : 1.0, {DType::F64});
+  world().all_reduce(failed, ReduceOp::Sum, "cross.failed");
+  EXPECT_GE(failed.item<double>(), 1.0);
+  EXPECT_TRUE(message.empty() || message.find("would deadlock on in-order streams") !=
+                                     std::string::npos)
+      << message;
+  received.wait();  // the stuck sends complete once the receives behind them run
+  EXPECT_EQ(in.to_vector<double>()[size_t(n - 1)], double(prev));
+  using Op = ProcessGroup::P2POp;
+  Tensor in2 = runtime::zeros({n}, {DType::F32});
+  for (const Work& w : g.batch_isend_irecv({Op{Op::Kind::Send, out, next, 2, "batch.send"},
+                                            Op{Op::Kind::Recv, in2, prev, 2, "batch.recv"}}))
+    w.wait();
+  EXPECT_EQ(in2.to_vector<double>()[0], double(prev));
+  g.barrier("done");
 }
 
 // CommTrace on real ranks: an uneven all_to_all's record holds the bytes sent to and received from

@@ -18,6 +18,7 @@
 #include "models/moe/model_args.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/core/error.h"
+#include "tests/testing/in_order_p2p.h"
 #include "tests/testing/mpi_fixtures.h"
 #include "tests/testing/shared_data.h"
 #include "tests/testing/trainer_fixtures.h"
@@ -90,6 +91,26 @@ TEST(TrainerPipelineMpi, EverySchedulesMatchesOneProcess) {
     testing::expect_same_run(run(job(corpus, shared_dir("pp_" + schedule), 8, pp_args(pp, schedule, 2)),
                         world()),
                     reference(corpus));
+  }
+}
+
+// On GPUs a rank's point-to-point messages run in issue order on NCCL's stream, each send waiting
+// for its receive, matched by order, not tag: the runner's message rounds must not deadlock
+// there. Over a group whose messages behave so (testing::InOrderPointToPointGroup), every
+// schedule trains as one process.
+TEST(TrainerPipelineMpi, EveryScheduleRunsOverInOrderPointToPoint) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t pp = world()->size();
+  auto mpi = std::shared_ptr<parallel::MpiProcessGroup>(
+      dynamic_cast<parallel::MpiProcessGroup*>(world()->split(0, world()->rank()).release()));
+  auto in_order = std::make_shared<testing::InOrderPointToPointGroup>(mpi);
+  for (const std::string schedule :
+       {"GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble"}) {
+    SCOPED_TRACE(schedule);
+    testing::expect_same_run(
+        run(job(corpus, shared_dir("in_order_" + schedule), 8, pp_args(pp, schedule, 2)),
+            in_order),
+        reference(corpus));
   }
 }
 
