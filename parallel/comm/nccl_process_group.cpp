@@ -119,7 +119,8 @@ std::shared_ptr<const Anchor> anchor_for(int device) {
 struct NcclProcessGroup::Event {
   cudaEvent_t event = nullptr;
   explicit Event(bool timing = false) {
-    MT_CUDA_CHECK(cudaEventCreateWithFlags(&event, timing ? cudaEventDefault : cudaEventDisableTiming));
+    MT_CUDA_CHECK(
+        cudaEventCreateWithFlags(&event, timing ? cudaEventDefault : cudaEventDisableTiming));
   }
   ~Event() { (void)cudaEventDestroy(event); }
   Event(const Event&) = delete;
@@ -275,8 +276,8 @@ std::unique_ptr<ProcessGroup> NcclProcessGroup::split(int color, int key) {
   if (!world_ranks_.empty()) {
     const auto on_device = runtime::TensorOptions{}.with_dtype(DType::I64).with_device(device());
     Tensor all = Tensor::empty({2 * int64_t(size_)}, on_device);
-    all_gather_into(all, runtime::from_vector<int64_t>({color, key}, {2}, {DType::I64}).to(device()),
-                    "split.members");
+    const Tensor mine = runtime::from_vector<int64_t>({color, key}, {2}, {DType::I64});
+    all_gather_into(all, mine.to(device()), "split.members");
     const std::vector<int64_t> ck = all.to(Device::cpu()).to_vector<int64_t>();
     std::vector<std::pair<int64_t, int>> members;  // (key, parent rank) of the child's color
     for (int p = 0; p < size_; ++p)
@@ -351,13 +352,14 @@ std::shared_ptr<const DeviceTimes> NcclProcessGroup::device_times_of_running_cal
 }
 
 Work NcclProcessGroup::event_work(std::shared_ptr<Event> done) {
-  return Work([done] { MT_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(), done->event, 0)); },
-              [done] {
-                const cudaError_t s = done->status();
-                if (s == cudaErrorNotReady) return false;
-                MT_CUDA_CHECK(s);
-                return true;
-              });
+  return Work(
+      [done] { MT_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(), done->event, 0)); },
+      [done] {
+        const cudaError_t s = done->status();
+        if (s == cudaErrorNotReady) return false;
+        MT_CUDA_CHECK(s);
+        return true;
+      });
 }
 
 void NcclProcessGroup::begin_point_to_point_batch() {

@@ -4,8 +4,8 @@
 // on groups rebuilt from the recorded members, and times each against the recorded time. With
 // compute, it also re-runs every traced kernel in its place in the order, by name, through the
 // same kernel table (runtime/core/kernel_replay.h: the recorded scalar arguments, the replay's
-// buffers for its tensors); a kernel that cannot be re-run (a CUDA trace, an argument type traces
-// do not record) is reported as skipped with the reason. Replaying collectives with
+// buffers for its tensors); a kernel that cannot be re-run (one of another device than the
+// replay's, an argument type traces do not record) is reported as skipped with the reason. Replaying collectives with
 // scale_bytes = K multiplies every tensor's dim 0 (and the all_to_all split sizes) by K (0-d
 // tensors stay): what a K-times larger model's step would cost on this network.
 //

@@ -299,7 +299,8 @@ __global__ void colwise_cast_kernel(const T* x, int64_t rows, int64_t cols, cons
   }
   for (int j = threadIdx.y; j < kTile; j += kTileRows) {
     const int64_t r = r0 + j;
-    if (r < rows && c < cols) tile[j][threadIdx.x] = to_code(float(x[r * cols + c]) * scale, format);
+    if (r < rows && c < cols)
+      tile[j][threadIdx.x] = to_code(float(x[r * cols + c]) * scale, format);
   }
   __syncthreads();
   for (int j = threadIdx.y; j < kTile; j += kTileRows) {

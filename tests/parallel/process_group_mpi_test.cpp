@@ -275,8 +275,10 @@ TEST(MpiProcessGroup, BatchedMessagesCrossAndABadOpPostsNothing) {
   const int R = world().rank(), W = world().size();
   const int next = (R + 1) % W, prev = (R + W - 1) % W;
   const int64_t n = int64_t(1) << 20;
-  Tensor to_next = make(n, {n}, DType::F32, [&](int64_t i) { return 1000.0 * R + double(i % 997); });
-  Tensor to_prev = make(n, {n}, DType::F32, [&](int64_t i) { return -1000.0 * R - double(i % 991); });
+  Tensor to_next =
+      make(n, {n}, DType::F32, [&](int64_t i) { return 1000.0 * R + double(i % 997); });
+  Tensor to_prev =
+      make(n, {n}, DType::F32, [&](int64_t i) { return -1000.0 * R - double(i % 991); });
   Tensor from_prev = runtime::zeros({n}, {DType::F32});
   Tensor from_next = runtime::zeros({n}, {DType::F32});
   using Op = ProcessGroup::P2POp;
