@@ -229,6 +229,29 @@ TEST(MpiProcessGroup, SendRecvRing) {
   }
 }
 
+// What each rank sends its neighbours in the crossing tests (n floats each way), and checks that
+// what it received from them is theirs.
+struct NeighbourPayloads {
+  int next, prev;
+  Tensor to_next, to_prev, from_prev, from_next;
+  NeighbourPayloads(int rank, int size, int64_t n)
+      : next((rank + 1) % size),
+        prev((rank + size - 1) % size),
+        to_next(make(n, {n}, DType::F32,
+                     [&](int64_t i) { return 1000.0 * rank + double(i % 997); })),
+        to_prev(make(n, {n}, DType::F32,
+                     [&](int64_t i) { return -1000.0 * rank - double(i % 991); })),
+        from_prev(runtime::zeros({n}, {DType::F32})),
+        from_next(runtime::zeros({n}, {DType::F32})) {}
+  void expect_received() const {
+    const auto p = from_prev.to_vector<double>(), q = from_next.to_vector<double>();
+    for (size_t i = 0; i < p.size(); i += 4099) {
+      EXPECT_EQ(p[i], 1000.0 * prev + double(i % 997)) << "n=" << p.size() << " i=" << i;
+      EXPECT_EQ(q[i], -1000.0 * next - double(i % 991)) << "n=" << p.size() << " i=" << i;
+    }
+  }
+};
+
 // isend / irecv (pipeline stages): every rank sends 4 MB (past MPI's eager limit: a blocking send
 // would wait for its receive) to both neighbours before receiving from them, so blocking sends
 // would deadlock; posted ones do not. Then in chunks of 3 elements, and a receive expecting more
@@ -239,23 +262,14 @@ TEST(MpiProcessGroup, PostedSendsAndReceivesCrossWithoutDeadlock) {
   for (int64_t n : {int64_t(1) << 20, int64_t(11)}) {
     std::optional<ChunkLimit> chunks;
     if (n == 11) chunks.emplace(3);
-    Tensor to_next =
-        make(n, {n}, DType::F32, [&](int64_t i) { return 1000.0 * R + double(i % 997); });
-    Tensor to_prev =
-        make(n, {n}, DType::F32, [&](int64_t i) { return -1000.0 * R - double(i % 991); });
-    Tensor from_prev = runtime::zeros({n}, {DType::F32});
-    Tensor from_next = runtime::zeros({n}, {DType::F32});
-    std::vector<Work> works = {world().isend(to_next, next, 21, "cross_next"),
-                               world().isend(to_prev, prev, 22, "cross_prev"),
-                               world().irecv(from_prev, prev, 21, "cross_from_prev"),
-                               world().irecv(from_next, next, 22, "cross_from_next")};
+    const NeighbourPayloads m(R, W, n);
+    std::vector<Work> works = {world().isend(m.to_next, next, 21, "cross_next"),
+                               world().isend(m.to_prev, prev, 22, "cross_prev"),
+                               world().irecv(m.from_prev, prev, 21, "cross_from_prev"),
+                               world().irecv(m.from_next, next, 22, "cross_from_next")};
     for (const Work& w : works) w.wait();
     for (const Work& w : works) EXPECT_TRUE(w.is_completed());
-    const auto p = from_prev.to_vector<double>(), q = from_next.to_vector<double>();
-    for (int64_t i = 0; i < n; i += 4099) {
-      EXPECT_EQ(p[size_t(i)], 1000.0 * prev + double(i % 997)) << "n=" << n << " i=" << i;
-      EXPECT_EQ(q[size_t(i)], -1000.0 * next - double(i % 991)) << "n=" << n << " i=" << i;
-    }
+    m.expect_received();
   }
   Work sent = world().isend(runtime::zeros({2}, {DType::F32}), next, 23, "short");
   Work got = world().irecv(runtime::zeros({4}, {DType::F32}), prev, 23, "short");
@@ -273,28 +287,19 @@ TEST(MpiProcessGroup, PostedSendsAndReceivesCrossWithoutDeadlock) {
 // nothing: the error names the op, and no message of the batch reaches the stats.
 TEST(MpiProcessGroup, BatchedMessagesCrossAndABadOpPostsNothing) {
   const int R = world().rank(), W = world().size();
-  const int next = (R + 1) % W, prev = (R + W - 1) % W;
-  const int64_t n = int64_t(1) << 20;
-  Tensor to_next =
-      make(n, {n}, DType::F32, [&](int64_t i) { return 1000.0 * R + double(i % 997); });
-  Tensor to_prev =
-      make(n, {n}, DType::F32, [&](int64_t i) { return -1000.0 * R - double(i % 991); });
-  Tensor from_prev = runtime::zeros({n}, {DType::F32});
-  Tensor from_next = runtime::zeros({n}, {DType::F32});
+  const NeighbourPayloads m(R, W, int64_t(1) << 20);
+  const int next = m.next, prev = m.prev;
+  const Tensor &to_next = m.to_next, &from_prev = m.from_prev;
   using Op = ProcessGroup::P2POp;
   using Kind = Op::Kind;
   const std::vector<Work> works = world().batch_isend_irecv(
-      {Op{Kind::Send, to_next, next, 31, "batch.to_next"},
-       Op{Kind::Recv, from_next, next, 32, "batch.from_next"},
-       Op{Kind::Send, to_prev, prev, 32, "batch.to_prev"},
-       Op{Kind::Recv, from_prev, prev, 31, "batch.from_prev"}});
+      {Op{Kind::Send, m.to_next, next, 31, "batch.to_next"},
+       Op{Kind::Recv, m.from_next, next, 32, "batch.from_next"},
+       Op{Kind::Send, m.to_prev, prev, 32, "batch.to_prev"},
+       Op{Kind::Recv, m.from_prev, prev, 31, "batch.from_prev"}});
   ASSERT_EQ(works.size(), 4u);
   for (const Work& w : works) w.wait();
-  const auto p = from_prev.to_vector<double>(), q = from_next.to_vector<double>();
-  for (int64_t i = 0; i < n; i += 4099) {
-    EXPECT_EQ(p[size_t(i)], 1000.0 * prev + double(i % 997)) << "i=" << i;
-    EXPECT_EQ(q[size_t(i)], -1000.0 * next - double(i % 991)) << "i=" << i;
-  }
+  m.expect_received();
   EXPECT_EQ(world().stats().at("batch.to_next").collective, "isend");
   EXPECT_EQ(world().stats().at("batch.from_prev").collective, "irecv");
 
