@@ -23,6 +23,9 @@ fs::path shared_dir(parallel::ProcessGroup& world, const std::string& prefix,
   world.broadcast(pid, 0, "pid");
   const fs::path dir =
       fs::temp_directory_path() / (prefix + "_" + std::to_string(pid.item<int64_t>()) + "_" + name);
+  // Every rank is done with the folder's previous use before rank 0 empties it (a loop that asks
+  // for the same folder again must not pull it from under a sub-group still running).
+  world.barrier("shared_dir.reuse");
   if (world.rank() == 0) {
     fs::remove_all(dir);
     fs::create_directories(dir);

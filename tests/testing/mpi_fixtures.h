@@ -17,7 +17,8 @@ namespace mt::testing {
 std::shared_ptr<parallel::ProcessGroup> mpi_world();
 
 // A temporary folder every rank of `world` shares (named after rank 0's pid, `prefix` and
-// `name`), made empty by rank 0 before anyone uses it (collective).
+// `name`), made empty by rank 0 once every rank has called this and before anyone uses it
+// (collective).
 std::filesystem::path shared_dir(parallel::ProcessGroup& world, const std::string& prefix,
                                  const std::string& name);
 
