@@ -69,11 +69,14 @@ PipelineRunner::PipelineRunner(PipelineSchedule schedule, std::shared_ptr<Proces
            " micro-batches x ", schedule_.num_stages(), " stages need more message tags than ",
            "an int holds");
   rounds_ = message_rounds(schedule_).at(size_t(rank));
+  // Evaluation runs every rank's forwards in their order: they wait only on forwards, which ran
+  // before them in the whole schedule too, so the projection is deadlock-free as the schedule is.
   PipelineSchedule forwards = schedule_;
   for (auto& actions : forwards.ranks) {
     std::erase_if(actions, [](const Action& a) { return a.kind != ActionKind::Forward; });
   }
   forward_rounds_ = message_rounds(forwards).at(size_t(rank));
+  forward_actions_ = std::move(forwards.ranks.at(size_t(rank)));
 }
 
 PipelineRunner::~PipelineRunner() = default;
@@ -257,12 +260,7 @@ Tensor PipelineRunner::forward_only(
   runtime::NoGradGuard no_grad;
   Inflight state;
   state.eval_loss = &loss;
-  // A rank's forwards keep their order: they wait only on forwards, which ran before them in
-  // the whole schedule too, so the projection is deadlock-free as the schedule is.
-  std::vector<Action> forwards;
-  for (const Action& a : schedule_.ranks.at(size_t(group_->rank())))
-    if (a.kind == ActionKind::Forward) forwards.push_back(a);
-  run_actions(forwards, forward_rounds_, inputs, state);
+  run_actions(forward_actions_, forward_rounds_, inputs, state);
   return state.loss_sum;
 }
 

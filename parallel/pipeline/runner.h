@@ -142,7 +142,8 @@ class PipelineRunner {
   std::vector<int64_t> hidden_shape_;
   runtime::TensorOptions hidden_options_;
   std::vector<MessageRound> rounds_;          // this rank's, for step()
-  std::vector<MessageRound> forward_rounds_;  // for forward_only()
+  std::vector<Action> forward_actions_;       // this rank's Forward actions, for forward_only()
+  std::vector<MessageRound> forward_rounds_;  // their rounds
   PipelineStepTiming timing_;
 };
 
