@@ -28,6 +28,11 @@ cmake --build "$dir" -j "$jobs"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 export OPENBLAS_THREAD_TIMEOUT=${OPENBLAS_THREAD_TIMEOUT:-16}  # OpenBLAS threads: short spins too
+# Every test's temporary files go under one folder removed when this run ends: a test that dies
+# before its clean-up cannot leave files that pile up over runs until the disk is full.
+tmp_root=$(mktemp -d "${TMPDIR:-/tmp}/mt-test.XXXXXX")
+trap 'rm -rf "$tmp_root"' EXIT
+export TMPDIR="$tmp_root"
 junit="$PWD/$dir/ctest-junit.xml"
 rm -f "$junit"
 rc=0

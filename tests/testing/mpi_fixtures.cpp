@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <set>
+#include <stdexcept>
+#include <system_error>
+
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/ops/factory.h"
 #include "tests/testing/trainer_fixtures.h"
@@ -16,13 +20,56 @@ std::shared_ptr<parallel::ProcessGroup> mpi_world() {
   return world;
 }
 
+namespace {
+
+// The roots of the folders shared_dir made in this process. Removed by rank 0 after the last test
+// once every rank is past it (a GoogleTest environment's TearDown: MPI still runs then), so that
+// the tests leave nothing behind in the temporary folder.
+class SharedDirRoots : public ::testing::Environment {
+ public:
+  static SharedDirRoots& get() {
+    // GoogleTest owns the environment; registered on first use, torn down after the last test.
+    static SharedDirRoots* roots = [] {
+      auto* r = new SharedDirRoots;
+      ::testing::AddGlobalTestEnvironment(r);
+      return r;
+    }();
+    return *roots;
+  }
+
+  void add(const fs::path& root) { roots_.insert(root); }
+
+  void TearDown() override {
+    if (roots_.empty()) return;
+    mpi_world()->barrier("shared_dir.remove");
+    if (mpi_world()->rank() == 0) {
+      for (const fs::path& root : roots_) {
+        std::error_code ec;
+        fs::remove_all(root, ec);
+      }
+    }
+    roots_.clear();
+  }
+
+ private:
+  std::set<fs::path> roots_;
+};
+
+}  // namespace
+
 fs::path shared_dir(parallel::ProcessGroup& world, const std::string& prefix,
                     const std::string& name) {
+  if (&world != mpi_world().get()) {
+    throw std::invalid_argument("shared_dir is collective over testing::mpi_world() (the folders "
+                                "are removed after the last test, once every rank is done)");
+  }
   runtime::Tensor pid =
       runtime::from_vector<int64_t>({int64_t(getpid())}, {1}, {runtime::DType::I64});
   world.broadcast(pid, 0, "pid");
-  const fs::path dir =
-      fs::temp_directory_path() / (prefix + "_" + std::to_string(pid.item<int64_t>()) + "_" + name);
+  const fs::path root =
+      fs::temp_directory_path() / (prefix + "_" + std::to_string(pid.item<int64_t>()));
+  SharedDirRoots::get().add(root);
+  const fs::path dir = root / name;
   // Every rank is done with the folder's previous use before rank 0 empties it (a loop that asks
   // for the same folder again must not pull it from under a sub-group still running).
   world.barrier("shared_dir.reuse");

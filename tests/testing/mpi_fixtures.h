@@ -16,9 +16,9 @@ namespace mt::testing {
 // The launch's ranks (MpiProcessGroup::world()), made once per process.
 std::shared_ptr<parallel::ProcessGroup> mpi_world();
 
-// A temporary folder every rank of `world` shares (named after rank 0's pid, `prefix` and
-// `name`), made empty by rank 0 once every rank has called this and before anyone uses it
-// (collective).
+// A temporary folder every rank of `world` (which must be mpi_world()) shares:
+// <tmp>/<prefix>_<rank 0's pid>/<name>, made empty by rank 0 once every rank has called this and
+// before anyone uses it (collective). The <prefix>_<pid> folders are removed after the last test.
 std::filesystem::path shared_dir(parallel::ProcessGroup& world, const std::string& prefix,
                                  const std::string& name);
 

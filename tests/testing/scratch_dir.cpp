@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <set>
 #include <string>
 #include <system_error>
 
@@ -23,6 +24,32 @@ ScratchDir::ScratchDir() {
 ScratchDir::~ScratchDir() {
   std::error_code ec;
   std::filesystem::remove_all(path_, ec);
+}
+
+namespace {
+
+// The process_temp_dir roots, removed at exit.
+struct ProcessTempRoots {
+  std::set<std::filesystem::path> roots;
+  ~ProcessTempRoots() {
+    for (const std::filesystem::path& root : roots) {
+      std::error_code ec;
+      std::filesystem::remove_all(root, ec);
+    }
+  }
+};
+
+}  // namespace
+
+std::filesystem::path process_temp_dir(const std::string& prefix, const std::string& name) {
+  static ProcessTempRoots temp_roots;
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / (prefix + "_" + std::to_string(::getpid()));
+  temp_roots.roots.insert(root);
+  const std::filesystem::path dir = root / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
 }
 
 }  // namespace mt::testing

@@ -1,7 +1,10 @@
-// A fresh temporary folder per test, removed when the test ends: <tmp>/mt_<test suite>_<test>_<pid>.
+// Temporary folders the tests leave nothing behind in: ScratchDir, a fresh folder per test removed
+// when the test ends (<tmp>/mt_<test suite>_<test>_<pid>), and process_temp_dir, named folders
+// that live until the process exits.
 #pragma once
 
 #include <filesystem>
+#include <string>
 
 namespace mt::testing {
 
@@ -18,5 +21,9 @@ class ScratchDir {
  private:
   std::filesystem::path path_;
 };
+
+// <tmp>/<prefix>_<pid>/<name>, made empty now; the <prefix>_<pid> folder is removed when the
+// process exits (for what several tests of one process share, such as a trained tokenizer).
+std::filesystem::path process_temp_dir(const std::string& prefix, const std::string& name);
 
 }  // namespace mt::testing

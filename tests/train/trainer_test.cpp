@@ -24,6 +24,7 @@
 #include "runtime/core/determinism.h"
 #include "runtime/core/error.h"
 #include "tests/testing/errors.h"
+#include "tests/testing/scratch_dir.h"
 #include "tests/testing/shared_data.h"
 #include "tests/testing/tensorboard_events.h"
 #include "tests/testing/trainer_fixtures.h"
@@ -39,11 +40,7 @@ using testing::error_of;
 
 fs::path temp_dir(const std::string& name) {
   // Per process: ctest runs each TEST as its own process, several at once.
-  const fs::path dir =
-      fs::temp_directory_path() / ("mt_trainer_test_" + std::to_string(getpid()) + "_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return testing::process_temp_dir("mt_trainer_test", name);
 }
 
 // The small tokenizer (tests/testing/trainer_fixtures.h), saved once per process.
