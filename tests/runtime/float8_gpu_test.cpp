@@ -10,12 +10,18 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "runtime/ops/float8.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/float8_grouped.h"
 #include "tests/testing/gpu_compare.h"
+
+#if MT_HAVE_NCCL  // defined wherever the CUDA backend is built (parallel/CMakeLists.txt)
+#include "runtime/cuda/context.h"
+#include "runtime/cuda/float8_gemm.h"
+#endif
 
 namespace mt::runtime::gpu_test {
 namespace {
@@ -206,6 +212,9 @@ TEST_F(Float8Gpu, RowwiseCastsMatchTheCpuBitForBit) {
 // the CPU's cast of its contiguous copy, with its own column amaxes, given ones (a tp reduction's)
 // and float8_row_amax of the view; also a view of a row slice (one MoE expert's tokens).
 TEST_F(Float8Gpu, TransposedViewsCastByColumnInPlaceBitForBit) {
+  // A columnwise kernel that differed from the copy at its first call would be replaced by the
+  // copy's result (and said on stderr), so the comparisons below would pass on the copy alone.
+  ::testing::internal::CaptureStderr();
   for (DType dtype : {DType::F32, DType::BF16}) {
     for (bool pow2 : {true, false}) {
       for (const Shape& shape : {Shape{37, 53}, Shape{2048, 256}, Shape{5000, 3}, Shape{64, 1}}) {
@@ -238,6 +247,31 @@ TEST_F(Float8Gpu, TransposedViewsCastByColumnInPlaceBitForBit) {
   const Tensor slice_gpu = on_cuda(x).narrow(0, 32, 48).transpose(0, 1);
   EXPECT_EQ(bytes_of(to_float8_rowwise(slice_gpu, Float8Format::E4M3, true).codes),
             bytes_of(to_float8_rowwise(slice, Float8Format::E4M3, true).codes));
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              ::testing::Not(::testing::HasSubstr("differs")));
+}
+
+// On Hopper, rowwise GEMMs apply their row and column scales in cuBLASLt's epilogue (the
+// outer-vector scale mode: one kernel, no f32 sums in memory) for every output dtype and
+// accumulation the recipe uses: the mode exists in the cuBLASLt the build ships and gave the exact
+// answer on the check GEMM. Without it they still match the CPU (the test below), only slower.
+TEST_F(Float8Gpu, RowwiseScalesApplyInTheGemmEpilogueOnHopper) {
+#if MT_HAVE_NCCL
+  const cudaDeviceProp& props = cuda::device_properties(cuda::current_device());
+  if (props.major < 9) GTEST_SKIP() << props.name << ": outer-vector scales are Hopper's and newer";
+  ::testing::internal::CaptureStderr();
+  for (DType out : {DType::F32, DType::BF16}) {
+    for (bool fast : {false, true}) {
+      EXPECT_TRUE(cuda::float8_rowwise_scales_in_epilogue(Float8Format::E4M3,
+                                                          Float8Format::E4M3, out, fast))
+          << dtype_name(out) << (fast ? " fast" : "");
+    }
+  }
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(said, "");
+#else
+  GTEST_SKIP() << "this build has no CUDA backend";
+#endif
 }
 
 TEST_F(Float8Gpu, RowwiseGemmAndLinearMatchTheCpu) {
@@ -247,8 +281,8 @@ TEST_F(Float8Gpu, RowwiseGemmAndLinearMatchTheCpu) {
     for (bool fast : {false, true}) {
       const Tensor want = float8_mm(a.codes, a.format, a.scale_inv, b.codes, b.format, b.scale_inv,
                                     out, fast);
-      // Twice: a shape's first call decides whether cuBLASLt's outer-vector scales serve it
-      // (and returns the two-kernel result); the second runs what was decided.
+      // Twice: the first call also runs the check GEMM that decides whether cuBLASLt's epilogue
+      // applies the scales; the second runs what was decided.
       for (int call = 0; call < 2; ++call) {
         const Tensor got = float8_mm(on_cuda(a.codes), a.format, on_cuda(a.scale_inv),
                                      on_cuda(b.codes), b.format, on_cuda(b.scale_inv), out, fast);
