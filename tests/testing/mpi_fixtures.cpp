@@ -59,9 +59,11 @@ class SharedDirRoots : public ::testing::Environment {
 
 fs::path shared_dir(parallel::ProcessGroup& world, const std::string& prefix,
                     const std::string& name) {
-  if (&world != mpi_world().get()) {
-    throw std::invalid_argument("shared_dir is collective over testing::mpi_world() (the folders "
-                                "are removed after the last test, once every rank is done)");
+  // Every rank of the launch registers the folder, so that all of them meet in the removal's
+  // barrier after the last test.
+  if (world.size() != mpi_world()->size()) {
+    throw std::invalid_argument("shared_dir is collective over every rank of the launch (the "
+                                "folders are removed after the last test, once all are done)");
   }
   runtime::Tensor pid =
       runtime::from_vector<int64_t>({int64_t(getpid())}, {1}, {runtime::DType::I64});

@@ -16,7 +16,7 @@ namespace mt::testing {
 // The launch's ranks (MpiProcessGroup::world()), made once per process.
 std::shared_ptr<parallel::ProcessGroup> mpi_world();
 
-// A temporary folder every rank of `world` (which must be mpi_world()) shares:
+// A temporary folder every rank of `world` (all the launch's ranks) shares:
 // <tmp>/<prefix>_<rank 0's pid>/<name>, made empty by rank 0 once every rank has called this and
 // before anyone uses it (collective). The <prefix>_<pid> folders are removed after the last test.
 std::filesystem::path shared_dir(parallel::ProcessGroup& world, const std::string& prefix,
