@@ -365,8 +365,9 @@ Work NcclProcessGroup::event_work(std::shared_ptr<Event> done) {
 void NcclProcessGroup::begin_point_to_point_batch() {
   std::unique_lock call(call_mutex_);  // held until end_point_to_point_batch
   MT_CHECK(!batch_, "batch_isend_irecv on group ", name_, ": a batch is already being posted");
+  Batch batch{std::make_shared<Event>(), nullptr, std::nullopt};  // before the group opens
   check(ncclGroupStart(), "batch_isend_irecv (ncclGroupStart)");
-  batch_.emplace(Batch{std::make_shared<Event>(), nullptr, std::nullopt});
+  batch_.emplace(std::move(batch));
   call.release();
 }
 

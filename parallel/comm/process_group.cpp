@@ -322,10 +322,15 @@ Work ProcessGroup::irecv(const Tensor& tensor, int src, int tag, const std::stri
 }
 
 std::vector<Work> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) {
-  for (const P2POp& op : ops) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
     const bool send = op.kind == P2POp::Kind::Send;
     check_posted(op.tensor, op.peer, op.tag, send ? "isend" : "irecv", send ? "dst" : "src",
                  *this);
+    // The device index too, here: once the batch has begun (NCCL: a group is open), an op that
+    // fails leaves its peers' ops of the batch waiting.
+    MT_CHECK(op.tensor.device() == device(), where("batch_isend_irecv", *this), ": op ", i, " ('",
+             op.name, "') is on ", op.tensor.device(), " but the group drives ", device());
   }
   std::vector<Work> works;
   if (ops.empty()) return works;

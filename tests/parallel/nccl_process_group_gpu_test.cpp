@@ -290,6 +290,11 @@ TEST_F(NcclProcessGroupTest, PollingAnUnfinishedCallLeavesNoErrorBehind) {
 TEST_F(NcclProcessGroupTest, TracedCallsCarryTheirDeviceTimes) {
   Tensor t = zeros_cuda({1 << 20}, DType::F32);
   CommTrace::start();
+  // A first traced call takes the clock anchor (an event on an idle stream, waited for): taken
+  // while the compute stream is held below, it could wait behind the hold where streams share a
+  // hardware queue, and "after" would then be issued late.
+  pg->all_reduce(t, ReduceOp::Sum, "prime");
+  ASSERT_EQ(CommTrace::take().size(), 1u);
   MT_CUDA_CHECK(cudaLaunchHostFunc(
       runtime::cuda::current_stream(),
       [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }, nullptr));
