@@ -21,6 +21,7 @@
 #include <iostream>
 #include <memory>
 
+#include "parallel/comm/launcher_env.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "parallel/comm/nccl_process_group.h"
 #include "runtime/core/device_runtime.h"
@@ -122,7 +123,10 @@ int run(int argc, char** argv) {
     const int gpus = runtime::cuda_device_count();
     MT_CHECK(gpus > 0, "mt_comm_bench: --backend nccl needs a CUDA device; this node has none",
              parallel::nccl_available() ? "" : " (and this build has no NCCL)");
-    o.device = runtime::Device::cuda(world->rank() % gpus);
+    // The launcher's local rank where it gives one (ranks placed round-robin over nodes), else
+    // the world rank.
+    const int local_rank = parallel::launcher_local_rank().value_or(world->rank());
+    o.device = runtime::Device::cuda(local_rank % gpus);
     runtime::set_current_device(o.device);
     group = parallel::make_nccl_process_group(world);
   }

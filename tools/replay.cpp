@@ -20,6 +20,7 @@
 #include <iostream>
 
 #include "parallel/comm/comm_trace.h"
+#include "parallel/comm/launcher_env.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "parallel/comm/nccl_process_group.h"
 #include "runtime/core/device_runtime.h"
@@ -89,7 +90,10 @@ int run(int argc, char** argv) {
     MT_CHECK(gpus > 0, "mt_replay: the traces ran on GPUs (CUDA kernels or NCCL collectives) and "
              "this node has no usable CUDA device",
              parallel::nccl_available() ? "" : " (or this build has no NCCL)");
-    runtime::set_current_device(runtime::Device::cuda(world->rank() % gpus));
+    // The launcher's local rank where it gives one (ranks placed round-robin over nodes), else
+    // the world rank.
+    runtime::set_current_device(
+        runtime::Device::cuda(parallel::launcher_local_rank().value_or(world->rank()) % gpus));
     world = parallel::make_nccl_process_group(world);
   }
   const parallel::ReplayResult r = parallel::replay_step(*world, traces, o);

@@ -6,11 +6,11 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <initializer_list>
 #include <map>
 #include <optional>
 #include <sstream>
 
+#include "parallel/comm/launcher_env.h"
 #include "parallel/comm/nccl_process_group.h"
 #include "parallel/comm/object_collectives.h"
 #include "runtime/core/device_runtime.h"
@@ -23,25 +23,6 @@ namespace {
 const char* env(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? v : nullptr;
-}
-
-std::optional<int> first_set(std::initializer_list<const char*> vars) {
-  for (const char* var : vars) {
-    if (const char* v = env(var)) return std::atoi(v);
-  }
-  return std::nullopt;
-}
-
-// The launcher's local rank (this process's index on its node) and the number of ranks on the
-// node, where the launcher says (Open MPI, MPICH/Hydra, MVAPICH, torchrun-style; SLURM gives the
-// local id only).
-std::optional<int> launcher_local_rank() {
-  return first_set({"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID",
-                    "MV2_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"});
-}
-std::optional<int> launcher_local_size() {
-  return first_set({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE",
-                    "LOCAL_WORLD_SIZE"});
 }
 
 std::string host_name() {
@@ -161,8 +142,8 @@ runtime::Device resolve_training_device(const std::string& name, const std::stri
   MT_CHECK(world.size() == 1 || parallel::nccl_available(), "train: training on CUDA with ",
            world.size(), " ranks needs NCCL, which this build lacks; run one process, or ",
            "training.device = \"cpu\"");
-  const int local_rank = launcher_local_rank().value_or(int(layout.local_rank));
-  const int local_size = launcher_local_size().value_or(int(layout.local_size));
+  const int local_rank = parallel::launcher_local_rank().value_or(int(layout.local_rank));
+  const int local_size = parallel::launcher_local_size().value_or(int(layout.local_size));
   const runtime::Device device = runtime::Device::cuda(
       gpu_for_rank(local_rank, local_size, gpus, env("CUDA_VISIBLE_DEVICES") != nullptr,
                    layout.node_of_rank.at(size_t(layout.rank))));
@@ -173,7 +154,7 @@ runtime::Device resolve_training_device(const std::string& name, const std::stri
 std::string describe_placement(parallel::ProcessGroup& world, const NodeLayout& layout,
                                runtime::Device device) {
   // Per rank: "local rank|threads|device".
-  const std::string mine = std::to_string(launcher_local_rank().value_or(int(layout.local_rank))) +
+  const std::string mine = std::to_string(parallel::launcher_local_rank().value_or(int(layout.local_rank))) +
                            "|" + std::to_string(omp_get_max_threads()) + "|" +
                            runtime::device_description(device);
   const std::vector<std::string> all =

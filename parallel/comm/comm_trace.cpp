@@ -103,6 +103,7 @@ std::string comm_record_json(const CommRecord& r, int64_t step, int rank) {
                       {"send_bytes", r.send_bytes},
                       {"recv_bytes", r.recv_bytes},
                       {"async", r.async},
+                      {"batch", r.batch},
                       {"issued_us", r.issued_us},
                       {"start_us", r.start_us},
                       {"end_us", r.end_us},
@@ -181,6 +182,7 @@ CommTraceLine parse_comm_trace_line(const std::string& line, const std::string& 
     j.at("end_us").get_to(r.end_us);
     if (schema >= 2) j.at("waited_us").get_to(r.waited_us);
     if (schema >= 3) j.at("device_timed").get_to(r.device_timed);
+    if (schema >= 4) j.at("batch").get_to(r.batch);
   } catch (const nlohmann::json::exception& e) {
     MT_FAIL(where, ": not a communication trace record (", e.what(), ")");
   }

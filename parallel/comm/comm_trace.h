@@ -39,7 +39,7 @@
 namespace mt::parallel {
 
 // 2: posted isend / irecv records and their waited_us; 3: device_timed. Older records still read.
-inline constexpr int kCommTraceSchema = 3;
+inline constexpr int kCommTraceSchema = 4;
 
 // A backend's timing of one call on its device (NCCL: CUDA events around the call on the
 // communication stream).
@@ -74,6 +74,10 @@ struct CommRecord {
   int64_t size_bytes = 0;                       // nccl-tests' size of the call (bandwidth.h)
   std::vector<int64_t> send_bytes, recv_bytes;  // all_to_all_single: to / from each member
   bool async = false;
+  // isend / irecv (or, where a backend sends them so, async send / recv) posted by one
+  // batch_isend_irecv: the batch's number in this process (1, 2, ...), the same for all its ops;
+  // 0 when not in a batch. A replay posts them together again (NCCL: one group).
+  int64_t batch = 0;
   double issued_us = 0;             // when the caller issued it (wall clock, us since the epoch)
   double start_us = 0, end_us = 0;  // when it ran (the same clock; later than issued when queued)
   double waited_us = 0;  // isend/irecv and async calls: when the caller first waited for it (0:

@@ -110,6 +110,19 @@ ExecutionTrace make_execution_trace(const runtime::ProfileReport& ops,
     return int64_t(std::upper_bound(op_begins.begin(), op_begins.end(), rel_us) -
                    op_begins.begin());
   };
+  // The ops of one batch_isend_irecv stay together, in issue order, where its first op was
+  // issued: a replay posts them as one batch again (a wait node between them would split it).
+  struct BatchStart {
+    int64_t issue, ops_before;
+    double time;
+  };
+  std::map<int64_t, BatchStart> batch_start;
+  for (const CommRecord& r : collectives) {
+    if (r.issued_us < origin || r.batch == 0) continue;
+    const double rel = r.issued_us - origin;
+    auto [it, fresh] = batch_start.try_emplace(r.batch, BatchStart{r.issue, 0, rel});
+    if (fresh || r.issue < it->second.issue) it->second = {r.issue, place(r.ops_before, rel), rel};
+  }
   for (const CommRecord& r : collectives) {
     if (r.issued_us < origin) continue;  // the step before's tail
     TraceNode n;
@@ -120,7 +133,13 @@ ExecutionTrace make_execution_trace(const runtime::ProfileReport& ops,
     n.issued_us = r.issued_us - origin;
     n.dur_us = r.end_us - r.start_us;
     n.collective = r;
-    keyed.push_back({{place(r.ops_before, n.issued_us), 0, n.issued_us, r.issue, 0}, n});
+    Key key{place(r.ops_before, n.issued_us), 0, n.issued_us, r.issue, 0};
+    if (r.batch != 0) {
+      const BatchStart& b = batch_start.at(r.batch);
+      key.ops_before = b.ops_before;
+      key.time = b.time;
+    }
+    keyed.push_back({key, n});
     if ((r.posted() || r.async) && r.waited_us > 0) {  // and where the step waited for it
       TraceNode wait = std::move(n);
       wait.type = TraceNode::Type::Wait;

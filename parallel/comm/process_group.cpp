@@ -31,6 +31,8 @@ const char* reduce_op_name(ReduceOp op) {
 
 namespace {
 std::atomic<int64_t> g_collective_timeout_ms{300'000};
+// The batch_isend_irecv whose ops this thread is posting (CommRecord::batch); 0 outside one.
+thread_local int64_t t_posting_batch = 0;
 }  // namespace
 
 void set_collective_timeout(std::chrono::milliseconds timeout) {
@@ -321,6 +323,24 @@ Work ProcessGroup::irecv(const Tensor& tensor, int src, int tag, const std::stri
   return track_posted("irecv", std::move(call), *std::move(posted));
 }
 
+namespace {
+
+std::atomic<int64_t> g_batches{0};  // batch_isend_irecv calls so far in this process
+
+// Marks the ops this thread posts while alive as one batch's (CommRecord::batch).
+class PostingBatch {
+ public:
+  PostingBatch() : previous_(t_posting_batch) { t_posting_batch = ++g_batches; }
+  ~PostingBatch() { t_posting_batch = previous_; }
+  PostingBatch(const PostingBatch&) = delete;
+  PostingBatch& operator=(const PostingBatch&) = delete;
+
+ private:
+  int64_t previous_;
+};
+
+}  // namespace
+
 std::vector<Work> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) {
   for (size_t i = 0; i < ops.size(); ++i) {
     const P2POp& op = ops[i];
@@ -334,6 +354,7 @@ std::vector<Work> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops)
   }
   std::vector<Work> works;
   if (ops.empty()) return works;
+  const PostingBatch batch;
   begin_point_to_point_batch();
   try {
     for (const P2POp& op : ops) {
@@ -425,6 +446,7 @@ CommRecord ProcessGroup::describe_call(const std::string& name, int64_t size_byt
   r.name = name;
   r.size_bytes = size_bytes;
   if (!CommTrace::active()) return r;
+  r.batch = t_posting_batch;
   r.group = this->name();
   r.mesh_dim = mesh_dim_;
   r.members = world_ranks();

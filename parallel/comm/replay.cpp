@@ -371,46 +371,91 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
         buffers.release_after(i);
         continue;
       }
+      // The nodes this call covers: itself, or every op of its batch_isend_irecv (consecutive
+      // in the trace), posted together again: on in-order streams (NCCL) the ops of a batch
+      // posted one by one can wait on each other (a ring pass's receive before its send).
+      size_t last_node = i;
+      while (nodes[i]->collective.batch != 0 && last_node + 1 < nodes.size() &&
+             nodes[last_node + 1]->type == TraceNode::Type::Collective &&
+             nodes[last_node + 1]->collective.batch == nodes[i]->collective.batch) {
+        ++last_node;
+      }
+      struct Issued {
+        size_t node;
+        Tensor in, out;
+        ReplayedCall call;
+        bool later = false, writes = false;
+        Work work;
+      };
+      std::vector<Issued> issued;
+      for (size_t j = i; j <= last_node; ++j) {
+        const CommRecord& r = nodes[j]->collective;
+        Issued x{j};
+        for (const Use& u : uses[j]) {
+          if (u.storage == r.in_storage && !x.in.defined()) x.in = buffers.view(u);
+          if (u.storage == r.out_storage) x.out = buffers.view(u);
+        }
+        if (!x.out.defined()) x.out = x.in;
+        if (!x.in.defined()) x.in = x.out;
+        x.later = deferred(r, mine->schema, o.overlap);
+        ReplayedCall& c = x.call;
+        c.node_id = nodes[j]->id;
+        c.collective = r.collective;
+        c.name = r.name;
+        c.members = r.members;
+        c.size_bytes = r.in_shape.empty() && r.out_shape.empty() ? r.size_bytes
+                                                                 : r.size_bytes * o.scale_bytes;
+        c.deferred = x.later;
+        c.recorded_us = x.later && r.waited_us > 0
+                            ? std::max(r.end_us, r.waited_us) - r.issued_us
+                            : r.end_us - r.start_us;
+        x.writes = r.collective != "send" && r.collective != "isend" && r.collective != "barrier";
+        issued.push_back(std::move(x));
+      }
       const CommRecord& r = nodes[i]->collective;
       ProcessGroup& g = groups(r.members);
-      Tensor in, out;
-      for (const Use& u : uses[i]) {
-        if (u.storage == r.in_storage && !in.defined()) in = buffers.view(u);
-        if (u.storage == r.out_storage) out = buffers.view(u);
-      }
-      if (!out.defined()) out = in;
-      if (!in.defined()) in = out;
-      const bool later = deferred(r, mine->schema, o.overlap);
       // Collectives only: each synchronous call starts together on its group, so its time is its
       // own, not the skew the last call (or this rank's digest of it) left behind. With compute,
       // none: the step runs as it ran.
       const bool point_to_point = r.collective == "send" || r.collective == "recv" || r.posted();
-      if (!point_to_point && !later && !o.compute) g.barrier("replay_sync");
-      ReplayedCall c;
-      c.node_id = nodes[i]->id;
-      c.collective = r.collective;
-      c.name = r.name;
-      c.members = r.members;
-      c.size_bytes =
-          r.in_shape.empty() && r.out_shape.empty() ? r.size_bytes : r.size_bytes * o.scale_bytes;
-      c.deferred = later;
-      c.recorded_us = later && r.waited_us > 0 ? std::max(r.end_us, r.waited_us) - r.issued_us
-                                               : r.end_us - r.start_us;
-      const bool writes = r.collective != "send" && r.collective != "isend" &&
-                          r.collective != "barrier";
+      if (!point_to_point && !issued[0].later && !o.compute) g.barrier("replay_sync");
       const auto t0 = std::chrono::steady_clock::now();
-      Work work = issue_call(g, r, in, out, o.scale_bytes, later, where_of(*nodes[i]));
-      if (later) {  // timed from its issue to its wait's return, at its wait node (or the end)
-        pending[c.node_id] = {std::move(work), t0, timed.size(), writes ? out : Tensor()};
-        timed.push_back(std::move(c));
-        buffers.release_after(i);  // the Work keeps its buffers until it completes
-        continue;
+      if (last_node > i) {
+        std::vector<ProcessGroup::P2POp> ops;
+        for (const Issued& x : issued) {
+          const CommRecord& op = nodes[x.node]->collective;
+          MT_CHECK(op.posted() || op.collective == "send" || op.collective == "recv",
+                   where_of(*nodes[x.node]), ": a batch holds only sends and receives, not '",
+                   op.collective, "'");
+          MT_CHECK(op.members == r.members, where_of(*nodes[x.node]),
+                   ": the ops of a batch are on one group");
+          const bool send = op.collective == "isend" || op.collective == "send";
+          ops.push_back({send ? ProcessGroup::P2POp::Kind::Send : ProcessGroup::P2POp::Kind::Recv,
+                         send ? x.in : x.out, op.peer, op.tag, "replay." + op.name});
+        }
+        std::vector<Work> works = g.batch_isend_irecv(ops);
+        for (size_t k = 0; k < issued.size(); ++k) issued[k].work = std::move(works[k]);
+      } else {
+        issued[0].work =
+            issue_call(g, r, issued[0].in, issued[0].out, o.scale_bytes, issued[0].later,
+                       where_of(*nodes[i]));
       }
-      if (!o.compute) runtime::synchronize(device);  // a GPU's call has run, for its time
-      c.replayed_us = micros_since(t0);
-      if (writes) absorb(out);
-      timed.push_back(std::move(c));
-      buffers.release_after(i);
+      for (Issued& x : issued) {
+        if (x.later) {  // timed from its issue to its wait's return, at its wait node (or the end)
+          pending[x.call.node_id] = {std::move(x.work), t0, timed.size(),
+                                     x.writes ? x.out : Tensor()};
+          timed.push_back(std::move(x.call));
+          buffers.release_after(x.node);  // the Work keeps its buffers until it completes
+          continue;
+        }
+        x.work.wait();  // a batch's op (synchronous ones return completed Works)
+        if (!o.compute) runtime::synchronize(device);  // a GPU's call has run, for its time
+        x.call.replayed_us = micros_since(t0);
+        if (x.writes) absorb(x.out);
+        timed.push_back(std::move(x.call));
+        buffers.release_after(x.node);
+      }
+      i = last_node;
     }
     while (!pending.empty()) complete(pending.begin());  // waited for after the step
     runtime::synchronize(device);

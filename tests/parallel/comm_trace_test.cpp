@@ -174,6 +174,7 @@ TEST(CommTrace, JsonLinesRoundTripAndBadLinesAreErrors) {
   r.async = true;
   r.waited_us = 1.0005e6;
   r.device_timed = true;
+  r.batch = 7;
   const CommTraceLine l = parse_comm_trace_line(comm_record_json(r, 5, 3), "x");
   ASSERT_FALSE(l.is_step);
   EXPECT_EQ(l.collective.step, 5);
@@ -184,15 +185,24 @@ TEST(CommTrace, JsonLinesRoundTripAndBadLinesAreErrors) {
   EXPECT_EQ(g.send_bytes, r.send_bytes);
   EXPECT_EQ(g.waited_us, r.waited_us);
   EXPECT_TRUE(g.device_timed);
+  EXPECT_EQ(g.batch, 7);
+  // Schema 3 lines (before batches were numbered) are in no batch.
+  nlohmann::json v3 = nlohmann::json::parse(comm_record_json(r, 5, 3));
+  v3["schema"] = 3;
+  v3.erase("batch");
+  EXPECT_EQ(parse_comm_trace_line(v3.dump(), "x").collective.record.batch, 0);
   // Schema 2 lines (before device times) are host-timed.
   nlohmann::json v2 = nlohmann::json::parse(comm_record_json(r, 5, 3));
   v2["schema"] = 2;
   v2.erase("device_timed");
+  v2.erase("batch");
   EXPECT_FALSE(parse_comm_trace_line(v2.dump(), "x").collective.record.device_timed);
   // Schema 1 lines (written before posted messages were traced) have no waited_us.
   nlohmann::json v1 = nlohmann::json::parse(comm_record_json(r, 5, 3));
   v1["schema"] = 1;
   v1.erase("waited_us");
+  v1.erase("device_timed");
+  v1.erase("batch");
   const CommRecord old = parse_comm_trace_line(v1.dump(), "x").collective.record;
   EXPECT_EQ(old.waited_us, 0);
   EXPECT_EQ(old.recv_bytes, r.recv_bytes);

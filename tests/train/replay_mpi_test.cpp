@@ -7,19 +7,24 @@
 // --scale-bytes 2 doubles every size; with compute (mt_replay --all) every kernel is re-run by
 // name from its recorded arguments between the same collectives, with and without overlapping
 // the async ones (the same values either way); a pipelined step's posted
-// isend / irecv replay in their place and complete where the step waited; bad traces are errors.
+// isend / irecv replay in their place and complete where the step waited; the context-parallel
+// ring's batches replay as batches, also on in-order streams (NCCL's semantics); bad traces are
+// errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <chrono>
 #include <map>
+#include <set>
 
 #include "parallel/comm/comm_trace.h"
 #include "parallel/comm/execution_trace.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "parallel/comm/replay.h"
 #include "runtime/core/error.h"
+#include "tests/testing/in_order_p2p.h"
 #include "tests/testing/mpi_fixtures.h"
 #include "tests/testing/shared_data.h"
 #include "tests/testing/trainer_fixtures.h"
@@ -39,18 +44,21 @@ std::shared_ptr<parallel::ProcessGroup> world() {
   return pg;
 }
 
-// The traced runs: FSDP over every rank, and a 2-stage pipeline (1F1B, 2 micro-batches per dp
-// rank) whose activations and gradients move by posted isend / irecv.
-enum class Run { Fsdp, Pipeline };
+// The traced runs: FSDP over every rank; a 2-stage pipeline (1F1B, 2 micro-batches per dp rank)
+// whose activations and gradients move by posted isend / irecv; context parallelism over every
+// rank with the ring (each pass one batch_isend_irecv).
+enum class Run { Fsdp, Pipeline, Ring };
 
 // Every rank's trace of step 2 of a traced run (trained once per process).
 const std::vector<ExecutionTrace>& traces(const fs::path& corpus, Run run = Run::Fsdp) {
   static std::map<Run, std::vector<ExecutionTrace>> cache;
   if (auto it = cache.find(run); it != cache.end()) return it->second;
-  const std::string name = run == Run::Fsdp ? "run" : "pipeline";
+  const std::string name = run == Run::Fsdp ? "run" : run == Run::Pipeline ? "pipeline" : "ring";
   const fs::path dump = testing::shared_dir(*world(), "mt_replay_mpi", name);
   const fs::path tokenizer = testing::shared_small_tokenizer(*world(), "mt_replay_mpi", corpus);
-  const int64_t dp = run == Run::Fsdp ? world()->size() : world()->size() / 2;
+  const int64_t dp = run == Run::Fsdp       ? world()->size()
+                     : run == Run::Pipeline ? world()->size() / 2
+                                            : 1;
   std::vector<std::string> args = {
       "--job.dump_folder=" + dump.string(), "--model.tokenizer_path=" + tokenizer.string(),
       "--training.dataset_path=" + corpus.string(),
@@ -63,6 +71,11 @@ const std::vector<ExecutionTrace>& traces(const fs::path& corpus, Run run = Run:
                              "--parallelism.pipeline_parallel_schedule=1F1B",
                              "--parallelism.pipeline_parallel_microbatch_size=" +
                                  std::to_string(8 / dp / 2)});
+  }
+  if (run == Run::Ring) {
+    args.insert(args.end(), {"--parallelism.context_parallel_degree=" +
+                                 std::to_string(world()->size()),
+                             "--parallelism.context_parallel_rotate_method=alltoall"});
   }
   TrainerOptions options;
   options.edit_model_args = testing::shrink_llama;
@@ -193,14 +206,16 @@ void expect_same_calls(const std::vector<CommRecord>& replayed,
 parallel::ReplayResult replay(const fs::path& corpus,
                               parallel::ReplayOptions::Allocation allocation, int64_t scale,
                               std::vector<CommRecord>* issued, bool compute = false,
-                              Run run = Run::Fsdp, bool overlap = true) {
+                              Run run = Run::Fsdp, bool overlap = true,
+                              parallel::ProcessGroup* on = nullptr) {
   parallel::ReplayOptions o;
   o.allocation = allocation;
   o.scale_bytes = scale;
   o.compute = compute;
   o.overlap = overlap;
+  const std::vector<ExecutionTrace>& step = traces(corpus, run);
   parallel::CommTrace::start();
-  const parallel::ReplayResult r = parallel::replay_step(*world(), traces(corpus, run), o);
+  const parallel::ReplayResult r = parallel::replay_step(on ? *on : *world(), step, o);
   *issued = parallel::CommTrace::take();
   parallel::CommTrace::stop();
   // The replay's own barrier and group splits are not the traced calls.
@@ -334,6 +349,47 @@ TEST(Replay, PostsThePipelinesMessagesAndWaitsWhereTheStepWaited) {
       for (const parallel::ReplayedOp& op : r.ops) EXPECT_EQ(op.skipped, "") << op.name;
     }
   }
+}
+
+// The ring passes each key/value chunk (and, in backward, its gradient) by one batch_isend_irecv:
+// the trace numbers the ops of each batch, and the replay posts them as a batch again. So it also
+// runs where a rank's messages run in issue order and each send waits for its receive (NCCL's
+// streams, as testing::InOrderPointToPointGroup makes them on MPI), where a pass posted op by op
+// waits forever: every rank's receive ahead of the send its peer waits for.
+TEST(Replay, RingPassesReplayAsTheirBatchesOnInOrderStreams) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const ExecutionTrace& mine = traces(corpus, Run::Ring)[size_t(world()->rank())];
+  std::map<int64_t, std::multiset<std::string>> batches;  // batch -> its ops' kinds
+  int64_t previous_batch = 0;
+  for (const TraceNode& n : mine.nodes) {
+    const int64_t batch = n.type == TraceNode::Type::Collective ? n.collective.batch : 0;
+    if (batch != 0) {
+      EXPECT_TRUE(n.collective.posted()) << n.collective.collective;
+      // A batch's ops are consecutive nodes (no wait between them), as the replay posts them.
+      EXPECT_TRUE(batch == previous_batch || !batches.count(batch))
+          << "node " << n.id << " of batch " << batch << " after another node";
+      batches[batch].insert(n.collective.collective);
+    }
+    previous_batch = batch;
+  }
+  ASSERT_GE(batches.size(), 2u);  // passes in forward and backward
+  for (const auto& [batch, kinds] : batches) {
+    EXPECT_EQ(kinds.count("isend"), kinds.count("irecv")) << "batch " << batch;
+    EXPECT_GE(kinds.count("isend"), 1u) << "batch " << batch;
+  }
+  auto mpi = std::shared_ptr<parallel::MpiProcessGroup>(
+      dynamic_cast<parallel::MpiProcessGroup*>(world()->split(0, world()->rank()).release()));
+  testing::InOrderPointToPointGroup in_order(mpi, std::chrono::seconds(20));
+  std::vector<CommRecord> issued;
+  const parallel::ReplayResult r = replay(corpus, parallel::ReplayOptions::Allocation::Lazy, 1,
+                                          &issued, false, Run::Ring, true, &in_order);
+  const std::vector<CommRecord> traced = collectives_of(mine);
+  EXPECT_EQ(r.calls.size(), traced.size());
+  std::map<int64_t, std::multiset<std::string>> replayed;
+  for (const CommRecord& c : issued) {
+    if (c.batch != 0) replayed[c.batch].insert(c.collective);
+  }
+  EXPECT_EQ(replayed.size(), batches.size());
 }
 
 TEST(Replay, TracesThatDoNotFitAreErrors) {
