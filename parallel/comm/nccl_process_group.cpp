@@ -81,9 +81,10 @@ cudaStream_t shared_nccl_stream(int device) {
 }
 
 // A device event whose wall-clock time the host noted (it waited for the event, then read the
-// clock): timing events of the same device are read against it. Renewed every 10 s, so the float
-// milliseconds of cudaEventElapsedTime stay finer than a microsecond and the two clocks cannot
-// drift far apart.
+// clock): timing events of the same device are read against it. Renewed when older than 10 s
+// where the host reads calls' times (it waits for the device there anyway), so the float
+// milliseconds of cudaEventElapsedTime stay near a microsecond and the two clocks cannot drift
+// far apart, and the path that issues calls never waits for one (except for the first).
 struct Anchor {
   cudaEvent_t event = nullptr;
   double wall_us = 0;
@@ -94,14 +95,18 @@ struct Anchor {
   ~Anchor() { (void)cudaEventDestroy(event); }
 };
 
-std::shared_ptr<const Anchor> anchor_for(int device) {
+// The current anchor of `device`, taken now when it has none (fresh_if_older_than: also when
+// older): an event on an idle stream of its own, waited for.
+std::shared_ptr<const Anchor> anchor_for(
+    int device, std::chrono::steady_clock::duration fresh_if_older_than =
+                    std::chrono::steady_clock::duration::max()) {
   static std::mutex mutex;
   static std::map<int, std::shared_ptr<const Anchor>> anchors;
   static std::map<int, cudaStream_t> streams;  // idle streams: their events complete at once
   std::lock_guard lock(mutex);
   std::shared_ptr<const Anchor>& anchor = anchors[device];
   const auto now = std::chrono::steady_clock::now();
-  if (anchor && now - anchor->taken < std::chrono::seconds(10)) return anchor;
+  if (anchor && now - anchor->taken < fresh_if_older_than) return anchor;
   cudaStream_t& stream = streams[device];
   if (stream == nullptr) MT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   auto fresh = std::make_shared<Anchor>();
@@ -137,9 +142,9 @@ struct NcclProcessGroup::Event {
 
 class NcclProcessGroup::CallTimes : public DeviceTimes {
  public:
-  CallTimes(std::shared_ptr<const Anchor> anchor, std::shared_ptr<Event> start,
-            std::shared_ptr<Event> end)
-      : anchor_(std::move(anchor)), start_(std::move(start)), end_(std::move(end)) {}
+  CallTimes(int device, std::shared_ptr<Event> start, std::shared_ptr<Event> end)
+      : device_(device), anchor_(anchor_for(device)), start_(std::move(start)),
+        end_(std::move(end)) {}
 
   std::optional<std::pair<double, double>> wall_us() const override {
     float to_start = 0, to_end = 0;
@@ -150,11 +155,13 @@ class NcclProcessGroup::CallTimes : public DeviceTimes {
       (void)cudaGetLastError();  // not sticky: clear it for the next launch check
       return std::nullopt;
     }
+    (void)anchor_for(device_, std::chrono::seconds(10));  // for the calls issued from now on
     return std::pair{anchor_->wall_us + 1e3 * double(to_start),
                      anchor_->wall_us + 1e3 * double(to_end)};
   }
 
  private:
+  int device_;
   std::shared_ptr<const Anchor> anchor_;
   std::shared_ptr<Event> start_, end_;
 };
@@ -317,7 +324,7 @@ Work NcclProcessGroup::dispatch(const char* collective, std::packaged_task<void(
     MT_CUDA_CHECK(cudaEventRecord(start->event, stream_));
     if (batch_ && !batch_->timed_end) batch_->timed_end = std::make_shared<Event>(true);
     timed_end = batch_ ? batch_->timed_end : std::make_shared<Event>(true);
-    running_times_ = std::make_shared<CallTimes>(anchor_for(device_), start, timed_end);
+    running_times_ = std::make_shared<CallTimes>(device_, start, timed_end);
   }
   {
     cuda::StreamGuard guard(stream_);  // staging copies and conversions too
