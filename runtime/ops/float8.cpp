@@ -144,12 +144,15 @@ Float8Tensor to_float8_rowwise_with_amax(const Tensor& x, Float8Format format, b
   return r;
 }
 
+Tensor float8_rowwise_operand(const Tensor& x) {
+  const Tensor d = x.detach();
+  return columnwise_in_place(d) ? d : d.contiguous();
+}
+
 Float8Tensor to_float8_rowwise(const Tensor& x, Float8Format format, bool power_of_2,
                                const Float8AmaxReduce& reduce) {
   check_rowwise_input(x, __func__);
-  const Tensor d = x.detach();
-  // A transposed view stays one where the device casts it in place; else one contiguous copy.
-  const Tensor xc = columnwise_in_place(d) ? d : d.contiguous();
+  const Tensor xc = float8_rowwise_operand(x);
   Tensor row_amax;  // undefined: the cast takes each row's own
   if (reduce) {
     row_amax = float8_row_amax(xc);

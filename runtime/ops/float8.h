@@ -63,6 +63,11 @@ Tensor float8_row_amax(const Tensor& x);
 Float8Tensor to_float8_rowwise_with_amax(const Tensor& x, Float8Format format, bool power_of_2,
                                          const Tensor& row_amax);
 
+// x as the rowwise casts above read it, for callers that cast or measure it more than once: a
+// transposed view the device casts by column in place stays a view; anything else becomes one
+// contiguous copy (detached either way).
+Tensor float8_rowwise_operand(const Tensor& x);
+
 // codes [rows, cols] transposed into new codes [cols, rows] (byte for byte).
 Tensor float8_transpose(const Tensor& codes);
 

@@ -44,17 +44,19 @@ void grouped_products(const std::vector<int64_t>& counts, const Float8Tensor& a,
   }
 }
 
-// Per group g, x_g [n_g, C] transposed to [C, n_g] and cast per row: each feature scaled over the
-// group's tokens alone (undefined codes for an empty group). With `reduce`, the amaxes [G, C]
-// (zero for a group without tokens here) go through it at once, on every rank alike, before the
-// casts.
+// Per group g, x_g [n_g, C] transposed to [C, n_g] (a view, where the device casts by column in
+// place) and cast per row: each feature scaled over the group's tokens alone (undefined codes for
+// an empty group). With `reduce`, the amaxes [G, C] (zero for a group without tokens here) go
+// through it at once, on every rank alike, before the casts.
 std::vector<Float8Tensor> jagged_transposed(const Tensor& x, const std::vector<int64_t>& counts,
                                             const Float8AmaxReduce& reduce) {
   const std::vector<int64_t> offsets = group_offsets(counts);
   const int64_t groups = int64_t(counts.size()), features = x.size(1);
   std::vector<Tensor> xt(counts.size());
   for (size_t g = 0; g < counts.size(); ++g) {
-    if (counts[g] > 0) xt[g] = x.narrow(0, offsets[g], counts[g]).transpose(0, 1).contiguous();
+    if (counts[g] > 0) {
+      xt[g] = float8_rowwise_operand(x.narrow(0, offsets[g], counts[g]).transpose(0, 1));
+    }
   }
   Tensor amax;  // [G, C], or undefined: each group's own
   if (reduce) {
