@@ -27,7 +27,7 @@ grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/float8_gpu_test.txt" | sort -u
 timeout 60 .device/bin/gpu_kernels_bench --float8-only >"$out/float8_kernels.txt" 2>&1
 echo "gpu_kernels_bench --float8-only rc=$?"
 
-BENCH_DIR=/tmp/llama MT_FLOAT8=1 MT_FLOAT8_ROWWISE=1 MT_FLOAT8_FSDP=1 MODES=${MODES-compile_float8} WARMUP=${WARMUP:-10} \
+BENCH_DIR=/tmp/llama MT_FLOAT8=1 MT_FLOAT8_ROWWISE=1 MT_FLOAT8_FSDP=1 MT_FLOAT8_OUTPUT=1 MODES=${MODES-compile_float8} WARMUP=${WARMUP:-10} \
   STEPS=${STEPS:-20} MT_TIMEOUT=120 COMPILE_TIMEOUT=200 bash bench/gpu_llama_bench.sh \
   >"$out/llama.txt" 2>&1
 echo "gpu_llama_bench rc=$?"

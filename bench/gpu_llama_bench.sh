@@ -24,7 +24,9 @@
 # the bf16 peak as torchtitan counts; MT_FLOAT8_ROWWISE=1 adds a row "minititan float8 rowwise", the
 # same with recipe_name = rowwise; MT_FLOAT8_FSDP=1 adds "minititan float8 fsdp-fp8-ag", tensorwise
 # with enable_fsdp_float8_all_gather and precompute_float8_dynamic_scale_for_fsdp: the weights go
-# from their f32 shards to FP8 codes before FSDP's gather, as torchtitan's float8 recipe runs);
+# from their f32 shards to FP8 codes before FSDP's gather, as torchtitan's float8 recipe runs;
+# MT_FLOAT8_OUTPUT=1 adds "minititan float8 +output", tensorwise with filter_fqns [] (the output
+# projection in FP8 too: outside the recipe, to size what the bf16 output layer costs);
 # TRAIN_ARGS and TORCH_ARGS: more flags for `train` (e.g.
 # --activation_checkpoint.mode=full) and for gpu_llama_bench.py (every mode).
 # MODES may also name eager_float8 and compile_float8: the PyTorch model with torchao's
@@ -118,6 +120,11 @@ if [ "${MT_FLOAT8_FSDP:-0}" = 1 ]; then
     --metrics.log_freq="$LOG_FREQ" --quantize.linear.float8.enable=true \
     --quantize.linear.float8.enable_fsdp_float8_all_gather=true \
     --quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp=true
+fi
+if [ "${MT_FLOAT8_OUTPUT:-0}" = 1 ]; then
+  run_minititan "minititan float8 +output" minititan_float8_output \
+    --metrics.log_freq="$LOG_FREQ" --quantize.linear.float8.enable=true \
+    "--quantize.linear.float8.filter_fqns=[]"
 fi
 
 # PyTorch: one process per mode, so each peak memory is its own.
