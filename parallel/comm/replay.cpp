@@ -267,6 +267,73 @@ Work issue_call(ProcessGroup& g, const CommRecord& r, const Tensor& in, const Te
   MT_FAIL(where, ": cannot replay '", c, "'");
 }
 
+// The last of the nodes that node i's call covers: itself, or the last op of its
+// batch_isend_irecv (consecutive nodes in the trace, execution_trace.h).
+size_t last_node_of_call(const std::vector<const TraceNode*>& nodes, size_t i) {
+  size_t last = i;
+  const int64_t batch = nodes[i]->collective.batch;
+  while (batch != 0 && last + 1 < nodes.size() &&
+         nodes[last + 1]->type == TraceNode::Type::Collective &&
+         nodes[last + 1]->collective.batch == batch) {
+    ++last;
+  }
+  return last;
+}
+
+// A traced call about to be replayed: its node, the replay's buffers for it, what the replay
+// reports of it, whether it is deferred (waited for at its wait node) and writes its output.
+struct CallToReplay {
+  size_t node = 0;
+  Tensor in, out;
+  ReplayedCall call;
+  bool later = false, writes = false;
+  Work work;
+};
+
+CallToReplay prepare_call(const TraceNode& node, size_t index, const std::vector<Use>& uses,
+                          Buffers& buffers, int schema, const ReplayOptions& o) {
+  const CommRecord& r = node.collective;
+  CallToReplay x;
+  x.node = index;
+  for (const Use& u : uses) {
+    if (u.storage == r.in_storage && !x.in.defined()) x.in = buffers.view(u);
+    if (u.storage == r.out_storage) x.out = buffers.view(u);
+  }
+  if (!x.out.defined()) x.out = x.in;
+  if (!x.in.defined()) x.in = x.out;
+  x.later = deferred(r, schema, o.overlap);
+  x.writes = r.collective != "send" && r.collective != "isend" && r.collective != "barrier";
+  ReplayedCall& c = x.call;
+  c.node_id = node.id;
+  c.collective = r.collective;
+  c.name = r.name;
+  c.members = r.members;
+  c.size_bytes =
+      r.in_shape.empty() && r.out_shape.empty() ? r.size_bytes : r.size_bytes * o.scale_bytes;
+  c.deferred = x.later;
+  c.recorded_us = x.later && r.waited_us > 0 ? std::max(r.end_us, r.waited_us) - r.issued_us
+                                             : r.end_us - r.start_us;
+  return x;
+}
+
+// The sends and receives of one traced batch, as batch_isend_irecv posts them.
+std::vector<ProcessGroup::P2POp> batch_ops(const std::vector<const TraceNode*>& nodes,
+                                           const std::vector<CallToReplay>& calls) {
+  std::vector<ProcessGroup::P2POp> ops;
+  const std::vector<int>& members = nodes[calls.front().node]->collective.members;
+  for (const CallToReplay& x : calls) {
+    const CommRecord& op = nodes[x.node]->collective;
+    const std::string where = where_of(*nodes[x.node]);
+    MT_CHECK(op.posted() || op.collective == "send" || op.collective == "recv", where,
+             ": a batch holds only sends and receives, not '", op.collective, "'");
+    MT_CHECK(op.members == members, where, ": the ops of a batch are on one group");
+    const bool send = op.collective == "isend" || op.collective == "send";
+    ops.push_back({send ? ProcessGroup::P2POp::Kind::Send : ProcessGroup::P2POp::Kind::Recv,
+                   send ? x.in : x.out, op.peer, op.tag, "replay." + op.name});
+  }
+  return ops;
+}
+
 }  // namespace
 
 bool trace_ran_on_gpu(const std::vector<ExecutionTrace>& traces) {
@@ -371,46 +438,12 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
         buffers.release_after(i);
         continue;
       }
-      // The nodes this call covers: itself, or every op of its batch_isend_irecv (consecutive
-      // in the trace), posted together again: on in-order streams (NCCL) the ops of a batch
-      // posted one by one can wait on each other (a ring pass's receive before its send).
-      size_t last_node = i;
-      while (nodes[i]->collective.batch != 0 && last_node + 1 < nodes.size() &&
-             nodes[last_node + 1]->type == TraceNode::Type::Collective &&
-             nodes[last_node + 1]->collective.batch == nodes[i]->collective.batch) {
-        ++last_node;
-      }
-      struct Issued {
-        size_t node;
-        Tensor in, out;
-        ReplayedCall call;
-        bool later = false, writes = false;
-        Work work;
-      };
-      std::vector<Issued> issued;
+      // A traced batch_isend_irecv is posted as one batch again: on in-order streams (NCCL)
+      // its ops posted one by one can wait on each other (a ring pass's receive before its send).
+      const size_t last_node = last_node_of_call(nodes, i);
+      std::vector<CallToReplay> issued;
       for (size_t j = i; j <= last_node; ++j) {
-        const CommRecord& r = nodes[j]->collective;
-        Issued x{j};
-        for (const Use& u : uses[j]) {
-          if (u.storage == r.in_storage && !x.in.defined()) x.in = buffers.view(u);
-          if (u.storage == r.out_storage) x.out = buffers.view(u);
-        }
-        if (!x.out.defined()) x.out = x.in;
-        if (!x.in.defined()) x.in = x.out;
-        x.later = deferred(r, mine->schema, o.overlap);
-        ReplayedCall& c = x.call;
-        c.node_id = nodes[j]->id;
-        c.collective = r.collective;
-        c.name = r.name;
-        c.members = r.members;
-        c.size_bytes = r.in_shape.empty() && r.out_shape.empty() ? r.size_bytes
-                                                                 : r.size_bytes * o.scale_bytes;
-        c.deferred = x.later;
-        c.recorded_us = x.later && r.waited_us > 0
-                            ? std::max(r.end_us, r.waited_us) - r.issued_us
-                            : r.end_us - r.start_us;
-        x.writes = r.collective != "send" && r.collective != "isend" && r.collective != "barrier";
-        issued.push_back(std::move(x));
+        issued.push_back(prepare_call(*nodes[j], j, uses[j], buffers, mine->schema, o));
       }
       const CommRecord& r = nodes[i]->collective;
       ProcessGroup& g = groups(r.members);
@@ -421,26 +454,14 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
       if (!point_to_point && !issued[0].later && !o.compute) g.barrier("replay_sync");
       const auto t0 = std::chrono::steady_clock::now();
       if (last_node > i) {
-        std::vector<ProcessGroup::P2POp> ops;
-        for (const Issued& x : issued) {
-          const CommRecord& op = nodes[x.node]->collective;
-          MT_CHECK(op.posted() || op.collective == "send" || op.collective == "recv",
-                   where_of(*nodes[x.node]), ": a batch holds only sends and receives, not '",
-                   op.collective, "'");
-          MT_CHECK(op.members == r.members, where_of(*nodes[x.node]),
-                   ": the ops of a batch are on one group");
-          const bool send = op.collective == "isend" || op.collective == "send";
-          ops.push_back({send ? ProcessGroup::P2POp::Kind::Send : ProcessGroup::P2POp::Kind::Recv,
-                         send ? x.in : x.out, op.peer, op.tag, "replay." + op.name});
-        }
-        std::vector<Work> works = g.batch_isend_irecv(ops);
+        std::vector<Work> works = g.batch_isend_irecv(batch_ops(nodes, issued));
         for (size_t k = 0; k < issued.size(); ++k) issued[k].work = std::move(works[k]);
       } else {
         issued[0].work =
             issue_call(g, r, issued[0].in, issued[0].out, o.scale_bytes, issued[0].later,
                        where_of(*nodes[i]));
       }
-      for (Issued& x : issued) {
+      for (CallToReplay& x : issued) {
         if (x.later) {  // timed from its issue to its wait's return, at its wait node (or the end)
           pending[x.call.node_id] = {std::move(x.work), t0, timed.size(),
                                      x.writes ? x.out : Tensor()};
