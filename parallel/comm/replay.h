@@ -20,9 +20,10 @@
 // place and waited for at their wait node, where the step first waited for them (or after the
 // last node), so compute overlaps them as it did in the step; their time runs from the issue to
 // the wait's return. The messages of one traced batch_isend_irecv are posted as one batch again
-// (NCCL: one group; message by message, a ring pass deadlocks on its in-order streams). Replaying collectives alone, each synchronous call starts after a barrier on
-// its group (send/recv: none), so its time is its own; with compute there are no barriers, and
-// the replayed step's time compares with the traced one (ReplayResult's step times).
+// (NCCL: one group; message by message, a ring pass deadlocks on its in-order streams).
+// Replaying collectives alone, each synchronous call starts after a barrier on its group
+// (send/recv: none), so its time is its own; with compute there are no barriers, and the
+// replayed step's time compares with the traced one (ReplayResult's step times).
 // Kernels run on the buffers' values (constants), not the step's: the replay measures time and
 // memory, and its digest shows two replays did the same, not what the step computed.
 //
