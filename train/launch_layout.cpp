@@ -154,8 +154,9 @@ runtime::Device resolve_training_device(const std::string& name, const std::stri
 std::string describe_placement(parallel::ProcessGroup& world, const NodeLayout& layout,
                                runtime::Device device) {
   // Per rank: "local rank|threads|device".
-  const std::string mine = std::to_string(parallel::launcher_local_rank().value_or(int(layout.local_rank))) +
-                           "|" + std::to_string(omp_get_max_threads()) + "|" +
+  const int local_rank = parallel::launcher_local_rank().value_or(int(layout.local_rank));
+  const std::string mine = std::to_string(local_rank) + "|" +
+                           std::to_string(omp_get_max_threads()) + "|" +
                            runtime::device_description(device);
   const std::vector<std::string> all =
       world.size() == 1 ? std::vector<std::string>{mine}
