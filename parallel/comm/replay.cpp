@@ -453,7 +453,7 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
       const bool point_to_point = r.collective == "send" || r.collective == "recv" || r.posted();
       if (!point_to_point && !issued[0].later && !o.compute) g.barrier("replay_sync");
       const auto t0 = std::chrono::steady_clock::now();
-      if (last_node > i) {
+      if (r.batch != 0) {  // one op or more
         std::vector<Work> works = g.batch_isend_irecv(batch_ops(nodes, issued));
         for (size_t k = 0; k < issued.size(); ++k) issued[k].work = std::move(works[k]);
       } else {

@@ -351,45 +351,58 @@ TEST(Replay, PostsThePipelinesMessagesAndWaitsWhereTheStepWaited) {
   }
 }
 
-// The ring passes each key/value chunk (and, in backward, its gradient) by one batch_isend_irecv:
-// the trace numbers the ops of each batch, and the replay posts them as a batch again. So it also
-// runs where a rank's messages run in issue order and each send waits for its receive (NCCL's
-// streams, as testing::InOrderPointToPointGroup makes them on MPI), where a pass posted op by op
-// waits forever: every rank's receive ahead of the send its peer waits for.
-TEST(Replay, RingPassesReplayAsTheirBatchesOnInOrderStreams) {
+// The ops of each traced batch_isend_irecv, by batch in order: each batch's kinds ("isend" ...).
+std::vector<std::multiset<std::string>> batches_of(const std::vector<CommRecord>& records) {
+  std::map<int64_t, std::multiset<std::string>> by_batch;
+  for (const CommRecord& r : records) {
+    if (r.batch != 0) by_batch[r.batch].insert(r.collective);
+  }
+  std::vector<std::multiset<std::string>> out;
+  for (auto& [batch, kinds] : by_batch) out.push_back(std::move(kinds));
+  return out;
+}
+
+// The ring passes each key/value chunk (and, in backward, its gradient) by one batch_isend_irecv,
+// the pipeline each round of messages: the trace numbers the ops of each batch, and the replay
+// posts them as a batch again. So it also runs where a rank's messages run in issue order and
+// each send waits for its receive (NCCL's streams, as testing::InOrderPointToPointGroup makes them
+// on MPI), where a ring pass posted op by op waits forever: every rank's receive ahead of the send
+// its peer waits for.
+TEST(Replay, BatchesReplayAsBatchesOnInOrderStreams) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
-  const ExecutionTrace& mine = traces(corpus, Run::Ring)[size_t(world()->rank())];
-  std::map<int64_t, std::multiset<std::string>> batches;  // batch -> its ops' kinds
-  int64_t previous_batch = 0;
-  for (const TraceNode& n : mine.nodes) {
-    const int64_t batch = n.type == TraceNode::Type::Collective ? n.collective.batch : 0;
-    if (batch != 0) {
-      EXPECT_TRUE(n.collective.posted()) << n.collective.collective;
-      // A batch's ops are consecutive nodes (no wait between them), as the replay posts them.
-      EXPECT_TRUE(batch == previous_batch || !batches.count(batch))
-          << "node " << n.id << " of batch " << batch << " after another node";
-      batches[batch].insert(n.collective.collective);
-    }
-    previous_batch = batch;
-  }
-  ASSERT_GE(batches.size(), 2u);  // passes in forward and backward
-  for (const auto& [batch, kinds] : batches) {
-    EXPECT_EQ(kinds.count("isend"), kinds.count("irecv")) << "batch " << batch;
-    EXPECT_GE(kinds.count("isend"), 1u) << "batch " << batch;
-  }
   auto mpi = std::shared_ptr<parallel::MpiProcessGroup>(
       dynamic_cast<parallel::MpiProcessGroup*>(world()->split(0, world()->rank()).release()));
   testing::InOrderPointToPointGroup in_order(mpi, std::chrono::seconds(20));
-  std::vector<CommRecord> issued;
-  const parallel::ReplayResult r = replay(corpus, parallel::ReplayOptions::Allocation::Lazy, 1,
-                                          &issued, false, Run::Ring, true, &in_order);
-  const std::vector<CommRecord> traced = collectives_of(mine);
-  EXPECT_EQ(r.calls.size(), traced.size());
-  std::map<int64_t, std::multiset<std::string>> replayed;
-  for (const CommRecord& c : issued) {
-    if (c.batch != 0) replayed[c.batch].insert(c.collective);
+  for (const train::Run run : {train::Run::Ring, train::Run::Pipeline}) {
+    SCOPED_TRACE(run == train::Run::Ring ? "ring" : "pipeline");
+    const ExecutionTrace& mine = traces(corpus, run)[size_t(world()->rank())];
+    std::set<int64_t> seen;
+    int64_t previous_batch = 0;
+    for (const TraceNode& n : mine.nodes) {
+      const int64_t batch = n.type == TraceNode::Type::Collective ? n.collective.batch : 0;
+      if (batch != 0) {
+        EXPECT_TRUE(n.collective.posted()) << n.collective.collective;
+        // A batch's ops are consecutive nodes (no wait between them), as the replay posts them.
+        EXPECT_TRUE(batch == previous_batch || !seen.count(batch))
+            << "node " << n.id << " of batch " << batch << " after another node";
+        seen.insert(batch);
+      }
+      previous_batch = batch;
+    }
+    const std::vector<CommRecord> traced = collectives_of(mine);
+    const std::vector<std::multiset<std::string>> batches = batches_of(traced);
+    ASSERT_GE(batches.size(), 2u);  // passes or rounds in forward and backward
+    if (run == train::Run::Ring) {
+      for (const std::multiset<std::string>& kinds : batches) {
+        EXPECT_EQ(kinds, (std::multiset<std::string>{"irecv", "isend"}));
+      }
+    }
+    std::vector<CommRecord> issued;
+    const parallel::ReplayResult r = replay(corpus, parallel::ReplayOptions::Allocation::Lazy, 1,
+                                            &issued, false, run, true, &in_order);
+    EXPECT_EQ(r.calls.size(), traced.size());
+    EXPECT_EQ(batches_of(issued), batches);
   }
-  EXPECT_EQ(replayed.size(), batches.size());
 }
 
 TEST(Replay, TracesThatDoNotFitAreErrors) {
