@@ -74,8 +74,14 @@ def fmt_row_line(row):
 
 # ---- the PyTorch runs -----------------------------------------------------------------------
 
-def mode_row_name(mode):  # "compile_float8" -> "pytorch compile float8"
-    return "pytorch " + mode.replace("_", " ")
+def mode_row_name(mode, float8_filter_fqns="output"):
+    """"compile_float8" -> "pytorch compile float8"; a float8 mode that converts the output
+    projection too (no filter_fqns entry matches "output") gets " +output", as minititan's row."""
+    name = "pytorch " + mode.replace("_", " ")
+    filters = [f for f in float8_filter_fqns.split(",") if f]
+    if mode.endswith("_float8") and not any(f in "output" for f in filters):
+        name += " +output"
+    return name
 
 
 def float8_unavailable(a, device):
@@ -193,7 +199,8 @@ def run_mode(mode, margs, a, device):
     peak = peak_flops(device_name, a.peak_tflops)
     fpt = flops_per_token(margs, a.seq)
     tps = a.batch * a.seq * a.steps / seconds
-    row = dict(name=mode_row_name(mode), framework=f"pytorch-{torch.__version__}",
+    row = dict(name=mode_row_name(mode, a.float8_filter_fqns),
+               framework=f"pytorch-{torch.__version__}",
                device_name=device_name, params=sum(p.numel() for p in params),
                flops_per_token=fpt, batch=a.batch, seq=a.seq, steps=a.steps, warmup=a.warmup,
                tokens_per_s=tps, step_ms=1e3 * seconds / a.steps,
@@ -261,13 +268,14 @@ def print_table(rows, peak_tflops, margs, batch, seq, gpu_name=None):
           f"{flops_per_token(margs, seq) / 1e9:.2f} GFLOP/token; batch {batch} x seq {seq}; "
           "timed steps after warm-up")
     note = None
-    head = (f"{'framework':<24} {'tokens/s':>10} {'step ms':>9} {'MFU':>7} {'peak mem':>10} "
+    w = max([24] + [len(r["name"]) for r in rows])  # the name column
+    head = (f"{'framework':<{w}} {'tokens/s':>10} {'step ms':>9} {'MFU':>7} {'peak mem':>10} "
             f"{'loss first->last':>18} {'params':>12}")
     print(head)
     print("-" * len(head))
     for r in rows:
         if "error" in r:
-            print(f"{r['name']:<24} failed: {r['error']}")
+            print(f"{r['name']:<{w}} failed: {r['error']}")
             continue
         mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") is not None else "n/a"
         if r.get("mfu") is None and peak:  # the run knew no peak: the same formula, here
@@ -275,7 +283,7 @@ def print_table(rows, peak_tflops, margs, batch, seq, gpu_name=None):
             note = "*: MFU computed here (the run reported none)"
         mem = f"{r['peak_mem_bytes'] / gib:.1f} GiB" if r.get("peak_mem_bytes") else "n/a"
         loss = f"{r['loss_first']:.3f}->{r['loss_last']:.3f}"
-        print(f"{r['name']:<24} {r['tokens_per_s']:>10.0f} {r['step_ms']:>9.1f} {mfu:>7} "
+        print(f"{r['name']:<{w}} {r['tokens_per_s']:>10.0f} {r['step_ms']:>9.1f} {mfu:>7} "
               f"{mem:>10} {loss:>18} {r['params']:>12}")
     if note:
         print(note)
@@ -289,6 +297,8 @@ def print_table(rows, peak_tflops, margs, batch, seq, gpu_name=None):
                        ("minititan float8", "minititan"),
                        ("minititan float8", "pytorch compile float8"),
                        ("minititan float8", "pytorch compile"),
+                       ("minititan float8 +output", "minititan"),
+                       ("minititan float8 +output", "pytorch compile float8 +output"),
                        ("pytorch compile float8", "pytorch compile"),
                        ("pytorch eager float8", "pytorch eager")):
         ours, other = by_name.get(mine), by_name.get(peer)
@@ -369,7 +379,8 @@ def main():
             why = f"torch {torch.__version__} has no compile"
         elif mode.endswith("_float8"):
             why = float8_unavailable(a, device)
-        row = dict(name=mode_row_name(mode), error=why) if why else run_mode(mode, margs, a, device)
+        name = mode_row_name(mode, a.float8_filter_fqns)
+        row = dict(name=name, error=why) if why else run_mode(mode, margs, a, device)
         rows.append(row)
         print(fmt_row_line(row), flush=True)
         if a.results:

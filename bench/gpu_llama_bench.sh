@@ -26,7 +26,8 @@
 # with enable_fsdp_float8_all_gather and precompute_float8_dynamic_scale_for_fsdp: the weights go
 # from their f32 shards to FP8 codes before FSDP's gather, as torchtitan's float8 recipe runs;
 # MT_FLOAT8_OUTPUT=1 adds "minititan float8 +output", tensorwise with filter_fqns [] (the output
-# projection in FP8 too: outside the issue's recipe, to size what the bf16 output layer costs);
+# projection in FP8 too: outside the issue's recipe, to size what the bf16 output layer costs;
+# with compile_float8 in MODES, a row "pytorch compile float8 +output" converts it in torchao too);
 # TRAIN_ARGS and TORCH_ARGS: more flags for `train` (e.g.
 # --activation_checkpoint.mode=full) and for gpu_llama_bench.py (every mode).
 # MODES may also name eager_float8 and compile_float8: the PyTorch model with torchao's
@@ -127,14 +128,16 @@ if [ "${MT_FLOAT8_OUTPUT:-0}" = 1 ]; then
     "--quantize.linear.float8.filter_fqns=[]"
 fi
 
-# PyTorch: one process per mode, so each peak memory is its own.
-for mode in $MODES; do
+# PyTorch: one process per row, so each peak memory is its own. run_peer MODE NAME [ARGS...]
+run_peer() {
+  local mode=$1 name=$2 limit log rc
+  shift 2
   case $mode in compile*) limit=${COMPILE_TIMEOUT:-240} ;; *) limit=${EAGER_TIMEOUT:-120} ;; esac
-  name="pytorch ${mode//_/ }"  # gpu_llama_bench.py's row name: compile_float8 -> compile float8
-  log=$BENCH_DIR/torch_$mode.log
+  log=$BENCH_DIR/torch_${name#pytorch }.log
+  log=${log// +/_} log=${log// /_}
   echo "$name (log: $log)"
   LD_LIBRARY_PATH=$py_libs timeout "$limit" "$PYTHON" bench/gpu_llama_bench.py "${shape[@]}" \
-    --mode "$mode" --results "$rows" >"$log" 2>&1
+    --mode "$mode" --results "$rows" "$@" >"$log" 2>&1
   rc=$?
   grep -E '^(name=|float8:)' "$log"
   if [ $rc -ne 0 ]; then
@@ -142,7 +145,14 @@ for mode in $MODES; do
     grep -q "\"$name\"" "$rows" 2>/dev/null ||
       error_row "$name" "exit $rc$([ $rc -eq 124 ] && echo ' (timed out)'): $(last_error "$log")"
   fi
+}
+for mode in $MODES; do
+  run_peer "$mode" "pytorch ${mode//_/ }"  # gpu_llama_bench.py's row name for the mode
 done
+# MT_FLOAT8_OUTPUT=1 beside compile_float8: the peer with its output projection in FP8 too.
+if [ "${MT_FLOAT8_OUTPUT:-0}" = 1 ] && [[ " $MODES " == *" compile_float8 "* ]]; then
+  run_peer compile_float8 "pytorch compile float8 +output" --float8-filter-fqns=
+fi
 
 echo
 py bench/gpu_llama_bench.py "${shape[@]}" --table "$rows" "${mt_rows[@]}" --gpu-name "$gpu"
