@@ -250,8 +250,8 @@ int run(const Args& a) {
                                                   a.checkpoint, "mt_generate --checkpoint");
   mt::models::ModelSpec spec =
       model_spec(a, tokenizer, dir, int64_t(prompt.size()) + a.gen.max_new_tokens);
-  const llama::DecodeLimits limits{*mt::train::vocab_size_of(spec),
-                                   *mt::train::max_seq_len_of(spec)};
+  // The tokenizer's ids: a model with a padded vocab never samples the others.
+  const llama::DecodeLimits limits{tokenizer.vocab_size(), *mt::train::max_seq_len_of(spec)};
   MT_CHECK(int64_t(prompt.size()) <= limits.max_seq_len, "mt_generate: the prompt is ",
            prompt.size(), " tokens, longer than max_seq_len = ", limits.max_seq_len,
            " (--max-seq-len; at most the model's max_position_embeddings)");

@@ -18,6 +18,13 @@ std::optional<int64_t> vocab_size_of(const models::ModelSpec& spec) {
   return vocab;
 }
 
+int64_t model_vocab_size(const config::JobConfig& job, int64_t tokenizer_vocab) {
+  const int64_t multiple = job.model.vocab_size_multiple_of;
+  MT_CHECK(multiple > 0, "model.vocab_size_multiple_of = ", multiple, " (",
+           job.where("model.vocab_size_multiple_of"), ") must be positive");
+  return (tokenizer_vocab + multiple - 1) / multiple * multiple;
+}
+
 std::optional<int64_t> max_seq_len_of(const models::ModelSpec& spec) {
   std::optional<int64_t> max_seq_len;
   with_lm_args(spec, [&](auto& args) { max_seq_len = args.max_seq_len; });
@@ -83,14 +90,18 @@ models::ModelSpec model_spec_for(const config::JobConfig& job, std::optional<int
   } else {
     spec = models::get_model_spec(job.model.name, job.model.flavor);
     with_lm_args(spec, [&](auto& args) {
-      if (vocab_size) args.vocab_size = *vocab_size;
+      if (vocab_size) args.vocab_size = model_vocab_size(job, *vocab_size);
     });
     if (edit_args) edit_args(*spec.args);
     if (saved) {
       spec = adopt_saved_architecture(
           spec, *saved,
           "model.flavor = \"" + job.model.flavor + "\"" +
-              (vocab_size ? " with the tokenizer's vocab (" + std::to_string(*vocab_size) + ")"
+              (vocab_size ? " with the tokenizer's vocab (" + std::to_string(*vocab_size) +
+                                (job.model.vocab_size_multiple_of > 1
+                                     ? ", padded to " + std::to_string(model_vocab_size(job, *vocab_size))
+                                     : std::string()) +
+                                ")"
                           : std::string()));
     }
   }

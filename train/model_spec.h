@@ -43,8 +43,14 @@ std::optional<SavedArchitecture> saved_architecture(const checkpoint::Values& va
 // checkpoint_to_load), if it saved one.
 std::optional<SavedArchitecture> architecture_to_load(const config::JobConfig& job);
 
-// The spec for the job's model with the tokenizer's vocab (when given), then `edit_args` (tests
-// shrink a flavor), applied, and max_seq_len = training.seq_len: what the Trainer builds. With
+// The model's vocab for a tokenizer of `tokenizer_vocab` ids: that, padded up to a multiple of
+// model.vocab_size_multiple_of (the ids past the tokenizer's are never inputs, targets or
+// sampled: their logits only join the softmax's sum, and learn to stay low).
+int64_t model_vocab_size(const config::JobConfig& job, int64_t tokenizer_vocab);
+
+// The spec for the job's model with the tokenizer's vocab (when given; padded as above), then
+// `edit_args` (tests shrink a flavor), applied, and max_seq_len = training.seq_len: what the
+// Trainer builds. With
 // `saved`, the saved architecture (see above; its vocab must hold the tokenizer's ids, and
 // `edit_args` is not applied to "from_checkpoint"); that flavor without one is an error.
 models::ModelSpec model_spec_for(

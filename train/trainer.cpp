@@ -74,7 +74,8 @@ Tensor batch_to_device(const Tensor& host, runtime::Device device) {
 
 // A lower bound of one micro-batch's memory, refused up front when it exceeds the machine's
 // (local_batch_size = 1.8e16 used to end in std::bad_alloc after 18 s): the logits and their
-// gradient in f32, B x T x vocab x 8 bytes (the tokenizer's vocab: a model's is no smaller).
+// gradient in f32, B x T x vocab x 8 bytes (the tokenizer's vocab, padded as the model's: a
+// model from a checkpoint has no smaller one).
 // Checked against the host's RAM for CPU runs; device memory is not queried here.
 void check_step_fits_in_memory(const config::JobConfig& job, int64_t vocab,
                                const runtime::Device& device) {
@@ -109,7 +110,11 @@ std::string describe_model(const config::JobConfig& job) {
   os << "model " << spec.name << " " << spec.flavor << ": " << spec.num_params() << " parameters, "
      << spec.flops_per_token(job.training.seq_len) << " training FLOPs per token at seq_len "
      << job.training.seq_len << " (vocab "
-     << (vocab ? "from " + job.model.tokenizer_path : std::string("of the flavor")) << ")\n";
+     << (vocab ? "from " + job.model.tokenizer_path : std::string("of the flavor"))
+     << (vocab && job.model.vocab_size_multiple_of > 1
+             ? ", padded to a multiple of " + std::to_string(job.model.vocab_size_multiple_of)
+             : std::string())
+     << ")\n";
   return os.str();
 }
 
@@ -164,7 +169,7 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   // Rank 0 notes what the tokenizer's file sets and minititan ignores (the log).
   tokenizer_ =
       std::make_unique<data::BpeTokenizer>(data::BpeTokenizer::from_file(tok_path, log()));
-  check_step_fits_in_memory(config_, tokenizer_->vocab_size(), device_);  // model vocab >= it
+  check_step_fits_in_memory(config_, model_vocab_size(config_, tokenizer_->vocab_size()), device_);
 
   // Data.
   // Rank 0 tokenizes a text dataset (once, into the dump folder); the others then read its file.

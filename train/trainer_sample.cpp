@@ -65,8 +65,10 @@ llama::GenerateResult Trainer::decode(const std::vector<int64_t>& prompt,
     return parallel::gather_shards(tp_mesh_->group(0), last.contiguous(), 0,
                                    *vocab_size_of(*spec_), "sample.logits");
   };
-  // Room for the padding of the last step.
-  const llama::DecodeLimits limits{*vocab_size_of(*spec_), *max_seq_len_of(*spec_) - (multiple - 1)};
+  // The tokenizer's ids (a padded vocab's others are never sampled); room for the padding of
+  // the last step.
+  const llama::DecodeLimits limits{tokenizer_->vocab_size(),
+                                   *max_seq_len_of(*spec_) - (multiple - 1)};
   return llama::generate(limits, device_, step, prompt, options);
 }
 

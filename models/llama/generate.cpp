@@ -110,7 +110,9 @@ GenerateResult generate(const DecodeLimits& limits, runtime::Device device, cons
 
   Tensor input = runtime::from_vector<int64_t>(prompt, {1, int64_t(prompt.size())}, token_options);
   for (int64_t s = 0; s < budget; ++s) {
-    const Tensor last = step(input);
+    Tensor last = step(input);
+    if (last.defined() && last.size(0) > limits.vocab_size)
+      last = last.narrow(0, 0, limits.vocab_size);  // a padded vocab's other ids
     MT_CHECK(last.defined() || options.agree_on_token,
              "generate: the decoding step returned no logits and there is no agree_on_token to "
              "bring the token from another rank");

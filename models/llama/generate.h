@@ -66,7 +66,9 @@ GenerateResult generate(Transformer& model, const std::vector<int64_t>& prompt,
 // options.agree_on_token must bring the token from a rank that does; it is called with -1).
 using DecodeStep = std::function<Tensor(const Tensor& tokens)>;
 
-// The model's vocabulary and the longest sequence it takes (prompt + generated tokens).
+// The ids a token may take, [0, vocab_size) (the tokenizer's: a padded model's logits are wider,
+// and its ids past these are never sampled), and the longest sequence the model takes (prompt +
+// generated tokens).
 struct DecodeLimits {
   int64_t vocab_size = 0;
   int64_t max_seq_len = 0;

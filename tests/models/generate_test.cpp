@@ -312,6 +312,34 @@ TEST(Generate, AgreeOnTokenDecidesWhatIsFedBackAndReturned) {
   EXPECT_THROW(generate(*m, prompt, bad), mt::Error);
 }
 
+// A model whose vocab is padded past the tokenizer's returns wider logits: the padded ids are
+// never sampled, even where their logits are the largest, and the rest is sampled as from the
+// tokenizer's columns alone.
+TEST(Generate, PaddedVocabIdsAreNeverSampled) {
+  const int64_t tokenizer_vocab = 40, padded_vocab = 48;
+  const runtime::Device cpu = runtime::Device::cpu();
+  const auto logits_for = [&](const Tensor& tokens) {  // the padded ids lead by far
+    std::vector<float> v(size_t(padded_vocab), 0.0f);
+    const int64_t last = tokens.to_vector<int64_t>().back();
+    for (int64_t i = 0; i < tokenizer_vocab; ++i) v[size_t(i)] = float((i * 7 + last) % 13);
+    for (int64_t i = tokenizer_vocab; i < padded_vocab; ++i) v[size_t(i)] = 100.0f;
+    return runtime::from_vector<float>(v, {padded_vocab});
+  };
+  const DecodeStep step = [&](const Tensor& tokens) { return logits_for(tokens); };
+  const DecodeStep narrowed = [&](const Tensor& tokens) {
+    return logits_for(tokens).narrow(0, 0, tokenizer_vocab).contiguous();
+  };
+  const DecodeLimits limits{tokenizer_vocab, 64};
+  for (const GenerateOptions& options :
+       {GenerateOptions{.max_new_tokens = 20},
+        GenerateOptions{.max_new_tokens = 20, .temperature = 1.0, .top_k = 0, .seed = 3}}) {
+    const auto tokens = generate(limits, cpu, step, {1, 2, 3}, options).tokens;
+    ASSERT_EQ(tokens.size(), 20u);
+    for (int64_t t : tokens) EXPECT_LT(t, tokenizer_vocab);
+    EXPECT_EQ(tokens, generate(limits, cpu, narrowed, {1, 2, 3}, options).tokens);
+  }
+}
+
 TEST(Generate, StopsAtMaxSeqLenAndMaxNewTokens) {
   auto m = tiny_model(DType::F32, 15);
   GenerateResult r = generate(*m, random_ids(13, 50, 1), {.max_new_tokens = 10});

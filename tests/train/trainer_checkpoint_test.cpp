@@ -527,6 +527,24 @@ TEST(TrainerCheckpoint, CheckpointOfAnotherArchitectureIsOneErrorListingEveryFie
   EXPECT_EQ(train(args).first_step, 5);
 }
 
+// A checkpoint of a padded vocab (model.vocab_size_multiple_of) resumes only with the same
+// padding: another one is the architecture error, naming the vocab sizes.
+TEST(TrainerCheckpoint, PaddedVocabResumesOnlyWithItsPadding) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const Inputs& in = inputs(corpus);
+  testing::ScratchDir dir;
+  const fs::path dump = dir / "run";
+  const std::string padding = "--model.vocab_size_multiple_of=96";  // 512 -> 576
+  (void)train(job_args(in, dump, {padding, "--training.steps=4", "--checkpoint.interval=4"}));
+  const Names resume = job_args(in, dump, {padding, "--training.steps=6"});
+  const std::string e = error_of([&] { train(job_args(in, dump, {"--training.steps=6"})); });
+  for (const char* text : {"with the tokenizer's vocab (512) is not the model saved in checkpoint",
+                           "vocab_size: 512 in the model asked for, 576 in the checkpoint"}) {
+    EXPECT_TRUE(contains(e, text)) << text << "\n" << e;
+  }
+  EXPECT_EQ(train(resume).first_step, 5);
+}
+
 // Checkpoints written before the architecture was saved: the tensors' shapes are checked, all in
 // one error.
 TEST(TrainerCheckpoint, CheckpointOfAnotherModelShapeIsOneErrorListingEveryTensor) {

@@ -477,6 +477,46 @@ TEST(Trainer, GeneratesASample) {
   EXPECT_EQ(greedy, trainer.generate_sample("ROMEO:", 10, 0.0));  // greedy is deterministic
 }
 
+// model.vocab_size_multiple_of pads the model's vocab past the tokenizer's 512 ids: the header
+// names both, the padded output projection trains (in FP8 too: 576 is a multiple of 16), and
+// samples hold only the tokenizer's ids (a padded id would decode as "<|id N|>").
+TEST(Trainer, VocabSizeMultipleOfPadsTheModelsVocab) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const std::vector<std::string> padded = {"--model.vocab_size_multiple_of=96",
+                                           "--validation.enable=false"};
+  std::vector<std::string> float8 = padded;
+  for (const char* flag :
+       {"--training.steps=3", "--quantize.linear.float8.enable=true",
+        "--quantize.linear.float8.emulate=true", "--quantize.linear.float8.filter_fqns=[]"}) {
+    float8.push_back(flag);
+  }
+  std::string log;
+  const TrainResult r = run_logged(tiny_config(corpus, temp_dir("padded_vocab"), float8), log);
+  EXPECT_NE(log.find("vocab 576 (the tokenizer's 512)"), std::string::npos) << log;
+  EXPECT_NE(log.find("float8: 15 linears (tensorwise)"), std::string::npos) << log;
+  ASSERT_EQ(r.losses.size(), 3u);
+  for (double loss : r.losses) EXPECT_TRUE(std::isfinite(loss));
+
+  TrainerOptions options;
+  options.edit_model_args = testing::shrink_llama;
+  options.quiet = true;
+  options.handle_signals = false;
+  options.write_files = false;
+  std::vector<std::string> two_steps = padded;
+  two_steps.push_back("--training.steps=2");
+  Trainer trainer(tiny_config(corpus, temp_dir("padded_vocab_sample"), two_steps), options);
+  for (double temperature : {0.0, 1.0, 2.0}) {
+    const std::string sample = trainer.generate_sample("ROMEO:", 40, temperature);
+    EXPECT_FALSE(sample.empty());
+    EXPECT_EQ(sample.find("<|id "), std::string::npos) << temperature << ": " << sample;
+  }
+
+  const std::string e = error_of([] {
+    config::load_config(fs::path(), {"--model.vocab_size_multiple_of=0"});
+  });
+  EXPECT_NE(e.find("model.vocab_size_multiple_of"), std::string::npos) << e;
+}
+
 TEST(Trainer, UnknownConfigKeyIsAConfigError) {
   const fs::path dir = temp_dir("bad_key");
   const fs::path file = dir / "bad.toml";

@@ -103,6 +103,11 @@ std::vector<SectionSpec> build_schema() {
            non_empty()},
           {"tokenizer_path", &M::tokenizer_path,
            "Hugging Face tokenizer.json (or the folder that holds it)"},
+          {"vocab_size_multiple_of", &M::vocab_size_multiple_of,
+           "Pad the model's vocab (embedding rows, output features) from the tokenizer's up to "
+           "a multiple of this, e.g. 64: GPT-2's 50257 -> 50304, GEMM-friendly and FP8-able "
+           "(multiples of 16); padded ids are never inputs, targets or sampled; 1 = no padding",
+           positive()},
       }));
   s.push_back(section<O>(
       "optimizer", &JobConfig::optimizer, "The optimizer.",

@@ -28,6 +28,7 @@ struct ModelConfig {  // [model]
   std::string name = "llama3";
   std::string flavor = "debugmodel";
   std::string tokenizer_path = "";
+  int64_t vocab_size_multiple_of = 1;  // the model's vocab: the tokenizer's, rounded up to it
   bool operator==(const ModelConfig&) const = default;
 };
 
