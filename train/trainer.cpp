@@ -39,6 +39,7 @@
 #include "runtime/nn/init.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
+#include "runtime/ops/float8_amax_notes.h"
 #include "runtime/ops/reduce.h"
 #include "runtime/optim/clip_grad.h"
 #include "runtime/optim/lr_scheduler.h"
@@ -602,6 +603,11 @@ Trainer::StepValues Trainer::train_step() {
   optimizer_->zero_grad();
   {
     const SequenceShardScope sharded(*this);  // backward too: recomputed blocks attend alike
+    // Tensorwise float8: the norms and SwiGLU measure the amaxes of the linears' inputs and
+    // output gradients as they write them, and the casts skip their own pass over those.
+    std::optional<runtime::Float8AmaxNotes> float8_amaxes;
+    if (config_.float8.enable && config_.float8.recipe_name == "tensorwise")
+      float8_amaxes.emplace();
     for (const data::Batch& b : batches) {
       Tensor sum;
       if (pipeline_) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/cpu/blas.h"
+#include "runtime/cpu/float8_amax.h"
 #include "runtime/cpu/loops.h"
 
 namespace mt::runtime {
@@ -161,5 +162,8 @@ MT_REGISTER_KERNEL(float8_transpose_kernel, DeviceType::CPU, cpu_float8_transpos
 MT_REGISTER_KERNEL(float8_copy_kernel, DeviceType::CPU, cpu_float8_copy);
 
 }  // namespace
+
+void float8_amax_into(const Tensor& x, Tensor& amax) { cpu_float8_amax(x, amax); }
+
 }  // namespace cpu
 }  // namespace mt::runtime

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/cpu/f32_rows.h"
+#include "runtime/cpu/float8_amax.h"
 #include "runtime/cpu/loops.h"
 
 namespace mt::runtime::cpu {
@@ -117,9 +118,12 @@ void backward_impl(const Tensor& dy, const Tensor& x, const Tensor& weight, cons
                });
 }
 
-void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) {
+void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd,
+                      Tensor& y_amax) {
   dispatch_floating(x.dtype(), "rms_norm",
                     [&](auto tag) { forward_impl<decltype(tag)>(x, weight, eps, y, rstd); });
+  // A second pass here (the CPU gains nothing from fusing it): the values the casts would read.
+  if (y_amax.defined()) float8_amax_into(y, y_amax);
 }
 
 void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "runtime/cpu/float8_amax.h"
 #include "runtime/cpu/loops.h"
 #include "runtime/cpu/vec_math.h"
 
@@ -73,7 +74,7 @@ void backward_run(const T* dy, const T* g, const T* u, int64_t n, T* dg, T* du) 
   }
 }
 
-void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) {
+void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out, Tensor& out_amax) {
   dispatch_floating(gate.dtype(), "swiglu", [&](auto tag) {
     using T = decltype(tag);
     const T* gp = gate.data<T>();
@@ -83,10 +84,12 @@ void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) {
       forward_run(gp + begin, up_ + begin, end - begin, op + begin);
     });
   });
+  // Float8 amaxes in a second pass here (the CPU gains nothing from fusing them).
+  if (out_amax.defined()) float8_amax_into(out, out_amax);
 }
 
 void swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up, Tensor& dgate,
-                     Tensor& dup) {
+                     Tensor& dup, Tensor& dgate_amax, Tensor& dup_amax) {
   dispatch_floating(gate.dtype(), "swiglu_backward", [&](auto tag) {
     using T = decltype(tag);
     const T* dp = dy.data<T>();
@@ -99,6 +102,8 @@ void swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up, Ten
                    dgp ? dgp + begin : nullptr, dup_ ? dup_ + begin : nullptr);
     });
   });
+  if (dgate_amax.defined()) float8_amax_into(dgate, dgate_amax);
+  if (dup_amax.defined()) float8_amax_into(dup, dup_amax);
 }
 
 }  // namespace

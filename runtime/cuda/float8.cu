@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/cuda/amax.cuh"
 #include "runtime/cuda/block_reduce.cuh"
 #include "runtime/cuda/float8.cuh"
 #include "runtime/cuda/loops.cuh"
@@ -37,8 +38,6 @@ __device__ inline void load8(const float* p, float* out) {
   for (int j = 0; j < 8; ++j) out[j] = v[j];
 }
 
-__device__ inline unsigned abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
-
 // Grid-stride over groups of eight (16-byte loads when x is aligned), then the tail; the block's
 // maximum goes to amax with one atomic. NaN's bits are the largest, so a NaN wins.
 template <class T>
@@ -54,8 +53,7 @@ __global__ void amax_kernel(const T* x, int64_t n, bool aligned, unsigned* amax_
     for (int j = 0; j < 8; ++j) best = max(best, abs_bits(v[j]));
   }
   for (int64_t i = 8 * groups + first; i < n; i += stride) best = max(best, abs_bits(float(x[i])));
-  best = block_max(best, 0u);
-  if (threadIdx.x == 0) atomicMax(amax_bits, best);
+  raise_amax_over_block(best, amax_bits);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

@@ -66,6 +66,9 @@ __device__ inline void load_then_store(int64_t first, int64_t end, int64_t strid
 }
 
 // Packs [0, n_packs) with `packs`, then elements [tail_begin, n) with `elements`; grid-stride.
+// An op that also reduces what it writes (swiglu's float8 amaxes) keeps its thread's share in
+// mutable members and has finish(elements): called after the loops, by every thread of the
+// block, for block-wide reductions.
 template <int kUnroll, class Packs, class Elements>
 __global__ void packed_op_kernel(int64_t n_packs, int64_t tail_begin, int64_t n, Packs packs,
                                  Elements elements) {
@@ -73,6 +76,18 @@ __global__ void packed_op_kernel(int64_t n_packs, int64_t tail_begin, int64_t n,
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   load_then_store<kUnroll>(first, n_packs, stride, packs);
   load_then_store<1>(tail_begin + first, n, stride, elements);
+  if constexpr (requires { packs.finish(elements); }) packs.finish(elements);
+}
+
+template <int kUnroll, class Packs, class Elements>
+void launch_packed_op_kernel(int64_t n, int64_t n_packs, int64_t pack_width, const Packs& packs,
+                             const Elements& elements) {
+  const int64_t tail_begin = n_packs * pack_width;
+  const int64_t threads = (n_packs + kUnroll - 1) / kUnroll;
+  packed_op_kernel<kUnroll>
+      <<<blocks_for(threads > n - tail_begin ? threads : n - tail_begin), kThreads, 0,
+         current_stream()>>>(n_packs, tail_begin, n, packs, elements);
+  MT_CUDA_CHECK_LAUNCH();
 }
 
 // Op<T, V> over the packs of n contiguous elements when every pointer is aligned for them, with
@@ -84,12 +99,18 @@ void launch_packed_op(int64_t n, P*... ptrs) {
   if (n <= 0) return;
   constexpr int V = pack_width<T>();
   const int64_t n_packs = packable<V>(ptrs...) ? n / V : 0;
-  const int64_t tail_begin = n_packs * V;
-  const int64_t threads = (n_packs + kUnroll - 1) / kUnroll;
-  packed_op_kernel<kUnroll>
-      <<<blocks_for(threads > n - tail_begin ? threads : n - tail_begin), kThreads, 0,
-         current_stream()>>>(n_packs, tail_begin, n, Op<T, V>{ptrs...}, Op<T, 1>{ptrs...});
-  MT_CUDA_CHECK_LAUNCH();
+  launch_packed_op_kernel<kUnroll>(n, n_packs, V, Op<T, V>{ptrs...}, Op<T, 1>{ptrs...});
+}
+
+// launch_packed_op for an op whose members are `ptrs`, then `extra`: not an operand read or
+// written in packs (e.g. where it reduces into).
+template <template <class, int> class Op, class T, int kUnroll = 4, class Extra, class... P>
+void launch_packed_op_with(int64_t n, const Extra& extra, P*... ptrs) {
+  if (n <= 0) return;
+  constexpr int V = pack_width<T>();
+  const int64_t n_packs = packable<V>(ptrs...) ? n / V : 0;
+  launch_packed_op_kernel<kUnroll>(n, n_packs, V, Op<T, V>{ptrs..., extra},
+                                   Op<T, 1>{ptrs..., extra});
 }
 
 }  // namespace mt::runtime::cuda

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "runtime/cuda/amax.cuh"
 #include "runtime/cuda/block_reduce.cuh"
 #include "runtime/cuda/loops.cuh"
 #include "runtime/cuda/packed.cuh"
@@ -83,10 +84,11 @@ struct HeldRow {
   }
 };
 
+// amax (nullable): raised to max |y| as stored (amax.cuh).
 template <int V, class T, class A>
 __global__ void __launch_bounds__(kMaxRowThreads, kMinRowBlocks)
     forward_rows(const T* x, const T* w, double eps, int64_t rows, int64_t d, int threads_per_row,
-                 T* y, A* rstd) {
+                 T* y, A* rstd, unsigned* amax) {
   const RowShare<kForwardHeld> s(threads_per_row, d / V);
   if (s.row >= rows) return;  // whole warps only (a row per block when the row is the block's)
   const HeldRow<kForwardHeld, V, T> xs(x + s.row * d, s);
@@ -100,13 +102,19 @@ __global__ void __launch_bounds__(kMaxRowThreads, kMinRowBlocks)
   const A rs = A(1) / sqrt(ss / A(d) + A(eps));
   if (s.lane == 0) rstd[s.row] = rs;
   T* yr = y + s.row * d;
+  unsigned y_max = 0;
   s.for_each([&](int64_t j, int k) {
     const Pack<T, V> xp = xs(j, k), wp = load_pack<V>(w, j);
     Pack<T, V> yp;
 #pragma unroll
     for (int e = 0; e < V; ++e) yp.v[e] = T(A(xp.v[e]) * rs * A(wp.v[e]));
     store_pack<V>(yr, j, yp);
+    if (amax) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) y_max = max(y_max, abs_bits(float(yp.v[e])));
+    }
   });
+  if (amax) raise_amax_over_warp(y_max, amax);  // a row's warps are whole: all lanes are here
 }
 
 template <int V, class T, class A>
@@ -151,10 +159,11 @@ struct RowLaunch {
 };
 
 template <int V, class T, class A>
-void launch_forward(const T* x, const T* w, double eps, int64_t rows, int64_t d, T* y, A* rstd) {
+void launch_forward(const T* x, const T* w, double eps, int64_t rows, int64_t d, T* y, A* rstd,
+                    unsigned* amax) {
   const RowLaunch l(rows, d / V, kForwardHeld);
   forward_rows<V><<<l.blocks, l.threads, 0, current_stream()>>>(x, w, eps, rows, d,
-                                                                l.threads_per_row, y, rstd);
+                                                                l.threads_per_row, y, rstd, amax);
   MT_CUDA_CHECK_LAUNCH();
 }
 
@@ -241,19 +250,21 @@ void launch_dweight(const T* dy, const T* x, const A* rstd, int64_t rows, int64_
   MT_CUDA_CHECK_LAUNCH();
 }
 
-void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) {
+void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd,
+                      Tensor& y_amax) {
   check_on_current_device(x, "rms_norm");
   const int64_t d = weight.numel(), rows = x.numel() / d;
   if (rows == 0) return;
+  unsigned* amax = y_amax.defined() ? ptr<unsigned>(y_amax) : nullptr;  // f32 slot, as its bits
   MT_CUDA_DISPATCH_FLOATING(x.dtype(), "rms_norm", T, [&] {
     using A = acc_t<T>;
     constexpr int V = pack_width<T>();
     const T *xp = ptr<T>(x), *wp = ptr<T>(weight);
     T* yp = ptr<T>(y);
     if (rows_packable<V>(d, xp, wp, yp))
-      launch_forward<V>(xp, wp, eps, rows, d, yp, ptr<A>(rstd));
+      launch_forward<V>(xp, wp, eps, rows, d, yp, ptr<A>(rstd), amax);
     else
-      launch_forward<1>(xp, wp, eps, rows, d, yp, ptr<A>(rstd));
+      launch_forward<1>(xp, wp, eps, rows, d, yp, ptr<A>(rstd), amax);
   });
 }
 

@@ -11,6 +11,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "runtime/cuda/amax.cuh"
 #include "runtime/cuda/loops.cuh"
 #include "runtime/cuda/packed.cuh"
 #include "runtime/kernels/rope.h"
@@ -140,12 +141,15 @@ __device__ inline A sigmoid_of(A g) {
   }
 }
 
-// out = silu(gate) * up, on packs of V elements.
+// out = silu(gate) * up, on packs of V elements; amax (nullable): raised to max |out| as stored
+// (amax.cuh).
 template <class T, int V>
 struct SwigluForward {
   const T* gate;
   const T* up;
   T* out;
+  unsigned* amax;
+  mutable unsigned out_max = 0;  // this thread's share
 
   struct Loaded {
     Pack<T, V> gate, up;
@@ -162,7 +166,21 @@ struct SwigluForward {
       o.v[e] = T(g * sigmoid_of(g) * A(in.up.v[e]));
     }
     store_pack<V>(out, j, o);
+    if (amax) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) out_max = max(out_max, abs_bits(float(o.v[e])));
+    }
   }
+
+  __device__ void finish(const SwigluForward<T, 1>& tail) const {
+    if (amax) raise_amax_over_block(max(out_max, tail.out_max), amax);
+  }
+};
+
+// Where swiglu's backward raises its outputs' amaxes (either may be null).
+struct SwigluBackwardAmaxes {
+  unsigned* dgate;
+  unsigned* dup;
 };
 
 // dgate = dy * up * s * (1 + gate * (1 - s)), dup = dy * gate * s with s = sigmoid(gate), on
@@ -174,6 +192,8 @@ struct SwigluBackward {
   const T* up;
   T* dgate;
   T* dup;
+  SwigluBackwardAmaxes amax;
+  mutable unsigned dgate_max = 0, dup_max = 0;  // this thread's shares
 
   struct Loaded {
     Pack<T, V> dy, gate, up;
@@ -194,24 +214,39 @@ struct SwigluBackward {
     }
     if (dgate) store_pack<V>(dgate, j, dg);
     if (dup) store_pack<V>(dup, j, du);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      if (amax.dgate) dgate_max = max(dgate_max, abs_bits(float(dg.v[e])));
+      if (amax.dup) dup_max = max(dup_max, abs_bits(float(du.v[e])));
+    }
+  }
+
+  __device__ void finish(const SwigluBackward<T, 1>& tail) const {
+    if (amax.dgate) raise_amax_over_block(max(dgate_max, tail.dgate_max), amax.dgate);
+    if (amax.dup) raise_amax_over_block(max(dup_max, tail.dup_max), amax.dup);
   }
 };
 
-void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) {
+unsigned* amax_slot(Tensor& amax) { return amax.defined() ? ptr<unsigned>(amax) : nullptr; }
+
+void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out, Tensor& out_amax) {
   check_on_current_device(gate, "swiglu");
   MT_CUDA_DISPATCH_FLOATING(gate.dtype(), "swiglu", T, [&] {
-    launch_packed_op<SwigluForward, T>(gate.numel(), ptr<T>(gate), ptr<T>(up), ptr<T>(out));
+    launch_packed_op_with<SwigluForward, T>(gate.numel(), amax_slot(out_amax), ptr<T>(gate),
+                                            ptr<T>(up), ptr<T>(out));
   });
 }
 
 void swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up, Tensor& dgate,
-                     Tensor& dup) {
+                     Tensor& dup, Tensor& dgate_amax, Tensor& dup_amax) {
   check_on_current_device(gate, "swiglu_backward");
   MT_CUDA_DISPATCH_FLOATING(gate.dtype(), "swiglu_backward", T, [&] {
     T* dgp = dgate.defined() ? ptr<T>(dgate) : nullptr;
     T* dupp = dup.defined() ? ptr<T>(dup) : nullptr;
-    launch_packed_op<SwigluBackward, T>(gate.numel(), ptr<T>(dy), ptr<T>(gate), ptr<T>(up), dgp,
-                                        dupp);
+    const SwigluBackwardAmaxes amaxes{dgp ? amax_slot(dgate_amax) : nullptr,
+                                      dupp ? amax_slot(dup_amax) : nullptr};
+    launch_packed_op_with<SwigluBackward, T>(gate.numel(), amaxes, ptr<T>(dy), ptr<T>(gate),
+                                             ptr<T>(up), dgp, dupp);
   });
 }
 

@@ -8,9 +8,10 @@
 
 namespace mt::runtime {
 
-// Writes y (like x) and rstd [rows] = 1 / sqrt(mean(x^2) + eps).
+// Writes y (like x) and rstd [rows] = 1 / sqrt(mean(x^2) + eps); a defined y_amax (f32 [1],
+// zeroed; y f32 or bf16) is raised to max |y| as stored (runtime/ops/float8_amax_notes.h).
 inline constinit KernelTable<void(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
-                                  Tensor& rstd)>
+                                  Tensor& rstd, Tensor& y_amax)>
     rms_norm_forward_kernel{"rms_norm"};
 
 // From dy, x, weight and the saved rstd, writes dx (like x) and dweight (like weight); an

@@ -6,6 +6,7 @@
 #include "runtime/autograd/function.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
+#include "runtime/ops/float8_amax_notes.h"
 #include "runtime/ops/join.h"
 
 namespace mt::runtime {
@@ -80,10 +81,16 @@ Float8Tensor to_float8(const Tensor& x, Float8Format format, bool rows, bool tra
            "to_float8: expected f32 or bf16, got ", dtype_name(x.dtype()));
   const Tensor xc = x.detach().contiguous();
   const Device device = x.device();
-  const Tensor amax = Tensor::empty({1}, f32_options(device));
-  Tensor amax_out = amax;
-  float8_amax_kernel(device, xc, amax_out);
-  if (reduce) reduce(amax_out);
+  // The amax its producer measured as it wrote x (float8_amax_notes.h), else a pass of its own;
+  // a reduction changes it in place, so not the note itself.
+  Tensor amax = noted_float8_amax(xc);
+  if (!amax.defined()) {
+    amax = Tensor::empty({1}, f32_options(device));
+    float8_amax_kernel(device, xc, amax);
+  } else if (reduce) {
+    amax = amax.clone();
+  }
+  if (reduce) reduce(amax);
   Float8Tensor r;
   r.format = format;
   if (rows) r.codes = Tensor::empty(x.shape(), codes_options(device));

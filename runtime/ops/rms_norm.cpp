@@ -5,6 +5,7 @@
 #include "runtime/autograd/function.h"
 #include "runtime/kernels/rms_norm.h"
 #include "runtime/ops/factory.h"
+#include "runtime/ops/float8_amax_notes.h"
 
 namespace mt::runtime {
 
@@ -27,7 +28,8 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   Tensor y = empty(x.shape(), x.options());
   const DType stat = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
   Tensor rstd = empty({x.numel() / d}, x.options().with_dtype(stat));
-  rms_norm_forward_kernel(x.device(), xc, wc, eps, y, rstd);
+  Tensor y_amax = float8_amax_slot(y);  // undefined unless float8 casts may want it
+  rms_norm_forward_kernel(x.device(), xc, wc, eps, y, rstd, y_amax);
 
   if (autograd::any_requires_grad({x, weight})) {
     autograd::record("rms_norm", {x, weight}, {y},

@@ -3,6 +3,7 @@
 #include "runtime/autograd/function.h"
 #include "runtime/kernels/swiglu.h"
 #include "runtime/ops/factory.h"
+#include "runtime/ops/float8_amax_notes.h"
 
 namespace mt::runtime {
 
@@ -18,7 +19,8 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   const Tensor gc = gate.detach().contiguous();
   const Tensor uc = up.detach().contiguous();
   Tensor out = empty(gate.shape(), gate.options());
-  swiglu_forward_kernel(gate.device(), gc, uc, out);
+  Tensor out_amax = float8_amax_slot(out);  // undefined unless float8 casts may want it
+  swiglu_forward_kernel(gate.device(), gc, uc, out, out_amax);
 
   if (autograd::any_requires_grad({gate, up})) {
     autograd::record("swiglu", {gate, up}, {out},
@@ -29,7 +31,10 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
                        const Tensor dy = args.grad(0).to(g.dtype()).contiguous();
                        Tensor dgate = args.needs(0) ? empty(g.shape(), g.options()) : Tensor();
                        Tensor dup = args.needs(1) ? empty(u.shape(), u.options()) : Tensor();
-                       swiglu_backward_kernel(g.device(), dy, g, u, dgate, dup);
+                       Tensor dgate_amax = float8_amax_slot(dgate);
+                       Tensor dup_amax = float8_amax_slot(dup);
+                       swiglu_backward_kernel(g.device(), dy, g, u, dgate, dup, dgate_amax,
+                                              dup_amax);
                        return {dgate, dup};
                      });
   }

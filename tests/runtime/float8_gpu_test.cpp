@@ -2,8 +2,8 @@
 // bit, the hardware conversion against the reference's on every f32 neighbourhood of every code,
 // the scaled FP8 GEMM (every operand-format pair, f32 and bf16 outputs, fast accumulation on and
 // off) within f32 accumulation, and float8_linear's output and gradients; the same for the rowwise
-// recipe (per-row scales rounded to powers of two, per-row GEMM scales), and float8_grouped_mm.
-// Skips without a GPU.
+// recipe (per-row scales rounded to powers of two, per-row GEMM scales), and float8_grouped_mm;
+// the amaxes the norms and SwiGLU measure for the casts (Float8AmaxNotes). Skips without a GPU.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,9 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "runtime/ops/float8.h"
+#include "runtime/kernels/float8.h"
 #include "runtime/ops/elementwise.h"
+#include "runtime/ops/float8.h"
+#include "runtime/ops/float8_amax_notes.h"
 #include "runtime/ops/float8_grouped.h"
+#include "runtime/ops/reduce.h"
+#include "runtime/ops/rms_norm.h"
+#include "runtime/ops/swiglu.h"
 #include "tests/testing/gpu_compare.h"
 
 #if MT_HAVE_NCCL  // defined wherever the CUDA backend is built (parallel/CMakeLists.txt)
@@ -110,6 +115,69 @@ TEST_F(Float8Gpu, NanPropagatesToTheScale) {
   x.data<float>()[100] = std::nanf("");
   const Float8Tensor got = to_float8(on_cuda(x), Float8Format::E4M3, true, false);
   EXPECT_TRUE(std::isnan(on_cpu(got.scale_inv).to_vector<float>()[0]));
+}
+
+// Float8AmaxNotes on the device: rms_norm's and swiglu's kernels measure the amax of what they
+// write (forward, and swiglu's two input gradients), bit for bit the float8_amax kernel's on the
+// same values: rows of a warp, of several warps and past the registers (the block path), packs
+// and single elements (an odd feature count, a misaligned view), a tail, zeros, subnormals and a
+// NaN. Needs no FP8 tensor cores.
+using Float8AmaxNotesGpu = GpuTest;
+
+uint32_t f32_bits(float v) {
+  uint32_t b = 0;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+
+uint32_t cast_amax_bits(const Tensor& t) {  // the cast's own pass, on t's device
+  Tensor amax = Tensor::empty({1}, TensorOptions{}.with_device(t.device()));
+  float8_amax_kernel(t.device(), t.contiguous(), amax);
+  return f32_bits(on_cpu(amax).item<float>());
+}
+
+void expect_noted_as_measured(const Tensor& t, const std::string& what) {
+  const Tensor noted = noted_float8_amax(t);
+  ASSERT_TRUE(noted.defined()) << what;
+  EXPECT_EQ(f32_bits(on_cpu(noted).item<float>()), cast_amax_bits(t)) << what;
+}
+
+TEST_F(Float8AmaxNotesGpu, NormsAndSwigluMeasureWhatTheyWriteBitForBit) {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    for (int64_t d : {64, 45, 4104, 40000}) {
+      const std::string what = std::string(dtype_name(dtype)) + " rms_norm, d " + std::to_string(d);
+      Tensor x = wide_values({5, d}, DType::F32, uint64_t(d));
+      if (d == 45) x.data<float>()[2 * d + 7] = std::nanf("");
+      const Tensor xd = on_cuda(x.to(dtype)), w = on_cuda(rnd({d}, dtype, 3));
+      Float8AmaxNotes notes;
+      expect_noted_as_measured(rms_norm(xd, w), what);
+    }
+    for (int64_t n : {8000, 8003}) {
+      for (int64_t offset : {0, 1}) {  // 1: a misaligned start, one element at a time
+        const std::string what = std::string(dtype_name(dtype)) + " swiglu, n " +
+                                 std::to_string(n) + ", offset " + std::to_string(offset);
+        const Tensor gate = on_cuda(wide_values({n + 1}, DType::F32, 5).to(dtype))
+                                .narrow(0, offset, n)
+                                .set_requires_grad(true);
+        const Tensor up =
+            on_cuda(rnd({n + 1}, dtype, 6)).narrow(0, offset, n).set_requires_grad(true);
+        Float8AmaxNotes notes;
+        std::vector<Tensor> grads;
+        for (const Tensor& leaf : {gate, up}) {
+          leaf.register_hook([&grads](const Tensor& g) {
+            grads.push_back(g);
+            return g;
+          });
+        }
+        const Tensor out = swiglu(gate, up);
+        expect_noted_as_measured(out, what + " forward");
+        sum(mul(out, on_cuda(wide_values({n}, DType::F32, 7).to(dtype)))).backward();
+        ASSERT_EQ(grads.size(), 2u) << what;
+        expect_noted_as_measured(grads[0], what + " dgate");
+        expect_noted_as_measured(grads[1], what + " dup");
+      }
+    }
+  }
 }
 
 double relative_error(const Tensor& got, const Tensor& want) {
