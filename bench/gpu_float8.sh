@@ -6,8 +6,9 @@
 # and the debug model's loss curves in f32, bf16 and float8 (float8_loss_curve.sh, DEVICE=cuda).
 # Here: bash bench/gpu_bundle.sh, and torchao's wheel in .whl/ (bench/gpu_llama_bench.sh says
 # how); there (carry [".device", ".whl"]): bash bench/gpu_float8.sh "$OUT"
-# Environment: MODES (PyTorch rows, default "compile_float8"; add compile for bf16 compile; ""
-# for none),
+# Environment: GPU_TESTS (the test binaries of the bundle to run first, default
+# float8_gpu_test; e.g. "float8_gpu_test fused_ops_gpu_test replay_gpu_test"), MODES (PyTorch
+# rows, default "compile_float8"; add compile for bf16 compile; "" for none),
 # WARMUP (10), STEPS (20), LOSS_STEPS (300; 0 skips the loss curves).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,11 +22,16 @@ fi
 source .device/device-env.sh || exit 1
 export PYTHONUNBUFFERED=1
 
-timeout 60 .device/bin/float8_gpu_test >"$out/float8_gpu_test.txt" 2>&1
-echo "float8_gpu_test rc=$?"
-grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/float8_gpu_test.txt" | sort -u
-timeout 60 .device/bin/gpu_kernels_bench --float8-only >"$out/float8_kernels.txt" 2>&1
-echo "gpu_kernels_bench --float8-only rc=$?"
+for t in ${GPU_TESTS:-float8_gpu_test}; do
+  [ -x ".device/bin/$t" ] || { echo "$t: not in the bundle"; continue; }
+  timeout 90 ".device/bin/$t" >"$out/$t.txt" 2>&1
+  echo "$t rc=$?"
+  grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/$t.txt" | sort -u
+done
+if [ -x .device/bin/gpu_kernels_bench ]; then
+  timeout 60 .device/bin/gpu_kernels_bench --float8-only >"$out/float8_kernels.txt" 2>&1
+  echo "gpu_kernels_bench --float8-only rc=$?"
+fi
 
 BENCH_DIR=/tmp/llama MT_FLOAT8=1 MT_FLOAT8_ROWWISE=1 MT_FLOAT8_FSDP=1 MT_FLOAT8_OUTPUT=1 MODES=${MODES-compile_float8} WARMUP=${WARMUP:-10} \
   STEPS=${STEPS:-20} MT_TIMEOUT=120 COMPILE_TIMEOUT=200 bash bench/gpu_llama_bench.sh \
@@ -40,6 +46,6 @@ if [ "${LOSS_STEPS:-300}" -gt 0 ]; then
   echo "float8_loss_curve rc=$?"
 fi
 
-cat "$out/float8_kernels.txt"
+[ -f "$out/float8_kernels.txt" ] && cat "$out/float8_kernels.txt"
 tail -25 "$out/llama.txt"
 if [ -f "$out/loss_curve.txt" ]; then tail -20 "$out/loss_curve.txt"; fi

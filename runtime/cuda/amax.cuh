@@ -12,12 +12,6 @@ namespace mt::runtime::cuda {
 
 __device__ inline unsigned abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
 
-// Raises *slot to the maximum of v over the warp (every lane of the warp calls it).
-__device__ inline void raise_amax_over_warp(unsigned v, unsigned* slot) {
-  v = warp_max(v);
-  if (threadIdx.x % 32 == 0) atomicMax(slot, v);
-}
-
 // Raises *slot to the maximum of v over the block (every thread of the block calls it).
 __device__ inline void raise_amax_over_block(unsigned v, unsigned* slot) {
   v = block_max(v, 0u);

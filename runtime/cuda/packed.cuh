@@ -79,38 +79,23 @@ __global__ void packed_op_kernel(int64_t n_packs, int64_t tail_begin, int64_t n,
   if constexpr (requires { packs.finish(elements); }) packs.finish(elements);
 }
 
-template <int kUnroll, class Packs, class Elements>
-void launch_packed_op_kernel(int64_t n, int64_t n_packs, int64_t pack_width, const Packs& packs,
-                             const Elements& elements) {
-  const int64_t tail_begin = n_packs * pack_width;
+// Op<T, V> over the packs of n contiguous elements when every pointer is aligned for them, with
+// kUnroll packs per thread in flight, and Op<T, 1> over the n % V last elements; Op<T, 1> over
+// all n when a pointer is misaligned. Op<T, W> is an aggregate of `ptrs` (null ones included),
+// then `extra` (what is not an operand read or written in packs: where it reduces into), whose
+// load and store take the index of a pack of W elements. On the current stream.
+template <template <class, int> class Op, class T, int kUnroll = 4, class Extra, class... P>
+void launch_packed_op(int64_t n, const Extra& extra, P*... ptrs) {
+  if (n <= 0) return;
+  constexpr int V = pack_width<T>();
+  const int64_t n_packs = packable<V>(ptrs...) ? n / V : 0;
+  const int64_t tail_begin = n_packs * V;
   const int64_t threads = (n_packs + kUnroll - 1) / kUnroll;
   packed_op_kernel<kUnroll>
       <<<blocks_for(threads > n - tail_begin ? threads : n - tail_begin), kThreads, 0,
-         current_stream()>>>(n_packs, tail_begin, n, packs, elements);
+         current_stream()>>>(n_packs, tail_begin, n, Op<T, V>{ptrs..., extra},
+                             Op<T, 1>{ptrs..., extra});
   MT_CUDA_CHECK_LAUNCH();
-}
-
-// Op<T, V> over the packs of n contiguous elements when every pointer is aligned for them, with
-// kUnroll packs per thread in flight, and Op<T, 1> over the n % V last elements; Op<T, 1> over
-// all n when a pointer is misaligned. Op<T, W> is an aggregate of `ptrs` (null ones included)
-// whose load and store take the index of a pack of W elements. On the current stream.
-template <template <class, int> class Op, class T, int kUnroll = 4, class... P>
-void launch_packed_op(int64_t n, P*... ptrs) {
-  if (n <= 0) return;
-  constexpr int V = pack_width<T>();
-  const int64_t n_packs = packable<V>(ptrs...) ? n / V : 0;
-  launch_packed_op_kernel<kUnroll>(n, n_packs, V, Op<T, V>{ptrs...}, Op<T, 1>{ptrs...});
-}
-
-// launch_packed_op for an op whose members are `ptrs`, then `extra`: not an operand read or
-// written in packs (e.g. where it reduces into).
-template <template <class, int> class Op, class T, int kUnroll = 4, class Extra, class... P>
-void launch_packed_op_with(int64_t n, const Extra& extra, P*... ptrs) {
-  if (n <= 0) return;
-  constexpr int V = pack_width<T>();
-  const int64_t n_packs = packable<V>(ptrs...) ? n / V : 0;
-  launch_packed_op_kernel<kUnroll>(n, n_packs, V, Op<T, V>{ptrs..., extra},
-                                   Op<T, 1>{ptrs..., extra});
 }
 
 }  // namespace mt::runtime::cuda

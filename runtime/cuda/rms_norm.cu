@@ -4,7 +4,8 @@
 //   a warp, the whole block (up to kMaxRowThreads). Each thread keeps its first packs of the row
 //   in registers from the row's reduction to the write (kForwardHeld of x, kDxHeld of dy and of
 //   x), so the row is read once; packs past those (rows of more than 2048 packs forward, 1024 for
-//   dx) are read again.
+//   dx) are read again. The forward may also measure max |y| for a float8 cast (amax.cuh), one
+//   atomic per block.
 // - dweight: partial sums over fixed chunks of kChunkRows rows, one block per chunk and tile of
 //   32 column packs (lanes over columns, warps over the chunk's rows), then the chunks added. Every
 //   sum runs in a fixed order: deterministic, no atomics.
@@ -84,13 +85,11 @@ struct HeldRow {
   }
 };
 
-// amax (nullable): raised to max |y| as stored (amax.cuh).
+// Row s.row of y and rstd; returns max |y| as stored (amax.cuh) over this thread's share when
+// `measure`, else 0.
 template <int V, class T, class A>
-__global__ void __launch_bounds__(kMaxRowThreads, kMinRowBlocks)
-    forward_rows(const T* x, const T* w, double eps, int64_t rows, int64_t d, int threads_per_row,
-                 T* y, A* rstd, unsigned* amax) {
-  const RowShare<kForwardHeld> s(threads_per_row, d / V);
-  if (s.row >= rows) return;  // whole warps only (a row per block when the row is the block's)
+__device__ unsigned forward_row(const RowShare<kForwardHeld>& s, const T* x, const T* w,
+                                double eps, int64_t d, T* y, A* rstd, bool measure) {
   const HeldRow<kForwardHeld, V, T> xs(x + s.row * d, s);
   A ss = 0;
   s.for_each([&](int64_t j, int k) {
@@ -109,12 +108,25 @@ __global__ void __launch_bounds__(kMaxRowThreads, kMinRowBlocks)
 #pragma unroll
     for (int e = 0; e < V; ++e) yp.v[e] = T(A(xp.v[e]) * rs * A(wp.v[e]));
     store_pack<V>(yr, j, yp);
-    if (amax) {
+    if (measure) {
 #pragma unroll
       for (int e = 0; e < V; ++e) y_max = max(y_max, abs_bits(float(yp.v[e])));
     }
   });
-  if (amax) raise_amax_over_warp(y_max, amax);  // a row's warps are whole: all lanes are here
+  return y_max;
+}
+
+// amax (nullable): raised to max |y| as stored, once per block.
+template <int V, class T, class A>
+__global__ void __launch_bounds__(kMaxRowThreads, kMinRowBlocks)
+    forward_rows(const T* x, const T* w, double eps, int64_t rows, int64_t d, int threads_per_row,
+                 T* y, A* rstd, unsigned* amax) {
+  const RowShare<kForwardHeld> s(threads_per_row, d / V);
+  // Past the last row: whole warps (a row per block when the row is the block's), which stay for
+  // the block's amax.
+  const unsigned y_max =
+      s.row < rows ? forward_row<V>(s, x, w, eps, d, y, rstd, amax != nullptr) : 0u;
+  if (amax) raise_amax_over_block(y_max, amax);
 }
 
 template <int V, class T, class A>

@@ -2,7 +2,8 @@
 // move 16-byte packs (packed.cuh), several per thread in flight. swiglu's f32 sigmoid uses the
 // fast exp and division intrinsics (see sigmoid_of).
 // - swiglu forward and backward: packs of every operand at the same index (launch_packed_op; one
-//   element at a time for misaligned pointers and the last n % V elements).
+//   element at a time for misaligned pointers and the last n % V elements); each may also
+//   measure max |output| for a float8 cast (amax.cuh), one atomic per block and output.
 // - rope: one block per token (b, t), whose H * D elements (contiguous, tokens evenly spaced in
 //   x) are packs of P pairs read with the P matching entries of the cos/sin rows of the token's
 //   position. When D / 2 is not a multiple of
@@ -232,8 +233,8 @@ unsigned* amax_slot(Tensor& amax) { return amax.defined() ? ptr<unsigned>(amax) 
 void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out, Tensor& out_amax) {
   check_on_current_device(gate, "swiglu");
   MT_CUDA_DISPATCH_FLOATING(gate.dtype(), "swiglu", T, [&] {
-    launch_packed_op_with<SwigluForward, T>(gate.numel(), amax_slot(out_amax), ptr<T>(gate),
-                                            ptr<T>(up), ptr<T>(out));
+    launch_packed_op<SwigluForward, T>(gate.numel(), amax_slot(out_amax), ptr<T>(gate),
+                                       ptr<T>(up), ptr<T>(out));
   });
 }
 
@@ -245,8 +246,8 @@ void swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up, Ten
     T* dupp = dup.defined() ? ptr<T>(dup) : nullptr;
     const SwigluBackwardAmaxes amaxes{dgp ? amax_slot(dgate_amax) : nullptr,
                                       dupp ? amax_slot(dup_amax) : nullptr};
-    launch_packed_op_with<SwigluBackward, T>(gate.numel(), amaxes, ptr<T>(dy), ptr<T>(gate),
-                                             ptr<T>(up), dgp, dupp);
+    launch_packed_op<SwigluBackward, T>(gate.numel(), amaxes, ptr<T>(dy), ptr<T>(gate),
+                                        ptr<T>(up), dgp, dupp);
   });
 }
 

@@ -146,7 +146,9 @@ TEST(ExecutionTrace, ListsTheKernelsWithTheirTensorsAndTheFsdpCollectives) {
     }
     EXPECT_EQ(tensors, n.inputs.size() + n.outputs.size()) << n.name;
     if (n.name == "rms_norm") {
-      ASSERT_EQ(n.args.size(), 5u);  // x, weight, eps, y, rstd
+      // x, weight, eps, y, rstd, and the float8 amax slot (undefined: no float8 here)
+      ASSERT_EQ(n.args.size(), 6u);
+      EXPECT_EQ(n.args[5], "T-");
       EXPECT_EQ(n.args[2][0], 'f');
       EXPECT_GT(std::stod(n.args[2].substr(1)), 0.0) << "eps";
     }
