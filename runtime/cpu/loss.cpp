@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "runtime/cpu/float8_amax.h"
 #include "runtime/cpu/loops.h"
 #include "runtime/cpu/vec_math.h"
 
@@ -91,7 +92,8 @@ void cpu_cross_entropy_forward(const Tensor& logits, const Tensor& targets, int6
 }
 
 void cpu_cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                                const Tensor& grad, int64_t ignore_index, Tensor& grad_logits) {
+                                const Tensor& grad, int64_t ignore_index, Tensor& grad_logits,
+                                Tensor& grad_amax) {
   const int64_t N = logits.size(0), V = logits.size(1);
   dispatch_index(targets, [&](auto* pt) {
     dispatch_floating(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
@@ -128,6 +130,8 @@ void cpu_cross_entropy_backward(const Tensor& logits, const Tensor& targets, con
       });
     });
   });
+  // A second pass here (the CPU gains nothing from fusing it).
+  if (grad_amax.defined()) float8_amax_into(grad_logits, grad_amax);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // loss never makes the host wait.
 #include <cuda/std/limits>
 
+#include "runtime/cuda/amax.cuh"
 #include "runtime/cuda/block_reduce.cuh"
 #include "runtime/cuda/deferred_verdict.cuh"
 #include "runtime/cuda/loops.cuh"
@@ -65,9 +66,10 @@ __global__ void forward_rows(const T* x, const I* t, int64_t v, int64_t ignore_i
   }
 }
 
+// amax (nullable): raised to max |dx| as stored (amax.cuh), once per row.
 template <class T, class A, class I, int V>
 __global__ void backward_rows(const T* x, const I* t, const A* lse, const A* grad, bool per_row,
-                              int64_t v, int64_t ignore_index, T* dx) {
+                              int64_t v, int64_t ignore_index, T* dx, unsigned* amax) {
   const int64_t r = blockIdx.x;
   const int64_t tr = int64_t(t[r]);
   T* drow = dx + r * v;
@@ -78,13 +80,23 @@ __global__ void backward_rows(const T* x, const I* t, const A* lse, const A* gra
     return skip ? T(A(0)) : T(exp(A(xj) - l) * g - (j == tr ? g : A(0)));
   };
   const int64_t packs = v / V;
+  unsigned dx_max = 0;
   for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
     Pack<T, V> pk = load_pack<V>(row, p);
 #pragma unroll
     for (int k = 0; k < V; ++k) pk.v[k] = d(p * V + k, pk.v[k]);
     store_pack<V>(drow, p, pk);
+    if (amax) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) dx_max = max(dx_max, abs_bits(float(pk.v[k])));
+    }
   }
-  for (int64_t j = packs * V + threadIdx.x; j < v; j += blockDim.x) drow[j] = d(j, row[j]);
+  for (int64_t j = packs * V + threadIdx.x; j < v; j += blockDim.x) {
+    const T dj = d(j, row[j]);
+    drow[j] = dj;
+    if (amax) dx_max = max(dx_max, abs_bits(float(dj)));
+  }
+  if (amax) raise_amax_over_block(dx_max, amax);  // no thread has returned: all are here
 }
 
 // Rows by packs when every row of x (and dx) starts aligned for them.
@@ -131,7 +143,7 @@ void forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
 }
 
 void backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad,
-              int64_t ignore_index, Tensor& grad_logits) {
+              int64_t ignore_index, Tensor& grad_logits, Tensor& grad_amax) {
   check_on_current_device(logits, "cross_entropy_backward");
   const int64_t N = logits.size(0), V = logits.size(1);
   if (N == 0) return;
@@ -142,12 +154,13 @@ void backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, co
       const T* x = ptr<T>(logits);
       T* dx = ptr<T>(grad_logits);
       const bool per_row = grad.numel() != 1;
+      unsigned* amax = grad_amax.defined() ? ptr<unsigned>(grad_amax) : nullptr;  // f32's bits
       if (rows_packable<T>(V, x, dx)) {
         backward_rows<T, A, I, pack_width<T>()><<<unsigned(N), kRowThreads, 0, current_stream()>>>(
-            x, pt, ptr<A>(lse), ptr<A>(grad), per_row, V, ignore_index, dx);
+            x, pt, ptr<A>(lse), ptr<A>(grad), per_row, V, ignore_index, dx, amax);
       } else {
         backward_rows<T, A, I, 1><<<unsigned(N), kRowThreads, 0, current_stream()>>>(
-            x, pt, ptr<A>(lse), ptr<A>(grad), per_row, V, ignore_index, dx);
+            x, pt, ptr<A>(lse), ptr<A>(grad), per_row, V, ignore_index, dx, amax);
       }
       MT_CUDA_CHECK_LAUNCH();
     });

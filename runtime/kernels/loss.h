@@ -7,9 +7,12 @@
 //   t_i == ignore_index. The first target outside [0, V) that is not ignore_index is reported
 //   with bad_target(position, value): the CPU throws before writing anything; a device reports
 //   it when the host next waits for it (runtime/core/deferred_errors.h) and skips that row.
-// cross_entropy_backward_kernel(device, logits, targets, lse, grad, ignore_index, grad_logits):
+// cross_entropy_backward_kernel(device, logits, targets, lse, grad, ignore_index, grad_logits,
+//                               grad_amax):
 //   grad_logits[i, j] = (exp(logits[i, j] - lse[i]) - (j == t_i)) * grad_i, and 0 on
 //   ignored rows; grad is [N] or a single element (used for every row), in the accumulation dtype.
+//   A defined grad_amax (f32 [1], zeroed; grad_logits f32 or bf16) is raised to max
+//   |grad_logits| as stored: a float8 output projection's gradient (ops/float8_amax_notes.h).
 #pragma once
 
 #include <cstdint>
@@ -25,7 +28,8 @@ inline constinit KernelTable<void(const Tensor& logits, const Tensor& targets,
                                   Tensor& losses, Tensor& lse)>
     cross_entropy_forward_kernel{"cross_entropy"};
 inline constinit KernelTable<void(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                                  const Tensor& grad, int64_t ignore_index, Tensor& grad_logits)>
+                                  const Tensor& grad, int64_t ignore_index, Tensor& grad_logits,
+                                  Tensor& grad_amax)>
     cross_entropy_backward_kernel{"cross_entropy_backward"};
 
 }  // namespace mt::runtime

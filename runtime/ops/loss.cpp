@@ -3,6 +3,7 @@
 #include "runtime/autograd/function.h"
 #include "runtime/kernels/loss.h"
 #include "runtime/ops/elementwise.h"
+#include "runtime/ops/float8_amax_notes.h"
 #include "runtime/ops/reduce.h"
 
 namespace mt::runtime {
@@ -70,7 +71,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
           MT_CHECK(g.numel() == 1 || g.numel() == N, "cross_entropy backward: gradient of ",
                    g.numel(), " elements for ", N, " targets");
           Tensor gx = Tensor::empty(x.shape(), x.options());
-          cross_entropy_backward_kernel(x.device(), x, st.get(), lse, g, ignore_index, gx);
+          Tensor gx_amax = float8_amax_slot(gx);  // for a float8 output projection
+          cross_entropy_backward_kernel(x.device(), x, st.get(), lse, g, ignore_index, gx,
+                                        gx_amax);
           return {gx.reshape(shape)};
         });
   }

@@ -1,8 +1,9 @@
 // Float8AmaxNotes (runtime/ops/float8_amax_notes.h) on the CPU: rms_norm's and swiglu's outputs,
-// and swiglu's input gradients, carry the amax the tensorwise cast would measure, bit for bit
-// (NaN included); a Llama-style FFN of float8 linears gives the same outputs and gradients with
-// the notes as without, with the casts' own amax passes over those tensors gone; a tensor changed
-// since, another view, a reduced amax, f64 and code outside a scope get no note or leave it be.
+// swiglu's input gradients and cross_entropy's logits gradient carry the amax the tensorwise cast
+// would measure, bit for bit (NaN included); a Llama-style FFN and output projection of float8
+// linears give the same loss and gradients with the notes as without, with the casts' own amax
+// passes over those tensors gone; a tensor changed since, another view, a reduced amax, f64 and
+// code outside a scope get no note or leave it be.
 #include "runtime/ops/float8_amax_notes.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
 #include "runtime/ops/float8.h"
+#include "runtime/ops/loss.h"
 #include "runtime/ops/reduce.h"
 #include "runtime/ops/rms_norm.h"
 #include "runtime/ops/swiglu.h"
@@ -87,10 +89,11 @@ TEST(Float8AmaxNotes, NormsAndSwigluNoteTheAmaxOfWhatTheyWrite) {
   }
 }
 
-// A Llama FFN block of tensorwise float8 linears: rms_norm -> w1, w3 (one shared input cast) ->
-// swiglu -> w2. With the notes, the casts of the norm's and swiglu's outputs (forward) and of
-// w1's and w3's output gradients (backward) take the noted amaxes: 4 of the step's 8 amax passes
-// are gone, and every output and gradient is the same bit for bit.
+// A Llama FFN block of tensorwise float8 linears, then a float8 output projection and the loss:
+// rms_norm -> w1, w3 (one shared input cast) -> swiglu -> w2 -> output -> cross_entropy. With the
+// notes, the casts of the norm's and swiglu's outputs (forward) and of the logits' and w1's and
+// w3's output gradients (backward) take the noted amaxes: 5 of the step's 11 amax passes are
+// gone, and the loss and every gradient are the same bit for bit.
 TEST(Float8AmaxNotes, FloatEightFfnGivesTheSameResultsWithFewerAmaxPasses) {
   for (DType dtype : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(dtype));
@@ -104,10 +107,14 @@ TEST(Float8AmaxNotes, FloatEightFfnGivesTheSameResultsWithFewerAmaxPasses) {
       const Tensor w1 = randn_as({48, 32}, dtype, 13, "w1").set_requires_grad(true);
       const Tensor w3 = randn_as({48, 32}, dtype, 14, "w3").set_requires_grad(true);
       const Tensor w2 = randn_as({32, 48}, dtype, 15, "w2").set_requires_grad(true);
-      const Tensor r = randn_as({2, 16, 32}, dtype, 16, "r");
+      const Tensor w_out = randn_as({64, 32}, dtype, 16, "output").set_requires_grad(true);
+      std::vector<int64_t> ids(32);
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i * 37 % 64);
+      ids[5] = -100;  // ignored: a zero row of the logits' gradient
+      const Tensor targets = from_vector<int64_t>(ids, {32}, TensorOptions{}.with_dtype(DType::I64));
       Run out;
       Profiler::start(Device::cpu());
-      Tensor y;
+      Tensor loss;
       {
         std::optional<Float8AmaxNotes> scope;
         if (notes) scope.emplace();
@@ -118,20 +125,24 @@ TEST(Float8AmaxNotes, FloatEightFfnGivesTheSameResultsWithFewerAmaxPasses) {
           gate = float8_linear(h, w1);
           up = float8_linear(h, w3);
         }
-        y = float8_linear(swiglu(gate, up), w2);
-        sum(mul(y, r)).backward();
+        const Tensor y = float8_linear(swiglu(gate, up), w2);
+        const Tensor logits = float8_linear(y, w_out).reshape({32, 64});
+        loss = cross_entropy(logits, targets, -100, Reduction::Mean, DType::F32);
+        loss.backward();
       }
       for (const ProfiledOp& op : Profiler::stop().ops)
         out.amax_passes += op.name == std::string("float8_amax");
-      for (const Tensor& t : {y, x.grad(), norm.grad(), w1.grad(), w3.grad(), w2.grad()})
+      for (const Tensor& t :
+           {loss, x.grad(), norm.grad(), w1.grad(), w3.grad(), w2.grad(), w_out.grad()})
         out.values.push_back(t.to(DType::F32).to_vector<float>());
       return out;
     };
     const Run without = run(false), with = run(true);
-    // Forward: h (once, shared), w1, w3, swiglu's output, w2; backward: the three output
-    // gradients. The notes cover h, swiglu's output and w1's and w3's output gradients.
-    EXPECT_EQ(without.amax_passes, 8);
-    EXPECT_EQ(with.amax_passes, 4);
+    // Forward: h (once, shared), w1, w3, swiglu's output, w2, y, output; backward: the four
+    // output gradients. The notes cover h, swiglu's output and the logits', w1's and w3's output
+    // gradients.
+    EXPECT_EQ(without.amax_passes, 11);
+    EXPECT_EQ(with.amax_passes, 6);
     ASSERT_EQ(with.values.size(), without.values.size());
     for (size_t i = 0; i < with.values.size(); ++i) {
       EXPECT_EQ(with.values[i], without.values[i]) << "value " << i;

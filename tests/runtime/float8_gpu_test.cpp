@@ -18,6 +18,7 @@
 #include "runtime/ops/float8.h"
 #include "runtime/ops/float8_amax_notes.h"
 #include "runtime/ops/float8_grouped.h"
+#include "runtime/ops/loss.h"
 #include "runtime/ops/reduce.h"
 #include "runtime/ops/rms_norm.h"
 #include "runtime/ops/swiglu.h"
@@ -117,9 +118,9 @@ TEST_F(Float8Gpu, NanPropagatesToTheScale) {
   EXPECT_TRUE(std::isnan(on_cpu(got.scale_inv).to_vector<float>()[0]));
 }
 
-// Float8AmaxNotes on the device: rms_norm's and swiglu's kernels measure the amax of what they
-// write (forward, and swiglu's two input gradients), bit for bit the float8_amax kernel's on the
-// same values: rows of a warp, of several warps and past the registers (the block path), packs
+// Float8AmaxNotes on the device: rms_norm's, swiglu's and cross_entropy's kernels measure the
+// amax of what they write (forward; swiglu's two input gradients, the logits' gradient), bit for
+// bit the float8_amax kernel's on the same values: rows of a warp, of several warps and past the registers (the block path), packs
 // and single elements (an odd feature count, a misaligned view), a tail, zeros, subnormals and a
 // NaN. Needs no FP8 tensor cores.
 using Float8AmaxNotesGpu = GpuTest;
@@ -176,6 +177,23 @@ TEST_F(Float8AmaxNotesGpu, NormsAndSwigluMeasureWhatTheyWriteBitForBit) {
         expect_noted_as_measured(grads[0], what + " dgate");
         expect_noted_as_measured(grads[1], what + " dup");
       }
+    }
+    for (int64_t v : {4096, 1001}) {  // cross_entropy's logits gradient: packs, single elements
+      const std::string what = std::string(dtype_name(dtype)) + " cross_entropy, V " +
+                               std::to_string(v);
+      const Tensor logits = on_cuda(rnd({6, v}, dtype, 8)).set_requires_grad(true);
+      std::vector<int64_t> ids = {3, 0, -100, v - 1, 17, 3};  // one row ignored
+      const Tensor targets =
+          on_cuda(from_vector<int64_t>(ids, {6}, TensorOptions{}.with_dtype(DType::I64)));
+      Float8AmaxNotes notes;
+      std::vector<Tensor> grads;
+      logits.register_hook([&grads](const Tensor& g) {
+        grads.push_back(g);
+        return g;
+      });
+      cross_entropy(logits, targets, -100, Reduction::Mean, DType::F32).backward();
+      ASSERT_EQ(grads.size(), 1u) << what;
+      expect_noted_as_measured(grads[0], what);
     }
   }
 }
