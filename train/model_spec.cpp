@@ -81,11 +81,19 @@ models::ModelSpec model_spec_for(const config::JobConfig& job, std::optional<int
              "none that saved one: set [checkpoint] initial_load_path to a checkpoint written by "
              "`mt_checkpoint import-hf` or by train");
     spec = models::model_spec_from_architecture(job.model.name, saved->text, saved->where);
+    const int64_t multiple = job.model.vocab_size_multiple_of;
     with_lm_args(spec, [&](auto& args) {
       MT_CHECK(!vocab_size || *vocab_size <= args.vocab_size, "the tokenizer ",
                job.model.tokenizer_path, " has ", vocab_size.value_or(0),
                " tokens, more than the vocab_size ", args.vocab_size, " of the model in ",
                saved->where);
+      // The saved vocab is the model's: padding cannot change it, so a padding it lacks is
+      // refused rather than ignored.
+      MT_CHECK(args.vocab_size % multiple == 0, "model.vocab_size_multiple_of = ", multiple, " (",
+               job.where("model.vocab_size_multiple_of"), ") asks for a vocab padded to a ",
+               "multiple of ", multiple, ", but model.flavor = \"", models::kFlavorFromCheckpoint,
+               "\" builds the model in ", saved->where, ", whose vocab_size ", args.vocab_size,
+               " is not one: leave vocab_size_multiple_of at 1 to train it as saved");
     });
   } else {
     spec = models::get_model_spec(job.model.name, job.model.flavor);

@@ -144,6 +144,20 @@ TEST_F(FromCheckpoint, NeedsACheckpointWithAnArchitectureAndAFittingSeqLen) {
   });
   EXPECT_NE(long_seq.find("training.seq_len = 512"), std::string::npos) << long_seq;
   EXPECT_NE(long_seq.find("max_position_embeddings = 256"), std::string::npos) << long_seq;
+  // The saved vocab (536) cannot be padded further: a padding it does not meet is an error
+  // naming both, one it meets builds the model as saved.
+  const std::string padding = error_of([&] {
+    run(job("from_checkpoint", {"--checkpoint.initial_load_path=" + imported_.string(),
+                                "--model.vocab_size_multiple_of=64"}));
+  });
+  for (const char* text : {"model.vocab_size_multiple_of = 64 (command-line flag",
+                           "whose vocab_size 536 is not one"}) {
+    EXPECT_NE(padding.find(text), std::string::npos) << text << "\n" << padding;
+  }
+  EXPECT_EQ(run(job("from_checkpoint", {"--checkpoint.initial_load_path=" + imported_.string(),
+                                        "--model.vocab_size_multiple_of=8"}))
+                .losses.size(),
+            3u);
 }
 
 TEST(ModelSpec, FromCheckpointIsRefusedForModelsThatSaveNoArchitecture) {
