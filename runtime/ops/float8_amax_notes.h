@@ -1,10 +1,11 @@
 // Amaxes measured where a float8 linear's operand is written, so that its tensorwise cast need not
-// read the tensor once more for the scale (the pass torch.compile fuses into the producer).
+// read the tensor once more for the scale (the pass torch.compile can fuse into the producer).
 //
 // Within a Float8AmaxNotes scope (on this thread), the ops that write most of a Llama block's
 // float8 operands measure max |value| of what they store, in the same pass, and note it for
-// their output: rms_norm's forward (the attention and FFN inputs) and swiglu's forward (w2's
-// input) and backward (w1's and w3's output gradients). A tensorwise cast of such a tensor,
+// their output: rms_norm's forward (the attention and FFN inputs), swiglu's forward (w2's input)
+// and backward (w1's and w3's output gradients), and cross_entropy's backward (the logits'
+// gradient: an FP8 output projection's). A tensorwise cast of such a tensor,
 // unchanged since (the same storage, offset, element count and version, contiguous), takes the
 // noted amax: bit for bit the one its own pass would find (the maximum of the stored values'
 // |bits|, NaN winning). Everything else measures its own, as outside a scope. Scopes nest; the

@@ -497,14 +497,10 @@ TEST(Trainer, VocabSizeMultipleOfPadsTheModelsVocab) {
   ASSERT_EQ(r.losses.size(), 3u);
   for (double loss : r.losses) EXPECT_TRUE(std::isfinite(loss));
 
-  TrainerOptions options;
-  options.edit_model_args = testing::shrink_llama;
-  options.quiet = true;
-  options.handle_signals = false;
-  options.write_files = false;
   std::vector<std::string> two_steps = padded;
   two_steps.push_back("--training.steps=2");
-  Trainer trainer(tiny_config(corpus, temp_dir("padded_vocab_sample"), two_steps), options);
+  Trainer trainer(tiny_config(corpus, temp_dir("padded_vocab_sample"), two_steps),
+                  testing::quiet_trainer_options(testing::shrink_llama));
   for (double temperature : {0.0, 1.0, 2.0}) {
     const std::string sample = trainer.generate_sample("ROMEO:", 40, temperature);
     EXPECT_FALSE(sample.empty());
