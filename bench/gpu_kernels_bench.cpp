@@ -9,8 +9,8 @@
 // data loader, so those rows include their copy, the host id check and, with the backward, the
 // host grouping by row), and AdamW and FSDP's one-rank casts over the 1B's own 146 tensors.
 //
-// Float8 GEMMs and casts at the 1B and 8B layers' shapes against bf16 (issue 32); --float8-only
-// measures the ceilings and those rows alone.
+// Float8 GEMMs and casts at the 1B and 8B layers' shapes, and float8 MoE experts (fwd+bwd),
+// against bf16 (issue 32); --float8-only measures the ceilings and those rows alone.
 //
 //   ./build/bench/gpu_kernels_bench [--reps N] [--float8-only]   (on the GPU machine: .device/bin/)
 //
@@ -37,6 +37,7 @@
 #include "runtime/ops/embedding_bag.h"
 #include "runtime/ops/factory.h"
 #include "runtime/ops/float8.h"
+#include "runtime/ops/float8_grouped.h"
 #include "runtime/ops/grouped_matmul.h"
 #include "runtime/ops/loss.h"
 #include "runtime/ops/join.h"
@@ -78,6 +79,22 @@ Tensor rnd(const Shape& shape, DType dtype, Device device, const char* name) {
 // Uniform integer ids in [0, n) on `device`.
 Tensor random_ids(int64_t count, int64_t n, Device device, const char* name) {
   return mul(rand({count}, RandomKey(8, name)), double(n)).to(DType::I64).to(device);
+}
+
+// The MoE rows' experts (DeepSeek-V3-like, scaled down): 8192 tokens x top 8 over 64 experts,
+// dim 2048 -> expert hidden 1408.
+constexpr int64_t kMoeExperts = 64, kMoeTopK = 8, kMoeHidden = 1408;
+
+// rows_total routed rows over `experts`, unevenly: from 0.25x to 1.75x the mean per expert.
+std::vector<int64_t> uneven_expert_counts(int64_t experts, int64_t rows_total) {
+  std::vector<int64_t> counts(static_cast<size_t>(experts));
+  int64_t assigned = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    counts[size_t(e)] = rows_total / experts * (1 + 6 * e / (experts - 1)) / 4;
+    assigned += counts[size_t(e)];
+  }
+  counts.back() += rows_total - assigned;
+  return counts;
 }
 
 struct Row {
@@ -154,6 +171,23 @@ void float8_rows(Device dev, std::vector<Row>& rows) {
                     sum(float8_linear(x, w)).backward();
                   }),
                   layer_flops, true});
+  // MoE experts' up projection at the grouped_mm row's shape, forward + backward (3 grouped
+  // GEMMs each): bf16 against FP8 with per-row scales (float8_grouped_mm), the routed experts'
+  // float8 ([quantize.grouped_mm.float8]) at a size where FP8 might pay.
+  const int64_t rows_total = n * kMoeTopK;
+  const std::vector<int64_t> counts = uneven_expert_counts(kMoeExperts, rows_total);
+  Tensor xs = rnd({rows_total, 2048}, bf16, dev, "f8xs").set_requires_grad(true);
+  Tensor we = rnd({kMoeExperts, kMoeHidden, 2048}, bf16, dev, "f8we").set_requires_grad(true);
+  const double experts_flops = 3 * 2.0 * rows_total * 2048 * kMoeHidden;
+  const std::string experts_shape = "65536x2048 -> 64 x 1408";
+  rows.push_back({"grouped_mm fwd+bwd (64 experts)", experts_shape, time_it(dev, [&] {
+                    sum(grouped_mm(xs, we, counts)).backward();
+                  }),
+                  experts_flops, true});
+  rows.push_back({"float8_grouped_mm fwd+bwd", experts_shape, time_it(dev, [&] {
+                    sum(float8_grouped_mm(xs, we, counts)).backward();
+                  }),
+                  experts_flops, true});
 }
 
 int run() {
@@ -281,17 +315,10 @@ int run() {
     }
     GradMode::set_enabled(false);
   }
-  // MoE experts (DeepSeek-V3-like, scaled down): 8192 tokens x top 8 over 64 experts, dim 2048,
-  // expert hidden 1408, routed unevenly (counts from 0.25x to 1.75x the mean).
+  // MoE experts (kMoeExperts), routed unevenly.
   {
-    const int64_t E = 64, rows_total = N * 8, I = 1408;
-    std::vector<int64_t> counts(static_cast<size_t>(E));
-    int64_t assigned = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      counts[size_t(e)] = rows_total / E * (1 + 6 * e / (E - 1)) / 4;
-      assigned += counts[size_t(e)];
-    }
-    counts.back() += rows_total - assigned;
+    const int64_t E = kMoeExperts, rows_total = N * kMoeTopK, I = kMoeHidden;
+    const std::vector<int64_t> counts = uneven_expert_counts(E, rows_total);
     Tensor xs = rnd({rows_total, D}, bf16, dev, "xs"), we = rnd({E, I, D}, bf16, dev, "we");
     rows.push_back({"grouped_mm x@w_e^T (64 experts)", "65536x2048 -> 1408", time_it(dev, [&] {
                       grouped_mm(xs, we, counts);
