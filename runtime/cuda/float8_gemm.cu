@@ -55,6 +55,7 @@ struct Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool found = true;  // false: no algorithm (only an outer_vec problem may lack one)
+  std::string why_not_found;  // cuBLASLt's reason when !found
 };
 
 cudaDataType_t fp8_type(Float8Format f) {
@@ -63,7 +64,9 @@ cudaDataType_t fp8_type(Float8Format f) {
 
 // Row-major out[M, N] = a[M, K] b[N, K]^T is column-major out^T[N, M] = op(B1) B2 with cuBLAS's
 // first operand our b (stored K x N column-major, ld K, transposed) and its second our a (K x M,
-// ld K, not transposed): the "TN" layout FP8 GEMMs require. Scale pointers are set per call.
+// ld K, not transposed): the "TN" layout FP8 GEMMs require. Scale pointers are set per call;
+// the algorithm search needs some set already (it refuses a vector scale mode without one, and
+// may pick a kernel that ignores scales otherwise), so it sees a placeholder's.
 Plan make_plan(const Problem& p) {
   Plan plan;
   MT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -79,12 +82,26 @@ Plan make_plan(const Problem& p) {
 #if CUBLAS_VERSION >= 120900
     const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     for (auto attr : {CUBLASLT_MATMUL_DESC_A_SCALE_MODE, CUBLASLT_MATMUL_DESC_B_SCALE_MODE}) {
-      MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, attr, &mode, sizeof(mode)));
+      const cublasStatus_t st = cublasLtMatmulDescSetAttribute(plan.op, attr, &mode, sizeof(mode));
+      if (st != CUBLAS_STATUS_SUCCESS) {  // a cuBLASLt at run time older than the headers
+        plan.found = false;
+        plan.why_not_found = std::string("setting the scale mode: ") + cublasGetStatusString(st);
+        return plan;
+      }
     }
 #else
-    plan.found = false;  // this cuBLASLt has no outer-vector scales
+    plan.found = false;
+    plan.why_not_found = "this build's cuBLASLt has no outer-vector scale mode";
     return plan;
 #endif
+  }
+  // Placeholder scales (as many as either operand has rows) for the search, freed after it.
+  const Tensor placeholder = Tensor::empty(
+      {std::max(p.m, p.n)},
+      TensorOptions{}.with_dtype(DType::F32).with_device(Device::cuda(current_device())));
+  const void* scale = placeholder.data_ptr();
+  for (auto attr : {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER}) {
+    MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, attr, &scale, sizeof(scale)));
   }
   const cudaDataType_t out = p.out == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
   MT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, fp8_type(p.b_format), p.k, p.n, p.k));
@@ -104,6 +121,9 @@ Plan make_plan(const Problem& p) {
   if (p.outer_vec &&
       !(st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS)) {
     plan.found = false;  // not on this GPU: the caller scales in a second kernel
+    plan.why_not_found = std::string("no algorithm with outer-vector scales (") +
+                         cublasGetStatusString(st != CUBLAS_STATUS_SUCCESS ? st : result.state) +
+                         (found > 0 ? ")" : ", none found)");
     return plan;
   }
   MT_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS,
@@ -206,7 +226,7 @@ bool outer_vec_exact(Float8Format a_format, Float8Format b_format, DType out_dty
                  fast_accum ? ", fast accumulation" : "", why);
     return false;
   };
-  if (!plan_for(p).found) return say("this cuBLASLt or GPU has no outer-vector scale mode");
+  if (const Plan& plan = plan_for(p); !plan.found) return say(plan.why_not_found.c_str());
   std::vector<double> a_values, b_values;
   const std::vector<uint8_t> a_codes = check_operand(p.m, p.k, a_format, 1, a_values);
   const std::vector<uint8_t> b_codes = check_operand(p.n, p.k, b_format, 4, b_values);
