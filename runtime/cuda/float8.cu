@@ -3,8 +3,8 @@
 // codes and/or their transpose through a shared-memory tile (eight elements per access where the
 // shape and alignment allow, one otherwise); rowwise: a block per row, and a transposed view cast
 // by column in place (column amaxes, then a tile transpose of the codes), checked against the
-// rowwise cast of a transposed copy at a shape's first call. Tested bit for bit against the CPU
-// reference (runtime/cpu/float8.cpp). The scaled GEMMs are in float8_gemm.cu.
+// rowwise cast of a transposed copy at the first call of each kind. Tested bit for bit against
+// the CPU reference (runtime/cpu/float8.cpp). The scaled GEMMs are in float8_gemm.cu.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -290,6 +290,12 @@ __global__ void colwise_cast_kernel(const T* x, int64_t rows, int64_t cols, cons
   }
 }
 
+// The amax kernel's blocks over the rows: enough to fill the GPU (4 per SM), each >= 256 rows.
+int64_t colwise_row_blocks(int64_t rows, int64_t col_blocks) {
+  const int64_t sms = device_properties(current_device()).multiProcessorCount;
+  return std::clamp<int64_t>((4 * sms + col_blocks - 1) / col_blocks, 1, (rows + 255) / 256);
+}
+
 // col_amax (f32, [cols]) = each column's max |x|, written as its bits.
 void launch_colwise_amax(const char* what, const Tensor& x, float* col_amax) {
   const int64_t rows = x.size(0), cols = x.size(1);
@@ -297,10 +303,7 @@ void launch_colwise_amax(const char* what, const Tensor& x, float* col_amax) {
   MT_CUDA_CHECK(cudaMemsetAsync(bits, 0, size_t(cols) * sizeof(unsigned), current_stream()));
   if (rows == 0 || cols == 0) return;
   const int64_t col_blocks = (cols + kTile - 1) / kTile;
-  // Enough blocks to fill the GPU (4 per SM), each at least 256 rows.
-  const int64_t sms = device_properties(current_device()).multiProcessorCount;
-  const int64_t row_blocks =
-      std::clamp<int64_t>((4 * sms + col_blocks - 1) / col_blocks, 1, (rows + 255) / 256);
+  const int64_t row_blocks = colwise_row_blocks(rows, col_blocks);
   const int64_t rows_per_block = (rows + row_blocks - 1) / row_blocks;
   MT_CHECK(col_blocks <= std::numeric_limits<int>::max() && row_blocks <= 65535, what, ": [",
            rows, ", ", cols, "] exceeds the grid's limits");
@@ -337,21 +340,31 @@ void launch_colwise_cast(const Tensor& x, const Tensor& col_amax, Float8Format f
   });
 }
 
-// The columnwise kernels are newer than the GPU runs that verified the rowwise ones, so each
-// shape's first call with a nonzero input also runs the rowwise kernel on a transposed copy and
-// compares the two bit for bit on the host (one synchronisation per shape); a mismatch keeps that
-// shape on the copy and says so once on stderr.
+// The columnwise kernels are newer than the GPU runs that verified the rowwise ones, so the first
+// call of each kind with a nonzero input also runs the rowwise kernel on a transposed copy and
+// compares the two bit for bit on the host (one synchronisation); a mismatch keeps that kind on
+// the copy and says so once on stderr. A kind is the dtype, the cast's settings and whether the
+// rows and the columns fill whole 32-wide tiles and the amax splits the rows over blocks: the
+// kernels' paths differ by nothing else, and a kind per shape would synchronise at every new
+// expert token count (MoE: every step).
 struct ColwiseKey {
-  int64_t rows, cols;
+  bool partial_row_tile, partial_col_tile, rows_split;
   DType dtype;
   int what;  // 0: amax; 1 + (given amax) + 2 * power_of_2 + 4 * format: a cast
   bool operator==(const ColwiseKey&) const = default;
 };
 struct ColwiseKeyHash {
   size_t operator()(const ColwiseKey& k) const {
-    return (size_t(k.rows) * 1000003u ^ size_t(k.cols)) * 31 + size_t(k.dtype) * 7 + size_t(k.what);
+    return (size_t(k.what) * 31 + size_t(k.dtype)) * 8 + size_t(k.partial_row_tile) * 4 +
+           size_t(k.partial_col_tile) * 2 + size_t(k.rows_split);
   }
 };
+
+ColwiseKey colwise_key(const Tensor& x, int what) {
+  const int64_t rows = x.size(0), cols = x.size(1);
+  return {rows % kTile != 0, cols % kTile != 0,
+          rows > 0 && colwise_row_blocks(rows, (cols + kTile - 1) / kTile) > 1, x.dtype(), what};
+}
 enum class Verdict { Unknown, Agrees, Differs };
 std::mutex g_colwise_mutex;
 std::unordered_map<ColwiseKey, Verdict, ColwiseKeyHash> g_colwise_verdicts;
@@ -363,7 +376,7 @@ Verdict colwise_verdict(const ColwiseKey& key) {
 }
 
 // Records the comparison of the columnwise result with the reference (host copies of both).
-bool record_colwise(const ColwiseKey& key, const std::vector<Tensor>& got,
+bool record_colwise(const ColwiseKey& key, const Shape& got_shape, const std::vector<Tensor>& got,
                     const std::vector<Tensor>& want, const char* what) {
   // Raw bytes (codes are Bool-dtype tensors: never through the runtime's bool copies).
   auto host_bytes = [](const Tensor& t) {
@@ -387,8 +400,8 @@ bool record_colwise(const ColwiseKey& key, const std::vector<Tensor>& got,
   if (!same) {
     std::fprintf(stderr,
                  "%s: the columnwise kernel differs from the rowwise cast of a transposed copy on "
-                 "[%lld, %lld]; this shape keeps the copy\n",
-                 what, (long long)key.rows, (long long)key.cols);
+                 "[%lld, %lld]; casts of its kind keep the copy\n",
+                 what, (long long)got_shape[0], (long long)got_shape[1]);
   }
   std::lock_guard lock(g_colwise_mutex);
   g_colwise_verdicts[key] = same ? Verdict::Agrees : Verdict::Differs;
@@ -399,7 +412,7 @@ Tensor transposed_copy(const Tensor& x) { return x.transpose(0, 1).contiguous();
 
 void cuda_float8_colwise_amax(const Tensor& x, Tensor& col_amax) {
   check_on_current_device(x, "float8_colwise_amax");
-  const ColwiseKey key{x.size(0), x.size(1), x.dtype(), 0};
+  const ColwiseKey key = colwise_key(x, 0);
   auto reference = [&](Tensor& out) {
     launch_rowwise("float8_colwise_amax", transposed_copy(x), nullptr, Float8Format::E4M3, false,
                    nullptr, nullptr, ptr<float>(out));
@@ -410,14 +423,16 @@ void cuda_float8_colwise_amax(const Tensor& x, Tensor& col_amax) {
   if (v == Verdict::Agrees) return;
   Tensor want = Tensor::empty(col_amax.shape(), col_amax.options());
   reference(want);
-  if (!record_colwise(key, {col_amax}, {want}, "float8_colwise_amax")) col_amax.copy_(want);
+  if (!record_colwise(key, x.shape(), {col_amax}, {want}, "float8_colwise_amax")) {
+    col_amax.copy_(want);
+  }
 }
 
 void cuda_float8_colwise_cast(const Tensor& x, const Tensor& col_amax, Float8Format format,
                               bool power_of_2, Tensor& codes_t, Tensor& scale_inv) {
   check_on_current_device(x, "float8_colwise_cast");
-  const ColwiseKey key{x.size(0), x.size(1), x.dtype(),
-                       1 + int(col_amax.defined()) + 2 * int(power_of_2) + 4 * int(format)};
+  const ColwiseKey key =
+      colwise_key(x, 1 + int(col_amax.defined()) + 2 * int(power_of_2) + 4 * int(format));
   auto reference = [&](Tensor& codes, Tensor& inv) {
     launch_rowwise("float8_colwise_cast", transposed_copy(x),
                    col_amax.defined() ? ptr<const float>(col_amax) : nullptr, format, power_of_2,
@@ -430,7 +445,8 @@ void cuda_float8_colwise_cast(const Tensor& x, const Tensor& col_amax, Float8For
   Tensor want_codes = Tensor::empty(codes_t.shape(), codes_t.options());
   Tensor want_inv = Tensor::empty(scale_inv.shape(), scale_inv.options());
   reference(want_codes, want_inv);
-  if (!record_colwise(key, {codes_t, scale_inv}, {want_codes, want_inv}, "float8_colwise_cast")) {
+  if (!record_colwise(key, x.shape(), {codes_t, scale_inv}, {want_codes, want_inv},
+                     "float8_colwise_cast")) {
     MT_CUDA_CHECK(cudaMemcpyAsync(codes_t.data_ptr(), want_codes.data_ptr(), codes_t.nbytes(),
                                   cudaMemcpyDeviceToDevice, current_stream()));
     scale_inv.copy_(want_inv);
