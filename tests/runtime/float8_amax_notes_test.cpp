@@ -89,6 +89,20 @@ TEST(Float8AmaxNotes, NormsAndSwigluNoteTheAmaxOfWhatTheyWrite) {
   }
 }
 
+// A step of a large model takes more slots than one pool holds (about 8 a layer): the slots of a
+// replaced pool keep their notes.
+TEST(Float8AmaxNotes, NotesOutlastTheSlotPoolTheyCameFrom) {
+  const Tensor x = randn_as({4, 32}, DType::BF16, 1, "x");
+  const Tensor w = randn_as({32}, DType::BF16, 2, "w");
+  Float8AmaxNotes notes;
+  std::vector<Tensor> outputs;
+  for (int i = 0; i < 600; ++i) outputs.push_back(rms_norm(x, mul(w, 1.0 + i / 8.0)));
+  for (size_t i : {size_t(0), size_t(255), size_t(256), size_t(511), size_t(512), size_t(599)}) {
+    EXPECT_EQ(noted_bits(outputs[i]), amax_bits(outputs[i])) << "note " << i;
+  }
+  EXPECT_NE(noted_bits(outputs[0]), noted_bits(outputs[599]));
+}
+
 // A Llama FFN block of tensorwise float8 linears, then a float8 output projection and the loss:
 // rms_norm -> w1, w3 (one shared input cast) -> swiglu -> w2 -> output -> cross_entropy. With the
 // notes, the casts of the norm's and swiglu's outputs (forward) and of the logits' and w1's and

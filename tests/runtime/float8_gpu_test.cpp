@@ -120,9 +120,9 @@ TEST_F(Float8Gpu, NanPropagatesToTheScale) {
 
 // Float8AmaxNotes on the device: rms_norm's, swiglu's and cross_entropy's kernels measure the
 // amax of what they write (forward; swiglu's two input gradients, the logits' gradient), bit for
-// bit the float8_amax kernel's on the same values: rows of a warp, of several warps and past the registers (the block path), packs
-// and single elements (an odd feature count, a misaligned view), a tail, zeros, subnormals and a
-// NaN. Needs no FP8 tensor cores.
+// bit the float8_amax kernel's on the same values: rows of a warp, of several warps and past the
+// registers (the block path), packs and single elements (an odd feature count, a misaligned
+// view), a tail, zeros, subnormals and a NaN. Needs no FP8 tensor cores.
 using Float8AmaxNotesGpu = GpuTest;
 
 uint32_t f32_bits(float v) {
@@ -146,14 +146,18 @@ void expect_noted_as_measured(const Tensor& t, const std::string& what) {
 TEST_F(Float8AmaxNotesGpu, NormsAndSwigluMeasureWhatTheyWriteBitForBit) {
   for (DType dtype : {DType::F32, DType::BF16}) {
     for (int64_t d : {64, 45, 4104, 40000}) {
-      const std::string what = std::string(dtype_name(dtype)) + " rms_norm, d " + std::to_string(d);
-      Tensor x = wide_values({5, d}, DType::F32, uint64_t(d));
-      if (d == 45) x.data<float>()[2 * d + 7] = std::nanf("");
-      const Tensor xd = on_cuda(x.to(dtype)), w = on_cuda(rnd({d}, dtype, 3));
-      Float8AmaxNotes notes;
-      expect_noted_as_measured(rms_norm(xd, w), what);
+      // 1000 rows: many blocks (and several rows a block for small d) raise one slot.
+      for (int64_t rows : {int64_t(5), d <= 4104 ? int64_t(1000) : int64_t(7)}) {
+        const std::string what = std::string(dtype_name(dtype)) + " rms_norm, " +
+                                 std::to_string(rows) + " x " + std::to_string(d);
+        Tensor x = wide_values({rows, d}, DType::F32, uint64_t(d));
+        if (d == 45) x.data<float>()[2 * d + 7] = std::nanf("");
+        const Tensor xd = on_cuda(x.to(dtype)), w = on_cuda(rnd({d}, dtype, 3));
+        Float8AmaxNotes notes;
+        expect_noted_as_measured(rms_norm(xd, w), what);
+      }
     }
-    for (int64_t n : {8000, 8003}) {
+    for (int64_t n : {int64_t(8000), int64_t(8003), (int64_t(1) << 20) + 3}) {
       for (int64_t offset : {0, 1}) {  // 1: a misaligned start, one element at a time
         const std::string what = std::string(dtype_name(dtype)) + " swiglu, n " +
                                  std::to_string(n) + ", offset " + std::to_string(offset);
@@ -178,9 +182,24 @@ TEST_F(Float8AmaxNotesGpu, NormsAndSwigluMeasureWhatTheyWriteBitForBit) {
         expect_noted_as_measured(grads[1], what + " dup");
       }
     }
+    {  // A backward that writes dgate alone (up needs no gradient).
+      const std::string what = std::string(dtype_name(dtype)) + " swiglu, dgate alone";
+      const Tensor gate =
+          on_cuda(wide_values({8000}, DType::F32, 9).to(dtype)).set_requires_grad(true);
+      const Tensor up = on_cuda(rnd({8000}, dtype, 10));
+      Float8AmaxNotes notes;
+      std::vector<Tensor> grads;
+      gate.register_hook([&grads](const Tensor& g) {
+        grads.push_back(g);
+        return g;
+      });
+      sum(mul(swiglu(gate, up), on_cuda(wide_values({8000}, DType::F32, 11).to(dtype)))).backward();
+      ASSERT_EQ(grads.size(), 1u) << what;
+      expect_noted_as_measured(grads[0], what);
+    }
     for (int64_t v : {4096, 1001}) {  // cross_entropy's logits gradient: packs, single elements
-      const std::string what = std::string(dtype_name(dtype)) + " cross_entropy, V " +
-                               std::to_string(v);
+      const std::string what =
+          std::string(dtype_name(dtype)) + " cross_entropy, V " + std::to_string(v);
       const Tensor logits = on_cuda(rnd({6, v}, dtype, 8)).set_requires_grad(true);
       std::vector<int64_t> ids = {3, 0, -100, v - 1, 17, 3};  // one row ignored
       const Tensor targets =
@@ -243,20 +262,19 @@ TEST_F(Float8Gpu, GemmMatchesTheCpuReference) {
   struct Case {
     int64_t m, n, k;
   };
-  const std::pair<Float8Format, Float8Format> pairs[] = {
-      {Float8Format::E4M3, Float8Format::E4M3},
-      {Float8Format::E5M2, Float8Format::E4M3},
-      {Float8Format::E4M3, Float8Format::E5M2}};
+  const std::pair<Float8Format, Float8Format> pairs[] = {{Float8Format::E4M3, Float8Format::E4M3},
+                                                         {Float8Format::E5M2, Float8Format::E4M3},
+                                                         {Float8Format::E4M3, Float8Format::E5M2}};
   for (const Case& c : {Case{64, 48, 32}, Case{256, 512, 1024}, Case{8192, 512, 2048}}) {
     for (const auto& [fa, fb] : pairs) {
       const Float8Tensor a = to_float8(rnd({c.m, c.k}, DType::F32, 1), fa, true, false);
       const Float8Tensor b = to_float8(rnd({c.n, c.k}, DType::F32, 2), fb, true, false);
       for (DType out : {DType::F32, DType::BF16}) {
         for (bool fast : {false, true}) {
-          const Tensor want = float8_mm(a.codes, fa, a.scale_inv, b.codes, fb, b.scale_inv, out,
-                                        fast);
-          const Tensor got = float8_mm(on_cuda(a.codes), fa, on_cuda(a.scale_inv),
-                                       on_cuda(b.codes), fb, on_cuda(b.scale_inv), out, fast);
+          const Tensor want =
+              float8_mm(a.codes, fa, a.scale_inv, b.codes, fb, b.scale_inv, out, fast);
+          const Tensor got = float8_mm(on_cuda(a.codes), fa, on_cuda(a.scale_inv), on_cuda(b.codes),
+                                       fb, on_cuda(b.scale_inv), out, fast);
           EXPECT_EQ(got.dtype(), out);
           EXPECT_LT(relative_error(got, want), gemm_tolerance(out, fast))
               << c.m << "x" << c.n << "x" << c.k << " " << float8_format_name(fa) << "/"
@@ -304,8 +322,8 @@ TEST_F(Float8Gpu, TransposedViewsCastByColumnInPlaceBitForBit) {
   for (DType dtype : {DType::F32, DType::BF16}) {
     for (bool pow2 : {true, false}) {
       for (const Shape& shape : {Shape{37, 53}, Shape{2048, 256}, Shape{5000, 3}, Shape{64, 1}}) {
-        const std::string what = std::string(dtype_name(dtype)) + (pow2 ? " pow2 " : " ") +
-                                 str(shape);
+        const std::string what =
+            std::string(dtype_name(dtype)) + (pow2 ? " pow2 " : " ") + str(shape);
         const Tensor x = wide_values(shape, dtype, 6);
         const Tensor xt = x.transpose(0, 1), xt_gpu = on_cuda(x).transpose(0, 1);
         const Float8Tensor want = to_float8_rowwise(xt, Float8Format::E4M3, pow2);
@@ -344,12 +362,13 @@ TEST_F(Float8Gpu, TransposedViewsCastByColumnInPlaceBitForBit) {
 TEST_F(Float8Gpu, RowwiseScalesApplyInTheGemmEpilogueOnHopper) {
 #if MT_HAVE_NCCL
   const cudaDeviceProp& props = cuda::device_properties(cuda::current_device());
-  if (props.major < 9) GTEST_SKIP() << props.name << ": outer-vector scales are Hopper's and newer";
+  // cuBLASLt has the mode on sm_90 alone (NVIDIA's CUDALibrarySamples#270; PyTorch #160693).
+  if (props.major != 9) GTEST_SKIP() << props.name << ": outer-vector scales are Hopper's (sm_90)";
   ::testing::internal::CaptureStderr();
   for (DType out : {DType::F32, DType::BF16}) {
     for (bool fast : {false, true}) {
-      EXPECT_TRUE(cuda::float8_rowwise_scales_in_epilogue(Float8Format::E4M3,
-                                                          Float8Format::E4M3, out, fast))
+      EXPECT_TRUE(cuda::float8_rowwise_scales_in_epilogue(Float8Format::E4M3, Float8Format::E4M3,
+                                                          out, fast))
           << dtype_name(out) << (fast ? " fast" : "");
     }
   }
@@ -361,12 +380,14 @@ TEST_F(Float8Gpu, RowwiseScalesApplyInTheGemmEpilogueOnHopper) {
 }
 
 TEST_F(Float8Gpu, RowwiseGemmAndLinearMatchTheCpu) {
-  const Float8Tensor a = to_float8_rowwise(rnd({256, 512}, DType::F32, 1), Float8Format::E4M3, true);
-  const Float8Tensor b = to_float8_rowwise(rnd({128, 512}, DType::F32, 2), Float8Format::E4M3, true);
+  const Float8Tensor a =
+      to_float8_rowwise(rnd({256, 512}, DType::F32, 1), Float8Format::E4M3, true);
+  const Float8Tensor b =
+      to_float8_rowwise(rnd({128, 512}, DType::F32, 2), Float8Format::E4M3, true);
   for (DType out : {DType::F32, DType::BF16}) {
     for (bool fast : {false, true}) {
-      const Tensor want = float8_mm(a.codes, a.format, a.scale_inv, b.codes, b.format, b.scale_inv,
-                                    out, fast);
+      const Tensor want =
+          float8_mm(a.codes, a.format, a.scale_inv, b.codes, b.format, b.scale_inv, out, fast);
       // Twice: the first call also runs the check GEMM that decides whether cuBLASLt's epilogue
       // applies the scales; the second runs what was decided.
       for (int call = 0; call < 2; ++call) {
