@@ -166,18 +166,51 @@ std::vector<Use> uses_of(const CommRecord& r, int64_t k) {
   return uses;
 }
 
+// Copies between the host and a device, and host waits for a device: the profiler records them
+// beside the kernels (Tensor::to, runtime::synchronize, HostCopy::get), under these names.
+bool is_copy_to_device(const TraceNode& n) { return n.name == "copy_to_device"; }
+bool is_copy_to_host(const TraceNode& n) { return n.name == "copy_to_host"; }
+bool is_host_wait(const TraceNode& n) {
+  return n.name == "synchronize" || n.name == "host_copy_wait";
+}
+
+// The tensors an op uses on the replay's device (a transfer's host side is not one of them).
 std::vector<Use> uses_of_op(const TraceNode& n) {
   std::vector<Use> uses;
-  for (const auto* list : {&n.inputs, &n.outputs})
+  for (const auto* list : {&n.inputs, &n.outputs}) {
+    if ((list == &n.inputs && is_copy_to_device(n)) || (list == &n.outputs && is_copy_to_host(n)))
+      continue;
     for (const runtime::TensorMeta& t : *list)
       uses.push_back({t.storage, runtime::dtype_from_name(t.dtype), t.shape, t.strides, t.offset});
+  }
   return uses;
+}
+
+// Replays a transfer or a host wait as what it was: the recorded bytes copied from a (zeroed)
+// host tensor to the device, or from the device to the host; a wait for the device.
+std::string replay_host_transfer(const TraceNode& n, const std::vector<Use>& uses,
+                                 Buffers& buffers, runtime::Device device) {
+  if (is_host_wait(n)) {
+    runtime::synchronize(device);
+    return "";
+  }
+  if (uses.size() != 1) return "the trace records no tensors for this copy";
+  const Tensor on_device = buffers.view(uses[0]);
+  if (is_copy_to_device(n)) {
+    const auto on_host = runtime::TensorOptions{}.with_dtype(on_device.dtype());
+    on_device.copy_(runtime::zeros(on_device.shape(), on_host));
+  } else {
+    (void)on_device.to(runtime::Device::cpu());
+  }
+  return "";
 }
 
 // Re-runs a traced kernel on the replay's buffers (its tensors in the recorded order); returns
 // why it could not, or "" when it ran.
 std::string replay_op(const TraceNode& n, int schema, const std::vector<Use>& uses,
                       Buffers& buffers, runtime::Device device) {
+  if (device.is_cuda() && (is_copy_to_device(n) || is_copy_to_host(n) || is_host_wait(n)))
+    return replay_host_transfer(n, uses, buffers, device);
   const bool cuda_kernel = n.device.starts_with("cuda");
   if (cuda_kernel != device.is_cuda()) {
     return "a " + n.device + " kernel, in a replay on " + runtime::device_description(device);

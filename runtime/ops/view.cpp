@@ -329,9 +329,14 @@ Tensor Tensor::to(Device device, bool non_blocking) const {
     const bool stage = non_blocking && this->device().is_cpu() && !device.is_cpu() &&
                        !(is_pinned() && is_contiguous());
     std::optional<ProfiledKernelScope> recorded;  // the profiler shows copies, and host waits
-    if (t_profiler_records_this_thread)
+    if (t_profiler_records_this_thread) {
       recorded.emplace(device.is_cpu() ? "copy_to_host" : "copy_to_device",
                        device.is_cpu() ? this->device() : device);
+      if (Profiler::records_tensors()) {  // execution traces replay the transfer (mt_replay)
+        Profiler::add_tensor(recorded->index(), *this, false);
+        Profiler::add_tensor(recorded->index(), out, true);
+      }
+    }
     rt.copy_between_devices(stage ? pin_memory() : contiguous(), out, non_blocking);
   }
   const Device from = this->device();

@@ -1,10 +1,12 @@
 // mt_replay on a GPU: a profiled training step of a tiny Llama on one GPU (FSDP over the 1-rank
 // NCCL world, bf16), traced with [profiling] execution_trace, replayed with its kernels
-// (mt_replay --all) over an NCCL world: every kernel re-runs through its CUDA entry (none
-// skipped), the collectives are the traced ones in order, the NCCL records name their members,
-// and lazy and pre allocation give the same digest, lazy with the lower peak. Skips without a GPU.
+// (mt_replay --all) over an NCCL world: every kernel re-runs through its CUDA entry, and every
+// copy between the host and the GPU and every host wait as what it was (none skipped); the
+// collectives are the traced ones in order, the NCCL records name their members, and lazy and
+// pre allocation give the same digest, lazy with the lower peak. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -60,6 +62,11 @@ TEST(ReplayGpu, AllReRunsEveryCudaKernelBetweenTheSameCollectives) {
     }
   }
   ASSERT_GT(kernels.size(), 50u);
+  // The batch's copies to the GPU are in the trace with their tensors (replayed as copies).
+  const auto batch_copies = std::count_if(kernels.begin(), kernels.end(), [](const TraceNode* n) {
+    return n->name == "copy_to_device" && n->inputs.size() == 1 && n->outputs.size() == 1;
+  });
+  EXPECT_GE(batch_copies, 2) << "the inputs' and the targets' copies";
   ASSERT_FALSE(collectives.empty());  // FSDP's gathers and reduce-scatters over NCCL
 
   runtime::set_current_device(runtime::Device::cuda(0));
