@@ -7,14 +7,15 @@
 //
 // -b/-e: smallest and largest size (bytes; K, M, G suffixes), -f: the factor between sizes,
 // -o: the collective (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, sendrecv,
-// isend_irecv (a ring of posted messages, MPI only), or all), -d: the dtype, -w/-n: warm-up and timed iterations, -c 0: skip the correctness check of
-// every timed iteration, --skew S: an uneven all_to_all, --a2a-from DUMP: the all_to_all's
-// distribution taken from a [comm] trace (each rank's first uneven all_to_all, or the first named
-// --a2a-name), scaled to each size, --compare-mpi: the raw MPI call on the
-// same sizes beside ours (f32), --backend nccl: an NCCL group over the GPUs (rank r on GPU
-// r mod the node's GPU count; the buffers on the GPU; each call timed until the GPU has finished
-// it; a build without CUDA, or a node without a GPU, says so). Rank 0 prints the table; exit
-// status 1 when a check failed.
+// isend_irecv (a ring of posted messages, one batch_isend_irecv), or all), -d: the dtype,
+// -w/-n: warm-up and timed iterations, -c 0: skip the correctness check of every timed
+// iteration, --skew S: an uneven all_to_all, --a2a-from DUMP: the all_to_all's distribution
+// taken from a [comm] trace (each rank's first uneven all_to_all, or the first named
+// --a2a-name), scaled to each size, --compare-mpi: the raw MPI call on the same sizes beside
+// ours (f32), --backend nccl: an NCCL group over the GPUs (rank r on GPU r mod the node's GPU
+// count; the buffers on the GPU; each call timed until the GPU has finished it; a build without
+// CUDA, or a node without a GPU, says so). Rank 0 prints the table; exit status 1 when a check
+// failed.
 #include "parallel/comm/comm_bench.h"
 
 #include <cstdio>
