@@ -116,6 +116,7 @@ Tensor read_whole_tensor(const fs::path& dir, const std::string& fqn) {
 
 void consolidate_checkpoint(const fs::path& dir, const fs::path& out,
                             std::optional<runtime::DType> dtype) {
+  if (dtype) check_weight_dtype(*dtype, "consolidate --dtype");
   const CheckpointSummary s = inspect_checkpoint(dir, /*verify=*/true);
   MT_CHECK(s.checksum_errors.empty(), "consolidate: checkpoint ", dir.string(),
            " is corrupted: ", s.checksum_errors.front());

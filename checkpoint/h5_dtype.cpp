@@ -87,6 +87,12 @@ DType dtype_from_storage_name(std::string_view name, const std::string& where) {
   MT_FAIL(where, ": attribute 'dtype' is '", name, "', expected one of ", valid);
 }
 
+void check_weight_dtype(DType dtype, const std::string& where) {
+  MT_CHECK(runtime::is_floating(dtype), where, ": ", storage_dtype_name(dtype),
+           " is not a floating dtype (the weights would be truncated); expected float32, "
+           "bfloat16, float16 or float64");
+}
+
 h5::Datatype hdf5_type(DType dtype) {
   switch (dtype) {
     case DType::F32: return h5::Datatype(H5Tcopy(H5T_IEEE_F32LE), "H5Tcopy", kWhere);

@@ -29,6 +29,9 @@ namespace mt::checkpoint {
 std::string_view storage_dtype_name(runtime::DType dtype);
 // Throws naming `where`, the name found and the valid names.
 runtime::DType dtype_from_storage_name(std::string_view name, const std::string& where);
+// Throws naming `where` unless `dtype`, asked for a checkpoint's weights (--dtype), is a floating
+// one: an integer or bool dtype would truncate them (to zeros, for trained weights).
+void check_weight_dtype(runtime::DType dtype, const std::string& where);
 
 // The HDF5 type of `dtype`, both on disk and in memory (so reads and writes never convert).
 // The caller holds h5::Lock.

@@ -6,6 +6,7 @@
 
 #include "checkpoint/consolidate.h"
 #include "checkpoint/distributed_checkpoint.h"
+#include "checkpoint/h5_dtype.h"
 #include "checkpoint/safetensors.h"
 #include "models/llama/hf_checkpoint.h"
 #include "models/registry.h"
@@ -70,6 +71,7 @@ const char* torch_dtype_name(DType d) {
 }  // namespace
 
 void export_hf(const fs::path& step_dir, const fs::path& out, const HfExportOptions& options) {
+  if (options.dtype) checkpoint::check_weight_dtype(*options.dtype, "export-hf --dtype");
   const checkpoint::CheckpointSummary summary = checkpoint::inspect_checkpoint(step_dir);
   MT_CHECK(summary.checksum_errors.empty(), "export-hf: checkpoint ", step_dir.string(),
            " is corrupted: ", summary.checksum_errors.front());
@@ -89,6 +91,11 @@ void export_hf(const fs::path& step_dir, const fs::path& out, const HfExportOpti
 }
 
 void import_hf(const fs::path& hf_dir, const fs::path& step_dir, DType dtype) {
+  // A checkpoint save replaces its folder whole: never over a folder that holds anything.
+  MT_CHECK(!fs::exists(step_dir) || (fs::is_directory(step_dir) && fs::is_empty(step_dir)),
+           "import-hf: ", step_dir.string(),
+           " already exists; name a new folder (nothing was written)");
+  checkpoint::check_weight_dtype(dtype, "import-hf --dtype");
   const models::llama::ModelArgs args = models::llama::args_from_hf_config(hf_dir / "config.json");
   const models::llama::Weights ours =
       models::llama::from_hf(checkpoint::read_safetensors_folder(hf_dir), args);

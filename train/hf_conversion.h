@@ -10,7 +10,9 @@
 // embedding's rows). Tied embeddings are exported without lm_head.weight, as transformers saves.
 // import_hf: such a folder -> a model-only checkpoint folder (step_dir, e.g. imported/step-0) with
 // the config.json as its architecture, that `[checkpoint] initial_load_path` (with model.flavor =
-// "from_checkpoint") or `mt_generate --checkpoint` loads.
+// "from_checkpoint") or `mt_generate --checkpoint` loads; step_dir must be new (or an empty
+// folder): nothing in a folder that holds anything is replaced. Either way, a dtype asked for must
+// be a floating one.
 #pragma once
 
 #include <cstdint>

@@ -240,6 +240,50 @@ TEST(HfConversion, BadInputsAreErrorsNamingTheProblem) {
             std::string::npos);
 }
 
+// Nothing a user had is lost to a conversion: import-hf never writes over a folder that holds
+// anything (a checkpoint save replaces its folder whole), and integer dtypes, which would truncate
+// trained weights to zeros, are refused by every conversion.
+TEST(HfConversion, ConversionsRefuseToOverwriteOrTruncate) {
+  testing::ScratchDir scratch;
+  const llama::ModelArgs args = small_args();
+  save_model(scratch / "ckpt" / "step-3", args);
+  HfExportOptions options;
+  options.args = args;
+  export_hf(scratch / "ckpt" / "step-3", scratch / "hf", options);
+  fs::create_directories(scratch / "mine");
+  std::ofstream(scratch / "mine" / "notes.txt") << "keep";
+  EXPECT_NE(error_of([&] { import_hf(scratch / "hf", scratch / "mine"); })
+                .find("already exists; name a new folder (nothing was written)"),
+            std::string::npos);
+  EXPECT_TRUE(fs::exists(scratch / "mine" / "notes.txt"));
+  EXPECT_NE(error_of([&] { import_hf(scratch / "hf", scratch / "ckpt"); }).find("already exists"),
+            std::string::npos);
+  EXPECT_TRUE(fs::exists(scratch / "ckpt" / "step-3" / "index.h5"));
+  fs::create_directories(scratch / "empty");
+  import_hf(scratch / "hf", scratch / "empty");  // an empty folder is a new one
+  EXPECT_TRUE(fs::exists(scratch / "empty" / "index.h5"));
+
+  for (DType integer : {DType::I32, DType::I64, DType::Bool}) {
+    SCOPED_TRACE(runtime::dtype_name(integer));
+    EXPECT_NE(error_of([&] { import_hf(scratch / "hf", scratch / "int", integer); })
+                  .find("is not a floating dtype"),
+              std::string::npos);
+    HfExportOptions as_integer = options;
+    as_integer.dtype = integer;
+    EXPECT_NE(error_of([&] { export_hf(scratch / "ckpt" / "step-3", scratch / "hf_int",
+                                       as_integer); })
+                  .find("is not a floating dtype"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] {
+                checkpoint::consolidate_checkpoint(scratch / "ckpt" / "step-3",
+                                                   scratch / "int.h5", integer);
+              }).find("is not a floating dtype"),
+              std::string::npos);
+  }
+  EXPECT_FALSE(fs::exists(scratch / "int") || fs::exists(scratch / "hf_int") ||
+               fs::exists(scratch / "int.h5"));
+}
+
 TEST(HfConversion, PythonSafetensorsReadsOurFiles) {
   const auto python = testing::python_with("safetensors");
   if (!python) GTEST_SKIP() << "no Python with safetensors (pip install safetensors numpy)";
