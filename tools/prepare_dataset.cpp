@@ -214,6 +214,26 @@ void read_jsonl(const fs::path& path, Encoder& enc) {
   }
 }
 
+// The output replaces an earlier token file (a dataset prepared again), never an input (it was
+// overwritten with its own tokens) nor any other file (a checkpoint, a text).
+void check_output_replaces_nothing_else(const Args& args) {
+  const std::string out = args.output.string();
+  for (const fs::path& input : args.inputs) {
+    std::error_code ec;
+    MT_CHECK(!fs::equivalent(input, args.output, ec), "--output ", out,
+             " is also an input; name a new file (nothing was written)");
+  }
+  if (!fs::exists(args.output)) return;
+  bool token_file = false;
+  try {
+    mt::data::TokenFileReader earlier(args.output);
+    token_file = true;
+  } catch (const mt::Error&) {
+  }
+  MT_CHECK(token_file, "--output ", out, " exists and is not a token file; name a new file or "
+           "remove it (nothing was written)");
+}
+
 int run(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
   if (args.threads > 0) omp_set_num_threads(args.threads);
@@ -239,6 +259,7 @@ int run(int argc, char** argv) {
                args.inputs.size(), total / 1048576.0, args.output.string().c_str(),
                tok.vocab_size(), static_cast<long long>(eos));
 
+  check_output_replaces_nothing_else(args);
   Progress progress(total);
   mt::data::TokenFileWriter writer(args.output, identity, eos);
   Encoder enc(tok, writer, args.allow_special, progress);
@@ -278,7 +299,10 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "\nmt_prepare_dataset: error: %s\n", e.what());
+    std::string message = e.what();
+    const std::string self = "mt_prepare_dataset: ";  // most messages name the tool already
+    if (message.starts_with(self)) message.erase(0, self.size());
+    std::fprintf(stderr, "\nmt_prepare_dataset: error: %s\n", message.c_str());
     return 1;
   }
 }

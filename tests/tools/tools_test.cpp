@@ -135,6 +135,37 @@ TEST_F(Tools, EmptyInputIsAnError) {
   EXPECT_FALSE(fs::exists(dir_ / "x.h5"));
 }
 
+// mt_prepare_dataset replaces an earlier token file, and nothing else: an output that is also an
+// input (it was overwritten with its own tokens) or any other file is refused, left as it was.
+TEST_F(Tools, PrepareDatasetOverwritesOnlyAnEarlierTokenFile) {
+  Result r = run(cat(MT_TRAIN_TOKENIZER_BIN, " --input ", quote(dir_ / "corpus"), " --output ",
+                     quote(dir_ / "tok")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const fs::path text = dir_ / "corpus.txt";
+  std::ofstream(text) << "one document\n\nanother document\n";
+  const std::string prepare = cat(MT_PREPARE_DATASET_BIN, " --tokenizer ", quote(dir_ / "tok"));
+  r = run(cat(prepare, " --output ", quote(text), " ", quote(text)));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("is also an input; name a new file"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("mt_prepare_dataset: error: mt_prepare_dataset"), std::string::npos)
+      << r.output;
+  const fs::path other = dir_ / "notes.h5";
+  std::ofstream(other) << "not a token file";
+  r = run(cat(prepare, " --output ", quote(other), " ", quote(text)));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("exists and is not a token file"), std::string::npos) << r.output;
+  for (const fs::path& kept : {text, other}) {
+    std::ifstream in(kept);
+    const std::string first((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_TRUE(first.starts_with(kept == text ? "one document" : "not a token file")) << kept;
+  }
+  const fs::path tokens = dir_ / "tokens.h5";
+  for (int run_no = 0; run_no < 2; ++run_no) {  // prepared again: replaced
+    r = run(cat(prepare, " --output ", quote(tokens), " ", quote(text)));
+    EXPECT_EQ(r.status, 0) << run_no << ": " << r.output;
+  }
+}
+
 TEST_F(Tools, BadInputExitsNonZeroWithAMessage) {
   Result r = run(cat(MT_PREPARE_DATASET_BIN, " --tokenizer ", quote(dir_ / "nope"), " --output ",
                      quote(dir_ / "x.h5"), " ", quote(dir_ / "missing.txt")));
