@@ -380,6 +380,74 @@ bool trace_ran_on_gpu(const std::vector<ExecutionTrace>& traces) {
   return false;
 }
 
+// Whether a traced call is a point-to-point message (matched by peer, not by group order).
+bool is_message(const CommRecord& c) {
+  return c.posted() || c.collective == "send" || c.collective == "recv";
+}
+
+// Every rank reads every trace, so each checks alike, before any collective, that the traces make
+// one step the ranks can replay together: one trace per rank, all of one step, the same
+// collectives in the same order on each group, and as many messages received as sent between
+// each pair of ranks. Otherwise a replay would wait forever for a call a peer never issues.
+void check_traces_agree(const std::vector<ExecutionTrace>& traces, int n) {
+  std::vector<int> seen(size_t(n), 0);
+  const ExecutionTrace& first = traces.front();
+  for (const ExecutionTrace& t : traces) {
+    MT_CHECK(t.rank >= 0 && t.rank < n, "replay: a trace of rank ", t.rank, " in a replay on ", n,
+             " ranks");
+    MT_CHECK(seen[size_t(t.rank)]++ == 0, "replay: two traces of rank ", t.rank,
+             " (and none of another): give one trace per rank");
+    MT_CHECK(t.step == first.step, "replay: the traces are of different steps (rank ", first.rank,
+             ": step ", first.step, ", rank ", t.rank, ": step ", t.step,
+             "): give the traces of one step");
+  }
+  std::map<std::vector<int>, std::map<int, std::vector<std::string>>> calls;  // group -> rank ->
+  std::map<std::pair<int, int>, int64_t> unmatched;  // (from, to) in world ranks: sent - received
+  for (const ExecutionTrace& t : traces) {
+    for (const TraceNode& node : t.nodes) {
+      const CommRecord& c = node.collective;
+      if (node.type != TraceNode::Type::Collective || c.members.empty()) continue;
+      if (!is_message(c)) {
+        calls[c.members][t.rank].push_back(c.collective);
+        continue;
+      }
+      MT_CHECK(c.peer >= 0 && c.peer < int(c.members.size()), where_of(node), " on rank ", t.rank,
+               ": peer ", c.peer, " is not a member of its group of ", c.members.size());
+      const int peer = c.members[size_t(c.peer)];
+      const bool sends = c.collective == "send" || c.collective == "isend";
+      unmatched[sends ? std::pair{t.rank, peer} : std::pair{peer, t.rank}] += sends ? 1 : -1;
+    }
+  }
+  for (const auto& [members, by_rank] : calls) {
+    const int a = members.front();
+    auto calls_of = [&](int r) {
+      const auto it = by_rank.find(r);
+      return it == by_rank.end() ? std::vector<std::string>{} : it->second;
+    };
+    const std::vector<std::string> want = calls_of(a);
+    for (int b : members) {
+      const std::vector<std::string> got = calls_of(b);
+      if (got == want) continue;
+      size_t i = 0;
+      while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+      auto call = [&](const std::vector<std::string>& v) {
+        return i < v.size() ? v[i] : std::string("nothing (its trace ends)");
+      };
+      std::string ranks;
+      for (int m : members) ranks += (ranks.empty() ? "" : ", ") + std::to_string(m);
+      MT_FAIL("replay: the traces disagree on the group of ranks ", ranks,
+              ": its call ", i + 1, " is ", call(want), " on rank ", a, " but ", call(got),
+              " on rank ", b, " (", want.size(), " and ", got.size(),
+              " calls): give one step's complete traces");
+    }
+  }
+  for (const auto& [pair, count] : unmatched) {
+    MT_CHECK(count == 0, "replay: rank ", pair.first, " sends rank ", pair.second, " ",
+             count > 0 ? "more" : "fewer", " messages than that rank receives (by ",
+             count > 0 ? count : -count, "): give one step's complete traces");
+  }
+}
+
 ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>& traces,
                          const ReplayOptions& o) {
   const runtime::Device device = world.device();
@@ -394,6 +462,7 @@ ReplayResult replay_step(ProcessGroup& world, const std::vector<ExecutionTrace>&
              t.world_size, " ranks, this replay has ", n);
     if (t.rank == world.rank()) mine = &t;
   }
+  check_traces_agree(traces, n);  // the same verdict on every rank
   MT_CHECK(mine != nullptr, "replay: no trace for rank ", world.rank());
   Groups groups(world, traces);
 

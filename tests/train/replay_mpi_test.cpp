@@ -24,6 +24,7 @@
 #include "parallel/comm/mpi_process_group.h"
 #include "parallel/comm/replay.h"
 #include "runtime/core/error.h"
+#include "tests/testing/errors.h"
 #include "tests/testing/in_order_p2p.h"
 #include "tests/testing/mpi_fixtures.h"
 #include "tests/testing/shared_data.h"
@@ -421,6 +422,38 @@ TEST(Replay, TracesThatDoNotFitAreErrors) {
     for (TraceNode& n : t.nodes)
       if (n.type == TraceNode::Type::Wait) n.waits_for = n.id + 1;  // not a message before it
   EXPECT_THROW(parallel::replay_step(*world(), dangling_wait, {}), mt::Error);
+  // Traces that would leave a rank waiting on a call its peer never issues are refused on every
+  // rank alike, before any collective (these used to hang): a rank's trace twice, traces of two
+  // steps, a trace cut short, a message with no receive.
+  using testing::error_of;
+  auto refused = [&](const std::vector<ExecutionTrace>& step, const std::string& why) {
+    EXPECT_NE(error_of([&] { parallel::replay_step(*world(), step, {}); }).find(why),
+              std::string::npos)
+        << why;
+  };
+  std::vector<ExecutionTrace> twice = all;
+  twice.back() = all.front();
+  refused(twice, "two traces of rank 0");
+  std::vector<ExecutionTrace> two_steps = all;
+  two_steps.back().step += 1;
+  refused(two_steps, "the traces are of different steps");
+  std::vector<ExecutionTrace> cut = all;
+  auto& cut_nodes = cut.back().nodes;
+  const auto last_collective =
+      std::find_if(cut_nodes.rbegin(), cut_nodes.rend(), [](const TraceNode& n) {
+        return n.type == TraceNode::Type::Collective;
+      });
+  ASSERT_NE(last_collective, cut_nodes.rend());
+  cut_nodes.erase(std::prev(last_collective.base()), cut_nodes.end());
+  refused(cut, "the traces disagree on the group of ranks");
+  std::vector<ExecutionTrace> lost_send = traces(corpus, Run::Pipeline);
+  auto& sender = lost_send.front().nodes;
+  const auto send = std::find_if(sender.begin(), sender.end(), [](const TraceNode& n) {
+    return n.type == TraceNode::Type::Collective && n.collective.collective == "isend";
+  });
+  ASSERT_NE(send, sender.end());
+  sender.erase(send);
+  refused(lost_send, "messages than that rank receives");
   parallel::ReplayOptions zero;
   zero.scale_bytes = 0;
   EXPECT_THROW(parallel::replay_step(*world(), all, zero), mt::Error);
