@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <new>
 
 #include "parallel/comm/launcher_env.h"
 #include "parallel/comm/mpi_process_group.h"
@@ -149,6 +150,10 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (const mt::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: mt_comm_bench: out of memory: each rank holds several buffers "
+                         "of the largest size (-e) and their host copies; give a smaller -e\n");
     return 2;
   }
 }
