@@ -203,8 +203,13 @@ mt::models::ModelSpec model_spec(const Args& a, const mt::data::BpeTokenizer& to
              a.tokenizer, " has ", tokenizer.vocab_size(),
              " tokens, more than the model's vocab_size ", args.vocab_size);
     int64_t longest = tokens_needed;
-    if constexpr (requires { args.max_position_embeddings; })
+    if constexpr (requires { args.max_position_embeddings; }) {
       longest = std::min(longest, args.max_position_embeddings);
+      MT_CHECK(a.max_seq_len.value_or(0) <= args.max_position_embeddings,
+               "mt_generate: --max-seq-len ", a.max_seq_len.value_or(0),
+               " is more than the model's max_position_embeddings, ",
+               args.max_position_embeddings);
+    }
     args.max_seq_len = a.max_seq_len.value_or(longest);
   });
   if (index && !saved) check_shapes(spec, *index, dir);

@@ -117,6 +117,17 @@ TEST_F(GenerateTool, AFlavorThatIsNotTheCheckpointsModelIsAnErrorListingTheField
   }
 }
 
+// RoPE and the KV cache cover --max-seq-len positions: more than the model was made for is refused
+// (a million positions used to be allocated).
+TEST_F(GenerateTool, MaxSeqLenBeyondTheModelsPositionsIsAnError) {
+  const testing::CommandResult r = generate("--prompt hello --max-seq-len 1000000");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("--max-seq-len 1000000 is more than the model's "
+                          "max_position_embeddings"),
+            std::string::npos)
+      << r.output;
+}
+
 // A checkpoint saved before architectures were kept: --flavor builds the model, and one that does
 // not fit is refused from the shapes alone, before the (here 8B) model is allocated.
 TEST_F(GenerateTool, ShapesOfACheckpointWithoutArchitectureAreComparedBeforeBuilding) {
