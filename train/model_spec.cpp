@@ -1,6 +1,8 @@
 // The job's model spec and the architectures checkpoints save (see model_spec.h).
 #include "train/model_spec.h"
 
+#include <nlohmann/json.hpp>
+
 #include "checkpoint/index.h"
 #include "checkpoint/manager.h"
 #include "models/llama/model_args.h"
@@ -51,10 +53,25 @@ std::optional<SavedArchitecture> architecture_to_load(const config::JobConfig& j
   return saved_architecture(index.values, load.dir);
 }
 
+namespace {
+// The Hugging Face model_type an architecture text (a config.json) names, or what it is not.
+std::string saved_model_type(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("model_type") && j["model_type"].is_string())
+    return "model_type \"" + j["model_type"].get<std::string>() + "\"";
+  return "not a config.json with a model_type";
+}
+}  // namespace
+
 models::ModelSpec adopt_saved_architecture(const models::ModelSpec& spec,
                                            const SavedArchitecture& saved,
                                            const std::string& config_what) {
-  if (!spec.architecture_differences) return spec;  // the model saves none: shapes are checked
+  if (!spec.architecture_differences) {  // this model saves none: shapes are checked
+    // An architecture in the checkpoint comes from a model that saves one: not this one.
+    MT_FAIL(config_what, " (model.name = \"", spec.name, "\") cannot load ", saved.where,
+            ": it holds the architecture of another model (",
+            saved_model_type(saved.text), "); set model.name to the model that saved it");
+  }
   const std::vector<std::string> differences =
       spec.architecture_differences(saved.text, saved.where);
   if (!differences.empty()) {

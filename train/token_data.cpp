@@ -35,11 +35,18 @@ void check_token_file_tokenizer(const data::TokenFileInfo& info, const data::Bpe
                         ? info.tokenizer.fingerprint == fp
                         : info.tokenizer.hash ==
                               data::tokenizer_file_hash(data::tokenizer_json_path(tokenizer_path));
+  // The same file by name may have changed since (or another file may sit at that path).
+  std::error_code ec;
+  const bool same_path = fs::weakly_canonical(info.tokenizer.path, ec) ==
+                         fs::weakly_canonical(data::tokenizer_json_path(tokenizer_path), ec);
   MT_CHECK(same, "train: the token file ", info.path.string(), " was made with the tokenizer ",
            info.tokenizer.path, " (vocab ", info.tokenizer.vocab_size,
-           "), not with model.tokenizer_path = ", tokenizer_path.string(), " (vocab ",
-           tok.vocab_size(), "); re-make it with mt_prepare_dataset --tokenizer ",
-           tokenizer_path.string(), " or change model.tokenizer_path");
+           same_path ? ") as it was then: that file has changed since"
+                     : std::string("), not with model.tokenizer_path = ") +
+                           tokenizer_path.string() + " (vocab " +
+                           std::to_string(tok.vocab_size()) + ")",
+           "; re-make it with mt_prepare_dataset --tokenizer ", tokenizer_path.string(),
+           " or change model.tokenizer_path");
   MT_CHECK(info.tokenizer.vocab_size <= tok.vocab_size(), "train: the token file ",
            info.path.string(), " has token ids up to ", info.tokenizer.vocab_size,
            " but the tokenizer's vocab is ", tok.vocab_size());

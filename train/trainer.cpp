@@ -156,6 +156,10 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   placement_text_ = placement.text;
   check_float8_device(config_, device_);  // before the data: "auto" may have resolved to a CPU
   const fs::path dump(config_.job.dump_folder);
+  const fs::path checkpoints = dump / config_.checkpoint.folder;
+  MT_CHECK(!config_.checkpoint.enable || !fs::exists(checkpoints) || fs::is_directory(checkpoints),
+           "train: the checkpoint folder ", checkpoints.string(),
+           " (job.dump_folder / checkpoint.folder) exists and is not a folder");
   if (rank() == 0) remove_incomplete_saves(config_, log());
   if (options_.write_files) config::write_config(config_, dump / "config.toml");
 
@@ -190,6 +194,19 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   MT_CHECK(loader_->num_train_windows() > 0, "train: the token file ", token_file_.string(),
            " holds ", loader_->info().num_tokens, " tokens: too few for one window of seq_len ",
            tc.seq_len, " + 1");
+  const int64_t batch_windows = tc.local_batch_size * layout.dp;  // a micro-batch's, over dp
+  MT_CHECK(!config_.validation.enable || loader_->num_val_batches() > 0,
+           "train: validation.enable, but the token file ", token_file_.string(), " holds ",
+           loader_->num_val_windows(), " validation window(s) of seq_len ", tc.seq_len,
+           " (its last ", kValFraction * 100, "%), fewer than one batch (local_batch_size ",
+           tc.local_batch_size, " x ", layout.dp,
+           " data-parallel ranks): no validation would run; use more data, a smaller batch or "
+           "seq_len, or validation.enable = false");
+  if (loader_->num_train_windows() < batch_windows) {
+    log() << "note: the token file holds " << loader_->num_train_windows()
+          << " training windows of seq_len " << tc.seq_len << ", fewer than one batch over the "
+          << "data-parallel ranks (" << batch_windows << "): windows repeat within every batch\n";
+  }
 
   // Model.
   spec_ = std::make_unique<models::ModelSpec>(model_spec_for(

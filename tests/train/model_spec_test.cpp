@@ -160,6 +160,19 @@ TEST_F(FromCheckpoint, NeedsACheckpointWithAnArchitectureAndAFittingSeqLen) {
             3u);
 }
 
+// A Llama checkpoint (an architecture saved) loaded by a job of a model that saves none: the
+// error names both models, not every tensor whose shape or name differs.
+TEST_F(FromCheckpoint, AnotherModelsCheckpointIsRefusedNamingBothModels) {
+  const std::string e = error_of([&] {
+    run(job("moe_debug", {"--model.name=deepseek_v3",
+                          "--checkpoint.initial_load_path=" + imported_.string()}));
+  });
+  for (const char* text : {"(model.name = \"deepseek_v3\") cannot load checkpoint",
+                           "it holds the architecture of another model (model_type \"llama\")"}) {
+    EXPECT_NE(e.find(text), std::string::npos) << text << "\n" << e;
+  }
+}
+
 TEST(ModelSpec, FromCheckpointIsRefusedForModelsThatSaveNoArchitecture) {
   const std::string e = error_of(
       [] { models::model_spec_from_architecture("deepseek_v3", "{}", "checkpoint x"); });

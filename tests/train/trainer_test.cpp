@@ -668,8 +668,25 @@ TEST(Trainer, TokenFileOfAnotherTokenizerIsAnError) {
   } catch (const Error& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("was made with the tokenizer"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("not with model.tokenizer_path"), std::string::npos) << msg;
     EXPECT_NE(msg.find("mt_prepare_dataset"), std::string::npos) << msg;
   }
+  // The same tokenizer path, its file changed since: said so (not "made with X, not with X").
+  const fs::path dump2 = temp_dir("changed_tokenizer");
+  const fs::path changed_dir = dump2 / "tokenizer", changed = changed_dir / "tokenizer.json";
+  fs::copy(small_tokenizer(corpus), changed_dir, fs::copy_options::recursive);
+  { Trainer first(tiny_config(corpus, dump2, {"--model.tokenizer_path=" + changed_dir.string()}),
+                  options); }
+  const fs::path tokens2 = dump2 / "tinyshakespeare.tokens.h5";
+  ASSERT_TRUE(fs::exists(tokens2));
+  fs::copy_file(gpt2, changed, fs::copy_options::overwrite_existing);
+  const std::string msg = testing::error_of([&] {
+    Trainer trainer(tiny_config(corpus, dump2,
+                                {"--training.dataset_path=" + tokens2.string(),
+                                 "--model.tokenizer_path=" + changed_dir.string()}),
+                    options);
+  });
+  EXPECT_NE(msg.find("that file has changed since"), std::string::npos) << msg;
 }
 
 TEST(Trainer, DescribeModelNeedsNoMemoryAndCountsLikeThePublishedModels) {
