@@ -287,9 +287,7 @@ LoadReport load_checkpoint(const fs::path& dir, CheckpointState& dest, ProcessGr
       std::ostringstream msg;
       msg << "checkpoint " << dir.string() << " does not fit this job (" << problems.size()
           << " problem" << (problems.size() > 1 ? "s" : "") << "):";
-      constexpr size_t kListed = 20;  // a whole other model would list every tensor
-      for (size_t i = 0; i < problems.size() && i < kListed; ++i) msg << "\n  " << problems[i];
-      if (problems.size() > kListed) msg << "\n  ... and " << problems.size() - kListed << " more";
+      for (const std::string& p : problems) msg << "\n  " << p;
       MT_FAIL(msg.str());
     }
   });

@@ -97,8 +97,23 @@ std::vector<int64_t> complete_checkpoint_steps(const fs::path& folder) {
   return steps;
 }
 
+std::vector<fs::path> steps_without_index(const fs::path& folder) {
+  std::vector<fs::path> damaged;
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) return damaged;
+  for (const fs::directory_entry& e : fs::directory_iterator(folder, ec)) {
+    if (step_of(e.path().filename().string()) && fs::is_directory(e.path(), ec) &&
+        !fs::exists(e.path() / kIndexFileName, ec)) {
+      damaged.push_back(e.path());
+    }
+  }
+  std::sort(damaged.begin(), damaged.end());
+  return damaged;
+}
+
 fs::path resolve_checkpoint_dir(const fs::path& path, const std::string& what) {
   if (fs::exists(path / kIndexFileName)) return path;
+  MT_CHECK(fs::exists(path), what, ": ", path.string(), " does not exist");
   const std::vector<int64_t> steps = complete_checkpoint_steps(path);
   MT_CHECK(!steps.empty(), what, ": ", path.string(), " is neither a checkpoint (no ",
            kIndexFileName, ") nor a folder of complete step-N checkpoints");

@@ -75,6 +75,9 @@ std::vector<std::filesystem::path> remove_incomplete_saves(const std::filesystem
 
 // Complete checkpoints (step-N folders with an index) in `folder`, oldest first.
 std::vector<int64_t> complete_checkpoint_steps(const std::filesystem::path& folder);
+// The step-N folders in `folder` without an index (damaged: a save renames its folder into place
+// only after the index is written), which a resume skips.
+std::vector<std::filesystem::path> steps_without_index(const std::filesystem::path& folder);
 
 // `path` itself when it is a checkpoint (holds an index), else the latest complete step-N in it;
 // errors name `what` (e.g. "[checkpoint] initial_load_path") and the path.

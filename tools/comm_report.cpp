@@ -12,10 +12,12 @@
 #include "parallel/comm/comm_report.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include "parallel/comm/comm_trace.h"
 #include "runtime/core/error.h"
@@ -46,8 +48,11 @@ std::vector<RankTrace> read_traces(const fs::path& dir) {
     std::string line;
     for (int64_t n = 1; std::getline(in, line); ++n) {
       if (line.empty()) continue;
-      const auto parsed =
-          parallel::parse_comm_trace_line(line, entry.path().string() + ":" + std::to_string(n));
+      const std::string where = entry.path().string() + ":" + std::to_string(n);
+      const auto parsed = parallel::parse_comm_trace_line(line, where);
+      const int recorded = parsed.is_step ? parsed.step.rank : parsed.collective.rank;
+      MT_CHECK(recorded == *rank, where, ": a record of rank ", recorded, " in the file of rank ",
+               *rank, " (trace files are rank-<R>.jsonl, R the rank that wrote them)");
       if (parsed.is_step)
         t.steps.push_back(parsed.step);
       else
@@ -58,6 +63,24 @@ std::vector<RankTrace> read_traces(const fs::path& dir) {
   MT_CHECK(!ranks.empty(), "mt_comm_report: no rank-N.jsonl in ", dir.string());
   std::sort(ranks.begin(), ranks.end(),
             [](const RankTrace& a, const RankTrace& b) { return a.rank < b.rank; });
+  // Ranks the calls name as members whose file is not here: the report covers the others.
+  std::set<int> members, missing;
+  for (const RankTrace& t : ranks)
+    for (const auto& c : t.collectives)
+      members.insert(c.record.members.begin(), c.record.members.end());
+  for (int m : members) {
+    const bool here = std::any_of(ranks.begin(), ranks.end(),
+                                  [m](const RankTrace& t) { return t.rank == m; });
+    if (!here) missing.insert(m);
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (int m : missing) list += (list.empty() ? "" : ", ") + std::to_string(m);
+    std::fprintf(stderr,
+                 "mt_comm_report: note: no trace of rank(s) %s in %s, though the traced calls "
+                 "name them as members: the report covers the %zu rank(s) here\n",
+                 list.c_str(), dir.string().c_str(), ranks.size());
+  }
   return ranks;
 }
 

@@ -80,6 +80,8 @@ Args parse_args(int argc, char** argv) {
   }
   MT_CHECK(!a.inputs.empty(), "mt_train_tokenizer: no --input given (see --help)");
   MT_CHECK(!a.output.empty(), "mt_train_tokenizer: --output DIR is required");
+  MT_CHECK(!fs::exists(a.output) || fs::is_directory(a.output), "mt_train_tokenizer: --output ",
+           a.output.string(), " is a file; name a folder (tokenizer.json is written into it)");
   MT_CHECK(a.format == "text" || a.format == "fortune",
            "mt_train_tokenizer: --format must be text or fortune, got '", a.format, "'");
   return a;

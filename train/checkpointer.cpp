@@ -244,6 +244,10 @@ void remove_incomplete_saves(const config::JobConfig& config, std::ostream& log)
   for (const fs::path& p : checkpoint::remove_incomplete_saves(checkpoint_folder(config))) {
     log << "checkpoint: removed " << p.string() << ", a save that did not finish\n";
   }
+  for (const fs::path& p : checkpoint::steps_without_index(checkpoint_folder(config))) {
+    log << "checkpoint: skipping " << p.string() << ": it has no " << checkpoint::kIndexFileName
+        << " (damaged), so the run cannot resume from it\n";
+  }
 }
 
 ResumePoint TrainCheckpointer::resume(std::ostream& log) {

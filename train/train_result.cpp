@@ -28,7 +28,8 @@ void plot_losses(const TrainResult& result, const std::filesystem::path& svg,
 void log_summary(const TrainResult& result, const std::filesystem::path& files_in,
                  std::ostream& out) {
   out << "trained " << result.losses.size() << " steps";
-  if (result.first_step > 1) out << " (" << result.first_step << " to " << result.steps_done << ")";
+  if (result.first_step > 1 && !result.losses.empty())
+    out << " (" << result.first_step << " to " << result.steps_done << ")";
   out << " in " << format_duration(result.seconds);
   if (!result.losses.empty())
     out << ": loss " << std::fixed << std::setprecision(4) << result.losses.front() << " -> "

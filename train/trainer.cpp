@@ -175,6 +175,10 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   tokenizer_ =
       std::make_unique<data::BpeTokenizer>(data::BpeTokenizer::from_file(tok_path, log()));
   check_step_fits_in_memory(config_, model_vocab_size(config_, tokenizer_->vocab_size()), device_);
+  // The model's spec before the data: a model.name or flavor it cannot build fails at once, not
+  // after the corpus is tokenized.
+  spec_ = std::make_unique<models::ModelSpec>(model_spec_for(
+      config_, tokenizer_->vocab_size(), architecture_to_load(config_), options_.edit_model_args));
 
   // Data.
   // Rank 0 tokenizes a text dataset (once, into the dump folder); the others then read its file.
@@ -209,8 +213,6 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
   }
 
   // Model.
-  spec_ = std::make_unique<models::ModelSpec>(model_spec_for(
-      config_, tokenizer_->vocab_size(), architecture_to_load(config_), options_.edit_model_args));
   models::BuildOptions bo;
   bo.seed = uint64_t(tc.seed);
   const config::ActivationCheckpointConfig& ac = config_.activation_checkpoint;

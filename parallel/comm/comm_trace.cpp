@@ -183,6 +183,8 @@ CommTraceLine parse_comm_trace_line(const std::string& line, const std::string& 
     if (schema >= 2) j.at("waited_us").get_to(r.waited_us);
     if (schema >= 3) j.at("device_timed").get_to(r.device_timed);
     if (schema >= 4) j.at("batch").get_to(r.batch);
+    MT_CHECK(r.end_us >= r.start_us, where, ": the call ends (end_us ", r.end_us,
+             ") before it starts (start_us ", r.start_us, ")");
   } catch (const nlohmann::json::exception& e) {
     MT_FAIL(where, ": not a communication trace record (", e.what(), ")");
   }

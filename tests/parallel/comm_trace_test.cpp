@@ -16,6 +16,7 @@
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/core/error.h"
 #include "runtime/ops/factory.h"
+#include "tests/testing/errors.h"
 
 namespace mt::parallel {
 namespace {
@@ -210,6 +211,12 @@ TEST(CommTrace, JsonLinesRoundTripAndBadLinesAreErrors) {
   ASSERT_TRUE(s.is_step);
   EXPECT_EQ(s.step.step, 4);
   EXPECT_DOUBLE_EQ(s.step.exposed_seconds, 0.1);
+  // A call that ends before it starts would sum negative times into the report.
+  nlohmann::json backwards = nlohmann::json::parse(comm_record_json(r, 5, 3));
+  backwards["end_us"] = backwards["start_us"].get<double>() - 4e12;
+  EXPECT_NE(testing::error_of([&] { parse_comm_trace_line(backwards.dump(), "rank-0.jsonl:3"); })
+                .find("rank-0.jsonl:3: the call ends (end_us"),
+            std::string::npos);
   for (const std::string bad :
        {"{", "[1]", R"({"schema": 99, "type": "step"})",
         R"({"schema": 1, "type": "collective", "step": 1})", R"({"schema": 1, "type": "lunch"})"}) {
