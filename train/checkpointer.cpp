@@ -298,7 +298,13 @@ ResumePoint TrainCheckpointer::resume(std::ostream& log) {
              ": data loader value ", key, " is not an integer");
     loader_state[key] = std::get<int64_t>(v);
   }
-  data_.load_state(loader_state);
+  try {
+    data_.load_state(loader_state);
+  } catch (const Error& e) {  // the loader's words, with where they came from and what to change
+    MT_FAIL("checkpoint ", dir.string(), ": ", e.what(),
+            "; resume with the checkpoint's training.seq_len, training.seed, dataset and "
+            "validation.enable, or start a new run in another job.dump_folder");
+  }
   point.step = int_value(report.values, "step", dir);
   point.tokens_seen = int_value(report.values, "tokens_seen", dir);
   log << "checkpoint: resumed from " << dir.string() << " at step " << point.step << "\n";

@@ -73,8 +73,8 @@ Loader::Loader(const std::filesystem::path& token_file, LoaderOptions options)
   }
   num_train_ = n_windows - num_val_;
   MT_CHECK(num_train_ > 0, "loader: token file ", file, " holds ", n_windows,
-           " windows of seq_len + 1 = ", o.seq_len + 1, " tokens; with val_fraction ",
-           o.val_fraction, " none is left for training");
+           " windows of seq_len + 1 = ", o.seq_len + 1, " tokens; with ", o.val_fraction * 100,
+           "% of them held out for validation (validation.enable) none is left for training");
   start_prefetch();
 }
 

@@ -730,9 +730,13 @@ TEST_F(ConfigTest, MalformedTomlNamesFileAndLine) {
 
   EXPECT_EQ(error_of([&] { load_config(dir_ / "absent.toml"); }),
             "config file '" + (dir_ / "absent.toml").string() + "' not found");
+  EXPECT_EQ(error_of([&] { load_config(dir_); }),
+            "config file '" + dir_.string() + "' is a folder");
 }
 
 TEST_F(ConfigTest, CommandLineErrors) {
+  EXPECT_EQ(error_of([&] { parse_command_line({"--config", "a.toml", "--config=b.toml"}); }),
+            "--config given twice (a.toml and b.toml): give one file; it may `extends` another");
   EXPECT_EQ(error_of([&] { parse_command_line({"--training.stpes=5"}); }),
             "unknown command-line flag --training.stpes=5; did you mean --training.steps?");
   EXPECT_EQ(error_of([&] {

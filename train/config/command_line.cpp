@@ -53,6 +53,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     }
     if (!field) {
       MT_CHECK(!text.empty(), "--config: expected a file name, got an empty value");
+      MT_CHECK(out.config_file.empty(), "--config given twice (", out.config_file, " and ", text,
+               "): give one file; it may `extends` another");
       out.config_file = text;
       continue;
     }

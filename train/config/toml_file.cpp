@@ -41,7 +41,8 @@ toml::value parse_file(const fs::path& file, const std::string& shown,
                        const std::string& included_from) {
   std::error_code ec;
   if (!fs::is_regular_file(file, ec)) {
-    MT_FAIL("config file '", shown, "' not found", included_from);
+    MT_FAIL("config file '", shown, "' ", fs::is_directory(file, ec) ? "is a folder" : "not found",
+            included_from);
   }
   std::ifstream in(file, std::ios::binary);
   const std::string text{std::istreambuf_iterator<char>(in), {}};
