@@ -109,9 +109,18 @@ Batch Loader::make_batch(const std::vector<int64_t>& windows,
   int64_t* in = batch.inputs.data<int64_t>();
   int64_t* lab = batch.labels.data<int64_t>();
   std::vector<uint32_t> buf(static_cast<size_t>(L + 1));
+  // The file promises ids below its tokenizer's vocab; one that is not (a damaged or hand-made
+  // file) is named here, with where it is, not deep in the model's embedding.
+  const uint32_t vocab = uint32_t(reader_.info().tokenizer.vocab_size);
   for (int64_t b = 0; b < rows; ++b) {
     const int64_t start = windows[size_t(b)] * L;
     reader_.read(start, start + L + 1, buf.data());
+    for (int64_t t = 0; t <= L; ++t) {
+      MT_CHECK(vocab == 0 || buf[size_t(t)] < vocab, "loader: token file ",
+               reader_.info().path.string(), " holds id ", buf[size_t(t)], " at token ", start + t,
+               ", outside its tokenizer's vocab of ", vocab, " (a damaged token file? make it again "
+               "with mt_prepare_dataset)");
+    }
     for (int64_t t = 0; t < L; ++t) {
       in[b * L + t] = int64_t(buf[size_t(t)]);
       lab[b * L + t] = int64_t(buf[size_t(t + 1)]);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "data/dataset/loader.h"
 #include "runtime/io/hdf5.h"
 #include "runtime/core/error.h"
 #include "tests/testing/errors.h"
@@ -176,6 +177,26 @@ TEST_F(TokenFileTest, WrongVersion) {
   EXPECT_NE(msg.find("v.h5"), std::string::npos) << msg;
   EXPECT_NE(msg.find("format_version is 99"), std::string::npos) << msg;
   EXPECT_NE(msg.find("version 1"), std::string::npos) << msg;
+}
+
+// An id at or past the file's tokenizer vocab (a damaged or hand-edited file) is named by the
+// loader with the file and its place, not left to fail in the model's embedding hours later.
+TEST_F(TokenFileTest, LoaderNamesAnIdOutsideTheVocab) {
+  const fs::path path = dir_ / "ids.h5";
+  std::vector<int32_t> doc(40);
+  for (size_t i = 0; i < doc.size(); ++i) doc[i] = int32_t(i % 5);
+  doc[17] = 300;
+  write_docs(path, {doc}, 9, {});
+  RawFile(path).set_i64("tokenizer_vocab_size", 100);  // says every id is below 100
+  LoaderOptions o;
+  o.seq_len = 40;
+  o.local_batch_size = 1;
+  o.shuffle = false;
+  Loader loader(path, o);
+  const std::string msg = error_of([&] { loader.next(); });
+  EXPECT_NE(msg.find("ids.h5 holds id 300 at token 17, outside its tokenizer's vocab of 100"),
+            std::string::npos)
+      << msg;
 }
 
 TEST_F(TokenFileTest, MissingAttributes) {
