@@ -93,6 +93,13 @@ int main(int argc, char** argv) {
       mt::train::Trainer trainer(job);
       trainer.train();
     }
+  } catch (const mt::OutOfMemoryError& e) {
+    std::cerr << (rank_prefix() + "error: " + e.what() +
+                  "\n(the step's memory grows with training.local_batch_size and seq_len: lower "
+                  "them, turn on activation checkpointing (activation_checkpoint.mode = \"full\"), "
+                  "or shard over more ranks)\n")
+              << std::flush;
+    return 1;
   } catch (const mt::Error& e) {
     // One write per message, so that the ranks' lines do not interleave.
     std::cerr << (rank_prefix() + "error: " + e.what() + "\n") << std::flush;

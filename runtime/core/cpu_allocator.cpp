@@ -89,7 +89,10 @@ class CachingCpuAllocator final : public Allocator {
       empty_cache(Device::cpu());
       p = std::aligned_alloc(kAlignment, size);
     }
-    if (p == nullptr) MT_FAIL("cpu allocator: out of memory allocating ", nbytes, " bytes");
+    if (p == nullptr) {
+      throw ::mt::OutOfMemoryError(
+          ::mt::detail::concat("cpu allocator: out of memory allocating ", nbytes, " bytes"));
+    }
     std::lock_guard lock(mutex_);
     reserved_bytes_ += int64_t(size);
     return p;

@@ -1,4 +1,5 @@
-// Errors raised by minititan: one exception type, and MT_CHECK for argument validation.
+// Errors raised by minititan: one exception type (and OutOfMemoryError, a kind of it), and
+// MT_CHECK for argument validation.
 //
 // Every user-facing check names the op (or component) and what was expected and found, e.g.
 //   MT_CHECK(a.dim() == 2, "matmul: expected a 2-D tensor, got shape ", a.shape());
@@ -16,6 +17,13 @@ namespace mt {
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// Raised when the host or a device cannot allocate a tensor's memory, so that a caller that knows
+// what sized it (train: the batch, the sequence) can say what to change.
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
 };
 
 namespace detail {

@@ -153,10 +153,11 @@ class CachingAllocator final : public Allocator {
         size_t free_bytes = 0, total_bytes = 0;
         (void)cudaMemGetInfo(&free_bytes, &total_bytes);
         const MemoryStats s = stats_locked();
-        MT_FAIL("CUDA out of memory on ", device, ": tried to allocate ", mib(requested),
-                " MiB; in use by tensors ", mib(size_t(s.bytes_in_use)), " MiB, reserved ",
-                mib(size_t(reserved_)), " MiB, free on the device ", mib(free_bytes), " of ",
-                mib(total_bytes), " MiB");
+        throw ::mt::OutOfMemoryError(::mt::detail::concat(
+            "CUDA out of memory on ", device, ": tried to allocate ", mib(requested),
+            " MiB; in use by tensors ", mib(size_t(s.bytes_in_use)), " MiB, reserved ",
+            mib(size_t(reserved_)), " MiB, free on the device ", mib(free_bytes), " of ",
+            mib(total_bytes), " MiB"));
       }
     }
     reserved_ += int64_t(size);

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "runtime/core/error.h"
+
 namespace mt::runtime {
 namespace {
 
@@ -21,6 +23,13 @@ TEST(CpuAllocator, BlocksAreAlignedAndWritable) {
     std::memset(p, 0xAB, n);
     a.deallocate(p, n, kCpu);
   }
+}
+
+// A request the host cannot hold (a petabyte) is an OutOfMemoryError, which train turns into a
+// message saying what to lower.
+TEST(CpuAllocator, ARequestTheHostCannotHoldIsAnOutOfMemoryError) {
+  if (!cpu_allocator_caches_blocks()) GTEST_SKIP() << "AddressSanitizer's allocator aborts instead";
+  EXPECT_THROW(cpu_allocator().allocate(size_t(1) << 50, kCpu), ::mt::OutOfMemoryError);
 }
 
 TEST(CpuAllocator, LargeFreedBlocksAreReusedWithinTheirSizeClass) {
