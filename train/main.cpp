@@ -8,13 +8,16 @@
 // (config, data, tokenizer: the message says what and where), 2 on a bad command line.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "models/registry.h"
 #include "runtime/core/error.h"
 #include "train/config/load.h"
 #include "train/pipeline_setup.h"
@@ -51,6 +54,21 @@ void restart_without_spinning_thread_pools(char** argv) {
   if (changed) execv("/proc/self/exe", argv);
 }
 
+// model.name is a language model of the registry or a recommendation model (dlrm): checked
+// before either trainer starts, so that a typo is not taken for a language model that lacks a
+// tokenizer.
+void check_model_name(const mt::train::config::JobConfig& job) {
+  const std::string& name = job.model.name;
+  if (mt::train::is_recsys_model(name)) return;
+  std::vector<std::string> names = mt::models::model_names();
+  if (std::find(names.begin(), names.end(), name) != names.end()) return;
+  names.push_back("dlrm");
+  std::string valid;
+  for (const std::string& n : names) valid += (valid.empty() ? "" : ", ") + n;
+  MT_FAIL("model.name = '", name, "' (", job.where("model.name"), ") is not a model; valid names: ",
+          valid);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -72,6 +90,7 @@ int main(int argc, char** argv) {
   }
   try {
     const config::JobConfig job = config::load_config(command_line);
+    check_model_name(job);
     if (command_line.print_config) {
       std::cout << config::render_toml(job);
       return 0;

@@ -461,7 +461,9 @@ HeldOutMetrics RecsysTrainer::evaluate(int64_t max_batches) const {
   const Tensor st = runtime::from_vector<double>(all_scores, {m.samples}, {runtime::DType::F64});
   const Tensor lt = runtime::from_vector<double>(all_labels, {m.samples}, {runtime::DType::F64});
   m.loss = dlrm::bce_with_logits(st, lt).item<double>();
-  m.auc = dlrm::roc_auc(all_scores, all_labels);
+  // A held-out set of one class (a tiny split, few validation steps) has no AUC: said, not fatal.
+  const auto positives = std::count(all_labels.begin(), all_labels.end(), 1.0);
+  if (positives > 0 && positives < m.samples) m.auc = dlrm::roc_auc(all_scores, all_labels);
   return m;
 }
 
@@ -497,12 +499,18 @@ TrainResult RecsysTrainer::train() {
   auto run_validation = [&](int64_t step) {
     const HeldOutMetrics m = evaluate(config_.validation.steps);
     result.val_losses.emplace_back(step, m.loss);
-    result.val_aucs.emplace_back(step, m.auc);
+    if (m.auc) result.val_aucs.emplace_back(step, *m.auc);
     out << "validate step " << std::setw(width) << step << "  val_loss " << std::fixed
-        << std::setprecision(4) << m.loss << "  auc " << m.auc << "  (" << m.samples
-        << " held-out samples)\n"
-        << std::defaultfloat << std::flush;
-    run.log_values(step, {{"val_loss", m.loss}, {"auc", m.auc}});
+        << std::setprecision(4) << m.loss << "  auc ";
+    if (m.auc) {
+      out << *m.auc;
+    } else {
+      out << "n/a (the held-out samples are all of one class)";
+    }
+    out << "  (" << m.samples << " held-out samples)\n" << std::defaultfloat << std::flush;
+    std::vector<std::pair<std::string, double>> values = {{"val_loss", m.loss}};
+    if (m.auc) values.emplace_back("auc", *m.auc);
+    run.log_values(step, values);
   };
 
   const ResumePoint resumed = checkpointer_ ? checkpointer_->resume(out) : ResumePoint{};

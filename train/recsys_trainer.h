@@ -81,7 +81,7 @@ std::string describe_recsys_model(const config::JobConfig& job);
 
 struct HeldOutMetrics {
   double loss = 0.0;  // mean BCE over the held-out samples
-  double auc = 0.0;   // ROC AUC over them
+  std::optional<double> auc;  // ROC AUC over them; none when they are all of one class
   int64_t samples = 0;
 };
 

@@ -178,6 +178,12 @@ TEST_F(Tools, BadInputExitsNonZeroWithAMessage) {
   const std::string train_with =
       cat(MT_TRAIN_BIN, " --config ",
           quote(fs::path(MT_SOURCE_DIR) / "configs" / "fortunes_debug.toml"));
+  r = run(cat(train_with, " --model.name=DLRM"));  // not a language model lacking a tokenizer
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("model.name = 'DLRM' (command-line flag --model.name=DLRM) is not a "
+                          "model; valid names: llama3, deepseek_v3, dlrm"),
+            std::string::npos)
+      << r.output;
   r = run(cat(train_with, " --model.tokenizer_path=", quote(dir_ / "no_tokenizer")));
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("no_tokenizer does not exist"), std::string::npos) << r.output;

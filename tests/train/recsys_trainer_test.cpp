@@ -64,8 +64,31 @@ TEST(RecsysTrainer, MovieLensConfigReachesHeldOutAucAbove075) {
   EXPECT_NEAR(r.losses.front(), std::log(2.0), 0.05);  // a fresh model predicts ~0.5
   // evaluate() is what validation logged (same weights, same split).
   const HeldOutMetrics m = trainer.evaluate(-1);
-  EXPECT_EQ(m.auc, r.val_aucs.back().second);
+  EXPECT_EQ(m.auc, std::optional<double>(r.val_aucs.back().second));
   EXPECT_EQ(m.samples, 10000);
+}
+
+// A held-out set of one class has no AUC: the run says so and goes on (it used to end there, before
+// its final checkpoint).
+TEST(RecsysTrainer, OneClassHeldOutSetHasNoAucAndTrainingGoesOn) {
+  REQUIRE_SHARED_FILE(ml, "ml-100k/u.data");
+  testing::ScratchDir dir;
+  std::ostringstream log;
+  TrainerOptions o = quiet();
+  o.quiet = false;
+  o.log = &log;
+  RecsysTrainer trainer(job("dlrm_movielens.toml", dir.path(),
+                            {"--training.dataset_path=" + ml.parent_path().string(),
+                             "--training.steps=3", "--training.local_batch_size=1",
+                             "--validation.steps=1", "--validation.freq=1"}),
+                        o);
+  const TrainResult r = trainer.train();
+  EXPECT_EQ(r.losses.size(), 3u);
+  EXPECT_EQ(r.val_losses.size(), 3u);
+  EXPECT_TRUE(r.val_aucs.empty());
+  EXPECT_NE(log.str().find("auc n/a (the held-out samples are all of one class)"),
+            std::string::npos)
+      << log.str();
 }
 
 // configs/dlrm_criteo_synthetic.toml: 100 steps learn the hidden logistic model.
@@ -183,8 +206,8 @@ TEST(RecsysTrainer, ManagedCollisionIdsTrainAndEvaluateReadOnly) {
               r.val_aucs.back().second);
   EXPECT_GT(r.val_aucs.back().second, 0.74);
   EXPECT_NE(log.str().find("mc_evictions"), std::string::npos) << log.str();
-  EXPECT_EQ(trainer.evaluate(-1).auc, r.val_aucs.back().second);
-  EXPECT_EQ(trainer.evaluate(-1).auc, r.val_aucs.back().second);
+  EXPECT_EQ(trainer.evaluate(-1).auc, std::optional<double>(r.val_aucs.back().second));
+  EXPECT_EQ(trainer.evaluate(-1).auc, std::optional<double>(r.val_aucs.back().second));
 }
 
 // The binary: model.name = "dlrm" goes to this loop (exit 0, the AUC line); errors exit 1; a
