@@ -30,6 +30,10 @@ std::vector<std::pair<size_t, std::string>> parse_overrides(const config::JobCon
     for (const auto& s : args.features) names += (names.empty() ? "" : ", ") + s.name;
     MT_CHECK(f < args.features.size(), "train: ", key, " names '", feature,
              "', not a sparse feature of this model (", names, "; ", config.where(key), ")");
+    const bool again =
+        std::any_of(out.begin(), out.end(), [f](const auto& o) { return o.first == f; });
+    MT_CHECK(!again, "train: ", key, " names '", feature, "' twice: give each feature one mode (",
+             config.where(key), ")");
     out.emplace_back(f, e.substr(colon + 1));
   }
   return out;

@@ -499,6 +499,8 @@ TEST_F(ConfigTest, InvalidValuesNameTheRule) {
       {"[training]\nsteps = -5\n", "training.steps: must be > 0, got -5"},
       {"[training]\nseq_len = 0\n", "training.seq_len: must be > 0, got 0"},
       {"[optimizer]\nlr = 0\n", "optimizer.lr: must be > 0, got 0.0"},
+      {"[embedding]\nmemory_budget_mb = 17592186044417\n",  // its bytes would overflow
+       "embedding.memory_budget_mb: must be > 0 and at most 2^40 (MiB), got 17592186044417"},
       {"[optimizer]\nbeta2 = 1.0\n", "optimizer.beta2: must be in [0, 1), got 1.0"},
       {"[training]\nglobal_batch_size = 0\n", "training.global_batch_size: must be > 0, or -1"},
       {"[lr_scheduler]\ndecay_type = \"cosin\"\n",

@@ -381,6 +381,9 @@ TEST(RecsysKvMpiErrors, BadSettingsNameTheKey) {
             std::string::npos);
   EXPECT_NE(error({"--embedding.update_override=[\"cat_0:writeback\"]"}).find("train or frozen"),
             std::string::npos);
+  EXPECT_NE(error({"--embedding.update_override=[\"cat_0:frozen\", \"cat_0:train\"]"})
+                .find("names 'cat_0' twice"),
+            std::string::npos);
   EXPECT_NE(error({"--embedding.storage=kv", "--embedding.sharding=data_parallel"})
                 .find("cannot hold kv-backed tables"),
             std::string::npos);

@@ -64,6 +64,15 @@ Check at_least(int64_t min) {
           {}};
 }
 
+Check mebibytes() {
+  return {"> 0 and at most 2^40 (MiB)",
+          [](const Value& v) {
+            double x;
+            return numeric(v, x) && x > 0 && x <= 1099511627776.0;
+          },
+          {}};
+}
+
 Check in_range(double lo, double hi) {
   return {"in [" + num(lo) + ", " + num(hi) + "]",
           [lo, hi](const Value& v) {

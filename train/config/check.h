@@ -28,5 +28,6 @@ Check in_half_open(double lo, double hi);        // in [lo, hi)
 Check one_of(std::vector<std::string> choices);  // a string equal to one of `choices`
 Check non_empty();                               // a non-empty string
 Check custom(std::string rule, std::function<bool(const Value&)> accept);
+Check mebibytes();  // a size in MiB: > 0 and at most 2^40 (its bytes fit in 63 bits)
 
 }  // namespace mt::train::config

@@ -366,7 +366,7 @@ std::vector<SectionSpec> build_schema() {
                    "table_row_wise"})},
           {"memory_budget_mb", &E::memory_budget_mb,
            "Per-rank memory the planner may give to tables and their optimizer state (MiB)",
-           positive()},
+           mebibytes()},
           {"managed_collision", &E::managed_collision,
            "Features whose raw ids are mapped to table rows by managed-collision hashing (an id "
            "keeps its row; a full bucket evicts and resets a row); the mapping is sharded over "
@@ -410,7 +410,7 @@ std::vector<SectionSpec> build_schema() {
            "sent to it in the background; empty: no stream"},
           {"stream_queue_mb", &E::stream_queue_mb,
            "Send queue of the stream (MiB); training waits for the replica only when it is full",
-           positive()},
+           mebibytes()},
           {"stream_state", &E::stream_state, "Also stream the rows' optimizer state"},
       }));
   s.push_back(section<N>(
