@@ -71,6 +71,7 @@ void print_row(const T* row, int64_t dim) {
 int run(int argc, char** argv) {
   std::string db, lookup, table, ids_text, bind = "0.0.0.0";
   int64_t port = -1;
+  bool port_given = false;
   double timeout = 10;
   tools::FlagReader flags("mt_embedding_server", argc, argv);
   while (flags.next()) {
@@ -81,6 +82,7 @@ int run(int argc, char** argv) {
       db = flags.value();
     } else if (flags.is("--port")) {
       port = flags.int_value();
+      port_given = true;
     } else if (flags.is("--bind")) {
       bind = flags.value();
     } else if (flags.is("--lookup")) {
@@ -98,7 +100,7 @@ int run(int argc, char** argv) {
   }
 
   if (!lookup.empty()) {
-    MT_CHECK(db.empty() && port < 0, "mt_embedding_server: --lookup is a client: it takes no ",
+    MT_CHECK(db.empty() && !port_given, "mt_embedding_server: --lookup is a client: it takes no ",
              "--db or --port (see --help)");
     MT_CHECK(!table.empty(), "mt_embedding_server: --lookup needs --table NAME");
     MT_CHECK(!ids_text.empty(), "mt_embedding_server: --lookup needs --ids (e.g. --ids 1,2,3)");
@@ -129,9 +131,9 @@ int run(int argc, char** argv) {
   MT_CHECK(!db.empty(),
            "mt_embedding_server: give --db DIR to serve, or --lookup HOST:PORT "
            "(see --help)");
-  MT_CHECK(port >= 0 && port <= 65535, "mt_embedding_server: ",
-           port < 0 ? std::string("--port N is required (0 picks a free port)")
-                    : "--port " + std::to_string(port) + " is not from 0 to 65535");
+  MT_CHECK(port_given, "mt_embedding_server: --port N is required (0 picks a free port)");
+  MT_CHECK(port >= 0 && port <= 65535, "mt_embedding_server: --port ", port,
+           " is not from 0 to 65535");
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   parallel::RowStreamServer server(parallel::RowStreamServerOptions{

@@ -43,6 +43,15 @@ std::vector<std::pair<size_t, std::string>> parse_overrides(const config::JobCon
 
 void apply_table_settings(const config::JobConfig& config, dlrm::ModelArgs& args) {
   const auto& e = config.embedding;
+  for (const auto& [key, names] : {std::pair{"embedding.raw_ids", &e.raw_ids},
+                                   std::pair{"embedding.managed_collision", &e.managed_collision},
+                                   std::pair{"embedding.lookup_only", &e.lookup_only}}) {
+    for (size_t i = 0; i < names->size(); ++i) {
+      MT_CHECK(std::find(names->begin(), names->begin() + long(i), (*names)[i]) ==
+                   names->begin() + long(i),
+               "train: ", key, " names '", (*names)[i], "' twice (", config.where(key), ")");
+    }
+  }
   for (auto& f : args.features) f.storage = runtime::sparse::parse_table_storage(e.storage);
   for (const auto& [f, mode] :
        parse_overrides(config, "embedding.storage_override", e.storage_override, args)) {

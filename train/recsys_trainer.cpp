@@ -272,8 +272,15 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
     if (!options_.quiet && rank() == 0) stream_log_ = std::make_unique<parallel::SharedLog>();
     std::ostream* warnings =
         options_.quiet ? nullptr : rank() == 0 ? stream_log_.get() : &std::cerr;
+    parallel::StreamAddress address;
+    try {
+      address = parallel::parse_stream_address(config_.embedding.stream_to);
+    } catch (const Error& e) {
+      MT_FAIL("train: embedding.stream_to (", config_.where("embedding.stream_to"), "): ",
+              e.what());
+    }
     stream_ = std::make_unique<parallel::RowStreamClient>(
-        parallel::parse_stream_address(config_.embedding.stream_to),
+        address,
         config_.embedding.stream_queue_mb << 20, config_.embedding.stream_state, warnings);
     tables().set_row_update_listener(stream_->listener(), config_.embedding.stream_state);
   }

@@ -384,6 +384,10 @@ TEST(RecsysKvMpiErrors, BadSettingsNameTheKey) {
   EXPECT_NE(error({"--embedding.update_override=[\"cat_0:frozen\", \"cat_0:train\"]"})
                 .find("names 'cat_0' twice"),
             std::string::npos);
+  EXPECT_NE(error({"--embedding.storage=kv",
+                   "--embedding.managed_collision=[\"cat_0\", \"cat_0\"]"})
+                .find("embedding.managed_collision names 'cat_0' twice"),
+            std::string::npos);
   EXPECT_NE(error({"--embedding.storage=kv", "--embedding.sharding=data_parallel"})
                 .find("cannot hold kv-backed tables"),
             std::string::npos);

@@ -39,8 +39,12 @@ int64_t row_of(const rocksdb::Slice& key) {
 }
 
 void check(const rocksdb::Status& s, const fs::path& path, const std::string& what) {
+  // RocksDB holds a LOCK file while a database is open: in another process, this one waits.
+  const bool locked = s.IsIOError() && s.ToString().find("lock") != std::string::npos;
   MT_CHECK(s.ok(), "kv store ", path.string(), ": ", what, " failed: ", s.ToString(),
-           s.IsCorruption() ? " (the database is corrupt: delete the folder, or restore it)" : "");
+           s.IsCorruption() ? " (the database is corrupt: delete the folder, or restore it)"
+           : locked ? " (another process, a trainer or mt_embedding_server, has it open)"
+                    : "");
 }
 
 rocksdb::DB* open_db(const fs::path& path) {

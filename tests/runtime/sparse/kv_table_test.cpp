@@ -94,6 +94,12 @@ TEST(KvStore, ErrorsNameThePath) {
   const std::string message = error_of([&] { KvStore::open(dir.path() / "db"); });
   EXPECT_NE(message.find((dir.path() / "db").string()), std::string::npos) << message;
   EXPECT_NE(message.find("opening the database failed"), std::string::npos) << message;
+  // A store another opener holds (RocksDB's LOCK file) says who may hold it.
+  const auto held = KvStore::open(dir.path() / "held");
+  const std::string locked = error_of([&] { KvStore::open(dir.path() / "held"); });
+  EXPECT_NE(locked.find("another process, a trainer or mt_embedding_server, has it open"),
+            std::string::npos)
+      << locked;
 }
 
 TEST(RowCache, LruEvictsTheLeastRecentlyUsed) {
