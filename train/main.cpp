@@ -5,7 +5,8 @@
 //   [--describe-model] [--print-pipeline-schedule] [--help]
 //
 // Exit status: 0 after training (also when stopped by Ctrl-C at the end of a step), 1 on an error
-// (config, data, tokenizer: the message says what and where), 2 on a bad command line.
+// (config, data, tokenizer: the message says what and where; with several ranks, an error on one
+// ends them all), 2 on a bad command line.
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "models/registry.h"
+#include "parallel/comm/mpi_process_group.h"
 #include "runtime/core/error.h"
 #include "train/config/load.h"
 #include "train/pipeline_setup.h"
@@ -69,6 +71,13 @@ void check_model_name(const mt::train::config::JobConfig& job) {
           valid);
 }
 
+// Exit status 1 after an error's message: this rank's error may be its own (a path only it cannot
+// read, a device it lacks), so the peers are ended too rather than left waiting for it.
+int end_after_error() {
+  mt::parallel::MpiProcessGroup::end_peers_after_error(1);
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,14 +127,14 @@ int main(int argc, char** argv) {
                   "them, turn on activation checkpointing (activation_checkpoint.mode = \"full\"), "
                   "or shard over more ranks)\n")
               << std::flush;
-    return 1;
+    return end_after_error();
   } catch (const mt::Error& e) {
     // One write per message, so that the ranks' lines do not interleave.
     std::cerr << (rank_prefix() + "error: " + e.what() + "\n") << std::flush;
-    return 1;
+    return end_after_error();
   } catch (const std::exception& e) {
     std::cerr << (rank_prefix() + "unexpected error: " + e.what() + "\n") << std::flush;
-    return 1;
+    return end_after_error();
   }
   return 0;
 }

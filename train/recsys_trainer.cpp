@@ -29,6 +29,7 @@
 #include "runtime/optim/lr_scheduler.h"
 #include "runtime/optim/optimizer.h"
 #include "train/checkpointer.h"
+#include "train/config_agreement.h"
 #include "train/launch_layout.h"
 #include "train/config/render.h"
 #include "train/config/validate.h"
@@ -194,6 +195,7 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
                ? options_.world
                : std::shared_ptr<parallel::ProcessGroup>(parallel::MpiProcessGroup::world());
   if (rank() != 0) options_.write_files = false;
+  check_same_config_on_every_rank(config_, *world_);
   config::validate_for_world(config_, world_size());
   const RankPlacement placement =
       place_ranks(*world_, tc.device, config_.where("training.device"));

@@ -44,6 +44,7 @@
 #include "runtime/optim/clip_grad.h"
 #include "runtime/optim/lr_scheduler.h"
 #include "train/checkpointer.h"
+#include "train/config_agreement.h"
 #include "train/float8_setup.h"
 #include "train/launch_layout.h"
 #include "train/config/render.h"
@@ -127,6 +128,7 @@ Trainer::Trainer(config::JobConfig config, TrainerOptions options)
                ? options_.world
                : std::shared_ptr<parallel::ProcessGroup>(parallel::MpiProcessGroup::world());
   if (rank() != 0) options_.write_files = false;  // rank 0 logs and writes for the job
+  check_same_config_on_every_rank(config_, *world_);
   const config::WorldLayout layout = config::validate_for_world(config_, world_size());
   grad_accum_ = layout.grad_accum_steps;
   global_batch_size_ = layout.global_batch_size;

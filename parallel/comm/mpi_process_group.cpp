@@ -71,6 +71,15 @@ void set_max_message_elements(int64_t n) {
 
 int64_t max_message_elements() { return g_max_message_elements; }
 
+void MpiProcessGroup::end_peers_after_error(int exit_code) {
+  int initialized = 0, finalized = 0, size = 1;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, exit_code);
+}
+
 bool MpiProcessGroup::launched_by_launcher() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "PMI_FD"}) {
     if (std::getenv(var) != nullptr) return true;

@@ -40,6 +40,10 @@ class MpiProcessGroup : public ProcessGroup {
   // True when a launcher (mpirun, srun --mpi=pmix) started this process as a rank over PMI(x).
   // Throws mt::Error when srun started several tasks without PMI (see above).
   static bool launched_by_launcher();
+  // For a rank that ends on an error of its own: when MPI runs with peers, ends every rank now
+  // (MPI_Abort with `exit_code`), as the peers would wait in their next collective until the
+  // watchdog's timeout, or without end in MPI_Finalize; returns when there are no peers.
+  static void end_peers_after_error(int exit_code);
 
   ~MpiProcessGroup() override;
 

@@ -2,15 +2,20 @@
 // ranks) where the last rank skips a collective, and checks that every rank exits non-zero within
 // the timeout (plus launch slack) after printing which call, which group, and who did not arrive.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <string>
 
 #include "runtime/core/error.h"
 #include "tests/testing/run_command.h"
+#include "tests/testing/shared_data.h"
 
 #ifndef MT_MPIEXEC
 #define MT_MPIEXEC ""
 #define MT_TIMEOUT_PROBE ""
+#define MT_TRAIN_BIN ""
+#define MT_SOURCE_DIR ""
 #endif
 
 namespace mt {
@@ -93,6 +98,29 @@ TEST_F(CommTimeout, DeadRankEndsTheOthersWithoutWaitingForTheTimeout) {
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_LT(r.seconds, kSlackSeconds) << r.output;
   EXPECT_EQ(r.output.find("which it should not"), std::string::npos) << r.output;
+}
+
+// A rank that fails on its own at start-up (a path only it cannot read) ends the job at once: its
+// peer used to wait in a collective, and the failed rank in MPI_Finalize, until killed.
+TEST_F(CommTimeout, ARankThatFailsAloneEndsTheJob) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  REQUIRE_SHARED_FILE(tokenizer, "gpt2/tokenizer.json");
+  const std::filesystem::path dump =
+      std::filesystem::temp_directory_path() / ("mt_fail_alone_" + std::to_string(::getpid()));
+  const std::string train = detail::concat(
+      MT_TRAIN_BIN, " --config ", MT_SOURCE_DIR, "/configs/debug_model.toml --training.steps=2 ",
+      "--training.seq_len=32 --validation.enable=false --job.dump_folder=", dump.string(),
+      " --training.dataset_path=", corpus.string(), " --comm.timeout_seconds=600");
+  const testing::CommandResult r = testing::run_command(detail::concat(
+      "OMP_NUM_THREADS=1 ", MT_MPIEXEC, " --allow-run-as-root --oversubscribe -np 1 ", train,
+      " --model.tokenizer_path=", tokenizer.string(), " : -np 1 ", train,
+      " --model.tokenizer_path=/nonexistent/tokenizer.json"));
+  std::filesystem::remove_all(dump);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_LT(r.seconds, kSlackSeconds) << r.output;  // not the 600 s timeout, nor forever
+  EXPECT_TRUE(contains(r.output, "[rank 1] error: train: model.tokenizer_path "
+                                 "/nonexistent/tokenizer.json does not exist"))
+      << r.output;
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "parallel/mesh/device_mesh.h"
 #include "runtime/core/error.h"
 #include "runtime/ops/factory.h"
+#include "tests/testing/errors.h"
 #include "tests/testing/mpi_fixtures.h"
 #include "tests/testing/shared_data.h"
 #include "tests/testing/trainer_fixtures.h"
@@ -134,6 +135,29 @@ TEST(TrainerMpi, DegreesThatDoNotFitTheWorldAreErrorsOnEveryRank) {
     EXPECT_NE(msg.find("data_parallel_shard_degree"), std::string::npos) << msg;
     EXPECT_NE(msg.find("world size " + std::to_string(w)), std::string::npos) << msg;
   }
+}
+
+// Ranks given different configs (an override on the last rank alone) are refused on every rank,
+// naming the key: they trained silently with their own values, or waited on collectives their
+// peers never issued. The dump folder alone may differ (node-local storage).
+TEST(TrainerMpi, RanksGivenDifferentConfigsAreRefusedOnEveryRank) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const int64_t w = world()->size(), last = w - 1;
+  std::vector<std::string> extra;
+  if (world()->rank() == last) extra.push_back("--optimizer.lr=0.1");
+  const std::string msg = testing::error_of([&] {
+    run(job(corpus, shared_dir("disagree"), 8 / w, extra), world());
+  });
+  EXPECT_NE(msg.find("rank " + std::to_string(last) + " was given another config than rank 0: "
+                     "[optimizer] lr = 0.01 on rank 0, [optimizer] lr = 0.1 on rank " +
+                     std::to_string(last)),
+            std::string::npos)
+      << msg;
+  // Per-rank dump folders are allowed: the run trains.
+  EXPECT_EQ(run(job(corpus, shared_dir("own_dump") / std::to_string(world()->rank()), 8 / w),
+                world())
+                .losses.size(),
+            reference(corpus).losses.size());
 }
 
 void expect_bitwise_tail(const TrainResult& resumed, const TrainResult& straight) {
