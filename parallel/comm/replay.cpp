@@ -401,7 +401,8 @@ void check_traces_agree(const std::vector<ExecutionTrace>& traces, int n) {
              ": step ", first.step, ", rank ", t.rank, ": step ", t.step,
              "): give the traces of one step");
   }
-  std::map<std::vector<int>, std::map<int, std::vector<std::string>>> calls;  // group -> rank ->
+  // A group's members -> each member's calls on it, in order.
+  std::map<std::vector<int>, std::map<int, std::vector<std::string>>> calls;
   std::map<std::pair<int, int>, int64_t> unmatched;  // (from, to) in world ranks: sent - received
   for (const ExecutionTrace& t : traces) {
     for (const TraceNode& node : t.nodes) {
