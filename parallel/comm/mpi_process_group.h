@@ -51,6 +51,7 @@ class MpiProcessGroup : public ProcessGroup {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  bool batches_messages_to_itself() const override { return comm_ != MPI_COMM_NULL; }
   std::string name() const override { return name_; }
   std::vector<int> world_ranks() const override {
     return comm_ == MPI_COMM_NULL ? std::vector<int>{0} : world_ranks_;

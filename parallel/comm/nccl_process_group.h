@@ -73,6 +73,7 @@ class NcclProcessGroup : public ProcessGroup {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  bool batches_messages_to_itself() const override { return true; }
   std::string name() const override { return name_; }
   runtime::DeviceType device_type() const override { return runtime::DeviceType::CUDA; }
   runtime::Device device() const override { return runtime::Device::cuda(device_); }

@@ -136,9 +136,13 @@ void divide_in_place(const Tensor& buf, int n) {
 // The op the backend runs: Avg becomes Sum when the frontend divides afterwards (host_avg).
 ReduceOp backend_op(ReduceOp op, bool host_avg) { return host_avg ? ReduceOp::Sum : op; }
 
+// `peer` is another rank of g, or this one inside a batch of a backend that batches messages to
+// itself (batch_isend_irecv checks that they pair up).
 void check_peer(int peer, const char* what, const char* collective, const ProcessGroup& g) {
-  MT_CHECK(peer >= 0 && peer < g.size() && peer != g.rank(), where(collective, g), ": ", what,
-           " must be another rank in [0, ", g.size(), "), got ", peer);
+  const bool itself_allowed = t_posting_batch != 0 && g.batches_messages_to_itself();
+  MT_CHECK(peer >= 0 && peer < g.size() && (peer != g.rank() || itself_allowed),
+           where(collective, g), ": ", what, " must be another rank in [0, ", g.size(), "), got ",
+           peer);
 }
 
 }  // namespace
@@ -342,6 +346,8 @@ class PostingBatch {
 }  // namespace
 
 std::vector<Work> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) {
+  const PostingBatch batch;  // before the checks: they allow messages to itself in a batch
+  std::vector<std::pair<int64_t, int>> to_itself, from_itself;  // (bytes, tag), in order
   for (size_t i = 0; i < ops.size(); ++i) {
     const P2POp& op = ops[i];
     const bool send = op.kind == P2POp::Kind::Send;
@@ -351,10 +357,15 @@ std::vector<Work> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops)
     // fails leaves its peers' ops of the batch waiting.
     MT_CHECK(op.tensor.device() == device(), where("batch_isend_irecv", *this), ": op ", i, " ('",
              op.name, "') is on ", op.tensor.device(), " but the group drives ", device());
+    if (op.peer == rank()) {
+      (send ? to_itself : from_itself).emplace_back(int64_t(op.tensor.nbytes()), op.tag);
+    }
   }
+  MT_CHECK(to_itself == from_itself, where("batch_isend_irecv", *this), ": its ",
+           to_itself.size(), " message(s) to this rank itself and ", from_itself.size(),
+           " receive(s) from itself do not pair up in order (equal sizes and tags)");
   std::vector<Work> works;
   if (ops.empty()) return works;
-  const PostingBatch batch;
   begin_point_to_point_batch();
   try {
     for (const P2POp& op : ops) {

@@ -147,7 +147,9 @@ class ProcessGroup {
   // progress together, so messages that cross (two ranks each sending to the other) pair up
   // instead of waiting on each other. Such a backend matches messages between two ranks in issue
   // order, not by tag: the ranks must post matching batches, the messages between each pair in
-  // the same order. Elsewhere (MPI) it is isend / irecv per op.
+  // the same order. Elsewhere (MPI) it is isend / irecv per op. Where the backend can
+  // (batches_messages_to_itself), a batch may also send to this rank itself: its sends to itself and
+  // receives from itself pair up in order, of equal sizes and tags.
   struct P2POp {
     enum class Kind { Send, Recv };
     Kind kind = Kind::Send;
@@ -157,6 +159,9 @@ class ProcessGroup {
     std::string name;
   };
   std::vector<Work> batch_isend_irecv(const std::vector<P2POp>& ops);
+  // Whether a batch_isend_irecv may hold messages to this rank itself, each with its receive in the
+  // same batch (MPI posts both; an NCCL group pairs them). Not by default.
+  virtual bool batches_messages_to_itself() const { return false; }
 
   std::map<std::string, CommStats> stats() const;  // keyed by call name
   void reset_stats();

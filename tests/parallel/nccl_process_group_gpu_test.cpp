@@ -321,6 +321,38 @@ TEST_F(NcclProcessGroupTest, TracedCallsCarryTheirDeviceTimes) {
 }
 #endif
 
+// The batch path (ncclGroupStart, the ops, ncclGroupEnd, the batch's event, its watchdog entry)
+// on a one-GPU world: a batch of messages to this rank itself, traced and timed on the device.
+TEST_F(NcclProcessGroupTest, ABatchOfMessagesToItselfArrives) {
+  using Op = ProcessGroup::P2POp;
+  using Kind = Op::Kind;
+  const Tensor ref = random_cpu({1 << 20}, DType::F32, 9);
+  const Tensor mine = cuda(ref);
+  Tensor back = zeros_cuda({1 << 20}, DType::F32), back_bf16 = zeros_cuda({4099}, DType::BF16);
+  CommTrace::start();
+  const std::vector<Work> works = pg->batch_isend_irecv(
+      {Op{Kind::Recv, back, 0, 5, "self.back"}, Op{Kind::Send, mine, 0, 5, "self.mine"},
+       Op{Kind::Send, cuda(ref.narrow(0, 0, 4099).to(DType::BF16)), 0, 6, "self.bf16"},
+       Op{Kind::Recv, back_bf16, 0, 6, "self.back_bf16"}});
+  ASSERT_EQ(works.size(), 4u);
+  for (const Work& w : works) w.wait();
+  const std::vector<CommRecord> records = CommTrace::take();
+  CommTrace::stop();
+  expect_same(back, ref, "f32 message to itself");
+  expect_same(back_bf16, ref.narrow(0, 0, 4099).to(DType::BF16), "bf16 message to itself");
+  ASSERT_EQ(records.size(), 4u);
+  for (const CommRecord& r : records) {
+    EXPECT_EQ(r.batch, records.front().batch) << r.name;
+    EXPECT_TRUE(r.device_timed) << r.name;
+    EXPECT_GE(r.end_us, r.start_us) << r.name;
+  }
+  // A lone message to itself is refused before the group opens; the group still works after.
+  EXPECT_THROW(pg->batch_isend_irecv({Op{Kind::Send, mine, 0, 7, "self.alone"}}), mt::Error);
+  Tensor t = cuda(ref);
+  pg->all_reduce(t, ReduceOp::Sum, "after");
+  expect_same(t, ref, "all_reduce after the batches");
+}
+
 // The tiny llama of fsdp_mpi_test trained a few steps with FSDP over a 1-rank mesh of `group`
 // (bf16 parameters, f32 reduction, two micro-batches, blocks resharded after forward), clipped on
 // the device; returns the losses and norms per step.

@@ -12,6 +12,7 @@
 #include "parallel/comm/comm_trace.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/ops/factory.h"
+#include "tests/testing/errors.h"
 #include "tests/testing/in_order_p2p.h"
 
 namespace mt::parallel {
@@ -317,6 +318,31 @@ TEST(MpiProcessGroup, BatchedMessagesCrossAndABadOpPostsNothing) {
       << message;
   EXPECT_EQ(world().stats().count("bad_batch.first"), 0u);
   EXPECT_TRUE(world().batch_isend_irecv({}).empty());
+}
+
+// A batch may send to this rank itself, its receive in the same batch (what a one-GPU NCCL world
+// can run of the batch path); one without its pair, or outside a batch, is an error posting
+// nothing.
+TEST(MpiProcessGroup, ABatchMaySendToItsOwnRank) {
+  const int R = world().rank();
+  using Op = ProcessGroup::P2POp;
+  using Kind = Op::Kind;
+  const Tensor mine = runtime::full({1000}, double(R + 7), {DType::F32});
+  Tensor back = runtime::zeros({1000}, {DType::F32});
+  for (const Work& w : world().batch_isend_irecv({Op{Kind::Recv, back, R, 41, "self.back"},
+                                                  Op{Kind::Send, mine, R, 41, "self.mine"}}))
+    w.wait();
+  EXPECT_EQ(back.to_vector<float>(), mine.to_vector<float>());
+  const std::string unpaired = testing::error_of(
+      [&] { world().batch_isend_irecv({Op{Kind::Send, mine, R, 42, "self.alone"}}); });
+  EXPECT_NE(unpaired.find("1 message(s) to this rank itself and 0 receive(s) from itself do not "
+                          "pair up"),
+            std::string::npos)
+      << unpaired;
+  EXPECT_EQ(world().stats().count("self.alone"), 0u);
+  const std::string outside =
+      testing::error_of([&] { world().isend(mine, R, 43, "self.outside"); });
+  EXPECT_NE(outside.find("dst must be another rank"), std::string::npos) << outside;
 }
 
 // The in-order test group (tests/testing/in_order_p2p.h) behaves as NCCL's streams do: each rank
