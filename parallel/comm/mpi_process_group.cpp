@@ -142,8 +142,13 @@ MpiProcessGroup::~MpiProcessGroup() {
 
 void MpiProcessGroup::check(int rc, const char* what) const {
   if (rc == MPI_SUCCESS) return;
-  MT_FAIL(what, " on group ", name_, " (rank ", rank_, " of ", size_,
-          ") failed: ", mpi::error_string(rc));
+  const CollectiveRecord call = last_collective();  // the caller's name for the failed call
+  MT_FAIL(what, call.running && !call.name.empty() ? " '" + call.name + "'" : std::string(),
+          " on group ", name_, " (rank ", rank_, " of ", size_, ") failed: ",
+          mpi::error_string(rc),
+          rc == MPI_ERR_TRUNCATE ? " (the ranks called it with different sizes: were they given "
+                                   "the same config and data?)"
+                                 : "");
 }
 
 void MpiProcessGroup::run_watched(const char* what, int peer, const std::function<int()>& call,
