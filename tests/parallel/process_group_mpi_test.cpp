@@ -498,7 +498,8 @@ TEST(MpiProcessGroup, TracedPostedMessagesRecordWhenTheyWereWaitedFor) {
 TEST(MpiProcessGroup, RecvSizeMismatchThrows) {
   const int R = world().rank();
   if (R > 1) return;  // ranks 0 and 1 only; nothing collective below
-  // Too long a message: MPI's own error (MPI_ERR_TRUNCATE) becomes mt::Error with its text.
+  // Too long a message: MPI's own error (MPI_ERR_TRUNCATE) becomes mt::Error with its text and
+  // the call's name.
   if (R == 0) {
     world().send(runtime::zeros({8}, {DType::F32}), 1, 11, "long");
   } else {
@@ -508,8 +509,9 @@ TEST(MpiProcessGroup, RecvSizeMismatchThrows) {
       FAIL() << "expected mt::Error";
     } catch (const mt::Error& e) {
       std::string msg = e.what();
-      EXPECT_NE(msg.find("recv (MPI_Recv) on group mpi:world"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("recv (MPI_Recv) 'long' on group mpi:world"), std::string::npos) << msg;
       EXPECT_NE(msg.find("MPI_ERR_TRUNCATE"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("the ranks called it with different sizes"), std::string::npos) << msg;
     }
   }
   // Too short a message: the received count is checked.
