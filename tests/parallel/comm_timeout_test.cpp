@@ -100,26 +100,32 @@ TEST_F(CommTimeout, DeadRankEndsTheOthersWithoutWaitingForTheTimeout) {
   EXPECT_EQ(r.output.find("which it should not"), std::string::npos) << r.output;
 }
 
-// A rank that fails on its own at start-up (a path only it cannot read) ends the job at once: its
-// peer used to wait in a collective, and the failed rank in MPI_Finalize, until killed.
+// A rank that fails on its own at start-up ends the job at once: its peer used to wait in a
+// collective, and the failed rank in MPI_Finalize, until killed. The ranks share a config whose
+// relative tokenizer path only the first rank's working directory holds (a rank-local failure
+// the config check cannot see).
 TEST_F(CommTimeout, ARankThatFailsAloneEndsTheJob) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   REQUIRE_SHARED_FILE(tokenizer, "gpt2/tokenizer.json");
-  const std::filesystem::path dump =
-      std::filesystem::temp_directory_path() / ("mt_fail_alone_" + std::to_string(::getpid()));
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("mt_fail_alone_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "has" / "tok");
+  fs::create_directories(dir / "lacks");
+  fs::copy_file(tokenizer, dir / "has" / "tok" / "tokenizer.json");
   const std::string train = detail::concat(
       MT_TRAIN_BIN, " --config ", MT_SOURCE_DIR, "/configs/debug_model.toml --training.steps=2 ",
-      "--training.seq_len=32 --validation.enable=false --job.dump_folder=", dump.string(),
-      " --training.dataset_path=", corpus.string(), " --comm.timeout_seconds=600");
+      "--training.seq_len=32 --validation.enable=false --job.dump_folder=", (dir / "run").string(),
+      " --training.dataset_path=", corpus.string(), " --comm.timeout_seconds=600",
+      " --model.tokenizer_path=tok/tokenizer.json");
   const testing::CommandResult r = testing::run_command(detail::concat(
-      "OMP_NUM_THREADS=1 ", MT_MPIEXEC, " --allow-run-as-root --oversubscribe -np 1 ", train,
-      " --model.tokenizer_path=", tokenizer.string(), " : -np 1 ", train,
-      " --model.tokenizer_path=/nonexistent/tokenizer.json"));
-  std::filesystem::remove_all(dump);
+      "OMP_NUM_THREADS=1 ", MT_MPIEXEC, " --allow-run-as-root --oversubscribe -np 1 -wdir ",
+      (dir / "has").string(), " ", train, " : -np 1 -wdir ", (dir / "lacks").string(), " ",
+      train));
+  fs::remove_all(dir);
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_LT(r.seconds, kSlackSeconds) << r.output;  // not the 600 s timeout, nor forever
   EXPECT_TRUE(contains(r.output, "[rank 1] error: train: model.tokenizer_path "
-                                 "/nonexistent/tokenizer.json does not exist"))
+                                 "tok/tokenizer.json does not exist"))
       << r.output;
 }
 
