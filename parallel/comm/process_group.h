@@ -148,8 +148,8 @@ class ProcessGroup {
   // instead of waiting on each other. Such a backend matches messages between two ranks in issue
   // order, not by tag: the ranks must post matching batches, the messages between each pair in
   // the same order. Elsewhere (MPI) it is isend / irecv per op. Where the backend can
-  // (batches_messages_to_itself), a batch may also send to this rank itself: its sends to itself and
-  // receives from itself pair up in order, of equal sizes and tags.
+  // (batches_messages_to_itself), a batch may also send to this rank itself: its sends to
+  // itself and receives from itself pair up in order, of equal sizes and tags.
   struct P2POp {
     enum class Kind { Send, Recv };
     Kind kind = Kind::Send;
