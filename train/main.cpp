@@ -64,7 +64,7 @@ void check_model_name(const mt::train::config::JobConfig& job) {
   if (mt::train::is_recsys_model(name)) return;
   std::vector<std::string> names = mt::models::model_names();
   if (std::find(names.begin(), names.end(), name) != names.end()) return;
-  names.push_back("dlrm");
+  for (const std::string& n : mt::train::recsys_model_names()) names.push_back(n);
   std::string valid;
   for (const std::string& n : names) valid += (valid.empty() ? "" : ", ") + n;
   MT_FAIL("model.name = '", name, "' (", job.where("model.name"), ") is not a model; valid names: ",

@@ -160,7 +160,12 @@ void check_recsys_config(const config::JobConfig& c) {
 
 }  // namespace
 
-bool is_recsys_model(const std::string& model_name) { return model_name == "dlrm"; }
+std::vector<std::string> recsys_model_names() { return {"dlrm"}; }
+
+bool is_recsys_model(const std::string& model_name) {
+  const std::vector<std::string> names = recsys_model_names();
+  return std::find(names.begin(), names.end(), model_name) != names.end();
+}
 
 namespace {
 

@@ -49,6 +49,8 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <string>
+#include <vector>
 
 #include "data/recsys/dataset.h"
 #include "runtime/sparse/kv/kv_table.h"
@@ -76,6 +78,7 @@ namespace mt::train {
 
 // Whether `model_name` is trained by RecsysTrainer (else by Trainer).
 bool is_recsys_model(const std::string& model_name);
+std::vector<std::string> recsys_model_names();  // the names is_recsys_model accepts
 // One line: dense and table parameter counts of the job's flavor (`train --describe-model`).
 std::string describe_recsys_model(const config::JobConfig& job);
 
