@@ -8,6 +8,10 @@
 // differentiates sum(fn(inputs) * v). Inputs that require grad must be f64 leaves; they may be
 // non-contiguous (each element is perturbed in place through its strides), e.g.
 // randn64(shape, seed, false).t().set_requires_grad(true).
+//
+// Then the upstream gradient is handed to the output in the layouts real losses give ops
+// (broadcast: stride 0, as when the loss sums or averages the output; transposed), and each must
+// give the gradients of the same values laid out contiguous.
 #pragma once
 
 #include <functional>
@@ -23,6 +27,7 @@ struct GradcheckOptions {
   double atol = 1e-5;
   double rtol = 1e-4;
   uint64_t seed = 1234;  // for the upstream gradient
+  bool check_upstream_layouts = true;  // also broadcast and transposed upstream gradients
 };
 
 struct GradcheckResult {

@@ -44,6 +44,15 @@ double scale_for(const Tensor& q, std::optional<double> scale) {
   return sc;
 }
 
+// Whether the view kernels can read `t` [B, H, T, D] in place: each row of D elements dense, rows
+// at least a row apart (a BLAS leading dimension; a gradient broadcast over T has row stride 0),
+// and no broadcast head or batch (the cuDNN graphs take no zero strides). Else it is copied.
+bool takes_as_view(const Tensor& t) {
+  if (t.stride(3) != 1) return false;
+  if (t.size(2) > 1 && t.stride(2) < t.size(3)) return false;
+  return (t.size(1) <= 1 || t.stride(1) != 0) && (t.size(0) <= 1 || t.stride(0) != 0);
+}
+
 // The dtype of lse, and of the blocks' compute: f64 for f64, else f32.
 DType stats_dtype(const Tensor& q) { return q.dtype() == DType::F64 ? DType::F64 : DType::F32; }
 
@@ -109,7 +118,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const bool views = attention_takes_views_kernel.has(q.device().type) &&
                      attention_takes_views_kernel(q.device());
   const auto operand = [views](const Tensor& t) {
-    return views && t.stride(3) == 1 ? t : t.contiguous();
+    return views && takes_as_view(t) ? t : t.contiguous();
   };
   const auto empty_bhtd = [views](const Shape& s, TensorOptions options) {
     return views ? empty({s[0], s[2], s[1], s[3]}, options).transpose(1, 2) : empty(s, options);

@@ -275,6 +275,39 @@ TEST(Attention, GradcheckThroughTransposedViews) {
   EXPECT_TRUE(r.ok) << r.message;
 }
 
+// Operands the view kernels cannot read in place are copied first: a gradient broadcast over the
+// tokens (the loss averages the output over T: row stride 0, which BLAS refuses as a leading
+// dimension, leaving stale tiles) and inputs expanded along T, S or the heads. In f64 (OpenBLAS)
+// and f32 with oneDNN's GEMMs off, as on CPUs without AVX-512.
+TEST(Attention, BroadcastGradientsAndInputsAreCopiedNotReadInPlace) {
+  Tensor q = randn64({2, 6, 4, 3}, 97), k = randn64({2, 7, 2, 3}, 98),
+         v = randn64({2, 7, 2, 3}, 99);
+  for (bool causal : {true, false}) {
+    auto r = autograd::gradcheck(
+        [causal](const std::vector<Tensor>& in) {
+          const Tensor y = scaled_dot_product_attention(
+              in[0].transpose(1, 2), in[1].transpose(1, 2), in[2].transpose(1, 2), causal);
+          return mean(y, {2});  // its backward expands the gradient over T
+        },
+        {q, k, v});
+    EXPECT_TRUE(r.ok) << "causal " << causal << ": " << r.message;
+  }
+  const bool saved = cpu::onednn_f32_gemm_enabled();
+  cpu::set_onednn_f32_gemm_enabled(false);
+  for (DType dtype : {DType::F64, DType::F32}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Tensor q1 = randn_as({1, 4, 1, 8}, dtype, 100), k1 = randn_as({1, 1, 9, 8}, dtype, 101);
+    const Tensor v0 = randn_as({1, 2, 9, 8}, dtype, 102);
+    const Tensor qe = q1.expand({1, 4, 5, 8}), ke = k1.expand({1, 2, 9, 8});
+    const Tensor expanded = scaled_dot_product_attention(qe, ke, v0, true);
+    const Tensor copied =
+        scaled_dot_product_attention(qe.contiguous(), ke.contiguous(), v0, true);
+    EXPECT_EQ(expanded.to(DType::F64).to_vector<double>(),
+              copied.to(DType::F64).to_vector<double>());
+  }
+  cpu::set_onednn_f32_gemm_enabled(saved);
+}
+
 TEST(Attention, F32GradientsMatchF64) {
   const Tensor q0 = randn_as({1, 4, 40, 8}, DType::F32, 80);
   const Tensor k0 = randn_as({1, 2, 70, 8}, DType::F32, 81);
