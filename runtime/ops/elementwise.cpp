@@ -235,7 +235,12 @@ void record_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& 
         const Tensor& g = args.grad(0);
         const Tensor &a = sa.get(), &b = sb.get();
         Tensor ga, gb;
-        if (args.needs(0)) ga = sum_to(mul(mul(g, b), pow(a, sub(b, 1.0))), sa_shape);
+        // d/da a^b = b a^(b-1); 0 where b == 0 (a^0 is constant; at a == 0 the formula is
+        // 0 * inf), as PyTorch does.
+        if (args.needs(0)) {
+          const Tensor d = where(eq(b, 0.0), zero_of(g), mul(b, pow(a, sub(b, 1.0))));
+          ga = sum_to(mul(g, d), sa_shape);
+        }
         if (args.needs(1)) {
           // d/db a^b = a^b log(a); 0 where a == 0 and b >= 0 (the limit), as PyTorch does.
           const Tensor d =

@@ -12,6 +12,7 @@
 #include "runtime/autograd/gradcheck.h"
 #include "runtime/core/grad_mode.h"
 #include "runtime/ops/factory.h"
+#include "runtime/ops/reduce.h"
 #include "tests/testing/tensor_testing.h"
 
 namespace mt::runtime {
@@ -416,6 +417,17 @@ TEST(ElementwiseGrad, BinaryOpsWithBroadcasting) {
   const Tensor a = randn64({2, 3}, 44), c = randn64({3}, 45, false);
   expect_gradcheck([c](const auto& in) { return mul(in[0], c); }, {a}, "mul const");
   expect_gradcheck([c](const auto& in) { return div(c, add(abs(in[0]), 1.0)); }, {a}, "div const");
+}
+
+// pow(a, b) at b == 0: a^0 is 1 whatever a is, so d/da is 0, also at a == 0 (the formula
+// b a^(b-1) gives 0 * inf there); d/db is log(a) a^b, 0 at a == 0 (the limit), as PyTorch.
+TEST(ElementwiseGrad, PowAtAZeroExponentHasZeroBaseGradient) {
+  const TensorOptions f64 = TensorOptions{}.with_dtype(DType::F64);
+  const Tensor a = leaf(from_vector<double>({0.0, 0.0, 2.0, 0.0}, {4}, f64));
+  const Tensor b = leaf(from_vector<double>({0.0, 2.0, 0.0, 1.0}, {4}, f64));
+  sum(pow(a, b)).backward();
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{0.0, 0.0, 0.0, 1.0}));
+  EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{0.0, 0.0, std::log(2.0), 0.0}));
 }
 
 TEST(ElementwiseGrad, NonContiguousBinary) {
