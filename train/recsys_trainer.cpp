@@ -216,6 +216,10 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
   dopt.rank = rank();
   dopt.world_size = world_size();
   if (tc.dataset == "synthetic_criteo") {
+    if (!tc.dataset_path.empty())
+      log() << "note: training.dataset_path = \"" << tc.dataset_path << "\" ("
+            << config_.where("training.dataset_path")
+            << ") is not read: dataset synthetic_criteo generates its batches\n";
     const dlrm::ModelArgs flavor = dlrm::flavor_args(config_.model.flavor);
     dopt.num_dense = flavor.num_dense;
     for (const auto& f : flavor.features) dopt.table_sizes.push_back(f.num_embeddings);
@@ -253,17 +257,26 @@ RecsysTrainer::RecsysTrainer(config::JobConfig config, TrainerOptions options)
   }
   popt.planner.memory_budget_bytes = config_.embedding.memory_budget_mb << 20;
   popt.planner.batch_size_per_rank = tc.local_batch_size;
-  if (config_.embedding.sharding != "auto" && world_size() > 1) {  // one rank holds all anyway
-    const parallel::ShardingType type = parallel::parse_sharding_type(config_.embedding.sharding);
+  const std::string& sharding = config_.embedding.sharding;
+  for (const auto& t : model_->args().table_configs()) {
+    // Refused on any world size, so that a config tried on one rank fails there, not on many.
+    MT_CHECK(t.storage != runtime::sparse::TableStorage::Kv || sharding != "data_parallel",
+             "train: embedding.sharding = \"data_parallel\" (", config_.where("embedding.sharding"),
+             ") cannot hold kv-backed tables (each replica would keep its own store); use another "
+             "sharding or storage = \"memory\"");
+  }
+  if (sharding != "auto" && world_size() == 1) {
+    log() << "note: embedding.sharding = \"" << sharding << "\" ("
+          << config_.where("embedding.sharding")
+          << ") takes effect on more than one rank; one rank holds every table whole\n";
+  }
+  if (sharding != "auto" && world_size() > 1) {
+    const parallel::ShardingType type = parallel::parse_sharding_type(sharding);
     for (const auto& t : model_->args().table_configs())
       popt.planner.constraints[t.name].type = type;
   }
   for (const auto& t : model_->args().table_configs()) {
     if (t.storage != runtime::sparse::TableStorage::Kv) continue;
-    MT_CHECK(!popt.planner.constraints.count(t.name) ||
-                 popt.planner.constraints[t.name].type != parallel::ShardingType::DataParallel,
-             "train: embedding.sharding = \"data_parallel\" cannot hold kv-backed tables (each "
-             "replica would keep its own store); use another sharding or storage = \"memory\"");
     popt.planner.constraints[t.name].allowed = {
         parallel::ShardingType::TableWise, parallel::ShardingType::ColumnWise,
         parallel::ShardingType::RowWise, parallel::ShardingType::TableRowWise};

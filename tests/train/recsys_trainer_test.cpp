@@ -173,6 +173,10 @@ TEST(RecsysTrainer, BadConfigsNameTheKey) {
             std::string::npos);
   EXPECT_NE(error({"--embedding.lookup_only=[\"cat_1\"]"}).find("embedding.managed_collision"),
             std::string::npos);
+  // Refused on one rank too (it used to train there, table-wise, and fail only on several).
+  EXPECT_NE(error({"--embedding.storage=kv", "--embedding.sharding=data_parallel"})
+                .find("cannot hold kv-backed tables"),
+            std::string::npos);
   // A flavor whose features are not the dataset's.
   REQUIRE_SHARED_FILE(ml, "ml-100k/u.data");
   EXPECT_NE(error({"--training.dataset=movielens",
@@ -184,6 +188,32 @@ TEST(RecsysTrainer, BadConfigsNameTheKey) {
               job("dlrm_criteo_synthetic.toml", dir.path(), {"--embedding.optimizer=lamb"});
             }).find("embedding.optimizer"),
             std::string::npos);
+}
+
+// Settings one process does not use are noted in the log, naming the key: a synthetic dataset
+// reads no dataset_path, and one rank holds every table whole whatever embedding.sharding says.
+TEST(RecsysTrainer, SettingsOneRankDoesNotUseAreNoted) {
+  testing::ScratchDir dir;
+  auto log_of = [&](std::vector<std::string> extra) {
+    std::ostringstream log;
+    TrainerOptions o = quiet();
+    o.quiet = false;
+    o.log = &log;
+    extra.push_back("--training.steps=1");
+    RecsysTrainer(job("dlrm_criteo_synthetic.toml", dir.path(), extra), o);
+    return log.str();
+  };
+  const std::string plain = log_of({});
+  EXPECT_EQ(plain.find("note:"), std::string::npos) << plain;
+  const std::string path = log_of({"--training.dataset_path=/data/criteo"});
+  EXPECT_NE(path.find("note: training.dataset_path = \"/data/criteo\" (command-line flag"),
+            std::string::npos) << path;
+  EXPECT_NE(path.find("is not read: dataset synthetic_criteo generates its batches"),
+            std::string::npos) << path;
+  const std::string sharding = log_of({"--embedding.sharding=row_wise"});
+  EXPECT_NE(sharding.find("note: embedding.sharding = \"row_wise\" (command-line flag"),
+            std::string::npos) << sharding;
+  EXPECT_NE(sharding.find("takes effect on more than one rank"), std::string::npos) << sharding;
 }
 
 // Managed-collision ids on MovieLens: user and item ids hashed into their tables' rows (buckets
