@@ -33,7 +33,7 @@ std::unique_ptr<runtime::optim::LRScheduler> make_lr_scheduler(
   wsd.warmup_steps = config.warmup_steps;
   wsd.decay_ratio = config.decay_ratio;
   wsd.decay_type = runtime::optim::decay_type_from_name(config.decay_type);
-  wsd.lr_min = config.min_lr_factor;
+  wsd.min_lr_factor = config.min_lr_factor;
   return std::make_unique<runtime::optim::LRScheduler>(optimizer, total_steps, wsd);
 }
 

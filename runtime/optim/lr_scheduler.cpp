@@ -32,8 +32,8 @@ WsdPhases resolve_phases(const WarmupStableDecay& s, int64_t training_steps) {
   MT_CHECK(s.warmup_steps >= 0, "lr scheduler: warmup_steps must be >= 0, got ", s.warmup_steps);
   MT_CHECK(!s.decay_ratio || (*s.decay_ratio >= 0 && *s.decay_ratio <= 1),
            "lr scheduler: decay_ratio must be in [0, 1], got ", s.decay_ratio.value_or(0));
-  MT_CHECK(s.lr_min >= 0 && s.lr_min <= 1, "lr scheduler: lr_min must be in [0, 1], got ",
-           s.lr_min);
+  MT_CHECK(s.min_lr_factor >= 0 && s.min_lr_factor <= 1,
+           "lr scheduler: min_lr_factor must be in [0, 1], got ", s.min_lr_factor);
   WsdPhases p;
   p.warmup = std::min(s.warmup_steps, training_steps);
   if (s.decay_ratio) {
@@ -42,16 +42,16 @@ WsdPhases resolve_phases(const WarmupStableDecay& s, int64_t training_steps) {
   } else {
     p.decay = training_steps - p.warmup;
   }
-  p.stable = training_steps - p.warmup - p.decay;
+  p.stable = training_steps + 1 - p.warmup - p.decay;  // with the virtual last step
   return p;
 }
 
-double wsd_factor(int64_t step, const WsdPhases& p, DecayType type, double lr_min) {
+double wsd_factor(int64_t step, const WsdPhases& p, DecayType type, double min_lr_factor) {
   MT_CHECK(step >= 0, "lr scheduler: step must be >= 0, got ", step);
-  step = std::min(step, p.warmup + p.stable + p.decay);
-  if (step < p.warmup) return double(step + 1) / double(p.warmup + 1);
+  step = std::min(step, p.warmup + p.stable + p.decay - 1);  // N: the step after the run
+  if (step < p.warmup) return double(step + 1) / double(p.warmup);
   if (step < p.warmup + p.stable || p.decay == 0) return 1.0;
-  const double progress = double(step + 1 - p.warmup - p.stable) / double(p.decay + 1);
+  const double progress = double(step + 1 - p.warmup - p.stable) / double(p.decay);
   double c = 0.0;
   switch (type) {
     case DecayType::Linear:
@@ -64,7 +64,7 @@ double wsd_factor(int64_t step, const WsdPhases& p, DecayType type, double lr_mi
       c = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
       break;
   }
-  return lr_min + (1.0 - lr_min) * c;
+  return min_lr_factor + (1.0 - min_lr_factor) * c;
 }
 
 LRScheduler::LRScheduler(Optimizer& optimizer, int64_t training_steps, WarmupStableDecay schedule)
@@ -77,7 +77,7 @@ LRScheduler::LRScheduler(Optimizer& optimizer, int64_t training_steps, WarmupSta
 }
 
 double LRScheduler::factor(int64_t step) const {
-  return wsd_factor(step, phases_, schedule_.decay_type, schedule_.lr_min);
+  return wsd_factor(step, phases_, schedule_.decay_type, schedule_.min_lr_factor);
 }
 
 void LRScheduler::apply() {

@@ -1,17 +1,20 @@
 // Learning-rate schedules, torchtitan-style warmup-stable-decay (WSD), applied as a factor of
 // each group's base lr (the lr the group had when the scheduler was built), like torch LambdaLR.
+// The formula is current torchtitan's (components/lr_scheduler.py, the one with min_lr_factor).
 //
-// With N = training_steps, W = warmup_steps (clamped to N), D = decay steps and S = N - W - D:
+// With N = training_steps, W = warmup_steps (clamped to N) and D = decay steps:
 //   D = round(N * decay_ratio) (half to even, as Python), reduced to N - W when W + D > N;
 //       without a decay_ratio, D = N - W (decay right after warmup).
+//   S = N + 1 - W - D: the stable steps, with a virtual last step, so that the last training
+//       step still runs above min_lr_factor (it reaches min_lr_factor only after the run).
 //   factor(s), for the 0-based step s (s is clamped to N):
-//     s < W          (s + 1) / (W + 1)               linear warmup, never 0 (torchtitan)
+//     s < W          (s + 1) / W                     linear warmup, reaching 1 at its last step
 //     s < W + S      1                               stable
-//     otherwise      p = (s + 1 - W - S) / (D + 1)   decay progress in (0, 1]
-//                    lr_min + (1 - lr_min) * c(p), c = 1 - p (linear), 1 - sqrt(p) (sqrt) or
-//                    (1 + cos(pi p)) / 2 (cosine); 1 when D == 0
-// lr_min is a factor of the base lr. Note: the decay ratio is a share of ALL training steps (as
-// torchtitan's decay_ratio), not of the steps left after warmup.
+//     otherwise      p = (s + 1 - W - S) / D         decay progress in (0, 1]
+//                    m + (1 - m) * c(p), c = 1 - p (linear), 1 - sqrt(p) (sqrt) or
+//                    (1 + cos(pi p)) / 2 (cosine), m = min_lr_factor
+// min_lr_factor is a factor of the base lr. Note: the decay ratio is a share of ALL training
+// steps (as torchtitan's decay_ratio), not of the steps left after warmup.
 //
 // Usage: build after the optimizer (the group lrs become base * factor(0) at once); call step()
 // after each optimizer.step(), so training step k (1-based) runs with factor(k - 1).
@@ -37,7 +40,7 @@ struct WarmupStableDecay {
   std::optional<double> decay_ratio =
       std::nullopt;  // in [0, 1]; nullopt: decay over all steps after warmup
   DecayType decay_type = DecayType::Linear;
-  double lr_min = 0.0;  // in [0, 1], a factor of the base lr
+  double min_lr_factor = 0.0;  // in [0, 1], a factor of the base lr
 };
 
 // The resolved phase lengths of a schedule over `training_steps`.
@@ -46,7 +49,7 @@ struct WsdPhases {
 };
 WsdPhases resolve_phases(const WarmupStableDecay& schedule, int64_t training_steps);
 // The lr factor at 0-based step `step` (see the header comment).
-double wsd_factor(int64_t step, const WsdPhases& phases, DecayType type, double lr_min);
+double wsd_factor(int64_t step, const WsdPhases& phases, DecayType type, double min_lr_factor);
 
 class LRScheduler {
  public:

@@ -137,8 +137,8 @@ TEST(TrainerPipelineMpi, ZeroBubbleEqualsInterleaved1F1BBitwise) {
 // Zero bubble with FSDP: each micro-batch's weight pass ends with the stage's reduce-scatters of
 // its own gradients (the FSDP hooks pair a split backward's halves by pass, and a module's
 // gathered parameters stay until its last weight pass). On 4 ranks pp 2 x FSDP 2 in f32 matches
-// one process and Interleaved1F1B (losses bitwise; gradient norms measured 1e-11..2e-8 apart: the
-// reduce-scatters' buffers differ per pass). bf16 stages (sharded on the pp ranks alone) train as
+// one process and Interleaved1F1B (gradient norms measured 1e-11..2e-8 apart: the
+// reduce-scatters' buffers differ per pass; the losses, which those steps move, within 1e-6). bf16 stages (sharded on the pp ranks alone) train as
 // Interleaved1F1B to bf16 rounding (losses measured 5e-5 apart by step 10), with activation
 // checkpointing too.
 TEST(TrainerPipelineMpi, ZeroBubbleWithFsdp) {
@@ -170,10 +170,12 @@ TEST(TrainerPipelineMpi, ZeroBubbleWithFsdp) {
     const TrainResult i1f1b =
         run(job(corpus, shared_dir("i1f1b_pp_fsdp"), 4, pp_args(2, "Interleaved1F1B", 1)),
             world());
-    EXPECT_EQ(zb.losses, i1f1b.losses);
-    for (size_t i = 0; i < i1f1b.grad_norms.size(); ++i)
+    ASSERT_EQ(zb.losses.size(), i1f1b.losses.size());
+    for (size_t i = 0; i < i1f1b.grad_norms.size(); ++i) {
+      EXPECT_NEAR(zb.losses[i], i1f1b.losses[i], 1e-6 * i1f1b.losses[i]) << "step " << i + 1;
       EXPECT_NEAR(zb.grad_norms[i], i1f1b.grad_norms[i], 1e-6 * i1f1b.grad_norms[i])
           << "step " << i + 1;
+    }
   }
 }
 
