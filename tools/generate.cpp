@@ -56,6 +56,7 @@
 #include "runtime/nn/init.h"
 #include "runtime/ops/factory.h"
 #include "tools/flags.h"
+#include "train/checkpointer.h"
 #include "train/model_spec.h"
 
 using mt::tools::FlagReader;
@@ -216,11 +217,15 @@ mt::models::ModelSpec model_spec(const Args& a, const mt::data::BpeTokenizer& to
   return spec;
 }
 
-// The model.* tensors of a checkpoint into `model` (any float dtype converted).
+// The model.* tensors of a checkpoint (parameters and persistent buffers) into `model` (any float
+// dtype converted).
 void load_weights(mt::runtime::nn::Module& model, const fs::path& dir) {
   ckpt::CheckpointState dest;
   for (const auto& [fqn, param] : model.named_parameters()) {
     dest.tensors.push_back(ckpt::whole("model." + fqn, param.detach()));
+  }
+  for (const auto& [fqn, buffer] : mt::train::persistent_buffers(model)) {  // e.g. MoE routing bias
+    dest.tensors.push_back(ckpt::whole("model." + fqn, buffer.detach()));
   }
   ckpt::LoadOptions options;
   options.exclude = {"optimizer.", "lr_scheduler."};

@@ -52,18 +52,6 @@ std::map<std::string, Placement> placements_of(runtime::nn::Module& model) {
   return out;
 }
 
-// The model's persistent buffers (state_dict() minus the parameters; e.g. the MoE routing bias):
-// the same on every rank, saved whole.
-std::vector<std::pair<std::string, Tensor>> persistent_buffers(runtime::nn::Module& model) {
-  std::set<std::string> params;  // every slot's name: a tied parameter is no buffer in its second
-  for (const auto& slot : model.named_parameter_slots()) params.insert(slot.fqn);
-  std::vector<std::pair<std::string, Tensor>> out;
-  for (const auto& [fqn, t] : model.state_dict()) {
-    if (!params.contains(fqn)) out.emplace_back(fqn, t);
-  }
-  return out;
-}
-
 // The parameter FQN of an optimizer state key "state.<fqn>.<field>", or "" for other keys.
 std::string param_of_state_key(const std::string& key, const runtime::optim::Optimizer& opt) {
   if (!key.starts_with("state.")) return "";
@@ -106,6 +94,16 @@ int64_t int_value(const checkpoint::Values& values, const std::string& key, cons
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, Tensor>> persistent_buffers(runtime::nn::Module& model) {
+  std::set<std::string> params;  // every slot's name: a tied parameter is no buffer in its second
+  for (const auto& slot : model.named_parameter_slots()) params.insert(slot.fqn);
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [fqn, t] : model.state_dict()) {
+    if (!params.contains(fqn)) out.emplace_back(fqn, t);
+  }
+  return out;
+}
 
 TrainCheckpointer::TrainCheckpointer(const config::JobConfig& config,
                                      std::shared_ptr<parallel::ProcessGroup> world,
@@ -290,6 +288,14 @@ ResumePoint TrainCheckpointer::resume(std::ostream& log) {
   }
   if (!opt_state.empty()) optimizer_.load_state_dict(opt_state);
   if (!sched_state.empty()) scheduler_.load_state_dict(sched_state);
+  point.step = int_value(report.values, "step", dir);
+  point.tokens_seen = int_value(report.values, "tokens_seen", dir);
+  if (checkpoint::is_excluded(kLoaderGroup, options.exclude)) {
+    log << "checkpoint: resumed from " << dir.string() << " at step " << point.step
+        << "; the data loader starts from the beginning of the data (\"dataloader\" in "
+           "checkpoint.exclude_from_loading)\n";
+    return point;
+  }
   MT_CHECK(!report.per_rank_values.empty(), "checkpoint ", dir.string(),
            ": no data loader state (/state/dataloader)");
   std::map<std::string, int64_t> loader_state;
@@ -305,8 +311,6 @@ ResumePoint TrainCheckpointer::resume(std::ostream& log) {
             "; resume with the checkpoint's training.seq_len, training.seed, dataset and "
             "validation.enable, or start a new run in another job.dump_folder");
   }
-  point.step = int_value(report.values, "step", dir);
-  point.tokens_seen = int_value(report.values, "tokens_seen", dir);
   log << "checkpoint: resumed from " << dir.string() << " at step " << point.step << "\n";
   return point;
 }

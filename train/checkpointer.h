@@ -15,8 +15,9 @@
 // Resuming ([checkpoint] enable): the checkpoint at load_step (-1 = the latest complete one) in
 // <dump_folder>/<folder> is loaded in full; with no checkpoint there, initial_load_path (a
 // step-N folder) gives the model weights only (any float dtype is converted); else the run starts
-// fresh. exclude_from_loading lists name prefixes not loaded (e.g. "optimizer."). The data loader
-// continues the token stream from the saved global position (the same for any world size).
+// fresh. exclude_from_loading lists name prefixes not loaded (e.g. "optimizer."; "dataloader":
+// the loader starts from the beginning of the data). Else the data loader continues the token
+// stream from the saved global position (the same for any world size).
 // Saving: every `interval` steps and at the last step; model_only makes the last save hold only
 // model.* tensors in export_dtype (for export). async_mode = "async" saves in the background.
 #pragma once
@@ -58,6 +59,10 @@ struct CheckpointedData {
   std::function<std::map<std::string, int64_t>()> state;
   std::function<void(const std::map<std::string, int64_t>&)> load_state;
 };
+
+// The model's persistent buffers, saved whole as model.<fqn> beside its parameters: state_dict()
+// minus the parameters (e.g. the MoE routing bias). The same on every rank.
+std::vector<std::pair<std::string, runtime::Tensor>> persistent_buffers(runtime::nn::Module& model);
 
 // What a model keeps outside its FSDP parameters (e.g. sharded embedding tables, whose shards are
 // plain parameters of the module but sit at row/column offsets of the global table): the

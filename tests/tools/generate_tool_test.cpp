@@ -3,7 +3,8 @@
 // gives the ids of the same greedy decoding run in process and --logits-out the prompt's logits;
 // a --flavor that is not the checkpoint's model is an error listing the differing fields, and for
 // checkpoints without a saved architecture the shapes are compared before a model is allocated;
-// --model deepseek_v3 decodes a MoE checkpoint as the model does in process.
+// --model deepseek_v3 decodes a MoE checkpoint (its routing biases too) as the model does in
+// process.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -23,12 +24,14 @@
 #include "models/registry.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/core/grad_mode.h"
+#include "runtime/ops/elementwise.h"
 #include "runtime/ops/factory.h"
 #include "tests/testing/run_command.h"
 #include "tests/testing/scratch_dir.h"
 #include "tests/testing/shared_data.h"
 #include "tests/testing/tensor_testing.h"
 #include "tests/testing/trainer_fixtures.h"
+#include "train/checkpointer.h"
 #include "train/hf_conversion.h"
 
 #ifndef MT_GENERATE_BIN
@@ -163,9 +166,18 @@ TEST_F(GenerateTool, MoeCheckpointDecodesAsTheModelInProcess) {
   std::any_cast<models::moe::ModelArgs&>(*spec.args).vocab_size = 50257;
   std::any_cast<models::moe::ModelArgs&>(*spec.args).max_seq_len = 64;
   const auto model = spec.build({.seed = 9});
+  // Saved as the trainer saves it: the parameters and the routing biases (buffers), which are
+  // set far from their initial zeros so that decoding without them routes other experts.
   checkpoint::CheckpointState state;
   for (const auto& [fqn, p] : model->named_parameters())
     state.tensors.push_back(checkpoint::whole("model." + fqn, p.detach()));
+  const std::vector<std::pair<std::string, Tensor>> buffers = train::persistent_buffers(*model);
+  ASSERT_EQ(buffers.size(), 3u);  // the expert_bias of each MoE layer
+  for (const auto& [fqn, buffer] : buffers) {
+    EXPECT_TRUE(fqn.ends_with(".moe.expert_bias")) << fqn;
+    buffer.copy_(runtime::randn(buffer.shape(), runtime::RandomKey(11, fqn)) * 10.0);
+    state.tensors.push_back(checkpoint::whole("model." + fqn, buffer.detach()));
+  }
   state.values["step"] = int64_t(0);
   auto world = parallel::MpiProcessGroup::world();
   checkpoint::save_checkpoint(scratch_ / "moe" / "step-0", state, *world);

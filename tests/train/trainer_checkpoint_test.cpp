@@ -620,6 +620,38 @@ TEST(TrainerCheckpoint, ExcludeOptimizerLoadsTheModelAndStartsAFreshOptimizer) {
   }
 }
 
+// The data loader's saved values ("dataloader/rank_<r>/<key>" in the index), by key.
+checkpoint::Values loader_values(const fs::path& step_folder) {
+  checkpoint::Values out;
+  for (const auto& [key, value] : index_of(step_folder).values)
+    if (key.starts_with("dataloader/")) out[key] = value;
+  return out;
+}
+
+// exclude_from_loading = ["dataloader"] (torchtitan's name): the model and optimizer are loaded,
+// and the loader starts from the beginning of the data, as a fresh run's does.
+TEST(TrainerCheckpoint, ExcludeDataloaderStartsTheDataAgain) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const Inputs& in = inputs(corpus);
+  testing::ScratchDir dir;
+  const Names common = {"--training.steps=6", "--checkpoint.interval=2"};
+  const TrainResult straight = train(job_args(in, dir / "straight", common));
+  const fs::path dump = dir / "excluded";
+  copy_checkpoint(dir / "straight", 4, dump);
+  Names args = job_args(in, dump, common);
+  args.push_back("--checkpoint.exclude_from_loading=dataloader");
+  const TrainResult resumed = train(args);
+  EXPECT_EQ(resumed.first_step, 5);
+  ASSERT_EQ(resumed.losses.size(), 2u);
+  // Steps 5 and 6 read the data of steps 1 and 2: the loader saved after them is the one saved
+  // at step 2, and their losses are not the straight run's.
+  const checkpoint::Values at_2 = loader_values(step_dir(dir / "straight", 2));
+  ASSERT_FALSE(at_2.empty());
+  EXPECT_EQ(loader_values(step_dir(dump, 6)), at_2);
+  EXPECT_NE(loader_values(step_dir(dir / "straight", 6)), at_2);
+  EXPECT_NE(resumed.losses[0], straight.losses[4]);
+}
+
 TEST(TrainerCheckpoint, ModelOnlyBf16ExportStartsANewRun) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const Inputs& in = inputs(corpus);
