@@ -88,6 +88,29 @@ models::ModelSpec adopt_saved_architecture(const models::ModelSpec& spec,
   return adopted;
 }
 
+std::vector<std::pair<std::string, double>> moe_balancing_overrides(const config::JobConfig& job) {
+  std::vector<std::pair<std::string, double>> set;
+  if (job.model.moe_aux_loss_alpha >= 0)
+    set.emplace_back("model.moe_aux_loss_alpha", job.model.moe_aux_loss_alpha);
+  if (job.model.moe_load_balance_coeff >= 0)
+    set.emplace_back("model.moe_load_balance_coeff", job.model.moe_load_balance_coeff);
+  return set;
+}
+
+namespace {
+// The overrides over the flavor's (or checkpoint's) values; on a model without routed experts
+// they are an error (they would do nothing).
+void apply_moe_balancing(const config::JobConfig& job, models::ModelSpec& spec) {
+  auto* moe = std::any_cast<models::moe::ModelArgs>(spec.args.get());
+  for (const auto& [key, value] : moe_balancing_overrides(job)) {
+    MT_CHECK(moe != nullptr, key, " = ", value, " (", job.where(key), ") applies to MoE models ",
+             "(deepseek_v3); model.name = \"", job.model.name, "\" has no routed experts");
+    if (key == "model.moe_aux_loss_alpha") moe->aux_loss_alpha = value;
+    if (key == "model.moe_load_balance_coeff") moe->load_balance_coeff = value;
+  }
+}
+}  // namespace
+
 models::ModelSpec model_spec_for(const config::JobConfig& job, std::optional<int64_t> vocab_size,
                                  const std::optional<SavedArchitecture>& saved,
                                  const std::function<void(std::any& model_args)>& edit_args) {
@@ -131,6 +154,7 @@ models::ModelSpec model_spec_for(const config::JobConfig& job, std::optional<int
     }
   }
   with_lm_args(spec, [&](auto& args) { args.max_seq_len = job.training.seq_len; });
+  apply_moe_balancing(job, spec);
   if (auto* args = std::any_cast<models::llama::ModelArgs>(spec.args.get())) {
     MT_CHECK(job.training.seq_len <= args->max_position_embeddings,
              "training.seq_len = ", job.training.seq_len, " (", job.where("training.seq_len"),

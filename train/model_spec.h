@@ -18,6 +18,8 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "checkpoint/state.h"
 #include "models/llama/model_args.h"
@@ -48,9 +50,13 @@ std::optional<SavedArchitecture> architecture_to_load(const config::JobConfig& j
 // sampled: their logits only join the softmax's sum, and learn to stay low).
 int64_t model_vocab_size(const config::JobConfig& job, int64_t tokenizer_vocab);
 
+// The [model] moe_* keys the job sets (those not -1), as (key, value): MoE balancing over the
+// flavor's values; for models without routed experts, an error.
+std::vector<std::pair<std::string, double>> moe_balancing_overrides(const config::JobConfig& job);
+
 // The spec for the job's model with the tokenizer's vocab (when given; padded as above), then
-// `edit_args` (tests shrink a flavor), applied, and max_seq_len = training.seq_len: what the
-// Trainer builds. With
+// `edit_args` (tests shrink a flavor), applied, the moe_* overrides above, and max_seq_len =
+// training.seq_len: what the Trainer builds. With
 // `saved`, the saved architecture (see above; its vocab must hold the tokenizer's ids, and
 // `edit_args` is not applied to "from_checkpoint"); that flavor without one is an error.
 models::ModelSpec model_spec_for(

@@ -37,6 +37,7 @@
 #include "train/embedding_setup.h"
 #include "train/metrics/eta.h"
 #include "train/metrics/step_metrics.h"
+#include "train/model_spec.h"
 #include "train/optimizer_setup.h"
 #include "train/run_scaffold.h"
 
@@ -156,6 +157,10 @@ void check_recsys_config(const config::JobConfig& c) {
            "train: model.name = \"dlrm\" has no MoE experts for float8 grouped GEMMs; set "
            "quantize.grouped_mm.float8.fqns = [] (",
            c.where("quantize.grouped_mm.float8.fqns"), ")");
+  for (const auto& [key, value] : moe_balancing_overrides(c)) {
+    MT_FAIL("train: ", key, " = ", value, " (", c.where(key), ") applies to MoE models ",
+            "(deepseek_v3); model.name = \"dlrm\" has no routed experts");
+  }
 }
 
 }  // namespace

@@ -17,7 +17,10 @@
 #include "tests/testing/shared_data.h"
 #include "tests/testing/trainer_fixtures.h"
 #include "tests/testing/scratch_dir.h"
+#include "runtime/core/error.h"
 #include "train/config/load.h"
+#include "train/config/validate.h"
+#include "train/model_spec.h"
 #include "train/trainer.h"
 
 namespace mt::train {
@@ -45,14 +48,12 @@ TrainResult train_moe(const fs::path& corpus, double load_balance_coeff, int64_t
       "--training.dataset_path=" + corpus.string(), "--training.local_batch_size=8",
       "--training.seq_len=64", "--training.steps=" + std::to_string(steps), "--training.seed=7",
       "--training.mixed_precision_param=float32", "--optimizer.lr=3e-3",
-      "--lr_scheduler.warmup_steps=5", "--validation.enable=false"};
+      "--lr_scheduler.warmup_steps=5", "--validation.enable=false",
+      "--model.moe_load_balance_coeff=" + std::to_string(load_balance_coeff)};
   flags.insert(flags.end(), more.begin(), more.end());
   const config::JobConfig cfg = config::load_config(fs::path(), flags);
   TrainerOptions options;
-  options.edit_model_args = [load_balance_coeff](std::any& args) {
-    testing::shrink_moe(args);
-    std::any_cast<models::moe::ModelArgs&>(args).load_balance_coeff = load_balance_coeff;
-  };
+  options.edit_model_args = testing::shrink_moe;
   std::ostringstream out;
   options.quiet = log == nullptr;
   options.log = &out;
@@ -87,6 +88,39 @@ TEST(MoeTrainer, LoadImbalanceFallsWithTheBiasUpdateAndStaysHighWithout) {
   EXPECT_GT(off_late, 3.0) << "without the update the routing was expected to stay collapsed";
   EXPECT_LT(on_late, off_late - 1.0);
   EXPECT_LT(on.losses.back(), on.losses.front() - 0.5);  // and it still trains
+}
+
+// [model] moe_aux_loss_alpha reaches the model: the sequence-wise balance loss joins the loss
+// (the flavor has none). The moe_* keys on a model without routed experts are errors naming the
+// key, as is a negative value other than -1 (the flavor's).
+TEST(MoeTrainer, BalancingKeysReachTheModelAndOtherModelsRefuseThem) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const TrainResult plain = train_moe(corpus, 1e-3, 3);
+  const TrainResult aux = train_moe(corpus, 1e-3, 3, {"--model.moe_aux_loss_alpha=0.5"});
+  ASSERT_EQ(aux.losses.size(), 3u);
+  EXPECT_GT(aux.losses[0], plain.losses[0] + 1e-4);  // alpha * sum_i f_i P_i > 0 is added
+
+  const auto error = [](const std::vector<std::string>& flags) {
+    try {
+      const config::JobConfig cfg = config::load_config(fs::path(), flags);
+      config::validate(cfg);
+      (void)model_spec_for(cfg, 256);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error({"--model.moe_aux_loss_alpha=0.1"})
+                .find("model.moe_aux_loss_alpha = 0.1 (command-line flag"),
+            std::string::npos);
+  EXPECT_NE(error({"--model.moe_load_balance_coeff=0"}).find("has no routed experts"),
+            std::string::npos);
+  EXPECT_NE(error({"--model.name=deepseek_v3", "--model.moe_aux_loss_alpha=-0.5"})
+                .find("model.moe_aux_loss_alpha: must be >= 0, or -1 for the flavor's value"),
+            std::string::npos);
+  EXPECT_EQ(error({"--model.name=deepseek_v3", "--model.flavor=moe_debug",
+                   "--model.moe_load_balance_coeff=0", "--model.moe_aux_loss_alpha=-1"}),
+            "no error");
 }
 
 // [quantize.grouped_mm.float8] with emulate = true: the CPU reference of float8 MoE training.

@@ -2,6 +2,7 @@
 #include "train/config/schema.h"
 
 #include <charconv>
+#include <cmath>
 #include <variant>
 
 namespace mt::train::config {
@@ -66,6 +67,17 @@ bool block_period_or_op(const Value& v) {
 // quantize.linear.float8.recipe_name: torchtitan's recipes (torchao's names).
 Check float8_recipe() { return one_of({"tensorwise", "rowwise"}); }
 
+// model.moe_*: -1 (keep the flavor's value) or a weight >= 0.
+Check flavor_or_non_negative() {
+  return custom(">= 0, or -1 for the flavor's value", [](const Value& v) {
+    double x = 0;
+    if (const auto* d = std::get_if<double>(&v)) x = *d;
+    else if (const auto* i = std::get_if<int64_t>(&v)) x = double(*i);
+    else return false;
+    return std::isfinite(x) && (x >= 0 || x == -1.0);
+  });
+}
+
 std::vector<SectionSpec> build_schema() {
   using J = JobSectionConfig;
   using M = ModelConfig;
@@ -108,6 +120,16 @@ std::vector<SectionSpec> build_schema() {
            "a multiple of this, e.g. 64: GPT-2's 50257 -> 50304, GEMM-friendly and FP8-able "
            "(multiples of 16); padded ids are never inputs, targets or sampled; 1 = no padding",
            positive()},
+          {"moe_aux_loss_alpha", &M::moe_aux_loss_alpha,
+           "MoE models (deepseek_v3): weight of DeepSeek-V3's sequence-wise balance loss, "
+           "alpha * sum_i f_i P_i per sequence, added to the loss; 0 = off; -1 = the flavor's "
+           "(0 in every shipped flavor)",
+           flavor_or_non_negative()},
+          {"moe_load_balance_coeff", &M::moe_load_balance_coeff,
+           "MoE models (deepseek_v3): step of the auxiliary-loss-free routing bias update after "
+           "each optimizer step, expert_bias += coeff * sign(mean load - load); 0 = off; -1 = "
+           "the flavor's (1e-3 in every shipped flavor)",
+           flavor_or_non_negative()},
       }));
   s.push_back(section<O>(
       "optimizer", &JobConfig::optimizer, "The optimizer.",
@@ -131,7 +153,8 @@ std::vector<SectionSpec> build_schema() {
            in_range(0, 1)},
           {"decay_type", &L::decay_type, "Shape of the decay",
            one_of({"linear", "sqrt", "cosine"})},
-          {"min_lr_factor", &L::min_lr_factor, "Learning rate at the end, as a factor of lr",
+          {"min_lr_factor", &L::min_lr_factor,
+           "Learning rate the decay ends at (one step after the run), as a factor of lr",
            in_range(0, 1)},
       }));
   s.push_back(section<T>(

@@ -29,6 +29,8 @@ struct ModelConfig {  // [model]
   std::string flavor = "debugmodel";
   std::string tokenizer_path = "";
   int64_t vocab_size_multiple_of = 1;  // the model's vocab: the tokenizer's, rounded up to it
+  double moe_aux_loss_alpha = -1.0;      // MoE models; -1 = the flavor's
+  double moe_load_balance_coeff = -1.0;  // MoE models; -1 = the flavor's
   bool operator==(const ModelConfig&) const = default;
 };
 
