@@ -12,7 +12,8 @@
 //   Adam                  m1 = b1 m1 + (1-b1) g;  m2 = b2 m2 + (1-b2) g^2  (m1, m2 [V, D])
 //                         w -= lr * (m1/(1-b1^t) / (sqrt(m2/(1-b2^t)) + eps) + wd*w)
 //   PartialRowwiseAdam    as Adam with m2 [V, 1]: m2[r] = b2 m2[r] + (1-b2) mean_j(g_j^2)
-// (FBGEMM's formulas: Adam's weight decay is decoupled, SGD's and Adagrad's are L2.)
+// (FBGEMM's formulas, Adam's weight decay decoupled and Adagrad's L2 as its weight_decay_mode;
+// FBGEMM's EXACT_SGD has no weight decay: ours adds L2, nothing at the default weight_decay 0.)
 // Kernels: runtime/cpu/embedding_optim.cpp and runtime/cuda/embedding_optim.cu, both through
 // the element arithmetic of runtime/kernels/embedding_optim_update.h.
 #pragma once
