@@ -36,14 +36,17 @@ llama::GenerateResult Trainer::decode(const std::vector<int64_t>& prompt,
   } else {
     modules[0] = model_.get();
   }
-  // Under tensor parallelism each rank holds kv_heads / tp heads of each layer; with sequence
-  // parallelism a forward's tokens are split over tp, so each step runs on tokens padded to a
-  // multiple of tp (at the end: causal attention keeps them from the real positions, and the
-  // caches forget them after the step).
+  // Under tensor parallelism each rank holds kv_heads / tp heads of each layer, and a forward's
+  // tokens are split over tp (sequence parallelism; without it, a MoE layer still routes its
+  // share of the tokens), so each step runs on tokens padded to a multiple of tp (at the end:
+  // causal attention keeps them from the real positions, and the caches forget them after the
+  // step). So a sample stops up to tp - 1 tokens before max_seq_len.
   std::map<int64_t, llama::KVCache> caches;
   for (const auto& [index, module] : modules)
     caches.emplace(index, spec_->make_kv_cache(*module, param_compute_dtype(), tp_));
-  const int64_t multiple = tp_ > 1 && config_.parallelism.enable_sequence_parallel ? tp_ : 1;
+  const int64_t multiple = tp_;
+  // Between pipeline stages: this rank's sequence shard with sequence parallelism, else all.
+  const int64_t shards = config_.parallelism.enable_sequence_parallel ? tp_ : 1;
   const bool vocab_split = tp_ > 1 && !config_.parallelism.disable_loss_parallel;
   const auto forward = [&](int64_t index, runtime::nn::Module& module, const Tensor& x) {
     return spec_->forward_cached(module, x, caches.at(index));
@@ -56,7 +59,7 @@ llama::GenerateResult Trainer::decode(const std::vector<int64_t>& prompt,
                     : runtime::cat({tokens, runtime::zeros({1, padded - t}, tokens.options())}, 1);
     const Tensor logits =  // [1, padded, V or this rank's vocab columns] with the output
         pipeline_ ? pipeline_->forward_through_stages(
-                        input, spec_->hidden_shape(1, padded / multiple), forward)
+                        input, spec_->hidden_shape(1, padded / shards), forward)
                   : forward(0, *model_, input);
     for (auto& [index, cache] : caches) cache.truncate(position + t);
     if (!logits.defined()) return logits;
@@ -84,9 +87,8 @@ std::string Trainer::generate_sample(const std::string& prompt, int64_t max_new_
   } else {
     for (int32_t t : tokenizer_->encode_ordinary(prompt)) ids.push_back(t);
   }
-  // Room for one new token (and the padding sequence parallelism adds: decode()).
-  const int64_t room = *max_seq_len_of(*spec_) - 1 -
-                       (tp_ > 1 && config_.parallelism.enable_sequence_parallel ? tp_ - 1 : 0);
+  // Room for one new token (and the padding tensor parallelism adds: decode()).
+  const int64_t room = *max_seq_len_of(*spec_) - 1 - (tp_ - 1);
   if (int64_t(ids.size()) > room) ids.erase(ids.begin(), ids.end() - room);
   llama::GenerateOptions go;
   go.max_new_tokens = max_new_tokens;

@@ -2,6 +2,7 @@
 #include "parallel/tensor/tp_style.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "parallel/tensor/dtensor_ops.h"
 #include "parallel/tensor/redistribute.h"
@@ -28,25 +29,27 @@ Placement resolved(const Placement& p, int64_t ndim) {
 }
 
 // The global shape of an activation whose local piece on tp (layout `p`) has shape `local`.
+// `sharded_size`: the global length of the split dim where a weight fixes it (a column-wise
+// layer's output features, which need not divide by tp); else the split is even (the sequence
+// and head dims divide by tp, checked by the model's parallelize).
 Shape activation_shape(const Tensor& local, const Placement& p, const DeviceMesh& mesh,
-                       const std::string& where) {
+                       const std::string& where, std::optional<int64_t> sharded_size) {
   Shape global = local.shape();
   const auto d = sharded_dim(p);
   if (!d) return global;
-  // Activations split over tp are split evenly (the sequence and the head dims divide by tp,
-  // checked by the model's parallelize); uneven pieces would need every rank's length.
-  global[size_t(*d)] *= mesh.size();
+  global[size_t(*d)] = sharded_size.value_or(global[size_t(*d)] * mesh.size());
   MT_CHECK(local_piece(global, mesh, {p}).shape == local.shape(), where, ": a ",
-           placement_name(p), " activation of local shape ", local.shape(),
-           " is not an even split over ", mesh.describe());
+           placement_name(p), " activation of local shape ", local.shape(), " is not this rank's ",
+           "piece of ", global, " over ", mesh.describe());
   return global;
 }
 
 // x (local, layout `from`) laid out as `to`, for code whose gradient is in `local_grad` form.
 Tensor relayout(const Tensor& x, const std::shared_ptr<DeviceMesh>& mesh, const Placement& from,
-                const Placement& to, const Placements& local_grad, const std::string& where) {
+                const Placement& to, const Placements& local_grad, const std::string& where,
+                std::optional<int64_t> sharded_size = std::nullopt) {
   const Placement a = resolved(from, x.dim()), b = resolved(to, x.dim());
-  const DTensor dt = from_local(x, mesh, {a}, activation_shape(x, a, *mesh, where));
+  const DTensor dt = from_local(x, mesh, {a}, activation_shape(x, a, *mesh, where, sharded_size));
   return to_local(redistribute(dt, {b}, local_grad, where), local_grad);
 }
 
@@ -120,13 +123,16 @@ void TensorParallel::apply(Module& root, const std::string& fqn, const ParallelS
   const std::string where = "tensor parallel '" + fqn + "'";
   if (const auto* col = std::get_if<ColwiseParallel>(&style)) {
     Module& m = root.submodule(fqn);
+    int64_t features = 0;  // the output's last dim, whole: the weight's split dim
     if (auto* lin = dynamic_cast<runtime::nn::Linear*>(&m)) {
       MT_CHECK(!lin->bias.defined(), where, ": a column-wise Linear with a bias is not supported");
       split(fqn + ".weight", lin->weight, Shard{0});
+      features = split_.back().global_shape[0];
       split_float8_linear(*lin, mesh, where, 0);
     } else {
       split(fqn + ".weight", module_as<runtime::nn::Embedding>(root, fqn, "ColwiseParallel").weight,
             Shard{1});
+      features = split_.back().global_shape[1];
     }
     const bool embedding = dynamic_cast<runtime::nn::Embedding*>(&m) != nullptr;
     if (col->input && !embedding) {
@@ -140,7 +146,7 @@ void TensorParallel::apply(Module& root, const std::string& fqn, const ParallelS
       m.register_forward_hook([=](Module&, const std::vector<Tensor>&, std::vector<Tensor>& outs) {
         const int64_t last = outs[0].dim() - 1;
         outs[0] = relayout(outs[0], mesh, Shard{last}, out, whole_grad_placements({out}),
-                           where + " output");
+                           where + " output", features);
       });
     }
   } else if (const auto* row = std::get_if<RowwiseParallel>(&style)) {

@@ -138,6 +138,37 @@ TEST(MoeTrainerMpi, TextSampleWithExpertParallelMatchesOneProcess) {
   EXPECT_EQ(samples(sharded), after);
 }
 
+// With tensor parallelism (tp 2 on each pair of ranks) every decode step's tokens are padded to
+// a multiple of tp, with sequence parallelism and without it (then the MoE layers still split
+// the tokens over tp: one decoded token used to leave the other rank none, and the gather
+// failed): one process's text.
+TEST(MoeTrainerMpi, TextSampleWithTensorParallelMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const auto shrink = [](std::any& args) { testing::shrink_moe(args); };
+  const auto samples = [&](const Trainer& t) {
+    return std::vector<std::string>{t.generate_sample("", 12, 0.8),
+                                    t.generate_sample("ROMEO:", 12, 0.0)};
+  };
+  const int64_t r = world()->rank();
+  std::shared_ptr<ProcessGroup> self = world()->split(int(r), 0);
+  std::shared_ptr<ProcessGroup> pair = world()->split(int(r / 2), int(r));
+  const Trainer one(job(corpus, shared_dir("tp_sample_one") / std::to_string(r), 8),
+                    testing::quiet_trainer_options(shrink, self));
+  const std::vector<std::string> want = samples(one);
+  ASSERT_GT(want[0].size(), 8u);
+  for (const bool sp : {true, false}) {
+    SCOPED_TRACE(sp ? "sequence parallel" : "no sequence parallel");
+    const std::vector<std::string> tp = {
+        "--parallelism.tensor_parallel_degree=2",
+        std::string("--parallelism.enable_sequence_parallel=") + (sp ? "true" : "false")};
+    const Trainer split(
+        job(corpus, shared_dir(sp ? "tp_sample_sp" : "tp_sample_no_sp") / std::to_string(r / 2),
+            8, tp),
+        testing::quiet_trainer_options(shrink, pair));
+    EXPECT_EQ(samples(split), want);
+  }
+}
+
 const std::vector<std::string> kFloat8Experts = {"--quantize.grouped_mm.float8.fqns=experts",
                                                  "--quantize.grouped_mm.float8.emulate=true"};
 

@@ -414,6 +414,35 @@ TEST(TrainerMpi, TensorParallelMatchesOneProcess) {
                   reference(corpus));
 }
 
+// A vocab tp does not divide (513 rows: the output layer's pieces are 257 and 256 features):
+// with the logits gathered before the loss (disable_loss_parallel) and with loss parallel, tp 2
+// trains as one process, and the end-of-run sample decodes the same text.
+TEST(TrainerMpi, TensorParallelWithAnUnevenVocabMatchesOneProcess) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const auto odd_vocab = [](std::any& args) {
+    testing::shrink_llama(args);
+    std::any_cast<models::llama::ModelArgs&>(args).vocab_size = 513;  // the tokenizer's 512 + 1
+  };
+  const int64_t r = world()->rank();
+  std::shared_ptr<ProcessGroup> self = world()->split(int(r), 0);
+  std::shared_ptr<ProcessGroup> pair = world()->split(int(r / 2), int(r));
+  const TrainResult one =
+      run(job(corpus, shared_dir("odd_vocab_one") / std::to_string(r), 8), self, 12, odd_vocab);
+  ASSERT_FALSE(one.sample.empty());
+  for (const bool loss_parallel : {false, true}) {
+    SCOPED_TRACE(loss_parallel ? "loss parallel" : "logits gathered");
+    const fs::path dump =
+        shared_dir(loss_parallel ? "odd_vocab_lp" : "odd_vocab_gathered") / std::to_string(r / 2);
+    const TrainResult tp =
+        run(job(corpus, dump, 8,
+                tp_args(2, {"--parallelism.disable_loss_parallel=" +
+                            std::string(loss_parallel ? "false" : "true")})),
+            pair, 12, odd_vocab);
+    testing::expect_same_run(tp, one);
+    EXPECT_EQ(tp.sample, one.sample);
+  }
+}
+
 // Float8 (tensorwise, emulated) with tp 2 on each pair of ranks: every split layer all-reduces its
 // casts' amaxes over tp, so each piece of a weight (and of a split input or output gradient) gets
 // the whole tensor's scale and the same codes: tp trains as one process in float8, with sequence
