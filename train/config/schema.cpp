@@ -365,7 +365,11 @@ std::vector<SectionSpec> build_schema() {
       {
           {"enable", &V::enable, "Compute the validation loss during training"},
           {"freq", &V::freq, "Validate every this many steps (> 0 when enabled)"},
-          {"steps", &V::steps, "Batches per validation; -1 = the whole split", positive_or(-1)},
+          {"steps", &V::steps,
+           "Batches per validation (of local_batch_size x data-parallel ranks sequences); -1 = "
+           "every full batch of the split (the windows past the last are left out, so that set "
+           "depends on the batch)",
+           positive_or(-1)},
       }));
   s.push_back(section<E>(
       "embedding", &JobConfig::embedding,
