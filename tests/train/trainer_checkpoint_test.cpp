@@ -587,17 +587,29 @@ TEST(TrainerCheckpoint, CheckpointOfAnotherModelShapeIsOneErrorListingEveryTenso
   EXPECT_EQ(train(args).first_step, 5);
 }
 
+// 6 steps straight into dir/straight, saving every `interval`; then steps 5 and 6 again in
+// dir/excluded from its step-4 checkpoint, loaded without `exclude`.
+struct ExcludedResume {
+  TrainResult straight, resumed;
+  fs::path dump;  // the resumed run's
+};
+ExcludedResume resume_step_4_excluding(const Inputs& in, const fs::path& dir, int interval,
+                                       const std::string& exclude) {
+  const Names common = {"--training.steps=6",
+                        "--checkpoint.interval=" + std::to_string(interval)};
+  ExcludedResume r{train(job_args(in, dir / "straight", common)), {}, dir / "excluded"};
+  copy_checkpoint(dir / "straight", 4, r.dump);
+  Names args = job_args(in, r.dump, common);
+  args.push_back("--checkpoint.exclude_from_loading=" + exclude);
+  r.resumed = train(args);
+  return r;
+}
+
 TEST(TrainerCheckpoint, ExcludeOptimizerLoadsTheModelAndStartsAFreshOptimizer) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const Inputs& in = inputs(corpus);
   testing::ScratchDir dir;
-  const Names common = {"--training.steps=6", "--checkpoint.interval=4"};
-  const TrainResult straight = train(job_args(in, dir / "straight", common));
-  const fs::path dump = dir / "excluded";
-  copy_checkpoint(dir / "straight", 4, dump);
-  Names args = job_args(in, dump, common);
-  args.push_back("--checkpoint.exclude_from_loading=optimizer.");
-  const TrainResult resumed = train(args);
+  const auto [straight, resumed, dump] = resume_step_4_excluding(in, dir.path(), 4, "optimizer.");
   EXPECT_EQ(resumed.first_step, 5);
   ASSERT_EQ(resumed.losses.size(), 2u);
   // Step 5 computes its loss and gradients from the loaded weights (and data position) alone...
@@ -634,13 +646,7 @@ TEST(TrainerCheckpoint, ExcludeDataloaderStartsTheDataAgain) {
   REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
   const Inputs& in = inputs(corpus);
   testing::ScratchDir dir;
-  const Names common = {"--training.steps=6", "--checkpoint.interval=2"};
-  const TrainResult straight = train(job_args(in, dir / "straight", common));
-  const fs::path dump = dir / "excluded";
-  copy_checkpoint(dir / "straight", 4, dump);
-  Names args = job_args(in, dump, common);
-  args.push_back("--checkpoint.exclude_from_loading=dataloader");
-  const TrainResult resumed = train(args);
+  const auto [straight, resumed, dump] = resume_step_4_excluding(in, dir.path(), 2, "dataloader");
   EXPECT_EQ(resumed.first_step, 5);
   ASSERT_EQ(resumed.losses.size(), 2u);
   // Steps 5 and 6 read the data of steps 1 and 2: the loader saved after them is the one saved
