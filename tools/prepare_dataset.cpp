@@ -5,7 +5,8 @@
 //                      [--eos-id N] [--allow-special] [--threads N] INPUT...
 //
 // Inputs: plain text, or JSON lines with a string field "text" per line (--format auto picks
-// jsonl for *.jsonl / *.json files). Plain text is split into documents at blank lines
+// jsonl for *.jsonl / *.json files, in any case); binary files (compressed, token files) are
+// refused. A blank "text" is no document. Plain text is split into documents at blank lines
 // (--doc-separator blank-line, the default) or taken as one document per file (file). Each
 // document is followed by EOS (the tokenizer's, or --eos-id). Text is encoded as ordinary text:
 // a literal "<|endoftext|>" in the corpus stays text and cannot fake a document boundary
@@ -210,7 +211,12 @@ void read_jsonl(const fs::path& path, Encoder& enc) {
     }
     MT_CHECK(j.is_object() && j.contains("text") && j["text"].is_string(), path.string(), ":",
              line_no, ": expected an object with a string field \"text\"");
-    enc.add(j["text"].get<std::string>(), bytes);
+    std::string text = j["text"].get<std::string>();
+    if (mt::data::is_blank_line(text)) {  // no document, as a blank paragraph of plain text
+      enc.skip(bytes);
+      continue;
+    }
+    enc.add(std::move(text), bytes);
   }
 }
 
@@ -260,13 +266,19 @@ int run(int argc, char** argv) {
                tok.vocab_size(), static_cast<long long>(eos));
 
   check_output_replaces_nothing_else(args);
+  for (const auto& p : args.inputs) {  // before anything is written
+    if (const auto why = mt::data::not_text_reason(p)) {
+      MT_FAIL("mt_prepare_dataset: the input ", p.string(), " does not look like text: ", *why,
+              " (compressed? a token file?); give UTF-8 text or JSON lines (nothing was "
+              "written)");
+    }
+  }
   Progress progress(total);
   mt::data::TokenFileWriter writer(args.output, identity, eos);
   Encoder enc(tok, writer, args.allow_special, progress);
   for (const auto& p : args.inputs) {
-    const std::string ext = p.extension().string();
     const bool jsonl =
-        args.format == "jsonl" || (args.format == "auto" && (ext == ".jsonl" || ext == ".json"));
+        args.format == "jsonl" || (args.format == "auto" && mt::data::is_json_lines_path(p));
     if (jsonl) {
       read_jsonl(p, enc);
     } else {
@@ -274,15 +286,13 @@ int run(int argc, char** argv) {
     }
   }
   enc.flush();
+  // An empty token file would only fail later, in train: the writer's partial file is dropped
+  // and an earlier --output stays as it was.
+  MT_CHECK(writer.num_tokens() > 0, "mt_prepare_dataset: the input (", args.inputs.size(),
+           " file(s), ", total, " bytes) holds no document to tokenize; nothing was written to ",
+           args.output.string());
   writer.finish();
   progress.finish();
-  if (writer.num_tokens() == 0) {
-    std::error_code ec;
-    fs::remove(args.output, ec);  // an empty token file would only fail later, in train
-    MT_FAIL("mt_prepare_dataset: the input (", args.inputs.size(), " file(s), ", total,
-            " bytes) holds no document to tokenize; nothing was written to ",
-            args.output.string());
-  }
   std::fprintf(stderr,
                "mt_prepare_dataset: wrote %lld documents, %lld tokens (%.3f tokens/byte) to %s "
                "in %.1f s\n",

@@ -52,36 +52,16 @@ void check_token_file_tokenizer(const data::TokenFileInfo& info, const data::Bpe
            " but the tokenizer's vocab is ", tok.vocab_size());
 }
 
-// Plain-text datasets must look like text: a file whose first 64 KiB are mostly not UTF-8 (or
-// hold NUL bytes) is binary data, which would be tokenized byte by byte and trained on.
-void check_looks_like_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::string head(65536, '\0');
-  in.read(head.data(), std::streamsize(head.size()));
-  head.resize(size_t(in.gcount()));
-  size_t invalid = 0, nul = 0;
-  for (size_t pos = 0; pos < head.size();) {
-    const data::DecodedCodePoint d = data::decode_utf8(head, pos);
-    // A sequence cut at the end of the sample is not counted.
-    if (d.cp == data::kInvalidCodePoint && pos + 4 < head.size()) ++invalid;
-    nul += d.cp == 0;
-    pos += size_t(d.length);
-  }
-  MT_CHECK(nul == 0 && invalid * 20 <= head.size(), "train: training.dataset_path ", path.string(),
-           " does not look like text: of its first ", head.size(), " bytes, ", invalid,
-           " are not UTF-8 and ", nul,
-           " are NUL; give a UTF-8 text or JSON-lines file, or a token file made by "
-           "mt_prepare_dataset");
-}
-
 // Tokenizes a text file (documents at blank lines) into `out`.
 void tokenize_text_file(const fs::path& text, const data::BpeTokenizer& tok,
-                        const fs::path& tokenizer_path, const fs::path& out) {
+                        const fs::path& tokenizer_path, const fs::path& out,
+                        const std::string& source) {
   MT_CHECK(tok.eos_id().has_value(), "train: the tokenizer ", tokenizer_path.string(),
            " defines no EOS token, needed to separate documents of ", text.string(),
            "; use mt_prepare_dataset --eos-id N");
   fs::create_directories(out.parent_path());
-  data::TokenFileWriter writer(out, data::tokenizer_identity(tokenizer_path, tok), *tok.eos_id());
+  data::TokenFileWriter writer(out, data::tokenizer_identity(tokenizer_path, tok), *tok.eos_id(),
+                               {.source = source});
   data::for_each_text_document(
       text, [&](std::string doc, int64_t) { writer.add_document(tok.encode_ordinary(doc)); });
   writer.finish();
@@ -108,26 +88,34 @@ fs::path resolve_token_file(const fs::path& dataset_path, const data::BpeTokeniz
            " is named as an HDF5 token file but is not HDF5 (no HDF5 signature): a damaged or "
            "unfinished file? ",
            prepare_hint(dataset_path, tokenizer_path));
-  check_looks_like_text(dataset_path);
-  MT_CHECK(ext != ".jsonl" && ext != ".json", "train: training.dataset_path ",
+  if (const auto why = data::not_text_reason(dataset_path)) {
+    MT_FAIL("train: training.dataset_path ", dataset_path.string(), " does not look like text: ",
+            *why, "; give a UTF-8 text or JSON-lines file, or a token file made by "
+            "mt_prepare_dataset");
+  }
+  MT_CHECK(!data::is_json_lines_path(dataset_path), "train: training.dataset_path ",
            dataset_path.string(), " is JSON lines, not a token file; ",
            prepare_hint(fs::path(dataset_path).replace_extension(".h5"), tokenizer_path));
-  // Plain text: tokenized once into the dump folder, reused while up to date.
+  // Plain text: tokenized once into the dump folder, reused while it holds this file's tokens
+  // (the same path, size and modification time) made with this tokenizer.
   const fs::path cache = dump_folder / (dataset_path.stem().string() + ".tokens.h5");
-  if (fs::exists(cache) && fs::last_write_time(cache) >= fs::last_write_time(dataset_path)) {
+  const std::string source = data::source_description(dataset_path);
+  if (fs::exists(cache)) {
     try {
       const data::TokenFileReader reader(cache);
       check_token_file_tokenizer(reader.info(), tokenizer, tokenizer_path);
-      log << "data: reusing " << cache.string() << " (tokens of " << dataset_path.string() << ")\n";
-      return cache;
+      if (reader.info().source == source) {
+        log << "data: reusing " << cache.string() << " (tokens of " << source << ")\n";
+        return cache;
+      }
     } catch (const Error&) {
-      // stale or made with another tokenizer: make it again
+      // unreadable or made with another tokenizer: make it again
     }
   }
   log << "data: tokenizing " << dataset_path.string() << " into " << cache.string()
       << " (documents at blank lines; mt_prepare_dataset does this for big corpora)\n"
       << std::flush;
-  tokenize_text_file(dataset_path, tokenizer, tokenizer_path, cache);
+  tokenize_text_file(dataset_path, tokenizer, tokenizer_path, cache, source);
   return cache;
 }
 

@@ -1,6 +1,7 @@
 // HDF5 token files: writer (block appends to a chunked dataset) and reader (hyperslab reads).
 #include "data/dataset/token_file.h"
 
+#include <bit>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -152,6 +153,7 @@ TokenFileWriter::TokenFileWriter(fs::path path, TokenizerIdentity tokenizer, int
   write_i64_attr(root, "tokenizer_vocab_size", tokenizer_.vocab_size, file);
   write_str_attr(root, "tokenizer_hash", tokenizer_.hash, file);
   write_str_attr(root, "tokenizer_fingerprint", tokenizer_.fingerprint, file);
+  if (!options_.source.empty()) write_str_attr(root, "source", options_.source, file);
   buffer_.reserve(static_cast<size_t>(options_.block_tokens));
 }
 
@@ -236,6 +238,7 @@ void TokenFileWriter::finish() {
 struct TokenFileReader::Handles {
   h5::File file;
   h5::Dataset tokens;
+  bool signed_ids = false;  // i32: read as such, and refused where negative
 };
 
 TokenFileReader::TokenFileReader(const fs::path& path) : h_(std::make_unique<Handles>()) {
@@ -266,6 +269,7 @@ TokenFileReader::TokenFileReader(const fs::path& path) : h_(std::make_unique<Han
   const char* incomplete = " (the file is incomplete: was its writer interrupted?)";
   info_.num_documents = read_i64_attr(root, "num_documents", file, incomplete);
   info_.num_tokens = read_i64_attr(root, "num_tokens", file, incomplete);
+  if (open_attr(root, "source", file)) info_.source = read_str_attr(root, "source", file);
 
   htri_t has = h5::check(H5Lexists(root, kTokens, H5P_DEFAULT), "H5Lexists", file);
   MT_CHECK(has > 0, "token file ", file, ": dataset 'tokens' is missing");
@@ -279,6 +283,7 @@ TokenFileReader::TokenFileReader(const fs::path& path) : h_(std::make_unique<Han
   h5::Datatype type(H5Dget_type(h_->tokens.get()), "H5Dget_type", file);
   MT_CHECK(H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_size(type.get()) == 4, "token file ",
            file, ": dataset 'tokens' should hold 32-bit integers");
+  h_->signed_ids = H5Tget_sign(type.get()) == H5T_SGN_2;
   h5::Dataspace space(H5Dget_space(h_->tokens.get()), "H5Dget_space", file);
   const int rank =
       h5::check(H5Sget_simple_extent_ndims(space.get()), "H5Sget_simple_extent_ndims", file);
@@ -310,9 +315,16 @@ void TokenFileReader::read(int64_t start, int64_t end, uint32_t* out) const {
   h5::Dataspace mspace(H5Screate_simple(1, n, nullptr), "H5Screate_simple", file);
   std::ostringstream what;
   what << "reading tokens [" << start << ", " << end << ")";
-  h5::check(
-      H5Dread(h_->tokens.get(), H5T_NATIVE_UINT32, mspace.get(), fspace.get(), H5P_DEFAULT, out),
-      "H5Dread", file, what.str());
+  // Signed ids are read as i32 (HDF5 would clamp a negative one to 0 in a u32 read).
+  h5::check(H5Dread(h_->tokens.get(), h_->signed_ids ? H5T_NATIVE_INT32 : H5T_NATIVE_UINT32,
+                    mspace.get(), fspace.get(), H5P_DEFAULT, out),
+            "H5Dread", file, what.str());
+  if (!h_->signed_ids) return;
+  for (int64_t i = 0; i < end - start; ++i) {
+    const int32_t id = std::bit_cast<int32_t>(out[i]);
+    MT_CHECK(id >= 0, "token file ", file, ": token id ", id, " at offset ", start + i,
+             " is negative");
+  }
 }
 
 std::vector<uint32_t> TokenFileReader::read(int64_t start, int64_t end) const {

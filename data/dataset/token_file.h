@@ -10,7 +10,9 @@
 //     tokenizer_path (string, as given when the file was made), tokenizer_vocab_size (i64),
 //     tokenizer_hash (string: 16 hex digits, FNV-1a 64 of the tokenizer.json bytes),
 //     tokenizer_fingerprint (string: BpeTokenizer::fingerprint(), may be empty),
-//     num_documents, num_tokens (i64; written last, by finish()).
+//     num_documents, num_tokens (i64; written last, by finish()),
+//     source (string, optional: what the tokens were made from, e.g. `train`'s cache of a text
+//     file records the file's path, size and modification time).
 //
 // The writer appends in blocks (memory is bounded by the block size, whatever the corpus size)
 // to `<output>.partial` and renames it to `<output>` in finish(), so an interrupted run never
@@ -51,11 +53,13 @@ struct TokenFileInfo {
   int64_t eos_id = -1;
   int64_t num_documents = 0;
   int64_t num_tokens = 0;
+  std::string source;  // the "source" attribute, or empty
 };
 
 struct TokenFileWriterOptions {
   int64_t block_tokens = int64_t{1} << 20;  // tokens buffered in memory before each append
   int64_t chunk_tokens = int64_t{1} << 16;  // HDF5 chunk size (in tokens)
+  std::string source;                       // the "source" attribute; empty: none written
 };
 
 class TokenFileWriter {
@@ -110,7 +114,7 @@ class TokenFileReader {
   int64_t size() const { return info_.num_tokens; }
 
   // Tokens [start, end) into out (end - start values). 0 <= start <= end <= size(), else an
-  // mt::Error naming the file and the range. Safe to call from several threads, and beside
+  // mt::Error naming the file and the range; so is a negative id in an i32 file. Safe to call from several threads, and beside
   // checkpoint saves: every HDF5 call holds the process-wide h5::Lock (runtime/io/hdf5.h).
   void read(int64_t start, int64_t end, uint32_t* out) const;
   std::vector<uint32_t> read(int64_t start, int64_t end) const;

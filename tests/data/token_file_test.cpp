@@ -234,6 +234,30 @@ TEST_F(TokenFileTest, MissingAndTruncatedDataset) {
   EXPECT_NE(msg.find("dataset 'tokens' is missing"), std::string::npos) << msg;
 }
 
+// An i32 /tokens (written by other tools) is read; a negative id in it is an error naming the file
+// and the offset (HDF5 used to clamp it to 0 in the u32 read, a valid id nobody wrote).
+TEST_F(TokenFileTest, NegativeIdsOfASignedFileAreNamed) {
+  const fs::path path = dir_ / "i32.h5";
+  write_docs(path, {{1, 2, 3, 4}}, 9, {});  // 5 tokens with EOS
+  {
+    RawFile f(path);
+    h5::check(H5Ldelete(f.file.get(), "tokens", H5P_DEFAULT), "H5Ldelete", "tokens");
+    const hsize_t n[1] = {5};
+    h5::Dataspace space(H5Screate_simple(1, n, nullptr), "H5Screate_simple", "i32");
+    h5::Dataset d(H5Dcreate2(f.file.get(), "tokens", H5T_STD_I32LE, space.get(), H5P_DEFAULT,
+                             H5P_DEFAULT, H5P_DEFAULT),
+                  "H5Dcreate2", "i32");
+    const int32_t ids[5] = {1, -1, 3, -7, 9};
+    h5::check(H5Dwrite(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, ids), "H5Dwrite",
+              "i32");
+  }
+  const TokenFileReader r(path);
+  EXPECT_EQ(r.read(2, 3), std::vector<uint32_t>{3});
+  EXPECT_EQ(r.read(4, 5), std::vector<uint32_t>{9});
+  const std::string msg = error_of([&] { (void)r.read(0, 5); });
+  EXPECT_NE(msg.find("i32.h5: token id -1 at offset 1 is negative"), std::string::npos) << msg;
+}
+
 TEST_F(TokenFileTest, TokenizerFileHash) {
   const fs::path a = dir_ / "tok_a.json", b = dir_ / "tok_b.json";
   std::ofstream(a) << "{\"model\": 1}";

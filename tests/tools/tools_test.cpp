@@ -164,6 +164,41 @@ TEST_F(Tools, PrepareDatasetOverwritesOnlyAnEarlierTokenFile) {
     r = run(cat(prepare, " --output ", quote(tokens), " ", quote(text)));
     EXPECT_EQ(r.status, 0) << run_no << ": " << r.output;
   }
+  // An input that holds no document leaves the earlier token file as it was.
+  std::ofstream(dir_ / "empty.txt").close();
+  const auto bytes_of = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  const std::string before = bytes_of(tokens);
+  r = run(cat(prepare, " --output ", quote(tokens), " ", quote(dir_ / "empty.txt")));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("holds no document to tokenize"), std::string::npos) << r.output;
+  EXPECT_EQ(bytes_of(tokens), before);
+}
+
+// Inputs that are not text (a token file, anything binary) are refused before anything is
+// written; JSON lines are recognised in any case (*.JSONL), and a blank "text" is no document.
+TEST_F(Tools, PrepareDatasetRefusesBinaryInputsAndReadsJsonLinesByName) {
+  Result r = run(cat(MT_TRAIN_TOKENIZER_BIN, " --input ", quote(dir_ / "corpus"), " --output ",
+                     quote(dir_ / "tok")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string prepare = cat(MT_PREPARE_DATASET_BIN, " --tokenizer ", quote(dir_ / "tok"));
+  std::ofstream(dir_ / "a.txt") << "one document\n";
+  r = run(cat(prepare, " --output ", quote(dir_ / "a.h5"), " ", quote(dir_ / "a.txt")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run(cat(prepare, " --output ", quote(dir_ / "b.h5"), " ", quote(dir_ / "a.h5")));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("a.h5 does not look like text: of its first"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "b.h5"));
+  std::ofstream(dir_ / "docs.JSONL") << "{\"text\": \"one\"}\n{\"text\": \"  \"}\n"
+                                        "{\"text\": \"two\"}\n";
+  r = run(cat(prepare, " --output ", quote(dir_ / "docs.h5"), " ", quote(dir_ / "docs.JSONL")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const data::TokenFileReader docs(dir_ / "docs.h5");
+  EXPECT_EQ(docs.info().num_documents, 2);  // the text fields, not the JSON; the blank one left out
+  EXPECT_LT(docs.info().num_tokens, 8);
 }
 
 TEST_F(Tools, BadInputExitsNonZeroWithAMessage) {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "data/dataset/token_file.h"
 #include "parallel/comm/mpi_process_group.h"
 #include "runtime/core/determinism.h"
 #include "runtime/core/error.h"
@@ -647,6 +648,43 @@ TEST(Trainer, MissingDatasetSaysHowToMakeIt) {
     EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
     EXPECT_NE(msg.find("mt_prepare_dataset"), std::string::npos) << msg;
   }
+}
+
+// The text a dump folder's token cache was made from is recorded: another file of the same name,
+// or the same file changed (even to an older modification time), is tokenized again, not read
+// from the other's cache; the same file unchanged reuses it.
+TEST(Trainer, TextCacheHoldsTheTokensOfThisFileOnly) {
+  REQUIRE_SHARED_FILE(corpus, "tinyshakespeare.txt");
+  const fs::path dir = temp_dir("text_cache");
+  std::ifstream in(corpus, std::ios::binary);
+  std::string text(60000, '\0');
+  in.read(text.data(), std::streamsize(text.size()));
+  fs::create_directories(dir / "a");
+  fs::create_directories(dir / "b");
+  std::ofstream(dir / "a" / "corpus.txt", std::ios::binary) << text.substr(0, 30000);
+  std::ofstream(dir / "b" / "corpus.txt", std::ios::binary) << text.substr(30000);
+  const fs::path dump = dir / "dump", cache = dump / "corpus.tokens.h5";
+  const auto start = [&](const fs::path& text_file) {
+    std::ostringstream log;
+    TrainerOptions options;
+    options.log = &log;
+    options.edit_model_args = testing::shrink_llama;
+    options.write_files = false;
+    Trainer(tiny_config(corpus, dump, {"--training.dataset_path=" + text_file.string()}),
+            options);
+    return log.str();
+  };
+  EXPECT_NE(start(dir / "a" / "corpus.txt").find("data: tokenizing"), std::string::npos);
+  const int64_t tokens_of_a = data::TokenFileReader(cache).info().num_tokens;
+  // b is older than the cache: it used to be read from a's tokens.
+  fs::last_write_time(dir / "b" / "corpus.txt",
+                      fs::last_write_time(cache) - std::chrono::hours(1));
+  EXPECT_NE(start(dir / "b" / "corpus.txt").find("data: tokenizing"), std::string::npos);
+  const data::TokenFileReader of_b(cache);
+  EXPECT_NE(of_b.info().num_tokens, tokens_of_a);
+  EXPECT_NE(of_b.info().source.find((dir / "b" / "corpus.txt").string()), std::string::npos)
+      << of_b.info().source;
+  EXPECT_NE(start(dir / "b" / "corpus.txt").find("data: reusing"), std::string::npos);
 }
 
 TEST(Trainer, TokenFileOfAnotherTokenizerIsAnError) {

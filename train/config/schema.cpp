@@ -173,7 +173,8 @@ std::vector<SectionSpec> build_schema() {
           {"dataset", &T::dataset, "Name of the dataset (for logs and the data pipeline)",
            non_empty()},
           {"dataset_path", &T::dataset_path,
-           "Text, JSON-lines or tokenized HDF5 file of the dataset (language models; required), "
+           "Text file (tokenized into the dump folder) or tokenized HDF5 file (mt_prepare_dataset, "
+           "also from JSON lines) of the dataset (language models; required), "
            "or the ml-100k folder (dataset = \"movielens\"); synthetic datasets take none"},
           {"device", &T::device, "Where to train; auto = the GPU when there is one, else the CPU",
            one_of({"auto", "cpu", "cuda"})},
