@@ -1,8 +1,10 @@
 // Added tokens (Hugging Face's `added_tokens`: special tokens such as <|endoftext|>, and any other
 // token added to a vocabulary): they are found in the raw text before pre-tokenization and map
-// directly to their ids. Matching is leftmost-longest, as in `tokenizers`; `lstrip`/`rstrip`
-// absorb the whitespace beside a match into it, `single_word` keeps only matches that are not
-// inside a word (the characters beside it are not letters, numbers or '_').
+// directly to their ids. As in `tokenizers`: the tokens with normalized = false are matched
+// first, then those with normalized = true in the text between; each pass finds leftmost-longest
+// matches, drops a single_word match that sits inside a word (the characters beside it are
+// letters, numbers or '_'; its text is not searched again), then lets `lstrip`/`rstrip` absorb
+// the whitespace beside a match, up to the neighbouring matches.
 #pragma once
 
 #include <array>
@@ -35,16 +37,23 @@ class AddedTokenMatcher {
              const std::function<void(int32_t)>& on_token) const;
 
  private:
-  struct Candidate {
-    std::string content;
-    int32_t id;
-    bool single_word, lstrip, rstrip;
-  };
-  // Match at pos: index into candidates_, or -1.
-  int match_at(std::string_view text, size_t pos) const;
+  // One matching pass over the tokens of one kind (normalized or not).
+  class Pass {
+   public:
+    Pass() = default;
+    explicit Pass(const std::vector<const AddedToken*>& tokens);
+    void split(std::string_view text, const std::function<void(std::string_view)>& on_text,
+               const std::function<void(int32_t)>& on_token) const;
 
-  std::vector<Candidate> candidates_;  // sorted by first byte, then longest first
-  std::array<std::pair<int, int>, 256> by_first_byte_{};  // [begin, end) into candidates_
+   private:
+    // The longest token whose content starts at pos: index into tokens_, or -1.
+    int longest_at(std::string_view text, size_t pos) const;
+
+    std::vector<AddedToken> tokens_;  // sorted by first byte, then longest first
+    std::array<std::pair<int, int>, 256> by_first_byte_{};  // [begin, end) into tokens_
+  };
+
+  Pass raw_, normalized_;
 };
 
 }  // namespace mt::data

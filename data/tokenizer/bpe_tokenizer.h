@@ -8,8 +8,17 @@
 // encode: added tokens (<|endoftext|>, ...) are matched in the raw text first and map to their
 // ids; the rest is pre-tokenized (GPT-2 or Llama 3 regex), each piece's bytes are merged by merge
 // rank (lowest first, leftmost on ties) into vocab ids. Any byte string is accepted, valid UTF-8
-// or not, and decode(encode(x)) == x (decode writes added tokens as their content, special or
-// not). Pieces' encodings are cached (thread-safe); encode/decode may be called concurrently.
+// or not, and decode(encode(x)) == x without add_prefix_space (decode writes added tokens as their
+// content, special or not). Pieces' encodings are cached (thread-safe); encode/decode may be
+// called concurrently.
+//
+// Checked against `tokenizers` on every code point, 5.6M fuzzed strings and real text (ids equal;
+// tests/data/tokenizer_test.cpp). Known differences, none met by the GPT-2 or Llama 3 files:
+// single_word added tokens take letters, numbers and '_' as word characters (tokenizers' \w also
+// takes marks, connector punctuation and ZWJ); added-token ids are the file's (tokenizers
+// re-assigns ids that disagree with the vocab); a vocab without some byte's token is an error on
+// text holding that byte (tokenizers drops it or writes unk_token); the `decoder` field is not
+// read (byte-level decoding always).
 #pragma once
 
 #include <cstdint>

@@ -312,6 +312,32 @@ TEST(AddedTokens, LeftmostLongestWithStripAndSingleWord) {
   EXPECT_EQ(run(""), (std::vector<std::string>{}));
 }
 
+// How `tokenizers` orders its matching, from its ids on the same tokens (GPT-2's vocab): tokens
+// with normalized = false are matched before normalized ones, even where a normalized one starts
+// earlier ('foo bar baz': [21943 "foo", 220 " ", "bar baz"]); an rstrip stops at the next match;
+// a single_word match dropped inside a word is not searched again for shorter tokens.
+TEST(AddedTokens, TokenizersMatchingOrder) {
+  const AddedTokenMatcher m({{.id = 1, .content = "foo bar", .normalized = true},
+                             {.id = 2, .content = "bar baz", .normalized = false},
+                             {.id = 3, .content = "[R]", .rstrip = true},
+                             {.id = 4, .content = " <t>"},
+                             {.id = 5, .content = "zqxj", .single_word = true},
+                             {.id = 6, .content = "qxj"}});
+  auto run = [&](std::string_view text) {
+    std::vector<std::string> parts;
+    m.split(
+        text, [&](std::string_view s) { parts.emplace_back(s); },
+        [&](int32_t id) { parts.push_back("#" + std::to_string(id)); });
+    return parts;
+  };
+  EXPECT_EQ(run("foo bar baz"), (std::vector<std::string>{"foo ", "#2"}));
+  EXPECT_EQ(run("foo bar!"), (std::vector<std::string>{"#1", "!"}));
+  EXPECT_EQ(run("[R] <t>"), (std::vector<std::string>{"#3", "#4"}));
+  EXPECT_EQ(run("[R]  x"), (std::vector<std::string>{"#3", "x"}));
+  EXPECT_EQ(run("azqxj"), (std::vector<std::string>{"azqxj"}));
+  EXPECT_EQ(run("a zqxj qxj"), (std::vector<std::string>{"a ", "#5", " ", "#6"}));
+}
+
 // ---------------------------------------------------------------- GPT-2 from ../shared/data
 
 TEST(Gpt2Tokenizer, KnownIds) {

@@ -16,7 +16,8 @@ beside the repository or $MT_SHARED_DATA).
    every mapping matters and greedy decoding has clear argmax gaps.
 2. `mt_checkpoint import-hf` converts each; for several prompts `mt_generate --json` decodes 64
    greedy tokens, which must equal transformers' model.generate on the same prompt ids token for
-   token (both stop at <|endoftext|> = 50256), and the prompt logits of `--logits-out` must equal
+   token (both stop at <|endoftext|> = 50256; neither generates the padded vocab's ids, which
+   mt_generate never samples and transformers is told to suppress), and the prompt logits of `--logits-out` must equal
    transformers' within 1e-4 * max(1, max |logit|). `mt_checkpoint export-hf` of the imported
    checkpoint must give back the same config and weights.
 3. The tied variant is fine-tuned a few steps with `train --model.flavor=from_checkpoint`, the
@@ -39,7 +40,9 @@ import tempfile
 SKIP = 77
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EOS = 50256  # GPT-2 <|endoftext|>
+TOKENIZER_VOCAB = 50257
 VOCAB = 50304  # padded past the tokenizer's 50257
+PADDING_IDS = list(range(TOKENIZER_VOCAB, VOCAB))  # never generated (no text decodes them)
 TOLERANCE = 1e-4
 NEW_TOKENS = 64
 PROMPTS = ["Once upon a time", "The quick brown fox", "ROMEO:"]
@@ -159,7 +162,8 @@ class Oracle:
         x = torch.tensor([ids])
         with torch.no_grad():
             out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False,
-                                 max_new_tokens=NEW_TOKENS, eos_token_id=EOS, pad_token_id=EOS)
+                                 max_new_tokens=NEW_TOKENS, eos_token_id=EOS, pad_token_id=EOS,
+                                 suppress_tokens=PADDING_IDS)
         return out[0, len(ids):].tolist()
 
     # -- comparisons ---------------------------------------------------------------------------
@@ -184,7 +188,7 @@ class Oracle:
         # The top-2 gap of transformers' logits there tells a near-tie from a real difference.
         gap = ""
         if first < len(theirs):
-            logits = self.hf_logits(model, prompt_ids + theirs[:first])[-1]
+            logits = self.hf_logits(model, prompt_ids + theirs[:first])[-1, :TOKENIZER_VOCAB]
             top = logits.topk(2)
             gap = (f"; transformers' top-2 there {top.indices.tolist()} gap "
                    f"{(top.values[0] - top.values[1]).item():.3g}")
