@@ -255,8 +255,8 @@ std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
 std::string BpeTokenizer::decode_model_output(std::span<const int32_t> ids) const {
   std::string out;
   for (int32_t id : ids) {
-    out += id >= 0 && id < vocab_size() ? impl_->id_bytes[size_t(id)]
-                                        : "<|id " + std::to_string(id) + "|>";
+    const bool known = id >= 0 && id < vocab_size() && impl_->id_valid[size_t(id)];
+    out += known ? impl_->id_bytes[size_t(id)] : "<|id " + std::to_string(id) + "|>";
   }
   return out;
 }

@@ -704,6 +704,17 @@ TEST(HuggingFaceAgreement, Gpt2WithAddPrefixSpace) {
   expect_matches_hf(tok, dir.path() / "tokenizer.json", sample_strings());
 }
 
+// An added token past the vocab leaves ids no token has: a model's output names them, as it names
+// ids past the vocab, instead of writing nothing.
+TEST(Gpt2Tokenizer, ModelOutputNamesIdsNoTokenHas) {
+  REQUIRE_SHARED_FILE(file, "gpt2/tokenizer.json");
+  TokenizerSpec spec = gpt2(file).spec();
+  spec.added_tokens.push_back({.id = 50300, .content = "<tail>"});
+  const BpeTokenizer tok(spec);
+  EXPECT_EQ(tok.decode_model_output(Ids{15496, 50280, 50300, 60000}),
+            "Hello<|id 50280|><tail><|id 60000|>");
+}
+
 // Tokenizers made by our trainer, one per pre-tokenizer: the Llama 3 one is saved as
 // Sequence[Split(Llama 3 regex), ByteLevel], the GPT-2 one as ByteLevel(use_regex), as HF does.
 struct TrainedTokenizer {
