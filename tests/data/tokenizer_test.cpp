@@ -289,18 +289,21 @@ TEST(Pretokenizer, CoversAnyByteString) {
 
 // ---------------------------------------------------------------- added tokens
 
+// The matcher's split of `text`: ordinary segments, and added tokens as "#<id>".
+std::vector<std::string> split_parts(const AddedTokenMatcher& m, std::string_view text) {
+  std::vector<std::string> parts;
+  m.split(
+      text, [&](std::string_view s) { parts.emplace_back(s); },
+      [&](int32_t id) { parts.push_back("#" + std::to_string(id)); });
+  return parts;
+}
+
 TEST(AddedTokens, LeftmostLongestWithStripAndSingleWord) {
   const AddedTokenMatcher m({{.id = 1, .content = "<pad>", .lstrip = true},
                              {.id = 2, .content = "<pa"},
                              {.id = 3, .content = "[X]", .rstrip = true},
                              {.id = 4, .content = "qqz", .single_word = true}});
-  auto run = [&](std::string_view text) {
-    std::vector<std::string> parts;
-    m.split(
-        text, [&](std::string_view s) { parts.emplace_back(s); },
-        [&](int32_t id) { parts.push_back("#" + std::to_string(id)); });
-    return parts;
-  };
+  auto run = [&](std::string_view text) { return split_parts(m, text); };
   // Behaviour checked against Hugging Face `tokenizers` 0.23 on the same tokens.
   EXPECT_EQ(run("a  <pad>  b"), (std::vector<std::string>{"a", "#1", "  b"}));
   EXPECT_EQ(run("<pa<pad>"), (std::vector<std::string>{"#2", "#1"}));
@@ -323,13 +326,7 @@ TEST(AddedTokens, TokenizersMatchingOrder) {
                              {.id = 4, .content = " <t>"},
                              {.id = 5, .content = "zqxj", .single_word = true},
                              {.id = 6, .content = "qxj"}});
-  auto run = [&](std::string_view text) {
-    std::vector<std::string> parts;
-    m.split(
-        text, [&](std::string_view s) { parts.emplace_back(s); },
-        [&](int32_t id) { parts.push_back("#" + std::to_string(id)); });
-    return parts;
-  };
+  auto run = [&](std::string_view text) { return split_parts(m, text); };
   EXPECT_EQ(run("foo bar baz"), (std::vector<std::string>{"foo ", "#2"}));
   EXPECT_EQ(run("foo bar!"), (std::vector<std::string>{"#1", "!"}));
   EXPECT_EQ(run("[R] <t>"), (std::vector<std::string>{"#3", "#4"}));
